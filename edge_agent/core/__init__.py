@@ -1,0 +1,1 @@
+"""Protocol-free serving core: model repository, batcher, data plane. Never imports grpc."""

@@ -1,0 +1,77 @@
+"""The agent's error hierarchy.
+
+Core code raises these; the protocol edge maps ``code`` to a gRPC status in one place.
+Messages name the model, the tensor and what was expected, so a caller can act on them.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ErrorCode(Enum):
+    """Protocol-neutral status codes (mapped 1:1 to gRPC codes at the edge)."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    INTERNAL = "INTERNAL"
+
+
+class AgentError(Exception):
+    """Base of every error the agent reports to a caller."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+
+class InvalidInputError(AgentError):
+    """The request does not match the model's signature (dtype, shape, names, sizes)."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class ModelNotFoundError(AgentError):
+    """No such model, or no such version of it."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class QueueFullError(AgentError):
+    """The model's queue is full; the caller should back off and retry."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class ModelUnavailableError(AgentError):
+    """The model exists but is not ready (loading, unloading, or failed)."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+class RequestTimeoutError(AgentError):
+    """The request waited in the queue or ran longer than its timeout."""
+
+    code = ErrorCode.DEADLINE_EXCEEDED
+
+
+class BackendError(AgentError):
+    """A backend failed to load a model or to run an inference."""
+
+    code = ErrorCode.INTERNAL
+
+
+class RuntimeMissingError(BackendError):
+    """The runtime a backend needs (OpenVINO, TensorRT, ...) is not installed on this device."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class ConfigError(AgentError):
+    """The agent's configuration file or flags are invalid."""
+
+    code = ErrorCode.INVALID_ARGUMENT

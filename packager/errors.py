@@ -1,0 +1,33 @@
+"""The packager's error hierarchy. Every message says what is wrong and what to do."""
+
+
+class PackagerError(Exception):
+    """Base of every error the packager raises on bad input or a failed step."""
+
+
+class ProfileError(PackagerError):
+    """A device profile is unknown or malformed."""
+
+
+class ModelError(PackagerError):
+    """The source model is not a valid ONNX model or cannot be used."""
+
+
+class ConversionError(PackagerError):
+    """A backend could not convert the model."""
+
+
+class ParityError(PackagerError):
+    """A converted artifact disagrees with the source model past the profile's tolerance."""
+
+
+class BundleError(PackagerError):
+    """A bundle is corrupt, truncated, unsafe or does not match its manifest."""
+
+
+class SignatureError(BundleError):
+    """A bundle's signature is missing, invalid, or made by an untrusted key."""
+
+
+class KeyFileError(PackagerError):
+    """A key file is missing or is not an Ed25519 key."""

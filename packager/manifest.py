@@ -1,0 +1,157 @@
+"""The bundle manifest: plain dataclasses and their canonical JSON form.
+
+This module is the contract between the packager (which writes manifests), the agent and the
+console (which read them). See docs/bundle-format.md for the normative description.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from packager.errors import BundleError
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+SIGNATURE_NAME = "manifest.sig"
+
+# KServe v2 datatype names; the manifest stores these, never numpy names.
+DATATYPES = (
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+    "FP16", "FP32", "FP64", "BYTES",
+)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output. ``shape`` includes the batch dimension; -1 marks a dynamic dim."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TensorSpec:
+        return cls(name=str(d["name"]), datatype=str(d["datatype"]),
+                   shape=tuple(int(x) for x in d["shape"]))
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """How the agent batches requests for this model (Triton's dynamic batcher fields).
+
+    ``max_batch_size == 0`` means the model has no batch dimension and is served unbatched;
+    otherwise dim 0 of every input and output is the batch dimension.
+    """
+
+    max_batch_size: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    instances: int = 1
+    threads: int = 0  # 0: let the runtime decide
+    max_queue_size: int = 0  # 0: the agent's default bound
+    default_timeout_us: int = 0  # 0: no queue timeout
+    allow_timeout_override: bool = True
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BatchingConfig:
+        kw = dict(d)
+        kw["preferred_batch_sizes"] = tuple(int(x) for x in kw.get("preferred_batch_sizes", ()))
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in kw.items() if k in known})
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of the bundle besides the manifest and signature (path is POSIX, relative)."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything the agent needs to know about one model version for one device profile."""
+
+    name: str
+    version: int
+    profile: str
+    arch: str
+    backend: str
+    precision: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    batching: BatchingConfig
+    # backend name -> entry file (relative path) that backend loads, e.g.
+    # {"openvino": "artifacts/model.xml", "onnxruntime": "artifacts/model.onnx"}
+    artifacts: dict[str, str]
+    files: tuple[FileEntry, ...] = ()
+    fallback_backend: str | None = None
+    # backend name -> options, e.g. {"tensorrt": {"precision": "fp16", "min_batch": 1, ...}}
+    backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    source_sha256: str = ""
+    source_name: str = ""
+    parity: dict[str, Any] = field(default_factory=dict)
+    toolchain: dict[str, str] = field(default_factory=dict)
+    created: str = ""
+    format_version: int = FORMAT_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def canonical_bytes(self) -> bytes:
+        """The exact bytes that are signed and stored as manifest.json."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=True).encode("utf-8")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Manifest:
+        try:
+            fv = int(d.get("format_version", 0))
+            if fv != FORMAT_VERSION:
+                raise BundleError(
+                    f"manifest format_version {fv} is not supported (this reader knows "
+                    f"{FORMAT_VERSION}); upgrade edge-toolkit or rebuild the bundle")
+            return cls(
+                name=str(d["name"]),
+                version=int(d["version"]),
+                profile=str(d["profile"]),
+                arch=str(d["arch"]),
+                backend=str(d["backend"]),
+                precision=str(d["precision"]),
+                inputs=tuple(TensorSpec.from_dict(x) for x in d["inputs"]),
+                outputs=tuple(TensorSpec.from_dict(x) for x in d["outputs"]),
+                batching=BatchingConfig.from_dict(d.get("batching", {})),
+                artifacts={str(k): str(v) for k, v in d["artifacts"].items()},
+                files=tuple(FileEntry(str(f["path"]), int(f["size"]), str(f["sha256"]))
+                            for f in d.get("files", ())),
+                fallback_backend=d.get("fallback_backend"),
+                backend_options=dict(d.get("backend_options", {})),
+                source_sha256=str(d.get("source_sha256", "")),
+                source_name=str(d.get("source_name", "")),
+                parity=dict(d.get("parity", {})),
+                toolchain={str(k): str(v) for k, v in d.get("toolchain", {}).items()},
+                created=str(d.get("created", "")),
+                format_version=fv,
+            )
+        except BundleError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BundleError(f"manifest is malformed: {type(exc).__name__}: {exc}") from exc
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Manifest:
+        try:
+            d = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BundleError(f"manifest.json is not valid JSON: {exc}") from exc
+        if not isinstance(d, dict):
+            raise BundleError("manifest.json must hold a JSON object")
+        return cls.from_dict(d)
+
+    @property
+    def batched(self) -> bool:
+        """True when dim 0 of every tensor is a batch dimension the agent may batch along."""
+        return self.batching.max_batch_size > 0

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up (first run) and run the whole test suite: lint, then pytest.
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+echo "==> ruff"
+ruff check .
+echo "==> pytest"
+# Exit code 5 (no tests collected) is a failure here on purpose.
+exec python -m pytest -q -ra "$@"
