@@ -1,0 +1,79 @@
+"""The protocol-free data plane contract that the gRPC edge (and tests) program against.
+
+The serving core implements :class:`DataPlaneAPI`; the KServe v2 servicer only translates
+protobuf messages to these calls and maps :mod:`edge_agent.errors` to status codes.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Protocol
+
+from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
+from packager.manifest import Manifest
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    """Name, version and protocol extensions of the server."""
+
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RepositoryEntry:
+    """One model version in the repository and its state (READY, LOADING, UNAVAILABLE, ...)."""
+
+    name: str
+    version: int
+    state: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfigInfo:
+    """What ModelConfig reports: the manifest (IO, batching) and the backend actually used."""
+
+    manifest: Manifest
+    backend: str
+    instances: int
+
+
+class DataPlaneAPI(Protocol):
+    """What the protocol edge may ask of the serving core. Every method is thread-safe."""
+
+    def live(self) -> bool: ...
+
+    def ready(self) -> bool: ...
+
+    def server_metadata(self) -> ServerMetadata: ...
+
+    def model_ready(self, name: str, version: int | None = None) -> bool: ...
+
+    def model_metadata(self, name: str, version: int | None = None) -> ModelMetadata:
+        """Raises ModelNotFoundError for an unknown model or version."""
+        ...
+
+    def model_config(self, name: str, version: int | None = None) -> ModelConfigInfo: ...
+
+    def submit(self, request: InferRequest) -> Future[InferResult]:
+        """Validate and enqueue. Raises AgentError subclasses synchronously for bad input,
+        unknown models and a full queue; failures during execution are set on the future."""
+        ...
+
+    def statistics(
+        self, name: str | None = None, version: int | None = None
+    ) -> list[ModelStats]: ...
+
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]: ...
+
+    def load_model(self, name: str) -> None:
+        """(Re)load every version of ``name`` found in the repository on disk."""
+        ...
+
+    def unload_model(self, name: str) -> None: ...
+
+    def close(self) -> None: ...
