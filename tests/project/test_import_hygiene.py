@@ -1,0 +1,67 @@
+"""Architecture boundaries, checked in fresh interpreters.
+
+- packager never imports the agent or the console, and none of the three pull in Textual
+  unless they are the console;
+- the serving core and the backends never import grpc (protocols sit at the edge);
+- nothing imports TensorRT or pycuda unless a Jetson backend is used.
+"""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _modules_loaded_by(modules: list[str]) -> set[str]:
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}:\n"
+        "    importlib.import_module(m)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _submodules(package: str, *, skip: tuple[str, ...] = ()) -> list[str]:
+    path = ROOT / package.replace(".", "/")
+    if not path.is_dir():
+        return []
+    names = [package]
+    for info in pkgutil.walk_packages([str(path)], prefix=package + "."):
+        if not any(info.name.startswith(s) for s in skip):
+            names.append(info.name)
+    return names
+
+
+def _top(mods: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in mods}
+
+
+def test_packager_stays_independent() -> None:
+    loaded = _top(_modules_loaded_by(_submodules("packager")))
+    assert not loaded & {"edge_agent", "console", "textual", "grpc", "tensorrt", "pycuda"}
+
+
+@pytest.mark.parametrize("package", ["edge_agent.core", "edge_agent.backends"])
+def test_core_never_imports_protocols_or_ui(package: str) -> None:
+    mods = _submodules(package, skip=("edge_agent.backends.tensorrt",))
+    if len(mods) <= 1 and not (ROOT / package.replace(".", "/") / "__init__.py").exists():
+        pytest.skip(f"{package} does not exist yet")
+    loaded = _top(_modules_loaded_by(mods))
+    assert not loaded & {"grpc", "textual", "console", "tensorrt", "pycuda"}
+
+
+def test_agent_never_imports_textual() -> None:
+    mods = _submodules("edge_agent", skip=("edge_agent.backends.tensorrt",))
+    loaded = _top(_modules_loaded_by(mods))
+    assert "textual" not in loaded
+    assert "console" not in loaded
