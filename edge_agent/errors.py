@@ -75,3 +75,15 @@ class ConfigError(AgentError):
     """The agent's configuration file or flags are invalid."""
 
     code = ErrorCode.INVALID_ARGUMENT
+
+
+class StateStoreError(AgentError):
+    """The agent's state database (or token file) in the state directory cannot be used."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class ServiceInstallError(AgentError):
+    """The systemd unit could not be rendered or installed."""
+
+    code = ErrorCode.FAILED_PRECONDITION
