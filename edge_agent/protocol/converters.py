@@ -1,0 +1,257 @@
+"""Translate between KServe v2 protobuf messages and the serving core's plain values.
+
+Per-request work is parsing plus at most one copy: raw input bytes are viewed in place with
+``numpy.frombuffer`` (the core copies when it batches); outputs are written once as raw bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
+from edge_agent.core.types import DurationStat, InferRequest, InferResult, ModelMetadata, ModelStats
+from edge_agent.errors import InvalidInputError
+from edge_agent.protocol.datatypes import (
+    CONTENTS_FIELDS,
+    config_data_type,
+    datatype_of,
+    wire_dtype,
+)
+from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from edge_agent.protocol.generated import model_config_pb2 as mc
+from packager.manifest import TensorSpec
+
+# Backend name -> the platform string Triton reports for the same kind of model.
+PLATFORMS = {
+    "onnxruntime": "onnxruntime_onnx",
+    "openvino": "openvino",
+    "tensorrt": "tensorrt_plan",
+}
+
+
+def parse_version(version: str, model: str) -> int | None:
+    """A request's version string: "" means the active version; otherwise a positive integer."""
+    if not version:
+        return None
+    try:
+        value = int(version)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise InvalidInputError(
+            f"model '{model}': version {version!r} is not a version number; "
+            "use a positive integer or leave it empty for the active version")
+    return value
+
+
+def _timeout_us(params) -> int | None:
+    if "timeout" not in params:
+        return None
+    p = params["timeout"]
+    kind = p.WhichOneof("parameter_choice")
+    if kind not in ("int64_param", "uint64_param"):
+        raise InvalidInputError("request parameter 'timeout' must be an integer (microseconds)")
+    value = int(getattr(p, kind))
+    if value < 0:
+        raise InvalidInputError("request parameter 'timeout' must be >= 0 microseconds")
+    return value or None
+
+
+def _shape(tensor) -> tuple[int, ...]:
+    shape = tuple(tensor.shape)
+    if any(d < 0 for d in shape):
+        raise InvalidInputError(
+            f"input '{tensor.name}': shape {list(shape)} has a negative dimension; "
+            "a request must give concrete sizes")
+    return shape
+
+
+def _from_raw(tensor, raw: bytes) -> np.ndarray:
+    dtype = wire_dtype(tensor.datatype, tensor.name)
+    shape = _shape(tensor)
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(raw) != expected:
+        raise InvalidInputError(
+            f"input '{tensor.name}': raw contents hold {len(raw)} bytes but shape "
+            f"{list(shape)} of {tensor.datatype} needs {expected} bytes")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _from_typed(tensor) -> np.ndarray:
+    dtype = wire_dtype(tensor.datatype, tensor.name)
+    shape = _shape(tensor)
+    field = CONTENTS_FIELDS.get(tensor.datatype)
+    if field is None:
+        raise InvalidInputError(
+            f"input '{tensor.name}': {tensor.datatype} has no typed contents field; "
+            "send it in raw_input_contents")
+    values = getattr(tensor.contents, field)
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(values) != count:
+        raise InvalidInputError(
+            f"input '{tensor.name}': contents.{field} holds {len(values)} values but shape "
+            f"{list(shape)} needs {count}")
+    for other in CONTENTS_FIELDS.values():
+        if other != field and len(getattr(tensor.contents, other)):
+            raise InvalidInputError(
+                f"input '{tensor.name}': {tensor.datatype} data belongs in contents.{field}, "
+                f"not contents.{other}")
+    return np.asarray(values, dtype=dtype).reshape(shape)
+
+
+def to_infer_request(msg: pb.ModelInferRequest) -> tuple[InferRequest, bool]:
+    """Decode a ModelInferRequest; returns the core request and whether it used raw contents."""
+    if not msg.model_name:
+        raise InvalidInputError("empty request: model_name is missing")
+    if not msg.inputs:
+        raise InvalidInputError(f"request for model '{msg.model_name}' has no inputs")
+    raws = list(msg.raw_input_contents)
+    inputs: dict[str, np.ndarray] = {}
+    if raws:
+        if len(raws) != len(msg.inputs):
+            raise InvalidInputError(
+                f"request for model '{msg.model_name}' has {len(msg.inputs)} inputs but "
+                f"{len(raws)} raw_input_contents entries; send one per input, in order")
+        for tensor, raw in zip(msg.inputs, raws, strict=True):
+            if tensor.HasField("contents"):
+                raise InvalidInputError(
+                    f"input '{tensor.name}': typed contents given together with "
+                    "raw_input_contents; use one form for every input")
+            if tensor.name in inputs:
+                raise InvalidInputError(f"input '{tensor.name}' is given more than once")
+            inputs[tensor.name] = _from_raw(tensor, raw)
+    else:
+        for tensor in msg.inputs:
+            if tensor.name in inputs:
+                raise InvalidInputError(f"input '{tensor.name}' is given more than once")
+            inputs[tensor.name] = _from_typed(tensor)
+    outputs = [o.name for o in msg.outputs] or None
+    request = InferRequest(
+        model=msg.model_name,
+        inputs=inputs,
+        version=parse_version(msg.model_version, msg.model_name),
+        outputs=outputs,
+        id=msg.id,
+        timeout_us=_timeout_us(msg.parameters),
+    )
+    return request, bool(raws)
+
+
+def to_infer_response(result: InferResult, *, raw: bool = True,
+                      order: Iterable[str] | None = None) -> pb.ModelInferResponse:
+    """Encode an InferResult; outputs in ``order`` (the request's) or the result's order."""
+    response = pb.ModelInferResponse(model_name=result.model, model_version=str(result.version),
+                                     id=result.id)
+    names = list(order) if order else list(result.outputs)
+    for name in names:
+        array = result.outputs[name]
+        datatype = datatype_of(array.dtype)
+        out = response.outputs.add(name=name, datatype=datatype, shape=array.shape)
+        if raw:
+            wire = array.astype(array.dtype.newbyteorder("<"), copy=False)
+            response.raw_output_contents.append(wire.tobytes())
+        else:
+            field = CONTENTS_FIELDS[datatype]
+            getattr(out.contents, field).extend(array.ravel().tolist())
+    return response
+
+
+def _tensor_metadata(spec: TensorSpec) -> pb.ModelMetadataResponse.TensorMetadata:
+    return pb.ModelMetadataResponse.TensorMetadata(
+        name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
+
+
+def to_model_metadata(meta: ModelMetadata) -> pb.ModelMetadataResponse:
+    """Encode ModelMetadata (shapes include the batch dim, -1 where dynamic)."""
+    return pb.ModelMetadataResponse(
+        name=meta.name,
+        versions=[str(v) for v in meta.versions],
+        platform=meta.platform,
+        inputs=[_tensor_metadata(s) for s in meta.inputs],
+        outputs=[_tensor_metadata(s) for s in meta.outputs],
+    )
+
+
+def to_server_metadata(meta: ServerMetadata) -> pb.ServerMetadataResponse:
+    """Encode ServerMetadata."""
+    return pb.ServerMetadataResponse(name=meta.name, version=meta.version,
+                                     extensions=list(meta.extensions))
+
+
+def _dims(spec: TensorSpec, batched: bool) -> list[int]:
+    return list(spec.shape[1:] if batched else spec.shape)
+
+
+def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
+    """Encode what ModelConfig reports: IO without the batch dim, batching, instances."""
+    m = info.manifest
+    b = m.batching
+    batched = b.max_batch_size > 0
+    config = mc.ModelConfig(
+        name=m.name,
+        platform=PLATFORMS.get(info.backend, info.backend),
+        backend=info.backend,
+        max_batch_size=b.max_batch_size,
+        input=[mc.ModelInput(name=s.name, data_type=config_data_type(s.datatype),
+                             dims=_dims(s, batched)) for s in m.inputs],
+        output=[mc.ModelOutput(name=s.name, data_type=config_data_type(s.datatype),
+                               dims=_dims(s, batched)) for s in m.outputs],
+        instance_group=[mc.ModelInstanceGroup(name=f"{m.name}_0", count=info.instances,
+                                              kind=mc.ModelInstanceGroup.KIND_CPU)],
+        default_model_filename=m.artifacts.get(info.backend, ""),
+    )
+    if batched:
+        config.dynamic_batching.CopyFrom(mc.ModelDynamicBatching(
+            preferred_batch_size=list(b.preferred_batch_sizes),
+            max_queue_delay_microseconds=b.max_queue_delay_us,
+            default_queue_policy=mc.ModelQueuePolicy(
+                timeout_action=mc.ModelQueuePolicy.REJECT,
+                default_timeout_microseconds=b.default_timeout_us,
+                allow_timeout_override=b.allow_timeout_override,
+                max_queue_size=b.max_queue_size,
+            ),
+        ))
+    return config
+
+
+def _duration(stat: DurationStat) -> pb.StatisticDuration:
+    return pb.StatisticDuration(count=stat.count, ns=stat.ns)
+
+
+def to_model_statistics(stats: ModelStats) -> pb.ModelStatistics:
+    """Encode one model version's cumulative statistics (Triton's fields)."""
+    return pb.ModelStatistics(
+        name=stats.name,
+        version=str(stats.version),
+        last_inference=stats.last_inference_ms,
+        inference_count=stats.inference_count,
+        execution_count=stats.execution_count,
+        inference_stats=pb.InferStatistics(
+            success=_duration(stats.success),
+            fail=_duration(stats.fail),
+            queue=_duration(stats.queue),
+            compute_input=_duration(stats.compute_input),
+            compute_infer=_duration(stats.compute_infer),
+            compute_output=_duration(stats.compute_output),
+        ),
+        batch_stats=[
+            pb.InferBatchStatistics(
+                batch_size=bs.batch_size,
+                compute_input=_duration(bs.compute_input),
+                compute_infer=_duration(bs.compute_infer),
+                compute_output=_duration(bs.compute_output),
+            )
+            for _, bs in sorted(stats.batch_stats.items())
+        ],
+    )
+
+
+def to_repository_index(entries: Iterable[RepositoryEntry]) -> pb.RepositoryIndexResponse:
+    """Encode the repository index."""
+    return pb.RepositoryIndexResponse(models=[
+        pb.RepositoryIndexResponse.ModelIndex(name=e.name, version=str(e.version),
+                                              state=e.state, reason=e.reason)
+        for e in entries
+    ])
