@@ -31,3 +31,7 @@ class SignatureError(BundleError):
 
 class KeyFileError(PackagerError):
     """A key file is missing or is not an Ed25519 key."""
+
+
+class UsageError(PackagerError):
+    """An argument is invalid (a model name, a version number, an option value)."""

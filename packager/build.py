@@ -1,0 +1,289 @@
+"""``build_bundles``: one ONNX model in, one signed, parity-checked bundle per device profile out.
+
+All inputs are validated before any work; bundles are staged in a hidden temp dir inside
+``out_dir`` and renamed into place only when every profile succeeded, so a failure leaves no
+partial bundle behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import secrets
+import shutil
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from packager import __version__
+from packager.bundle_format import bundle_filename, check_model_name
+from packager.bundle_writer import write_bundle
+from packager.converters import Artifact, convert
+from packager.errors import BundleError, ModelError, ParityError, UsageError
+from packager.manifest import BatchingConfig, Manifest, TensorSpec
+from packager.onnx_tools import (
+    io_signature,
+    leading_dim_state,
+    load_model,
+    make_batch_dynamic,
+    sha256_file,
+)
+from packager.parity import Runner, check_parity, onnxruntime_runner, openvino_runner
+from packager.profiles import DeviceProfile, load_profile
+from packager.progress import Steps
+from packager.signing import load_private_key
+
+PARITY_BATCH = 4  # the second batch size of the parity check (when the model is batched)
+
+
+@dataclasses.dataclass
+class PreparedModel:
+    """The source model after validation and optional batch-dim rewrite."""
+
+    model: onnx.ModelProto
+    path: Path
+    source_name: str
+    source_sha256: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    batched: bool
+
+
+def check_version(version: object) -> int:
+    """Versions are positive integers (Triton-compatible); UsageError otherwise."""
+    if isinstance(version, bool):
+        raise UsageError(f"version {version!r} must be a positive integer (1, 2, 3, ...)")
+    try:
+        v = int(str(version).strip()) if isinstance(version, str) else int(version)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise UsageError(f"version {version!r} must be a positive integer (1, 2, 3, ...)") from None
+    if v < 1 or (isinstance(version, float) and version != v):
+        raise UsageError(f"version {version!r} must be a positive integer (1, 2, 3, ...)")
+    return v
+
+
+def _strip_initializer_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Old exports list initializers among graph inputs; drop them (they are not model inputs,
+    and tools treat listed initializers as overridable rather than constant)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    inits = {i.name for i in out.graph.initializer}
+    keep = [vi for vi in out.graph.input if vi.name not in inits]
+    if len(keep) != len(out.graph.input):
+        del out.graph.input[:]
+        out.graph.input.extend(keep)
+        out.ir_version = max(out.ir_version, 4)
+    return out
+
+
+def prepare_model(model_path: Path, stage: Path, dynamic_batch: bool) -> PreparedModel:
+    """Validate the model, read its signature, make the batch dynamic when asked; save it."""
+    model_path = Path(model_path)
+    model = load_model(model_path)
+    model = _strip_initializer_inputs(model)
+    inputs, outputs = io_signature(model)
+    state = leading_dim_state(inputs + outputs)
+    if dynamic_batch and state != "dynamic":
+        if state != "one":
+            raise ModelError(f"{model_path}: --dynamic-batch needs dim 0 of every input and "
+                             "output to be 1 or dynamic; it is not")
+        model = make_batch_dynamic(model)
+        inputs, outputs = io_signature(model)
+        state = "dynamic"
+    path = stage / "source.onnx"
+    onnx.save(model, str(path))
+    return PreparedModel(model, path, model_path.name, sha256_file(model_path), inputs, outputs,
+                         batched=state == "dynamic")
+
+
+def _batching(profile: DeviceProfile, batched: bool, max_batch: int | None) -> BatchingConfig:
+    b = profile.batching
+    if not batched:
+        return dataclasses.replace(b, max_batch_size=0, preferred_batch_sizes=(),
+                                   max_queue_delay_us=0)
+    mb = max_batch if max_batch is not None else b.max_batch_size
+    mb = max(mb, 1)
+    preferred = tuple(p for p in b.preferred_batch_sizes if p <= mb)
+    return dataclasses.replace(b, max_batch_size=mb, preferred_batch_sizes=preferred)
+
+
+def _tensorrt_options(profile: DeviceProfile, batching: BatchingConfig,
+                      prepared: PreparedModel) -> dict[str, Any]:
+    opts = profile.options.get("tensorrt", {})
+    max_b = max(batching.max_batch_size, 1)
+    opt_b = int(opts.get("opt_batch", max(batching.preferred_batch_sizes, default=1)))
+    return {
+        "min_batch": 1,
+        "opt_batch": min(max(opt_b, 1), max_b),
+        "max_batch": max_b,
+        "workspace_mb": int(opts.get("workspace_mb", 1024)),
+        "input_shapes": {s.name: s.shape for s in prepared.inputs},
+    }
+
+
+def _runner(art: Artifact, root: Path) -> tuple[Runner | None, str]:
+    entry = root / art.entry
+    if art.backend == "onnxruntime":
+        return onnxruntime_runner(entry), ""
+    if art.backend == "openvino":
+        return openvino_runner(entry, art.options.get("inference_precision", "f32")), ""
+    if art.backend == "tensorrt":
+        engines = art.options.get("engines", {})
+        if engines:
+            from packager.tensorrt_build import engine_runner
+
+            return engine_runner(root / next(iter(engines.values()))), ""
+        return None, ("no engine was built here (TensorRT or a GPU is missing); the engine is "
+                      "built and checked on the device")
+    return None, f"no parity runner for backend {art.backend}"
+
+
+def _toolchain(backends: set[str]) -> dict[str, str]:
+    tc = {"edge-pack": __version__, "python": platform.python_version(),
+          "onnx": onnx.__version__}
+    dists = {"onnxruntime": "onnxruntime", "openvino": "openvino", "tensorrt": "tensorrt"}
+    for backend in sorted(backends | {"onnxruntime"}):
+        try:
+            tc[backend] = metadata.version(dists[backend])
+        except metadata.PackageNotFoundError:
+            tc[backend] = "absent"
+    return tc
+
+
+def _created() -> tuple[str, int]:
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    ts = int(epoch) if epoch and epoch.isdigit() else int(time.time())
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), ts
+
+
+def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,
+               max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
+               steps: Steps) -> Path:
+    root = stage / profile.name
+    root.mkdir()
+    batching = _batching(profile, prepared.batched, max_batch)
+    artifacts: list[Artifact] = []
+    plan = [(profile.backend, profile.precision)]
+    if profile.fallback_backend:
+        plan.append((profile.fallback_backend, "fp32"))
+    for backend, precision in plan:
+        steps.start(f"{profile.name}: convert to {backend} ({precision})")
+        opts = dict(profile.options.get(backend, {}))
+        if backend == "tensorrt":
+            opts = _tensorrt_options(profile, batching, prepared)
+        artifacts.append(convert(backend, precision, prepared.path, prepared.model, root, opts,
+                                 prepared.source_name))
+        steps.advance(f"{profile.name}: converted to {backend} ({precision})")
+
+    source = onnxruntime_runner(prepared.path)
+    batch_sizes: list[int | None]
+    if prepared.batched:
+        batch_sizes = sorted({1, min(PARITY_BATCH, batching.max_batch_size)})
+    else:
+        batch_sizes = [None]
+    tol = profile.parity
+    parity: dict[str, Any] = {
+        "tolerance": dataclasses.asdict(tol), "artifacts": {}, "skipped": {},
+    }
+    for art in artifacts:
+        steps.start(f"{profile.name}: parity check of {art.backend}")
+        runner, why = _runner(art, root)
+        if runner is None:
+            parity["skipped"][art.backend] = why
+        else:
+            parity["artifacts"][art.backend] = check_parity(source, runner, prepared.inputs,
+                                                            batch_sizes, tol)
+        steps.advance(f"{profile.name}: parity of {art.backend} done")
+    parity["passed"] = all(r["passed"] for r in parity["artifacts"].values())
+    parity["allowed_failure"] = bool(not parity["passed"] and allow_parity_failure)
+    if not parity["passed"] and not allow_parity_failure:
+        backend, rep = next((b, r) for b, r in parity["artifacts"].items() if not r["passed"])
+        raise ParityError(
+            f"profile {profile.name}: {backend} artifact disagrees with the source model: max "
+            f"abs error {rep['max_abs_error']:.3g}, max rel error {rep['max_rel_error']:.3g}, "
+            f"top-1 agreement {rep['top1_agreement']} (tolerance atol={tol.atol}, "
+            f"rtol={tol.rtol}, min top-1 {tol.min_top1_agreement}); "
+            "pass --allow-parity-failure to build anyway")
+
+    steps.start(f"{profile.name}: write bundle")
+    created, mtime = _created()
+    backend_options = {a.backend: dict(a.options) for a in artifacts}
+    backend_options.get("tensorrt", {}).pop("input_shapes", None)
+    manifest = Manifest(
+        name=name, version=version, profile=profile.name, arch=profile.arch,
+        backend=profile.backend, precision=profile.precision,
+        inputs=prepared.inputs, outputs=prepared.outputs, batching=batching,
+        artifacts={a.backend: a.entry for a in artifacts},
+        fallback_backend=profile.fallback_backend, backend_options=backend_options,
+        source_sha256=prepared.source_sha256, source_name=prepared.source_name,
+        parity=parity, toolchain=_toolchain({a.backend for a in artifacts}), created=created,
+    )
+    out = stage / bundle_filename(name, version, profile.name)
+    write_bundle(out, root, manifest, key, mtime)
+    steps.advance(f"{profile.name}: bundle written")
+    return out
+
+
+def build_bundles(
+    model_path: Path | str,
+    *,
+    name: str,
+    version: int,
+    profiles: Sequence[str],
+    out_dir: Path | str,
+    key_path: Path | str | None = None,
+    dynamic_batch: bool = False,
+    max_batch: int | None = None,
+    allow_parity_failure: bool = False,
+    progress: Any = None,
+) -> list[Path]:
+    """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` for each profile; return their paths.
+
+    ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
+    Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure.
+    """
+    try:
+        check_model_name(name)
+    except BundleError as exc:
+        raise UsageError(str(exc)) from None
+    version = check_version(version)
+    if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int)
+                                  or max_batch < 1):
+        raise UsageError(f"--max-batch {max_batch!r} must be a positive integer")
+    if not profiles:
+        raise UsageError("give at least one --profile (see `edge-pack profiles`)")
+    if len(set(profiles)) != len(profiles):
+        raise UsageError(f"a profile is given twice: {list(profiles)}")
+    loaded = [load_profile(p) for p in profiles]
+    key = load_private_key(Path(key_path)) if key_path is not None else None
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stage = out / f".edge-pack-{secrets.token_hex(6)}.tmp"
+    stage.mkdir()
+    per_profile = [1 + (1 if p.fallback_backend else 0) for p in loaded]
+    steps = Steps(progress, total=1 + sum(2 * n + 1 for n in per_profile))
+    try:
+        steps.start(f"validate {Path(model_path).name}")
+        prepared = prepare_model(Path(model_path), stage, dynamic_batch)
+        steps.advance(f"validated {Path(model_path).name}")
+        built = [
+            _build_one(prepared, p, name=name, version=version, max_batch=max_batch,
+                       allow_parity_failure=allow_parity_failure, stage=stage, key=key,
+                       steps=steps)
+            for p in loaded
+        ]
+        final = []
+        for tmp in built:
+            dest = out / tmp.name
+            os.replace(tmp, dest)
+            final.append(dest)
+        return final
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
