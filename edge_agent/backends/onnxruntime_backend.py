@@ -1,0 +1,98 @@
+"""ONNX Runtime backend: CPU everywhere, CUDA / TensorRT execution providers when present.
+
+One InferenceSession serves every instance: ``InferenceSession.run`` is thread-safe, and a
+shared session keeps one copy of the weights (measured in benchmarks/bench_core.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edge_agent.backends.base import BackendOptions, artifact_path
+from edge_agent.errors import BackendError, RuntimeMissingError
+from packager.manifest import Manifest
+
+NAME = "onnxruntime"
+
+_DEVICE_PROVIDERS = {
+    "cpu": ["CPUExecutionProvider"],
+    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+    "gpu": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+    "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
+}
+
+
+def _providers(ort, device: str | None) -> list[str]:
+    present = set(ort.get_available_providers())
+    if device is None:
+        wanted = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [p for p in wanted if p in present]
+    wanted = _DEVICE_PROVIDERS.get(device.lower())
+    if wanted is None:
+        raise BackendError(
+            f"onnxruntime device {device!r} is unknown; "
+            f"expected one of {sorted(_DEVICE_PROVIDERS)}")
+    if wanted[0] not in present:
+        raise RuntimeMissingError(
+            f"onnxruntime here has no {wanted[0]} (present: {sorted(present)}); "
+            f"install onnxruntime-gpu or choose device 'cpu'")
+    return [p for p in wanted if p in present]
+
+
+class OnnxRuntimeBackend:
+    """A model version loaded into one shared ``onnxruntime.InferenceSession``."""
+
+    name = NAME
+
+    def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:  # pragma: no cover - registry checks first
+            raise RuntimeMissingError(f"onnxruntime is not installed: {exc}") from exc
+        path = artifact_path(model_dir, manifest, NAME)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        threads = options.threads or manifest.batching.threads
+        if threads > 0:
+            so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        providers = _providers(ort, options.device)
+        try:
+            self._session = ort.InferenceSession(str(path), sess_options=so, providers=providers)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise BackendError(
+                f"onnxruntime could not load {path} for model {manifest.name!r}: {exc}") from exc
+        session_inputs = {i.name for i in self._session.get_inputs()}
+        session_outputs = {o.name for o in self._session.get_outputs()}
+        missing = [t.name for t in manifest.inputs if t.name not in session_inputs]
+        missing += [t.name for t in manifest.outputs if t.name not in session_outputs]
+        if missing:
+            raise BackendError(
+                f"{path} does not have the tensors {missing} that the manifest of "
+                f"{manifest.name!r} declares (model has inputs {sorted(session_inputs)}, "
+                f"outputs {sorted(session_outputs)})")
+        self.inputs = manifest.inputs
+        self.outputs = manifest.outputs
+        self._output_names = [t.name for t in manifest.outputs]
+        self.device = self._session.get_providers()[0]
+        self._run = self._session.run
+
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+        """Run the shared session (thread-safe); ``instance`` is not needed here."""
+        try:
+            results = self._run(self._output_names, inputs)
+        except Exception as exc:
+            raise BackendError(f"onnxruntime inference failed: {exc}") from exc
+        return dict(zip(self._output_names, results, strict=True))
+
+    def close(self) -> None:
+        self._session = None
+        self._run = None
+
+
+def load(model_dir: Path, manifest: Manifest, options: BackendOptions) -> OnnxRuntimeBackend:
+    """Load ``manifest``'s ONNX artifact from ``model_dir``."""
+    return OnnxRuntimeBackend(model_dir, manifest, options)

@@ -1,0 +1,108 @@
+"""OpenVINO backend: CPU, or AUTO when a GPU is present; one InferRequest per instance.
+
+With more than one instance the model is compiled with the THROUGHPUT hint and
+``NUM_STREAMS = instances`` so that instance requests run in parallel streams; with one instance
+the LATENCY hint is used. Inputs are shared with the runtime (no copy); outputs are copied out,
+because the request's output buffers are reused by its next execution.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edge_agent.backends.base import BackendOptions, artifact_path
+from edge_agent.errors import BackendError, RuntimeMissingError
+from packager.manifest import Manifest
+
+NAME = "openvino"
+
+
+def _pick_device(core, wanted: str | None) -> str:
+    present = list(core.available_devices)
+    if wanted is None:
+        return "AUTO" if any(d.startswith("GPU") for d in present) else "CPU"
+    wanted = wanted.upper()
+    if wanted == "AUTO" or wanted.split(":")[0] in ("AUTO", "MULTI", "HETERO"):
+        return wanted
+    if wanted not in present and wanted.split(".")[0] not in present:
+        raise RuntimeMissingError(
+            f"OpenVINO device {wanted!r} is not present here (present: {present}); "
+            f"choose one of them or 'AUTO'")
+    return wanted
+
+
+def compile_config(device: str, instances: int, threads: int) -> dict[str, str]:
+    """The properties passed to ``Core.compile_model`` for this many instances and threads."""
+    config: dict[str, str] = {}
+    if instances > 1:
+        config["PERFORMANCE_HINT"] = "THROUGHPUT"
+        if not device.startswith(("AUTO", "MULTI")):
+            config["NUM_STREAMS"] = str(instances)
+    else:
+        config["PERFORMANCE_HINT"] = "LATENCY"
+    if threads > 0 and device == "CPU":
+        config["INFERENCE_NUM_THREADS"] = str(threads)
+    return config
+
+
+class OpenVinoBackend:
+    """A model version compiled by OpenVINO with one InferRequest per instance."""
+
+    name = NAME
+
+    def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
+        try:
+            import openvino as ov
+        except ImportError as exc:  # pragma: no cover - registry checks first
+            raise RuntimeMissingError(f"openvino is not installed: {exc}") from exc
+        path = artifact_path(model_dir, manifest, NAME)
+        core = ov.Core()
+        self.device = _pick_device(core, options.device)
+        instances = max(1, options.instances)
+        threads = options.threads or manifest.batching.threads
+        config = compile_config(self.device, instances, threads)
+        try:
+            model = core.read_model(str(path))
+            self._compiled = core.compile_model(model, self.device, config)
+        except Exception as exc:  # openvino raises RuntimeError subclasses
+            raise BackendError(
+                f"OpenVINO could not compile {path} for model {manifest.name!r} on "
+                f"{self.device}: {exc}") from exc
+        self._output_index: list[tuple[str, int]] = []
+        ports = list(self._compiled.outputs)
+        for spec in manifest.outputs:
+            idx = next((i for i, p in enumerate(ports) if spec.name in p.get_names()), None)
+            if idx is None:
+                raise BackendError(
+                    f"{path} has no output {spec.name!r} that the manifest of {manifest.name!r} "
+                    f"declares (outputs: {[sorted(p.get_names()) for p in ports]})")
+            self._output_index.append((spec.name, idx))
+        input_names = set().union(*(p.get_names() for p in self._compiled.inputs))
+        missing = [t.name for t in manifest.inputs if t.name not in input_names]
+        if missing:
+            raise BackendError(
+                f"{path} has no inputs {missing} that the manifest of {manifest.name!r} "
+                f"declares (inputs: {sorted(input_names)})")
+        self._requests = [self._compiled.create_infer_request() for _ in range(instances)]
+        self.inputs = manifest.inputs
+        self.outputs = manifest.outputs
+        self.config = config
+
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+        """Run this instance's InferRequest synchronously (releases the GIL while running)."""
+        try:
+            results = self._requests[instance].infer(inputs, share_inputs=True)
+        except Exception as exc:
+            raise BackendError(f"OpenVINO inference failed: {exc}") from exc
+        return {name: results[idx] for name, idx in self._output_index}
+
+    def close(self) -> None:
+        self._requests = []
+        self._compiled = None
+
+
+def load(model_dir: Path, manifest: Manifest, options: BackendOptions) -> OpenVinoBackend:
+    """Compile ``manifest``'s OpenVINO IR from ``model_dir``."""
+    return OpenVinoBackend(model_dir, manifest, options)

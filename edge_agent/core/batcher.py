@@ -1,0 +1,379 @@
+"""The dynamic batcher of one model version: a bounded queue, per-caller futures, N instances.
+
+Batches form greedily from what queued up while every instance was busy: a request that finds
+an idle instance and an empty queue runs at once (on the caller's thread when the caller allows
+it, otherwise on an idle worker), so one caller pays almost nothing over a direct backend call.
+``max_queue_delay_us`` is only spent waiting for more rows when the batch already holds more than
+one request, i.e. when the model is under load.
+
+Every piece of bookkeeping (queue, free instances, in-flight count, statistics) sits under one
+lock that is never held while a backend runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+
+import numpy as np
+
+from edge_agent.backends.base import Backend
+from edge_agent.core.batching import merge_inputs, split_outputs
+from edge_agent.core.observer import InferenceObserver, NullObserver
+from edge_agent.core.types import BatchStat, InferResult, ModelStats
+from edge_agent.errors import (
+    AgentError,
+    BackendError,
+    ModelUnavailableError,
+    QueueFullError,
+    RequestTimeoutError,
+)
+from packager.manifest import BatchingConfig
+
+_now = time.monotonic_ns
+
+
+class _Pending:
+    """One queued request."""
+
+    __slots__ = ("deadline", "enqueued", "future", "id", "inputs", "outputs", "rows")
+
+    def __init__(self, inputs: dict[str, np.ndarray], rows: int, outputs: list[str] | None,
+                 request_id: str, enqueued: int, deadline: int) -> None:
+        self.inputs = inputs
+        self.rows = rows
+        self.outputs = outputs
+        self.id = request_id
+        self.enqueued = enqueued
+        self.deadline = deadline
+        self.future: Future[InferResult] = Future()
+
+
+class _Worker:
+    """A thread that runs batches on the instance it is handed; sleeps on its own lock."""
+
+    __slots__ = ("instance", "thread", "wake")
+
+    def __init__(self) -> None:
+        self.instance: int | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.thread: threading.Thread | None = None
+
+
+class DynamicBatcher:
+    """Queues requests of one model version and runs them in batches on ``instances`` slots.
+
+    ``submit`` returns a ``concurrent.futures.Future`` resolved with an InferResult (or an
+    AgentError) so thread-pool and asyncio servers can both wait on it.
+    """
+
+    def __init__(self, backend: Backend, *, model: str, version: int, config: BatchingConfig,
+                 observer: InferenceObserver | None = None) -> None:
+        self.backend = backend
+        self.model = model
+        self.version = version
+        self.config = config
+        self._observer = observer or NullObserver()
+        self._input_names = [t.name for t in backend.inputs]
+        self._batched = config.max_batch_size > 0
+        self._max_rows = config.max_batch_size if self._batched else 1
+        self._target_rows = (config.preferred_batch_sizes[-1] if config.preferred_batch_sizes
+                             else self._max_rows)
+        self._delay_ns = config.max_queue_delay_us * 1000
+        self._max_queue = config.max_queue_size
+        self._lock = threading.Lock()
+        self._queue: deque[_Pending] = deque()
+        instances = max(1, config.instances)
+        self._free: list[int] = list(range(instances - 1, -1, -1))
+        self._idle: list[_Worker] = []
+        self._filler: _Worker | None = None
+        self._inflight = 0
+        self._drained = threading.Condition(self._lock)
+        self._closed = False
+        self.stats = ModelStats(name=model, version=version)
+        self._workers = [_Worker() for _ in range(instances)]
+        for i, w in enumerate(self._workers):
+            self._idle.append(w)
+            w.thread = threading.Thread(target=self._run_worker, args=(w,), daemon=True,
+                                        name=f"batcher-{model}-v{version}-{i}")
+            w.thread.start()
+
+    # ------------------------------------------------------------------ submit
+    def submit(self, inputs: dict[str, np.ndarray], rows: int, *,
+               outputs: list[str] | None = None, request_id: str = "",
+               timeout_us: int = 0, caller_runs: bool = False) -> Future[InferResult]:
+        """Enqueue one validated request of ``rows`` rows (1 for an unbatched model).
+
+        Raises QueueFullError when the queue is at its bound and ModelUnavailableError when the
+        batcher is closed. With ``caller_runs`` a request that finds an idle instance and an
+        empty queue runs on the calling thread and the returned future is already done.
+        """
+        now = _now()
+        item = _Pending(inputs, rows, outputs, request_id, now,
+                        now + timeout_us * 1000 if timeout_us > 0 else 0)
+        wake: _Worker | None = None
+        instance = -1
+        with self._lock:
+            if self._closed:
+                raise ModelUnavailableError(
+                    f"model {self.model!r} version {self.version} is unloading; retry to reach "
+                    f"the current version")
+            queue = self._queue
+            if caller_runs and not queue and self._free:
+                instance = self._free.pop()
+            else:
+                if len(queue) >= self._max_queue:
+                    raise QueueFullError(
+                        f"model {self.model!r} version {self.version}: queue is full "
+                        f"({self._max_queue} requests waiting); back off and retry")
+                queue.append(item)
+                if self._free and self._idle:
+                    wake = self._idle.pop()
+                    wake.instance = self._free.pop()
+                    wake.wake.release()
+                elif self._filler is not None:
+                    wake = self._filler
+                    self._filler = None
+                    wake.wake.release()
+            self._inflight += 1
+        if instance >= 0:
+            self._execute([item], instance, release=True)
+        return item.future
+
+    # ------------------------------------------------------------------ workers
+    def _run_worker(self, worker: _Worker) -> None:
+        lock = self._lock
+        while True:
+            worker.wake.acquire()
+            instance = worker.instance
+            if instance is None:
+                return
+            while True:
+                with lock:
+                    batch, expired = self._take_batch()
+                    if not batch and not expired:
+                        if self._closed:
+                            worker.instance = None
+                            self._free.append(instance)
+                            return
+                        self._free.append(instance)
+                        worker.instance = None
+                        self._idle.append(worker)
+                        break
+                if expired:
+                    self._expire(expired)
+                if not batch:
+                    continue
+                if self._delay_ns and len(batch) > 1:
+                    batch = self._fill(worker, batch)
+                self._execute(batch, instance, release=False)
+
+    def _take_batch(self) -> tuple[list[_Pending], list[_Pending]]:
+        """Pop requests up to the target rows (lock held); split off requests past deadline."""
+        queue = self._queue
+        batch: list[_Pending] = []
+        expired: list[_Pending] = []
+        if not queue:
+            return batch, expired
+        now = _now()
+        rows = 0
+        target = self._target_rows
+        while queue and rows < target:
+            item = queue[0]
+            if item.deadline and now > item.deadline:
+                queue.popleft()
+                expired.append(item)
+                continue
+            if rows + item.rows > self._max_rows:
+                break
+            queue.popleft()
+            batch.append(item)
+            rows += item.rows
+            if not self._batched:
+                break
+        return batch, expired
+
+    def _fill(self, worker: _Worker, batch: list[_Pending]) -> list[_Pending]:
+        """Under load, wait up to max_queue_delay for more rows (never past the oldest's delay)."""
+        deadline = batch[0].enqueued + self._delay_ns
+        rows = sum(p.rows for p in batch)
+        while rows < self._target_rows:
+            with self._lock:
+                more = self._take_more(rows)
+                if not more:
+                    remaining = deadline - _now()
+                    if remaining <= 0 or self._closed or (
+                            self._queue and rows + self._queue[0].rows > self._max_rows):
+                        break
+                    self._filler = worker
+            if more:
+                batch.extend(more)
+                rows += sum(p.rows for p in more)
+                continue
+            if not worker.wake.acquire(timeout=remaining / 1e9):
+                with self._lock:
+                    if self._filler is worker:
+                        self._filler = None
+                        break
+                # a submitter (or close) cleared us and released the wake lock: consume it
+                worker.wake.acquire()
+        return batch
+
+    def _take_more(self, rows: int) -> list[_Pending]:
+        queue = self._queue
+        more: list[_Pending] = []
+        while queue and rows + queue[0].rows <= self._max_rows and rows < self._target_rows:
+            item = queue.popleft()
+            more.append(item)
+            rows += item.rows
+        return more
+
+    # ------------------------------------------------------------------ execution
+    def _execute(self, batch: Sequence[_Pending], instance: int, *, release: bool) -> None:
+        """Run ``batch`` on ``instance`` and answer every caller.
+
+        ``release`` gives the instance back (caller-runs path); workers keep theirs.
+        """
+        t0 = _now()
+        error: AgentError | None = None
+        parts: list[dict[str, np.ndarray]] = []
+        rows = [p.rows for p in batch]
+        try:
+            merged = merge_inputs([p.inputs for p in batch], self._input_names)
+            t1 = _now()
+            result = self.backend.infer(merged, instance)
+            t2 = _now()
+            parts = split_outputs(result, rows)
+        except AgentError as exc:
+            error = exc
+            t1 = t2 = _now()
+        except Exception as exc:  # a runtime bug must not kill the worker
+            error = BackendError(f"model {self.model!r} version {self.version}: inference "
+                                 f"failed: {type(exc).__name__}: {exc}")
+            t1 = t2 = _now()
+        if release:
+            self._release(instance)
+        model, version = self.model, self.version
+        if error is None:
+            for p, part in zip(batch, parts, strict=True):
+                if p.outputs is not None:
+                    part = {n: part[n] for n in p.outputs}
+                p.future.set_result(InferResult(model, version, part, p.id))
+        else:
+            for p in batch:
+                p.future.set_exception(error)
+        t3 = _now()
+        self._account(batch, sum(rows), t0, t1, t2, t3, error is None)
+
+    def _release(self, instance: int) -> None:
+        with self._lock:
+            if self._queue and self._idle:
+                w = self._idle.pop()
+                w.instance = instance
+                w.wake.release()
+            else:
+                self._free.append(instance)
+
+    def _account(self, batch: Sequence[_Pending], rows: int, t0: int, t1: int, t2: int,
+                 t3: int, ok: bool) -> None:
+        n = len(batch)
+        input_ns, infer_ns, output_ns = t1 - t0, t2 - t1, t3 - t2
+        queue_total = 0
+        total_sum = 0
+        with self._lock:
+            s = self.stats
+            for p in batch:
+                queue_total += t0 - p.enqueued
+                total_sum += t3 - p.enqueued
+            if ok:
+                s.success.add(total_sum, n)
+                s.queue.add(queue_total, n)
+                s.compute_input.add(input_ns * n, n)
+                s.compute_infer.add(infer_ns * n, n)
+                s.compute_output.add(output_ns * n, n)
+                s.inference_count += rows
+                s.execution_count += 1
+                s.last_inference_ms = time.time_ns() // 1_000_000
+                bs = s.batch_stats.get(rows)
+                if bs is None:
+                    bs = s.batch_stats[rows] = BatchStat(batch_size=rows)
+                bs.compute_input.add(input_ns)
+                bs.compute_infer.add(infer_ns)
+                bs.compute_output.add(output_ns)
+            else:
+                s.fail.add(total_sum, n)
+            self._inflight -= n
+            if self._inflight == 0 and self._closed:
+                self._drained.notify_all()
+        obs = self._observer
+        compute = t3 - t0
+        model, version = self.model, self.version
+        obs.record_batch(model, version, rows, infer_ns)
+        for p in batch:
+            obs.record_request(model, version, ok=ok, rows=p.rows, queue_ns=t0 - p.enqueued,
+                               compute_ns=compute, total_ns=t3 - p.enqueued)
+
+    def _expire(self, expired: list[_Pending]) -> None:
+        now = _now()
+        for p in expired:
+            waited_us = (now - p.enqueued) // 1000
+            p.future.set_exception(RequestTimeoutError(
+                f"model {self.model!r} version {self.version}: request {p.id or '(no id)'} "
+                f"waited {waited_us} us in the queue, past its timeout of "
+                f"{(p.deadline - p.enqueued) // 1000} us"))
+        with self._lock:
+            s = self.stats
+            for p in expired:
+                s.fail.add(now - p.enqueued)
+            self._inflight -= len(expired)
+            if self._inflight == 0 and self._closed:
+                self._drained.notify_all()
+        for p in expired:
+            self._observer.record_request(self.model, self.version, ok=False, rows=p.rows,
+                                          queue_ns=now - p.enqueued, compute_ns=0,
+                                          total_ns=now - p.enqueued)
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def inflight(self) -> int:
+        """Requests accepted and not yet answered."""
+        return self._inflight
+
+    def snapshot_stats(self) -> ModelStats:
+        """A consistent copy of this version's statistics."""
+        import copy
+
+        with self._lock:
+            return copy.deepcopy(self.stats)
+
+    def close(self, drain_timeout_s: float | None = 30.0) -> bool:
+        """Refuse new requests, wait for in-flight ones (up to the timeout), stop the workers.
+
+        Requests still queued after the timeout are answered with ModelUnavailableError.
+        Returns True when everything in flight was answered before the timeout.
+        """
+        with self._lock:
+            self._closed = True
+            drained = self._drained.wait_for(lambda: self._inflight == 0, drain_timeout_s)
+            leftover = list(self._queue)
+            self._queue.clear()
+            self._inflight -= len(leftover)
+            for w in self._idle:
+                w.instance = None
+                w.wake.release()
+            self._idle.clear()
+            filler = self._filler
+            self._filler = None
+            if filler is not None:
+                filler.wake.release()
+        for p in leftover:
+            p.future.set_exception(ModelUnavailableError(
+                f"model {self.model!r} version {self.version} was unloaded before the request ran"))
+        for w in self._workers:
+            if w.thread is not None and w.thread is not threading.current_thread():
+                w.thread.join(timeout=5.0)
+        return drained

@@ -1,0 +1,170 @@
+"""The protocol-free data plane: implements :class:`edge_agent.core.api.DataPlaneAPI`.
+
+The gRPC servicers call these methods and translate; everything here works on numpy arrays
+and dataclasses. ``submit`` validates synchronously and returns a ``concurrent.futures.Future``.
+When called from a plain thread (a thread-pool gRPC server) and an instance is idle with nothing
+queued, the request runs on the calling thread and the returned future is already done; from a
+thread running an asyncio event loop it never runs inline, so the loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from pathlib import Path
+
+from edge_agent import __version__
+from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
+from edge_agent.core.observer import InferenceObserver
+from edge_agent.core.overrides import ModelOverrides
+from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
+from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
+from edge_agent.errors import ModelNotFoundError, ModelUnavailableError
+
+# Triton platform names for ModelMetadata.platform
+PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
+             "tensorrt": "tensorrt_plan"}
+
+_running_loop = asyncio._get_running_loop  # C fast path: None on a thread without a loop
+
+
+class DataPlane:
+    """Serves the model versions of one repository. Every method is thread-safe.
+
+    ``caller_runs`` lets ``submit`` run a request on the calling thread when an instance is
+    idle and nothing is queued (never on an event-loop thread). ``autoload`` loads every model
+    on disk in the constructor; otherwise call :meth:`load_all`.
+    """
+
+    def __init__(self, state_dir: Path | str, *, observer: InferenceObserver | None = None,
+                 overrides: Mapping[str, ModelOverrides] | None = None,
+                 default_overrides: ModelOverrides | None = None, caller_runs: bool = True,
+                 autoload: bool = True, drain_timeout_s: float = 30.0,
+                 server_name: str = "edge-agent") -> None:
+        self.repository = ModelRepository(state_dir, observer=observer, overrides=overrides,
+                                          default_overrides=default_overrides,
+                                          drain_timeout_s=drain_timeout_s)
+        self._caller_runs = caller_runs
+        self._server_name = server_name
+        self._closed = False
+        self._startup_done = threading.Event()
+        if autoload:
+            self.load_all()
+
+    def load_all(self) -> list[ModelVersion]:
+        """Load every model version on disk (failed ones stay listed as UNAVAILABLE)."""
+        try:
+            return self.repository.load_all()
+        finally:
+            self._startup_done.set()
+
+    # ------------------------------------------------------------------ health
+    def live(self) -> bool:
+        return not self._closed
+
+    def ready(self) -> bool:
+        """True once startup loading has finished and until close()."""
+        return not self._closed and self._startup_done.is_set()
+
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(name=self._server_name, version=__version__,
+                              extensions=("model_repository", "statistics", "binary_tensor_data"))
+
+    def model_ready(self, name: str, version: int | None = None) -> bool:
+        try:
+            self.repository.resolve(name, version)
+        except (ModelNotFoundError, ModelUnavailableError):
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: int | None = None) -> ModelMetadata:
+        mv = self._described(name, version)
+        assert mv.manifest is not None
+        versions = tuple(v.version for v in self.repository.versions(name)
+                         if v.state is VersionState.READY)
+        return ModelMetadata(name=name, versions=versions or (mv.version,),
+                             platform=PLATFORMS.get(mv.backend_name, mv.backend_name),
+                             inputs=mv.manifest.inputs, outputs=mv.manifest.outputs,
+                             max_batch_size=mv.manifest.batching.max_batch_size)
+
+    def model_config(self, name: str, version: int | None = None) -> ModelConfigInfo:
+        mv = self._described(name, version)
+        assert mv.manifest is not None and mv.batching is not None
+        return ModelConfigInfo(manifest=mv.manifest, backend=mv.backend_name,
+                               instances=mv.batching.instances)
+
+    def _described(self, name: str, version: int | None) -> ModelVersion:
+        mv = self.repository.lookup(name, version)
+        if mv.manifest is None:
+            raise ModelUnavailableError(
+                f"model {name!r} version {mv.version} is {mv.state.value}"
+                + (f": {mv.reason}" if mv.reason else ""))
+        return mv
+
+    # ------------------------------------------------------------------ inference
+    def submit(self, request: InferRequest) -> Future[InferResult]:
+        """Validate and enqueue ``request``; raises AgentError subclasses synchronously."""
+        repo = self.repository
+        caller_runs = self._caller_runs and _running_loop() is None
+        for _attempt in range(3):
+            mv = repo.resolve(request.model, request.version)
+            rows = mv.signature.validate(request)  # type: ignore[union-attr]
+            batching = mv.batching
+            timeout = request.timeout_us
+            if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]
+                timeout = batching.default_timeout_us  # type: ignore[union-attr]
+            try:
+                return mv.batcher.submit(  # type: ignore[union-attr]
+                    request.inputs, rows, outputs=request.outputs, request_id=request.id,
+                    timeout_us=timeout, caller_runs=caller_runs)
+            except ModelUnavailableError:
+                # the version began unloading after we resolved it: route again
+                if request.version is not None:
+                    raise
+        raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
+
+    def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:
+        """Blocking convenience: ``submit(request).result(timeout_s)``."""
+        return self.submit(request).result(timeout_s)
+
+    # ------------------------------------------------------------------ statistics & repo
+    def statistics(self, name: str | None = None,
+                   version: int | None = None) -> list[ModelStats]:
+        if name is not None and name not in self.repository.model_names():
+            raise ModelNotFoundError(f"model {name!r} is not loaded")
+        out = []
+        for mv in self.repository.versions(name):
+            if version is not None and mv.version != version:
+                continue
+            if mv.batcher is not None:
+                out.append(mv.batcher.snapshot_stats())
+        if name is not None and version is not None and not out:
+            raise ModelNotFoundError(f"model {name!r} has no loaded version {version}")
+        return out
+
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
+        entries: dict[tuple[str, int], RepositoryEntry] = {}
+        for name, versions in self.repository.scan().items():
+            for v in versions:
+                entries[(name, v)] = RepositoryEntry(name, v, VersionState.UNAVAILABLE.value,
+                                                     "not loaded")
+        for mv in self.repository.versions():
+            entries[(mv.name, mv.version)] = RepositoryEntry(mv.name, mv.version,
+                                                             mv.state.value, mv.reason)
+        out = [entries[k] for k in sorted(entries)]
+        if ready_only:
+            out = [e for e in out if e.state == VersionState.READY.value]
+        return out
+
+    def load_model(self, name: str) -> None:
+        self.repository.reload_model(name)
+
+    def unload_model(self, name: str) -> None:
+        self.repository.unload_model(name)
+
+    def close(self) -> None:
+        """Stop accepting requests, drain and unload every model."""
+        self._closed = True
+        self.repository.close()

@@ -1,0 +1,360 @@
+"""The model repository: extracted bundles under ``<state_dir>/models/NAME/VERSION/``.
+
+Each version is loaded (manifest hashes verified), given a backend and a batcher, warmed up and
+then marked READY. The default version of a model is a pinned version when one is configured,
+otherwise the highest READY one; it is swapped by replacing one reference, so a request is
+always answered wholly by the version it was routed to. ``load_version`` / ``set_default`` /
+``unload_version`` are the hot-swap primitives: load the new version next to the old, switch,
+then drain and unload the old one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from edge_agent.backends.base import BackendOptions
+from edge_agent.backends.registry import load_backend
+from edge_agent.core.batcher import DynamicBatcher
+from edge_agent.core.observer import InferenceObserver, NullObserver
+from edge_agent.core.overrides import ModelOverrides, effective_batching
+from edge_agent.core.validation import Signature
+from edge_agent.core.warmup import run_warmup
+from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
+from packager.errors import PackagerError
+from packager.manifest import BatchingConfig, Manifest
+
+log = logging.getLogger(__name__)
+
+
+class VersionState(StrEnum):
+    """Lifecycle of one model version (names as Triton's repository index reports them)."""
+
+    LOADING = "LOADING"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass(eq=False)
+class ModelVersion:
+    """One model version: where it lives, its state, and once READY its backend and batcher."""
+
+    name: str
+    version: int
+    path: Path
+    state: VersionState = VersionState.LOADING
+    reason: str = ""
+    manifest: Manifest | None = None
+    backend_name: str = ""
+    batching: BatchingConfig | None = None
+    signature: Signature | None = None
+    batcher: DynamicBatcher | None = None
+
+
+@dataclass(eq=False)
+class _Model:
+    name: str
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    pinned: int | None = None
+    default: ModelVersion | None = None
+
+
+def load_manifest(model_dir: Path) -> Manifest:
+    """The manifest of an extracted bundle, with every file's hash checked."""
+    try:
+        from packager.reader import load_extracted
+    except ImportError:
+        return _load_manifest_fallback(model_dir)
+    return load_extracted(model_dir)
+
+
+def _load_manifest_fallback(model_dir: Path) -> Manifest:
+    # Used only while packager.reader is absent: same checks (sizes and sha256 of every file).
+    path = model_dir / "manifest.json"
+    if not path.is_file():
+        raise BackendError(f"{model_dir} holds no manifest.json; it is not an extracted bundle")
+    manifest = Manifest.from_json(path.read_bytes())
+    for entry in manifest.files:
+        f = model_dir / entry.path
+        if not f.is_file():
+            raise BackendError(f"{f} listed in the manifest is missing")
+        if hashlib.sha256(f.read_bytes()).hexdigest() != entry.sha256:
+            raise BackendError(f"{f} does not match the sha256 in the manifest")
+    return manifest
+
+
+class ModelRepository:
+    """Loads, serves and unloads model versions found under ``<state_dir>/models``.
+
+    Reads (``resolve``) take no lock; changes are serialized by one lock per repository.
+    """
+
+    def __init__(self, state_dir: Path | str, *, observer: InferenceObserver | None = None,
+                 overrides: Mapping[str, ModelOverrides] | None = None,
+                 default_overrides: ModelOverrides | None = None,
+                 drain_timeout_s: float = 30.0) -> None:
+        self.state_dir = Path(state_dir)
+        self.models_dir = self.state_dir / "models"
+        self._observer = observer or NullObserver()
+        self._overrides = dict(overrides or {})
+        self._default_overrides = default_overrides or ModelOverrides()
+        self._drain_timeout_s = drain_timeout_s
+        self._models: dict[str, _Model] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ disk
+    def scan(self) -> dict[str, list[int]]:
+        """Model name -> sorted version numbers present on disk."""
+        found: dict[str, list[int]] = {}
+        if not self.models_dir.is_dir():
+            return found
+        for model_dir in sorted(self.models_dir.iterdir()):
+            if not model_dir.is_dir() or model_dir.name.startswith("."):
+                continue
+            versions = sorted(int(v.name) for v in model_dir.iterdir()
+                              if v.is_dir() and v.name.isdigit())
+            if versions:
+                found[model_dir.name] = versions
+        return found
+
+    def overrides_for(self, name: str) -> ModelOverrides:
+        """The agent-config overrides of model ``name``."""
+        return self._overrides.get(name, self._default_overrides)
+
+    # ------------------------------------------------------------------ lookups
+    def resolve(self, name: str, version: int | None = None) -> ModelVersion:
+        """The READY version to serve (the default when ``version`` is None)."""
+        model = self._models.get(name)
+        if model is None:
+            raise ModelNotFoundError(
+                f"model {name!r} is not in the repository (models: "
+                f"{', '.join(sorted(self._models)) or 'none'})")
+        if version is None:
+            mv = model.default
+            if mv is None:
+                raise ModelUnavailableError(
+                    f"model {name!r} has no READY version ({self._states(model)})")
+            return mv
+        mv = model.versions.get(version)
+        if mv is None:
+            raise ModelNotFoundError(
+                f"model {name!r} has no version {version} (versions: "
+                f"{sorted(model.versions) or 'none'})")
+        if mv.state is not VersionState.READY:
+            raise ModelUnavailableError(
+                f"model {name!r} version {version} is {mv.state.value}"
+                + (f": {mv.reason}" if mv.reason else ""))
+        return mv
+
+    def lookup(self, name: str, version: int | None = None) -> ModelVersion:
+        """Like ``resolve`` but any state; version None: the default, else the highest known."""
+        model = self._models.get(name)
+        if model is None:
+            raise ModelNotFoundError(f"model {name!r} is not in the repository")
+        if version is None:
+            if model.default is not None:
+                return model.default
+            if not model.versions:
+                raise ModelNotFoundError(f"model {name!r} has no loaded versions")
+            return model.versions[max(model.versions)]
+        mv = model.versions.get(version)
+        if mv is None:
+            raise ModelNotFoundError(f"model {name!r} has no version {version}")
+        return mv
+
+    def versions(self, name: str | None = None) -> list[ModelVersion]:
+        """Every version the repository tracks (optionally of one model), by name and version."""
+        models = [self._models[name]] if name is not None and name in self._models else (
+            [] if name is not None else list(self._models.values()))
+        return [mv for m in sorted(models, key=lambda m: m.name)
+                for _, mv in sorted(m.versions.items())]
+
+    def model_names(self) -> list[str]:
+        return sorted(self._models)
+
+    def default_version(self, name: str) -> int | None:
+        """The version requests without one are routed to (None when none is READY)."""
+        model = self._models.get(name)
+        return model.default.version if model and model.default else None
+
+    # ------------------------------------------------------------------ changes
+    def load_all(self) -> list[ModelVersion]:
+        """Load every version of every model on disk; failures leave versions UNAVAILABLE."""
+        loaded = []
+        for name, versions in self.scan().items():
+            for v in versions:
+                loaded.append(self.load_version(name, v, raise_on_error=False))
+        return loaded
+
+    def load_version(self, name: str, version: int, *, raise_on_error: bool = True,
+                     model_dir: Path | None = None) -> ModelVersion:
+        """Load ``name`` version ``version`` next to the versions already served.
+
+        The default switches to it only if it becomes the highest READY version and no other
+        version is pinned. A version that is already READY is returned as is.
+        """
+        path = Path(model_dir) if model_dir is not None else self.models_dir / name / str(version)
+        with self._lock:
+            model = self._models.setdefault(name, _Model(name, pinned=self.overrides_for(
+                name).default_version))
+            existing = model.versions.get(version)
+            if existing is not None and existing.state in (VersionState.READY,
+                                                           VersionState.LOADING):
+                return existing
+            mv = ModelVersion(name=name, version=version, path=path)
+            model.versions[version] = mv
+        try:
+            self._bring_up(mv)
+        except (AgentError, PackagerError, OSError) as exc:
+            mv.state = VersionState.UNAVAILABLE
+            mv.reason = str(exc)
+            log.warning("model %s version %s is unavailable: %s", name, version, exc)
+            with self._lock:
+                self._refresh_default(model)
+            if raise_on_error:
+                if isinstance(exc, AgentError):
+                    raise
+                raise BackendError(f"model {name!r} version {version}: {exc}") from exc
+            return mv
+        with self._lock:
+            mv.state = VersionState.READY
+            self._refresh_default(model)
+        return mv
+
+    def _bring_up(self, mv: ModelVersion) -> None:
+        if not mv.path.is_dir():
+            raise ModelNotFoundError(f"model {mv.name!r} version {mv.version}: {mv.path} "
+                                     f"does not exist")
+        manifest = load_manifest(mv.path)
+        if manifest.name != mv.name or manifest.version != mv.version:
+            raise BackendError(
+                f"{mv.path} holds {manifest.name!r} version {manifest.version}, not "
+                f"{mv.name!r} version {mv.version}; the directory layout is "
+                f"models/NAME/VERSION/")
+        ov = self.overrides_for(mv.name)
+        batching = effective_batching(manifest.batching, ov)
+        options = BackendOptions(threads=batching.threads, instances=batching.instances,
+                                 device=ov.device, state_dir=self.state_dir)
+        backend = load_backend(mv.path, manifest, options, preferred=ov.backend)
+        try:
+            if ov.warmup:
+                run_warmup(backend, mv.name, mv.version, batching, batching.instances)
+            mv.signature = Signature(mv.name, mv.version, manifest.inputs, manifest.outputs,
+                                     batching.max_batch_size)
+            mv.batcher = DynamicBatcher(backend, model=mv.name, version=mv.version,
+                                        config=batching, observer=self._observer)
+        except BaseException:
+            backend.close()
+            raise
+        mv.manifest = dataclasses.replace(manifest, batching=batching)
+        mv.backend_name = backend.name
+        mv.batching = batching
+
+    def set_default(self, name: str, version: int | None) -> None:
+        """Pin ``version`` as the default of ``name`` (None: highest READY). Atomic for readers."""
+        with self._lock:
+            model = self._models.get(name)
+            if model is None:
+                raise ModelNotFoundError(f"model {name!r} is not in the repository")
+            if version is not None:
+                mv = model.versions.get(version)
+                if mv is None or mv.state is not VersionState.READY:
+                    raise ModelUnavailableError(
+                        f"model {name!r} version {version} is not READY; load it before making "
+                        f"it the default")
+            model.pinned = version
+            self._refresh_default(model)
+
+    def unload_version(self, name: str, version: int, *,
+                       drain_timeout_s: float | None = None) -> bool:
+        """Stop routing to the version, wait for its in-flight requests, unload it.
+
+        Returns True when every in-flight request was answered before the drain timeout.
+        """
+        with self._lock:
+            model = self._models.get(name)
+            mv = model.versions.get(version) if model else None
+            if mv is None:
+                raise ModelNotFoundError(f"model {name!r} has no version {version}")
+            if mv.state is VersionState.UNLOADING:
+                return False
+            mv.state = VersionState.UNLOADING
+            if model.pinned == version:
+                model.pinned = None
+            self._refresh_default(model)
+        drained = True
+        try:
+            if mv.batcher is not None:
+                timeout = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+                drained = mv.batcher.close(timeout)
+                mv.batcher.backend.close()
+        finally:
+            with self._lock:
+                model.versions.pop(version, None)
+                mv.state = VersionState.UNAVAILABLE
+                mv.reason = "unloaded"
+                if not model.versions:
+                    self._models.pop(name, None)
+        return drained
+
+    def unload_model(self, name: str) -> None:
+        """Unload (with draining) every version of ``name``."""
+        with self._lock:
+            model = self._models.get(name)
+            if model is None:
+                raise ModelNotFoundError(f"model {name!r} is not loaded")
+            versions = sorted(model.versions)
+        for v in versions:
+            self.unload_version(name, v)
+
+    def reload_model(self, name: str) -> None:
+        """Bring the served versions of ``name`` in line with the disk: load new or failed
+        versions, unload versions whose directories are gone; READY versions stay."""
+        on_disk = self.scan().get(name)
+        if on_disk is None and name not in self._models:
+            raise ModelNotFoundError(
+                f"model {name!r} is not in the repository at {self.models_dir}")
+        errors = []
+        for v in on_disk or []:
+            mv = self.load_version(name, v, raise_on_error=False)
+            if mv.state is not VersionState.READY:
+                errors.append(f"version {v}: {mv.reason}")
+        model = self._models.get(name)
+        if model is not None:
+            for v in sorted(model.versions):
+                if v not in (on_disk or []):
+                    self.unload_version(name, v)
+        if errors and (name not in self._models or self._models[name].default is None):
+            raise ModelUnavailableError(f"model {name!r} could not be loaded: "
+                                        + "; ".join(errors))
+
+    def close(self) -> None:
+        """Unload every model (draining in-flight requests)."""
+        for name in list(self._models):
+            with contextlib.suppress(ModelNotFoundError):
+                self.unload_model(name)
+
+    # ------------------------------------------------------------------ helpers
+    def _refresh_default(self, model: _Model) -> None:
+        ready = {v: mv for v, mv in model.versions.items() if mv.state is VersionState.READY}
+        if model.pinned is not None and model.pinned in ready:
+            model.default = ready[model.pinned]
+        elif ready:
+            model.default = ready[max(ready)]
+        else:
+            model.default = None
+
+    @staticmethod
+    def _states(model: _Model) -> str:
+        if not model.versions:
+            return "no versions loaded"
+        return ", ".join(f"version {v} {mv.state.value}" + (f": {mv.reason}" if mv.reason else "")
+                         for v, mv in sorted(model.versions.items()))
