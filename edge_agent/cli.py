@@ -1,23 +1,183 @@
-"""Command line of edge-agent."""
+"""Command line of edge-agent: ``serve`` the models in a state directory, ``add-bundle``."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+from edge_agent.errors import AgentError
+
+EPILOG = textwrap.dedent("""\
+    examples:
+      # put a signed bundle in place, then serve it on the Unix socket and 127.0.0.1:8001
+      edge-agent add-bundle --state-dir /var/lib/edge-agent --pubkey release.pub \\
+          mlp-3-x86_64-cpu-onnxruntime.edgepkg
+      edge-agent serve --state-dir /var/lib/edge-agent
+
+      # any free TCP port, no Unix socket, batching overrides from a file
+      edge-agent serve --state-dir ./state --grpc 127.0.0.1:0 --no-uds --config agent.toml
+
+      # call it (KServe v2 / Triton gRPC): examples/infer_grpc.py, examples/infer_tritonclient.py
+
+    layout: STATE_DIR/models/NAME/VERSION/ holds one extracted bundle per model version;
+    serve loads every version found there and answers for the newest unless asked.
+    """)
+
+SERVE_HELP = textwrap.dedent("""\
+    Serve every model version in STATE_DIR/models/NAME/VERSION/ over KServe v2 gRPC
+    (tritonclient.grpc works unmodified) plus the standard grpc.health.v1 service.
+    Prints one line when ready; SIGTERM or Ctrl-C drains in-flight requests and exits 0.
+    Flags override agent.toml.""")
+
+SERVE_EPILOG = textwrap.dedent("""\
+    examples:
+      edge-agent serve --state-dir /var/lib/edge-agent
+      edge-agent serve --state-dir ./state --grpc 0.0.0.0:8001 --uds /run/edge/infer.sock
+      edge-agent serve --config /etc/edge-agent/agent.toml
+
+    agent.toml (every key optional except state_dir when --state-dir is not given):
+      state_dir = "/var/lib/edge-agent"
+      [grpc]
+      address = "127.0.0.1:8001"     # "" = no TCP
+      uds = "/run/edge-agent/inference.sock"
+      max_message_bytes = 67108864
+      [models.mlp]
+      max_queue_delay_us = 500
+      instances = 2
+      max_queue_size = 64
+    """)
+
+ADD_HELP = textwrap.dedent("""\
+    Verify a bundle (signature by a trusted key, every file hash) and extract it safely into
+    STATE_DIR/models/NAME/VERSION/. Refuses an existing version unless --replace. A running
+    agent picks it up on RepositoryModelLoad (tritonclient: load_model(NAME)) or restart.""")
+
+ADD_EPILOG = textwrap.dedent("""\
+    examples:
+      edge-agent add-bundle --state-dir ./state --pubkey release.pub \\
+          mlp-1-x86_64-cpu-openvino.edgepkg
+      edge-agent add-bundle --state-dir ./state --allow-unsigned --replace dev.edgepkg
+    """)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The edge-agent argument parser."""
-    return argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog="edge-agent",
         description="Serve model bundles on this device over KServe v2 gRPC.",
-    )
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log-level", default="WARNING",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="log verbosity on stderr (default: WARNING)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    raw = argparse.RawDescriptionHelpFormatter
+
+    serve = sub.add_parser("serve", help="serve the models in a state directory",
+                           description=SERVE_HELP, epilog=SERVE_EPILOG, formatter_class=raw)
+    serve.add_argument("--state-dir", type=Path, help="agent state directory (holds models/)")
+    serve.add_argument("--config", type=Path, metavar="AGENT_TOML",
+                       help="agent.toml; flags given here override it")
+    serve.add_argument("--grpc", metavar="HOST:PORT",
+                       help="TCP listener (default 127.0.0.1:8001; port 0 = any free port; "
+                            "'none' = no TCP)")
+    serve.add_argument("--uds", type=Path, metavar="PATH",
+                       help="Unix socket path (default STATE_DIR/run/inference.sock)")
+    serve.add_argument("--no-uds", action="store_true", help="do not listen on a Unix socket")
+    serve.add_argument("--max-message-bytes", type=int, metavar="N",
+                       help="largest request/response accepted (default 64 MiB)")
+
+    add = sub.add_parser("add-bundle", help="verify and install a bundle into a state directory",
+                         description=ADD_HELP, epilog=ADD_EPILOG, formatter_class=raw)
+    add.add_argument("--state-dir", type=Path, required=True, help="agent state directory")
+    add.add_argument("bundle", type=Path, help="the .edgepkg file")
+    add.add_argument("--pubkey", type=Path, action="append", default=[], metavar="KEY",
+                     help="trusted Ed25519 public key (PEM); repeatable")
+    add.add_argument("--allow-unsigned", action="store_true",
+                     help="accept a bundle without a (checkable) signature; hashes still checked")
+    add.add_argument("--replace", action="store_true",
+                     help="replace the version if it is already installed")
+    return parser
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``edge-agent serve``."""
+    from edge_agent.config import load_config
+    from edge_agent.server import serve
+
+    config = load_config(args.config, state_dir=args.state_dir, grpc_address=args.grpc,
+                         uds=args.uds, no_uds=args.no_uds,
+                         max_message_bytes=args.max_message_bytes)
+    if not config.state_dir.is_dir():
+        raise AgentError(f"state directory {config.state_dir} does not exist; create it and "
+                         "add a bundle with `edge-agent add-bundle`")
+
+    def ready(addresses, dataplane) -> None:
+        entries = dataplane.repository_index()
+        models = ", ".join(f"{e.name}:{e.version}({e.state})" for e in entries) or "none"
+        listen = ", ".join(addresses.targets())
+        print(f"edge-agent ready: listening on {listen}; models: {models}", flush=True)
+
+    return serve(config, on_ready=ready)
+
+
+def cmd_add_bundle(args: argparse.Namespace) -> int:
+    """``edge-agent add-bundle``."""
+    from packager.reader import open_bundle
+
+    if not args.bundle.is_file():
+        raise AgentError(f"bundle {args.bundle} does not exist")
+    if not args.pubkey and not args.allow_unsigned:
+        raise AgentError("give --pubkey KEY to verify the bundle's signature, or "
+                         "--allow-unsigned to accept it without one")
+    with open_bundle(args.bundle) as bundle:
+        bundle.verify(trusted_keys=args.pubkey, allow_unsigned=args.allow_unsigned)
+        m = bundle.manifest
+        model_dir = args.state_dir / "models" / m.name
+        target = model_dir / str(m.version)
+        existed = target.exists()
+        if existed and not args.replace:
+            raise AgentError(f"{m.name} version {m.version} is already installed at {target}; "
+                             "pass --replace to overwrite it")
+        incoming = model_dir / f".{m.version}.incoming"
+        shutil.rmtree(incoming, ignore_errors=True)  # left over from an interrupted run
+        staged = bundle.extract(incoming if existed else target)
+        signed = "signed" if bundle.signed else "unsigned"
+    if existed:
+        old = model_dir / f".{m.version}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        staged.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    print(f"{'replaced' if existed else 'installed'} {m.name} version {m.version} "
+          f"({m.profile}, {m.backend}, {signed}) at {target}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``edge-agent`` command."""
-    build_parser().parse_args(argv)
-    build_parser().print_help()
-    return 0
+    """Entry point of the ``edge-agent`` command: one clear line and exit 1 on failure."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from packager.errors import PackagerError
+
+    handlers = {"serve": cmd_serve, "add-bundle": cmd_add_bundle}
+    try:
+        return handlers[args.command](args)
+    except (AgentError, PackagerError) as exc:
+        print(f"edge-agent {args.command}: error: {exc}", file=sys.stderr)
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"edge-agent {args.command}: error:{where}: {exc.strerror or exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"edge-agent {args.command}: interrupted", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

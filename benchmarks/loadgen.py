@@ -1,0 +1,120 @@
+"""A lean closed-loop gRPC load generator: one asyncio process, N calls in flight.
+
+The request is serialized ONCE up front and sent as bytes through ``grpc.aio`` with identity
+serializers, and responses stay undecoded bytes, so the client spends almost no CPU per call
+(it shares the machine's cores with the server it measures).
+
+    python -m benchmarks.loadgen --target unix:/tmp/agent.sock --model mlp --shape 1,64 -c 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Throughput and latency of one closed-loop run."""
+
+    concurrency: int
+    requests: int
+    errors: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    first_error: str = ""
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    def line(self) -> str:
+        return (f"c={self.concurrency:<3d} {self.throughput:9.1f} infer/s  "
+                f"p50 {self.p50_ms:7.3f} ms  p99 {self.p99_ms:7.3f} ms  "
+                f"n={self.requests} errors={self.errors}")
+
+
+def infer_request_bytes(model: str, inputs: dict[str, np.ndarray], version: str = "") -> bytes:
+    """A serialized ModelInferRequest carrying ``inputs`` as raw contents."""
+    from edge_agent.protocol.datatypes import datatype_of
+    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+
+    msg = pb.ModelInferRequest(model_name=model, model_version=version)
+    for name, array in inputs.items():
+        msg.inputs.add(name=name, datatype=datatype_of(array.dtype), shape=array.shape)
+        msg.raw_input_contents.append(np.ascontiguousarray(array).tobytes())
+    return msg.SerializeToString()
+
+
+async def run_load(target: str, payload: bytes, *, concurrency: int, seconds: float,
+                   warmup: float = 1.0, method: str = INFER_METHOD) -> LoadResult:
+    """Keep ``concurrency`` calls in flight for ``warmup + seconds``; measure the last part."""
+    options = [("grpc.max_receive_message_length", 256 << 20),
+               ("grpc.max_send_message_length", 256 << 20)]
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
+        await asyncio.wait_for(channel.channel_ready(), 30)
+        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        latencies: list[float] = []
+        errors = 0
+        first_error = ""
+        start = time.perf_counter()
+        measure_from = start + warmup
+        stop_at = measure_from + seconds
+
+        async def worker() -> None:
+            nonlocal errors, first_error
+            while True:
+                t0 = time.perf_counter()
+                if t0 >= stop_at:
+                    return
+                try:
+                    await call(payload)
+                except grpc.aio.AioRpcError as exc:
+                    errors += 1
+                    first_error = first_error or f"{exc.code().name}: {exc.details()}"
+                    continue
+                t1 = time.perf_counter()
+                if t0 >= measure_from:
+                    latencies.append(t1 - t0)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - measure_from
+    lat = sorted(latencies) or [0.0]
+    return LoadResult(
+        concurrency=concurrency, requests=len(latencies), errors=errors, seconds=elapsed,
+        p50_ms=statistics.median(lat) * 1e3,
+        p99_ms=lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3, first_error=first_error)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True, help="unix:/path or host:port")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--input", default="input", help="input tensor name")
+    parser.add_argument("--shape", default="1,64", help="input shape, FP32")
+    parser.add_argument("-c", "--concurrency", type=int, default=16)
+    parser.add_argument("-t", "--seconds", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    shape = tuple(int(x) for x in args.shape.split(","))
+    data = np.random.default_rng(0).random(shape, dtype=np.float32)
+    payload = infer_request_bytes(args.model, {args.input: data})
+    result = asyncio.run(run_load(args.target, payload, concurrency=args.concurrency,
+                                  seconds=args.seconds))
+    print(result.line())
+    if result.first_error:
+        print("first error:", result.first_error)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

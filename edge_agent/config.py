@@ -1,0 +1,195 @@
+"""The agent's configuration: ``agent.toml`` laid under command-line flags.
+
+Example ``agent.toml``::
+
+    state_dir = "/var/lib/edge-agent"
+
+    [grpc]
+    address = "127.0.0.1:8001"        # TCP listener; "" turns TCP off; port 0 = any free port
+    uds = "/run/edge-agent/inference.sock"   # default: STATE_DIR/run/inference.sock
+    uds_enabled = true
+    max_message_bytes = 67108864
+    workers = 32
+
+    [models.mlp]                      # per-model overrides of the bundle's batching
+    max_queue_delay_us = 500
+    instances = 2
+    max_queue_size = 64
+    default_timeout_us = 0
+
+Every section is one frozen dataclass; a later section (management, mdns, trust) is a new field
+of :class:`AgentConfig` plus one entry in ``_SECTIONS``. Unknown keys are errors, so a typo
+never goes unnoticed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge_agent.core.overrides import ModelOverrides
+from edge_agent.errors import ConfigError
+
+DEFAULT_GRPC_ADDRESS = "127.0.0.1:8001"
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+UDS_PATH_MAX = 107  # sun_path is 108 bytes on Linux, including the NUL
+
+
+@dataclass(frozen=True)
+class GrpcConfig:
+    """The inference listeners: TCP (``address`` or None) and the Unix socket."""
+
+    address: str | None = DEFAULT_GRPC_ADDRESS
+    uds: Path | None = None  # None: STATE_DIR/run/inference.sock
+    uds_enabled: bool = True
+    uds_mode: int = 0o660
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    workers: int = 32
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything ``edge-agent serve`` needs."""
+
+    state_dir: Path
+    grpc: GrpcConfig = field(default_factory=GrpcConfig)
+    models: Mapping[str, ModelOverrides] = field(default_factory=dict)
+
+    @property
+    def models_dir(self) -> Path:
+        """Where model versions live: ``STATE_DIR/models/NAME/VERSION/``."""
+        return self.state_dir / "models"
+
+    @property
+    def uds_path(self) -> Path | None:
+        """The Unix socket path, or None when the socket is off."""
+        if not self.grpc.uds_enabled:
+            return None
+        return self.grpc.uds or self.state_dir / "run" / "inference.sock"
+
+
+def _check_type(key: str, value: Any, expected: type | tuple[type, ...]) -> Any:
+    if isinstance(value, bool) and expected in (int, (int,)):
+        raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+    if not isinstance(value, expected):
+        names = (expected,) if isinstance(expected, type) else expected
+        want = " or ".join(t.__name__ for t in names)
+        raise ConfigError(f"config key '{key}': expected {want}, got {value!r}")
+    return value
+
+
+def parse_address(value: str, key: str = "grpc.address") -> str | None:
+    """Validate HOST:PORT (port 0 = any free port); "" or "none" means no TCP listener."""
+    if value.strip().lower() in ("", "none", "off"):
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"config key '{key}': expected HOST:PORT (e.g. 127.0.0.1:8001), "
+                          f"got {value!r}")
+    return value
+
+
+def _non_negative(key: str, value: Any) -> int:
+    _check_type(key, value, int)
+    if value < 0:
+        raise ConfigError(f"config key '{key}': must be >= 0, got {value}")
+    return value
+
+
+def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:
+    known = {f.name for f in dataclasses.fields(GrpcConfig)}
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"grpc.{key}"
+        if key not in known:
+            raise ConfigError(f"config key '{full}' is unknown; known keys: {sorted(known)}")
+        if key == "address":
+            kw[key] = parse_address(_check_type(full, value, str), full)
+        elif key == "uds":
+            kw[key] = Path(_check_type(full, value, str)) if value else None
+        elif key == "uds_enabled":
+            kw[key] = _check_type(full, value, bool)
+        elif key in ("max_message_bytes", "workers", "uds_mode"):
+            kw[key] = _non_negative(full, value)
+            if key != "uds_mode" and kw[key] == 0:
+                raise ConfigError(f"config key '{full}': must be > 0")
+    return dataclasses.replace(base, **kw)
+
+
+_OVERRIDE_INTS = ("max_batch_size", "max_queue_delay_us", "instances", "threads",
+                  "max_queue_size", "default_timeout_us", "default_version")
+
+
+def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
+    prefix = f"models.{name}"
+    _check_type(prefix, data, dict)
+    known = {f.name for f in dataclasses.fields(ModelOverrides)}
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{prefix}.{key}"
+        if key not in known:
+            raise ConfigError(f"config key '{full}' is unknown; known keys: {sorted(known)}")
+        if key in _OVERRIDE_INTS:
+            kw[key] = _non_negative(full, value)
+        elif key == "preferred_batch_sizes":
+            _check_type(full, value, list)
+            kw[key] = tuple(_non_negative(full, v) for v in value)
+        elif key in ("allow_timeout_override", "warmup"):
+            kw[key] = _check_type(full, value, bool)
+        else:
+            kw[key] = _check_type(full, value, str)
+    if kw.get("instances") == 0:
+        raise ConfigError(f"config key '{prefix}.instances': must be >= 1")
+    return ModelOverrides(**kw)
+
+
+_SECTIONS = ("state_dir", "grpc", "models")
+
+
+def load_config(path: Path | None = None, *, state_dir: Path | None = None,
+                grpc_address: str | None = None, uds: Path | None = None,
+                no_uds: bool = False, no_grpc: bool = False,
+                max_message_bytes: int | None = None) -> AgentConfig:
+    """Read ``path`` (optional) and apply the flags given (not None) on top of it."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for key in data:
+        if key not in _SECTIONS:
+            raise ConfigError(f"config key '{key}' is unknown; known keys: {list(_SECTIONS)}")
+    if state_dir is None:
+        if "state_dir" not in data:
+            raise ConfigError("no state directory: pass --state-dir DIR or set state_dir "
+                              "in agent.toml")
+        state_dir = Path(_check_type("state_dir", data["state_dir"], str))
+    grpc_cfg = _grpc_section(_check_type("grpc", data.get("grpc", {}), dict), GrpcConfig())
+    if grpc_address is not None:
+        grpc_cfg = dataclasses.replace(grpc_cfg, address=parse_address(grpc_address, "--grpc"))
+    if no_grpc:
+        grpc_cfg = dataclasses.replace(grpc_cfg, address=None)
+    if uds is not None:
+        grpc_cfg = dataclasses.replace(grpc_cfg, uds=Path(uds), uds_enabled=True)
+    if no_uds:
+        grpc_cfg = dataclasses.replace(grpc_cfg, uds_enabled=False)
+    if max_message_bytes is not None:
+        grpc_cfg = dataclasses.replace(
+            grpc_cfg, max_message_bytes=_non_negative("--max-message-bytes", max_message_bytes))
+    models = {str(name): _model_section(str(name), section)
+              for name, section in _check_type("models", data.get("models", {}), dict).items()}
+    config = AgentConfig(state_dir=Path(state_dir), grpc=grpc_cfg, models=models)
+    uds_path = config.uds_path
+    if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:
+        raise ConfigError(f"config key 'grpc.uds': socket path {uds_path} is longer than "
+                          f"{UDS_PATH_MAX} bytes; set a shorter grpc.uds or pass --uds PATH")
+    if config.grpc.address is None and uds_path is None:
+        raise ConfigError("no listener: both TCP (grpc.address) and the Unix socket are off")
+    return config

@@ -1,0 +1,161 @@
+"""The KServe v2 ``inference.GRPCInferenceService`` servicer over a :class:`DataPlaneAPI`.
+
+Sync (thread-pool) handlers: measured faster than grpc.aio for this workload on a 2-core box
+(see benchmarks/bench_serve.py). Each handler translates, calls the data plane, translates back;
+every error goes through :mod:`edge_agent.protocol.status`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+
+import grpc
+
+from edge_agent.core.api import DataPlaneAPI
+from edge_agent.errors import AgentError, InvalidInputError
+from edge_agent.protocol import converters, status
+from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+_END = object()
+
+
+def _model_name(name: str) -> str:
+    if not name:
+        raise InvalidInputError("empty request: model name is missing")
+    return name
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Serves the inference protocol from one data plane (thread-safe, stateless itself)."""
+
+    def __init__(self, dataplane: DataPlaneAPI) -> None:
+        self._dp = dataplane
+
+    # -- health and metadata -------------------------------------------------------------
+
+    def ServerLive(self, request, context):
+        return pb.ServerLiveResponse(live=self._dp.live())
+
+    def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=self._dp.ready())
+
+    def ServerMetadata(self, request, context):
+        return converters.to_server_metadata(self._dp.server_metadata())
+
+    def ModelReady(self, request, context):
+        try:
+            name = _model_name(request.name)
+            version = converters.parse_version(request.version, name)
+            return pb.ModelReadyResponse(ready=self._dp.model_ready(name, version))
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def ModelMetadata(self, request, context):
+        try:
+            name = _model_name(request.name)
+            version = converters.parse_version(request.version, name)
+            return converters.to_model_metadata(self._dp.model_metadata(name, version))
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def ModelConfig(self, request, context):
+        try:
+            name = _model_name(request.name)
+            version = converters.parse_version(request.version, name)
+            info = self._dp.model_config(name, version)
+            return pb.ModelConfigResponse(config=converters.to_model_config(info))
+        except Exception as exc:
+            self._fail(context, exc)
+
+    # -- inference -----------------------------------------------------------------------
+
+    def ModelInfer(self, request, context):
+        try:
+            infer_request, raw = converters.to_infer_request(request)
+            result = self._dp.submit(infer_request).result()
+            return converters.to_infer_response(result, raw=raw, order=infer_request.outputs)
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def ModelStreamInfer(self, request_iterator, context) -> Iterator[pb.ModelStreamInferResponse]:
+        """Pipelined: a reader thread submits each request as it arrives; answers go back in
+        arrival order. A failed request yields an error_message and the stream goes on."""
+        pending: queue.SimpleQueue = queue.SimpleQueue()
+
+        def read() -> None:
+            try:
+                for msg in request_iterator:
+                    try:
+                        req, raw = converters.to_infer_request(msg)
+                        pending.put((msg, req, raw, self._dp.submit(req), None))
+                    except Exception as exc:
+                        pending.put((msg, None, False, None, exc))
+            except Exception:  # the stream was cancelled or broke: stop reading
+                log.debug("stream reader stopped", exc_info=True)
+            finally:
+                pending.put(_END)
+
+        threading.Thread(target=read, name="stream-infer-reader", daemon=True).start()
+        while True:
+            item = pending.get()
+            if item is _END:
+                return
+            msg, req, raw, future, exc = item
+            if exc is None:
+                try:
+                    response = converters.to_infer_response(future.result(), raw=raw,
+                                                             order=req.outputs)
+                    yield pb.ModelStreamInferResponse(infer_response=response)
+                    continue
+                except Exception as err:
+                    exc = err
+            if not isinstance(exc, AgentError):
+                log.exception("stream inference failed", exc_info=exc)
+            yield pb.ModelStreamInferResponse(
+                error_message=status.error_message(exc),
+                infer_response=pb.ModelInferResponse(model_name=msg.model_name,
+                                                     model_version=msg.model_version, id=msg.id))
+
+    # -- statistics and repository -------------------------------------------------------
+
+    def ModelStatistics(self, request, context):
+        try:
+            name = request.name or None
+            version = converters.parse_version(request.version, request.name) if name else None
+            stats = self._dp.statistics(name, version)
+            return pb.ModelStatisticsResponse(
+                model_stats=[converters.to_model_statistics(s) for s in stats])
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def RepositoryIndex(self, request, context):
+        try:
+            return converters.to_repository_index(self._dp.repository_index(request.ready))
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def RepositoryModelLoad(self, request, context):
+        try:
+            self._dp.load_model(_model_name(request.model_name))
+            return pb.RepositoryModelLoadResponse()
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def RepositoryModelUnload(self, request, context):
+        try:
+            self._dp.unload_model(_model_name(request.model_name))
+            return pb.RepositoryModelUnloadResponse()
+        except Exception as exc:
+            self._fail(context, exc)
+
+    @staticmethod
+    def _fail(context: grpc.ServicerContext, exc: BaseException) -> None:
+        if not isinstance(exc, AgentError):
+            log.exception("unexpected error in the inference service", exc_info=exc)
+        status.abort(context, exc)
