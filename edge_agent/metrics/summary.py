@@ -1,0 +1,52 @@
+"""``edge-agent metrics --state-dir DIR``: a rich table of recent metrics from the database."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from edge_agent.metrics.store import DB_NAME, MetricPoint, MetricsStore, SystemPoint
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def build_summary_table(points: list[MetricPoint], system: SystemPoint | None,
+                        window_s: int) -> Table:
+    """The per model version table (and a system line in the caption)."""
+    table = Table(title=f"edge-agent metrics, last {window_s} s", title_justify="left")
+    for col in ("model", "version", "requests", "req/s", "errors", "mean batch",
+                "p50 ms", "p95 ms", "p99 ms", "queue p99 ms"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for p in points:
+        table.add_row(p.model, str(p.version), str(p.requests), f"{p.requests_per_s:.1f}",
+                      f"{p.error_rate:.1%}", "-" if p.mean_batch is None else f"{p.mean_batch:.1f}",
+                      _ms(p.p50_ms), _ms(p.p95_ms), _ms(p.p99_ms), _ms(p.queue_p99_ms))
+    if system is not None:
+        temp = "" if system.temp_c is None else f"  temp {system.temp_c:.0f} °C"
+        table.caption = (f"cpu {system.cpu_percent:.0f}%  mem {system.mem_percent:.0f}%  "
+                         f"agent rss {system.rss_bytes / 2**20:.0f} MiB{temp}  "
+                         f"disk free {system.disk_free_bytes / 2**30:.1f} GiB")
+    return table
+
+
+def render_summary(state_dir: str | os.PathLike[str], console: Console, window_s: int = 60,
+                   now: float | None = None) -> int:
+    """Print the metrics summary of the agent whose state is in ``state_dir``.
+
+    Opens the database read-only (safe while the agent runs). Returns the number of model
+    versions shown. Raises StateStoreError when there is no metrics database there.
+    """
+    now = time.time() if now is None else now
+    with MetricsStore(Path(state_dir) / DB_NAME, readonly=True) as store:
+        points = store.summary(window_s, now=now)
+        system = store.latest_system()
+    if not points:
+        console.print(f"No requests in the last {window_s} s.")
+    console.print(build_summary_table(points, system, window_s))
+    return len(points)

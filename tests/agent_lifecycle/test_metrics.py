@@ -1,0 +1,227 @@
+"""The metrics recorder and its SQLite history, on real database files."""
+
+from __future__ import annotations
+
+import io
+import random
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.console import Console
+
+from edge_agent.core.observer import InferenceObserver
+from edge_agent.errors import StateStoreError
+from edge_agent.metrics import (
+    MetricsRecorder,
+    MetricsStore,
+    SecondRow,
+    SystemSampler,
+    render_summary,
+)
+from edge_agent.metrics import histogram as hist
+
+T0 = 1_750_000_000  # a fixed wall-clock second for deterministic rows
+US = 1_000
+
+
+def _record(rec: MetricsRecorder, model: str, version: int, total_ns: list[int], *,
+            errors: int = 0) -> None:
+    for i, ns in enumerate(total_ns):
+        rec.record_request(model, version, ok=i >= errors, rows=2, queue_ns=ns // 4,
+                           compute_ns=ns // 2, total_ns=ns)
+
+
+def test_recorder_satisfies_the_observer_contract(tmp_path: Path) -> None:
+    rec: InferenceObserver = MetricsRecorder(None)
+    rec.record_request("m", 1, ok=True, rows=1, queue_ns=1, compute_ns=1, total_ns=1)
+    rec.record_batch("m", 1, 4, 1000)
+
+
+@given(st.integers(min_value=0, max_value=1 << 40))
+def test_bucket_bounds_contain_the_value_and_inline_matches(ns: int) -> None:
+    i = hist.bucket_of(ns)
+    lo, hi = hist.bucket_bounds(i)
+    if 0 < i < hist.NUM_BUCKETS - 1:
+        assert lo <= ns < hi
+        assert (hi - lo) <= 0.25 * lo + 1e-9
+    rec = MetricsRecorder(None)
+    rec.record_request("m", 1, ok=True, rows=1, queue_ns=ns, compute_ns=ns, total_ns=ns)
+    point_hist = rec._cur[("m", 1)].ht  # the recorder inlines bucket_of: they must agree
+    assert point_hist[i] == 1 and sum(point_hist) == 1
+
+
+def test_percentiles_track_numpy_on_lognormal_latencies() -> None:
+    rng = np.random.default_rng(7)
+    values = rng.lognormal(mean=np.log(2e6), sigma=0.8, size=20_000).astype(np.int64)
+    counts = hist.new_counts()
+    for v in values:
+        counts[hist.bucket_of(int(v))] += 1
+    for q in (0.5, 0.95, 0.99):
+        exact = float(np.quantile(values, q))
+        got = hist.percentile(counts, q)
+        assert got is not None and abs(got - exact) / exact < 0.13, (q, got, exact)
+    assert hist.decode(hist.encode(counts)) == counts
+    assert hist.percentile(hist.new_counts(), 0.5) is None
+
+
+def test_flush_query_and_latest(tmp_path: Path) -> None:
+    with MetricsStore.open(tmp_path) as store:
+        rec = MetricsRecorder(store)
+        _record(rec, "resnet", 1, [1_000 * US] * 90 + [10_000 * US] * 10, errors=5)
+        for _ in range(25):
+            rec.record_batch("resnet", 1, 4, 3_000 * US)
+        _record(rec, "bert", 2, [5_000 * US] * 10)
+        sample = rec.flush(T0)
+        assert [(p.model, p.version, p.requests) for p in sample.points] == [
+            ("bert", 2, 10), ("resnet", 1, 100)]
+        _record(rec, "resnet", 1, [1_000 * US] * 50)
+        rec.flush(T0 + 1)
+        _record(rec, "resnet", 1, [1_000 * US] * 50)
+        rec.flush(T0 + 1)  # a second flush in the same second merges
+
+        points = store.query("resnet", T0, T0 + 2, step_s=1)
+        assert [(p.ts, p.requests) for p in points] == [(T0, 100), (T0 + 1, 100)]
+        first = points[0]
+        assert first.errors == 5 and first.error_rate == pytest.approx(0.05)
+        assert first.rows == 200 and first.mean_batch == pytest.approx(4.0)
+        assert first.requests_per_s == pytest.approx(100.0)
+        assert first.p50_ms == pytest.approx(1.0, rel=0.25)
+        assert first.p99_ms == pytest.approx(10.0, rel=0.25)
+        assert first.mean_queue_ms == pytest.approx((90 * 0.25 + 10 * 2.5) / 100, rel=1e-6)
+        second = points[1]
+        assert second.p99_ms == pytest.approx(1.0, rel=0.25)
+
+        [both] = store.query("resnet", T0, T0 + 2, step_s=2)
+        assert both.requests == 200 and both.requests_per_s == pytest.approx(100.0)
+        assert both.p99_ms == pytest.approx(10.0, rel=0.25)  # merged histograms
+        assert store.query("resnet", T0, T0 + 2, version=7) == []
+
+        latest = store.latest(now=T0 + 2)
+        assert [(p.model, p.version, p.ts) for p in latest] == [("bert", 2, T0),
+                                                                 ("resnet", 1, T0 + 1)]
+        assert store.latest("resnet", within_s=10, now=T0 + 100) == []
+
+
+def test_counts_are_exact_under_concurrent_recording(tmp_path: Path) -> None:
+    rec = MetricsRecorder(None)
+
+    def work(i: int) -> None:
+        for _ in range(5_000):
+            rec.record_request("m", i % 2, ok=True, rows=1, queue_ns=10, compute_ns=20,
+                               total_ns=30)
+            rec.record_batch("m", i % 2, 1, 20)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    sample = rec.flush(T0)
+    assert [(p.version, p.requests, p.batches) for p in sample.points] == [
+        (0, 10_000, 10_000), (1, 10_000, 10_000)]
+
+
+def _row(model: str, n: int, ns: int, version: int = 1) -> SecondRow:
+    h = hist.new_counts()
+    h[hist.bucket_of(ns)] = n
+    return SecondRow(model, version, n, 0, n, n, n, n * ns // 4, n * ns // 2, n * ns,
+                     list(h), list(h), list(h))
+
+
+def test_rollup_keeps_counts_and_percentiles(tmp_path: Path) -> None:
+    day = 86_400
+    with MetricsStore.open(tmp_path, rollup_after_s=day, retention_s=10 * day) as store:
+        start = T0 - 2 * day - T0 % 60  # a whole minute, two days back
+        for s in range(180):  # three minutes of per-second rows, slow ones in minute two
+            store.write(start + s, [_row("m", 10, 50_000 * US if s == 90 else 1_000 * US)])
+        store.write(T0 - 5, [_row("m", 3, 2_000 * US)])  # recent: must stay per-second
+        before = store.query("m", start, start + 180, step_s=60)
+        report = store.maintain(now=T0)
+        assert report.rolled_up_rows == 180
+        assert store.row_count() == 3 + 1
+        after = store.query("m", start, start + 180, step_s=1)  # raised to 60 s
+        assert [(p.ts, p.step_s, p.requests) for p in after] == [
+            (start, 60, 600), (start + 60, 60, 600), (start + 120, 60, 600)]
+        for b, a in zip(before, after, strict=True):
+            assert (b.requests, b.rows, b.batches, b.p50_ms, b.p99_ms) == (
+                a.requests, a.rows, a.batches, a.p50_ms, a.p99_ms)
+        assert after[1].p99_ms == pytest.approx(50.0, rel=0.25)
+        assert [p.step_s for p in store.query("m", T0 - 10, T0, step_s=1)] == [1]
+        assert store.maintain(now=T0).rolled_up_rows == 0
+
+
+def test_retention_deletes_old_rows(tmp_path: Path) -> None:
+    with MetricsStore.open(tmp_path, retention_s=3600, rollup_after_s=600) as store:
+        store.write(T0 - 7200, [_row("m", 1, 1000)])
+        store.write(T0 - 60, [_row("m", 1, 1000)])
+        assert store.maintain(now=T0).expired_rows == 1
+        assert [p.ts for p in store.query("m", 0, T0 + 1, step_s=1)] == [T0 - 60]
+
+
+def test_size_cap_deletes_oldest_and_shrinks_the_file(tmp_path: Path) -> None:
+    cap = 256 * 1024
+    with MetricsStore.open(tmp_path, max_bytes=10**9, retention_s=10**9,
+                           rollup_after_s=10**9) as store:
+        rng = random.Random(3)
+        for s in range(2_000):
+            rows = [_row(f"model-{k}", 5, rng.randint(1_000, 10**8)) for k in range(4)]
+            store.write(T0 + s, rows)
+        store.maintain(now=T0 + 2_000)  # checkpoint the WAL so sizes compare like for like
+        big = store.path.stat().st_size
+        assert store.used_bytes() > cap
+        store.max_bytes = cap
+        report = store.maintain(now=T0 + 2_000)
+        assert report.capped_rows > 0
+        assert store.used_bytes() <= cap
+        assert store.path.stat().st_size < big  # incremental vacuum gave pages back
+        newest = store.query("model-0", T0 + 1_990, T0 + 2_000, step_s=1)
+        assert len(newest) == 10  # the newest rows survive
+        assert store.query("model-0", T0, T0 + 10, step_s=1) == []
+
+
+def test_writer_thread_flushes_and_feeds_subscribers(tmp_path: Path) -> None:
+    store = MetricsStore.open(tmp_path)
+    rec = MetricsRecorder(store, system=SystemSampler(tmp_path))
+    seen: list[int] = []
+    unsubscribe = rec.subscribe(lambda s: seen.append(sum(p.requests for p in s.points)))
+    q, unsubscribe_q = rec.subscribe_queue(maxsize=2)
+    rec.start()
+    try:
+        deadline = time.monotonic() + 30
+        while sum(seen) < 30 and time.monotonic() < deadline:
+            _record(rec, "m", 1, [1_000 * US] * 10)
+            time.sleep(0.2)
+        assert sum(seen) >= 30
+        assert q.qsize() <= 2 and q.get(timeout=10).ts > 0
+        unsubscribe()
+        unsubscribe_q()
+    finally:
+        rec.stop()
+    total = sum(p.requests for p in store.query("m", 0, time.time() + 10, step_s=1))
+    assert total >= sum(seen)  # the final flush at stop() may add rows nobody watched
+    system = store.latest_system()
+    assert system is not None and system.rss_bytes > 0 and system.disk_free_bytes > 0
+    assert 0 <= system.mem_percent <= 100
+    store.close()
+
+
+def test_summary_renders_from_a_readonly_open_while_the_writer_has_it_open(
+        tmp_path: Path) -> None:
+    with MetricsStore.open(tmp_path) as store:
+        rec = MetricsRecorder(store, system=SystemSampler(tmp_path))
+        _record(rec, "resnet50", 3, [2_000 * US] * 40)
+        rec.record_batch("resnet50", 3, 8, 1_000)
+        rec.flush(T0 - 5)
+        out = io.StringIO()
+        shown = render_summary(tmp_path, Console(file=out, width=160), window_s=60, now=T0)
+        text = out.getvalue()
+        assert shown == 1
+        assert "resnet50" in text and "40" in text and "8.0" in text
+        assert "agent rss" in text
+    with pytest.raises(StateStoreError, match="no metrics database"):
+        render_summary(tmp_path / "nowhere", Console(file=io.StringIO()))
