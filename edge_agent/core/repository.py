@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import threading
 from collections.abc import Mapping
@@ -68,27 +67,10 @@ class _Model:
 
 
 def load_manifest(model_dir: Path) -> Manifest:
-    """The manifest of an extracted bundle, with every file's hash checked."""
-    try:
-        from packager.reader import load_extracted
-    except ImportError:
-        return _load_manifest_fallback(model_dir)
+    """The manifest of an extracted bundle, with every file's size and sha256 checked."""
+    from packager.reader import load_extracted
+
     return load_extracted(model_dir)
-
-
-def _load_manifest_fallback(model_dir: Path) -> Manifest:
-    # Used only while packager.reader is absent: same checks (sizes and sha256 of every file).
-    path = model_dir / "manifest.json"
-    if not path.is_file():
-        raise BackendError(f"{model_dir} holds no manifest.json; it is not an extracted bundle")
-    manifest = Manifest.from_json(path.read_bytes())
-    for entry in manifest.files:
-        f = model_dir / entry.path
-        if not f.is_file():
-            raise BackendError(f"{f} listed in the manifest is missing")
-        if hashlib.sha256(f.read_bytes()).hexdigest() != entry.sha256:
-            raise BackendError(f"{f} does not match the sha256 in the manifest")
-    return manifest
 
 
 class ModelRepository:
