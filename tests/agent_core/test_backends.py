@@ -1,0 +1,154 @@
+"""Backends and the registry on real bundles: parity, fallback, compile settings, instances."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_agent.backends import (
+    BackendOptions,
+    available_backends,
+    backend_available,
+    choose_backend,
+    load_backend,
+)
+from edge_agent.backends.openvino_backend import compile_config
+from edge_agent.core.repository import load_manifest
+from edge_agent.errors import BackendError, RuntimeMissingError
+from packager.manifest import Manifest
+from tests.agent_core.bundles import install, reference_outputs
+from tests.agent_core.conftest import Bundles
+
+
+@pytest.fixture(scope="module")
+def mlp_dir(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install(bundles.mlp_v1, tmp_path_factory.mktemp("backends"))
+
+
+@pytest.fixture(scope="module")
+def squeezenet_dir(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install(bundles.squeezenet, tmp_path_factory.mktemp("backends-sq"))
+
+
+def test_runtimes_installed_here_are_detected() -> None:
+    assert {"onnxruntime", "openvino"} <= set(available_backends())
+    assert not backend_available("no-such-backend")
+
+
+def test_primary_backend_is_chosen_and_fallback_used_when_runtime_missing(
+        mlp_dir: Path) -> None:
+    manifest = load_manifest(mlp_dir)
+    assert manifest.backend == "openvino" and choose_backend(manifest) == "openvino"
+    assert choose_backend(manifest, preferred="onnxruntime") == "onnxruntime"
+    trt = dataclasses.replace(manifest, backend="tensorrt", fallback_backend="onnxruntime")
+    if not backend_available("tensorrt"):
+        assert choose_backend(trt) == "onnxruntime"
+        backend = load_backend(mlp_dir, trt, BackendOptions())
+        try:
+            assert backend.name == "onnxruntime"
+        finally:
+            backend.close()
+    alone = dataclasses.replace(manifest, backend="tensorrt", fallback_backend=None)
+    if not backend_available("tensorrt"):
+        with pytest.raises(RuntimeMissingError, match=r"'tensorrt'.*installed: onnxruntime"):
+            choose_backend(alone)
+        with pytest.raises(RuntimeMissingError, match="tensorrt: runtime not installed"):
+            load_backend(mlp_dir, alone, BackendOptions())
+
+
+def test_missing_artifact_is_named(mlp_dir: Path) -> None:
+    manifest = load_manifest(mlp_dir)
+    no_ov = dataclasses.replace(manifest, artifacts={"onnxruntime": manifest.artifacts[
+        "onnxruntime"]})
+    with pytest.raises(BackendError, match="has no 'openvino' artifact"):
+        load_backend(mlp_dir, no_ov, BackendOptions())
+
+
+@pytest.fixture(scope="module", params=["onnxruntime", "openvino"])
+def backend_and_manifest(request: pytest.FixtureRequest, mlp_dir: Path
+                         ) -> Iterator[tuple[object, Manifest]]:
+    manifest = load_manifest(mlp_dir)
+    backend = load_backend(mlp_dir, manifest, BackendOptions(instances=2, threads=1),
+                           preferred=request.param)
+    try:
+        yield backend, manifest
+    finally:
+        backend.close()
+
+
+def test_direct_inference_matches_the_source(backend_and_manifest, bundles: Bundles) -> None:
+    backend, manifest = backend_and_manifest
+    assert backend.inputs == manifest.inputs and backend.outputs == manifest.outputs
+    x = np.random.default_rng(7).standard_normal((6, 64)).astype(np.float32)
+    out = backend.infer({"input": x}, 1)
+    ref = reference_outputs(bundles.mlp_v1_onnx, {"input": x})
+    np.testing.assert_allclose(out["probs"], ref["probs"], rtol=1e-4, atol=1e-5)
+
+
+def test_instances_run_concurrently_and_keep_results_apart(backend_and_manifest,
+                                                           bundles: Bundles) -> None:
+    backend, _ = backend_and_manifest
+    xs = [np.random.default_rng(i).standard_normal((4, 64)).astype(np.float32) for i in (1, 2)]
+    refs = [reference_outputs(bundles.mlp_v1_onnx, {"input": x})["probs"] for x in xs]
+    bad: list[int] = []
+
+    def run(i: int) -> None:
+        for _ in range(200):
+            out = backend.infer({"input": xs[i]}, i)["probs"]
+            if not np.allclose(out, refs[i], rtol=1e-4, atol=1e-5):
+                bad.append(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not bad
+
+
+def test_outputs_are_not_overwritten_by_the_next_execution(backend_and_manifest) -> None:
+    backend, _ = backend_and_manifest
+    a = np.full((2, 64), 0.5, np.float32)
+    first = backend.infer({"input": a}, 0)["probs"].copy()
+    kept = backend.infer({"input": a}, 0)["probs"]
+    backend.infer({"input": np.full((2, 64), -3.0, np.float32)}, 0)
+    np.testing.assert_array_equal(kept, first)
+
+
+def test_squeezenet_on_both_backends_matches_the_source(squeezenet_dir: Path,
+                                                        bundles: Bundles) -> None:
+    manifest = load_manifest(squeezenet_dir)
+    x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    ref = reference_outputs(bundles.squeezenet_onnx, {"data_0": x})["softmaxout_1"]
+    for name in ("onnxruntime", "openvino"):
+        backend = load_backend(squeezenet_dir, manifest, BackendOptions(), preferred=name)
+        try:
+            out = backend.infer({"data_0": np.repeat(x, 3, axis=0)})["softmaxout_1"]
+            assert out.shape == (3, 1000, 1, 1)
+            for row in range(3):
+                np.testing.assert_allclose(out[row:row + 1], ref, rtol=1e-3, atol=1e-5)
+        finally:
+            backend.close()
+
+
+def test_openvino_compile_settings_follow_instances(mlp_dir: Path) -> None:
+    assert compile_config("CPU", 1, 0) == {"PERFORMANCE_HINT": "LATENCY"}
+    assert compile_config("CPU", 3, 2) == {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "3",
+                                           "INFERENCE_NUM_THREADS": "2"}
+    assert "NUM_STREAMS" not in compile_config("AUTO", 2, 0)
+    manifest = load_manifest(mlp_dir)
+    backend = load_backend(mlp_dir, manifest, BackendOptions(instances=2), preferred="openvino")
+    try:
+        assert backend.device == "CPU"
+        compiled = backend._compiled
+        assert str(compiled.get_property("PERFORMANCE_HINT")) == "THROUGHPUT"
+        assert int(compiled.get_property("NUM_STREAMS")) == 2
+    finally:
+        backend.close()
+    with pytest.raises(RuntimeMissingError, match="'GPU' is not present"):
+        load_backend(mlp_dir, manifest, BackendOptions(device="GPU"), preferred="openvino")

@@ -1,0 +1,110 @@
+"""Merge/split, batch formation and the observer hook of the dynamic batcher."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_agent.backends import BackendOptions, load_backend
+from edge_agent.core.batcher import DynamicBatcher
+from edge_agent.core.batching import merge_inputs, split_outputs
+from edge_agent.core.repository import load_manifest
+from edge_agent.errors import ModelUnavailableError
+from packager.manifest import BatchingConfig
+from tests.agent_core.bundles import install, reference_outputs
+from tests.agent_core.conftest import Bundles
+
+
+def test_merge_concatenates_in_order_and_split_returns_each_callers_rows() -> None:
+    a = {"x": np.arange(6).reshape(2, 3), "y": np.array([[1], [2]])}
+    b = {"x": np.arange(6, 9).reshape(1, 3), "y": np.array([[3]])}
+    merged = merge_inputs([a, b], ["x", "y"])
+    np.testing.assert_array_equal(merged["x"], np.arange(9).reshape(3, 3))
+    np.testing.assert_array_equal(merged["y"], [[1], [2], [3]])
+    parts = split_outputs({"z": merged["x"] * 10}, [2, 1])
+    np.testing.assert_array_equal(parts[0]["z"], a["x"] * 10)
+    np.testing.assert_array_equal(parts[1]["z"], b["x"] * 10)
+    assert merge_inputs([a], ["x", "y"]) is a  # one request: no copy
+
+
+class CountingObserver:
+    """A real in-memory InferenceObserver that keeps every call."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, int, bool, int]] = []
+        self.batches: list[tuple[str, int, int]] = []
+
+    def record_request(self, model: str, version: int, *, ok: bool, rows: int, queue_ns: int,
+                       compute_ns: int, total_ns: int) -> None:
+        assert queue_ns >= 0 and compute_ns >= 0 and total_ns >= queue_ns
+        with self.lock:
+            self.requests.append((model, version, ok, rows))
+
+    def record_batch(self, model: str, version: int, batch_size: int, compute_ns: int) -> None:
+        with self.lock:
+            self.batches.append((model, version, batch_size))
+
+
+@pytest.fixture(scope="module")
+def mlp(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    d: Path = install(bundles.mlp_v1, tmp_path_factory.mktemp("batching"))
+    manifest = load_manifest(d)
+    backend = load_backend(d, manifest, BackendOptions(), preferred="onnxruntime")
+    try:
+        yield backend, bundles.mlp_v1_onnx
+    finally:
+        backend.close()
+
+
+def test_batches_form_under_load_and_the_observer_sees_every_request(mlp) -> None:
+    backend, onnx_path = mlp
+    observer = CountingObserver()
+    config = BatchingConfig(max_batch_size=8, preferred_batch_sizes=(8,),
+                            max_queue_delay_us=2000, instances=1, max_queue_size=1000)
+    batcher = DynamicBatcher(backend, model="mlp", version=1, config=config, observer=observer)
+    xs = [np.random.default_rng(i).standard_normal((1 + i % 3, 64)).astype(np.float32)
+          for i in range(60)]
+    refs = reference_outputs(onnx_path, {"input": np.concatenate(xs)})["probs"]
+    try:
+        futures = [batcher.submit({"input": x}, len(x), request_id=str(i))
+                   for i, x in enumerate(xs)]
+        start = 0
+        for i, (x, fut) in enumerate(zip(xs, futures, strict=True)):
+            result = fut.result(60)
+            assert result.id == str(i) and result.version == 1
+            np.testing.assert_allclose(result.outputs["probs"], refs[start:start + len(x)],
+                                       rtol=1e-4, atol=1e-5)
+            start += len(x)
+    finally:
+        assert batcher.close(30)
+    stats = batcher.stats
+    assert stats.inference_count == sum(len(x) for x in xs)
+    assert stats.success.count == 60 and stats.fail.count == 0
+    assert all(size <= 8 for size in stats.batch_stats)
+    assert stats.execution_count < 60 and max(stats.batch_stats) > 3
+    assert len(observer.requests) == 60 and all(ok for _, _, ok, _ in observer.requests)
+    assert sum(rows for *_, rows in observer.requests) == stats.inference_count
+    assert sum(size for *_, size in observer.batches) == stats.inference_count
+    assert len(observer.batches) == stats.execution_count
+
+
+def test_single_caller_runs_inline_without_waiting_for_the_queue_delay(mlp) -> None:
+    backend, _ = mlp
+    config = BatchingConfig(max_batch_size=8, max_queue_delay_us=10_000_000, instances=1,
+                            max_queue_size=10)
+    batcher = DynamicBatcher(backend, model="mlp", version=1, config=config)
+    try:
+        x = np.zeros((2, 64), np.float32)
+        fut = batcher.submit({"input": x}, 2, caller_runs=True)
+        assert fut.done()  # ran on this thread: an idle instance and an empty queue
+        # through a worker, a lone request does not wait the 10 s delay either
+        assert batcher.submit({"input": x}, 2).result(5).outputs["probs"].shape == (2, 10)
+    finally:
+        batcher.close(5)
+    with pytest.raises(ModelUnavailableError, match="unloading"):
+        batcher.submit({"input": x}, 2)
