@@ -6,6 +6,7 @@ source checkout (``<repo>/device_profiles``).
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,10 +51,15 @@ class DeviceProfile:
     path: Path | None = None
 
 
+PROFILE_PATH_ENV = "EDGE_PACK_PROFILE_PATH"
+
+
 def profile_dirs() -> list[Path]:
-    """Directories searched for ``*.toml`` profiles, in order (wheel install, then checkout)."""
+    """Directories searched for ``*.toml`` profiles, in order: ``$EDGE_PACK_PROFILE_PATH``
+    (os.pathsep-separated, for your own profiles), the installed wheel, the source checkout."""
     pkg = Path(__file__).resolve().parent
-    dirs = [pkg / "device_profiles", pkg.parent / "device_profiles"]
+    extra = [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p]
+    dirs = [*extra, pkg / "device_profiles", pkg.parent / "device_profiles"]
     return [d for d in dirs if d.is_dir()]
 
 
@@ -89,6 +95,10 @@ def parse_profile_file(path: Path) -> DeviceProfile:
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc.strerror}") from exc
     return _Validator(path).profile(data)
+
+
+_TOP_KEYS = {"name", "description", "arch", "backend", "precision", "fallback_backend",
+             "batching", "parity", "options"}
 
 
 class _Validator:
@@ -136,6 +146,10 @@ class _Validator:
         return value
 
     def profile(self, data: dict[str, Any]) -> DeviceProfile:
+        unknown = sorted(set(data) - _TOP_KEYS)
+        if unknown:
+            raise ProfileError(f"{self.path}: unknown key {unknown[0]!r} (expected keys: "
+                               + ", ".join(sorted(_TOP_KEYS)) + ")")
         name = self.get(data, "name")
         if name != self.path.stem:
             raise self.fail("name", f"the file name without .toml ({self.path.stem!r})", name)

@@ -82,6 +82,7 @@ class BundleReader:
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise BundleError(f"{self.path}: not a bundle (unreadable or truncated tar: "
                               f"{exc})") from exc
+        self._check_end_marker(members)
         if not members or len(members) > MAX_MEMBERS:
             raise BundleError(f"{self.path}: not a bundle (empty archive or more than "
                               f"{MAX_MEMBERS} members)")
@@ -111,6 +112,19 @@ class BundleReader:
         extra = sorted(set(names) - listed)
         if extra:
             raise BundleError(f"{self.path}: member {extra[0]!r} is not listed in the manifest")
+
+    def _check_end_marker(self, members: list[tarfile.TarInfo]) -> None:
+        """A complete tar ends with two zero blocks after the last member's padded data."""
+        if not members:
+            return
+        last = members[-1]
+        end = last.offset_data + -(-last.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+        assert self._fh is not None
+        self._fh.seek(end)
+        marker = self._fh.read(2 * tarfile.BLOCKSIZE)
+        if len(marker) != 2 * tarfile.BLOCKSIZE or marker.strip(b"\0"):
+            raise BundleError(f"{self.path}: not a bundle (truncated: the tar end-of-archive "
+                              "marker is missing)")
 
     def _check_member(self, m: tarfile.TarInfo) -> None:
         try:

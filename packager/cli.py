@@ -1,0 +1,219 @@
+"""``edge-pack``: the command line over packager's library (build, inspect, verify, keys)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from packager import __version__
+from packager.errors import PackagerError
+
+_EPILOG_MAIN = """\
+examples:
+  edge-pack keygen --out keys/
+  edge-pack profiles
+  edge-pack build model.onnx --name resnet --version 3 \\
+      --profile x86_64-cpu-openvino --profile jetson-orin-tensorrt \\
+      --key keys/edge-pack.key --dynamic-batch --out dist/
+  edge-pack inspect dist/resnet-3-x86_64-cpu-openvino.edgepkg
+  edge-pack verify dist/resnet-3-x86_64-cpu-openvino.edgepkg --pubkey keys/edge-pack.pub
+"""
+
+_EPILOG_BUILD = """\
+One bundle per profile is written as OUT/NAME-VERSION-PROFILE.edgepkg and its path printed.
+Versions are positive integers; the agent orders versions by them (rollback goes to the
+previous one). Nothing is written to OUT unless every profile builds and passes parity.
+
+examples:
+  edge-pack build mlp.onnx --name mlp --version 1 --profile x86_64-cpu-onnxruntime --out dist/
+  edge-pack build squeezenet.onnx --name squeezenet --version 2 --dynamic-batch --max-batch 16 \\
+      --profile x86_64-cpu-openvino --profile arm64-cpu-onnxruntime-int8 \\
+      --key keys/edge-pack.key --out dist/
+"""
+
+_EPILOG_VERIFY = """\
+Checks every file's sha256 against the manifest and, with --pubkey, the Ed25519 signature of
+manifest.json. Any changed byte fails with a message naming what differs (exit code 1).
+
+examples:
+  edge-pack verify dist/mlp-1-x86_64-cpu-onnxruntime.edgepkg --pubkey keys/edge-pack.pub
+  edge-pack verify dist/mlp-1-x86_64-cpu-onnxruntime.edgepkg          # hashes only
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="edge-pack", formatter_class=fmt, epilog=_EPILOG_MAIN,
+        description="Turn one ONNX model into signed, versioned, parity-checked bundles, "
+                    "one per device profile.")
+    p.add_argument("--version", action="version", version=f"edge-pack {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    k = sub.add_parser("keygen", help="write an Ed25519 signing key pair",
+                       formatter_class=fmt, description="Write DIR/edge-pack.key (private, "
+                       "mode 0600) and DIR/edge-pack.pub (give this one to agents).",
+                       epilog="example:\n  edge-pack keygen --out keys/\n")
+    k.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory for keys")
+
+    b = sub.add_parser("build", help="convert a model and write one bundle per profile",
+                       formatter_class=fmt, epilog=_EPILOG_BUILD,
+                       description="Validate MODEL.onnx, convert it per profile, check numerical "
+                                   "parity, and write signed bundles.")
+    b.add_argument("model", type=Path, metavar="MODEL.onnx", help="the source ONNX model")
+    b.add_argument("--name", required=True, help="model name (letters, digits, _ . -)")
+    b.add_argument("--version", required=True, dest="model_version", metavar="N",
+                   help="model version, a positive integer")
+    b.add_argument("--profile", required=True, action="append", dest="profiles", metavar="P",
+                   help="device profile (repeat for several; see `edge-pack profiles`)")
+    b.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory")
+    b.add_argument("--key", type=Path, metavar="PRIVATE_KEY",
+                   help="Ed25519 private key to sign with (unsigned bundles are marked so)")
+    b.add_argument("--dynamic-batch", action="store_true",
+                   help="turn a fixed leading batch dim of 1 into a dynamic one")
+    b.add_argument("--max-batch", metavar="N", help="override the profile's max batch size")
+    b.add_argument("--allow-parity-failure", action="store_true",
+                   help="write bundles even when parity is past the profile's tolerance")
+    b.add_argument("--quiet", action="store_true", help="no progress display")
+
+    i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
+                       epilog="examples:\n  edge-pack inspect dist/mlp-1-x86_64-cpu-openvino."
+                              "edgepkg\n  edge-pack inspect BUNDLE --json | jq .parity\n")
+    i.add_argument("bundle", type=Path, metavar="BUNDLE")
+    i.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+    v = sub.add_parser("verify", help="check a bundle's file hashes and signature",
+                       formatter_class=fmt, epilog=_EPILOG_VERIFY)
+    v.add_argument("bundle", type=Path, metavar="BUNDLE")
+    v.add_argument("--pubkey", type=Path, action="append", default=[], metavar="KEY",
+                   help="trusted Ed25519 public key (repeatable); required for signed bundles "
+                        "to count as verified")
+
+    pr = sub.add_parser("profiles", help="list the device profiles", formatter_class=fmt,
+                        epilog="examples:\n  edge-pack profiles\n  edge-pack profiles --json\n")
+    pr.add_argument("--json", action="store_true", help="print the profiles as JSON")
+    return p
+
+
+def _positive_int(text: str | None, what: str) -> int | None:
+    from packager.errors import UsageError
+
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{what} {text!r} must be a positive integer") from None
+    if value < 1:
+        raise UsageError(f"{what} {text!r} must be a positive integer")
+    return value
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from packager.signing import generate_keypair
+
+    priv, pub = generate_keypair(args.out)
+    print(f"private key: {priv}  (keep it secret; pass it to `edge-pack build --key`)")
+    print(f"public key:  {pub}  (give it to agents and to `edge-pack verify --pubkey`)")
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from packager.build import build_bundles, check_version
+
+    version = check_version(args.model_version)
+    max_batch = _positive_int(args.max_batch, "--max-batch")
+    kwargs = dict(name=args.name, version=version, profiles=args.profiles, out_dir=args.out,
+                  key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
+                  allow_parity_failure=args.allow_parity_failure)
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if args.quiet or not console.is_terminal:
+        paths = build_bundles(args.model, **kwargs)  # type: ignore[arg-type]
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=console, transient=True) as progress:
+            paths = build_bundles(args.model, progress=progress, **kwargs)  # type: ignore[arg-type]
+    for p in paths:
+        print(p)
+    if args.key is None:
+        print("note: bundles are unsigned (pass --key to sign them)", file=sys.stderr)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from packager.reader import open_bundle
+
+    with open_bundle(args.bundle) as reader:
+        m, signed = reader.manifest, reader.signed
+    if args.json:
+        print(json.dumps({"signed": signed, "manifest": m.to_dict()}, indent=2, sort_keys=True))
+        return 0
+    from packager.inspect_view import render_manifest
+
+    render_manifest(m, signed, args.bundle)
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from packager.reader import open_bundle
+
+    with open_bundle(args.bundle) as reader:
+        reader.verify_files()
+        n = len(reader.manifest.files)
+        if args.pubkey:
+            kid = reader.verify_signature(args.pubkey)
+            print(f"OK: {args.bundle}: {n} files match the manifest; signature valid "
+                  f"(key {kid})")
+        elif reader.signed:
+            reader.verify_signature(allow_unsigned=True)  # canonical manifest check
+            print(f"OK: {args.bundle}: {n} files match the manifest; signed, but the "
+                  "signature was NOT checked (pass --pubkey KEY)")
+        else:
+            reader.verify_signature(allow_unsigned=True)
+            print(f"OK: {args.bundle}: {n} files match the manifest; the bundle is UNSIGNED")
+    return 0
+
+
+def _cmd_profiles(args: argparse.Namespace) -> int:
+    from packager.profiles import list_profiles
+
+    profiles = list_profiles()
+    if args.json:
+        import dataclasses
+
+        rows = [{k: (str(v) if isinstance(v, Path) else v)
+                 for k, v in dataclasses.asdict(p).items()} for p in profiles]
+        print(json.dumps(rows, indent=2, default=list))
+        return 0
+    from packager.inspect_view import render_profiles
+
+    render_profiles(profiles)
+    return 0
+
+
+_COMMANDS = {"keygen": _cmd_keygen, "build": _cmd_build, "inspect": _cmd_inspect,
+             "verify": _cmd_verify, "profiles": _cmd_profiles}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``edge-pack`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except PackagerError as exc:
+        print(f"edge-pack: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("edge-pack: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Readable rich tables for ``edge-pack inspect`` and ``edge-pack profiles``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from packager.manifest import Manifest
+from packager.profiles import DeviceProfile
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join("?" if d < 0 else str(d) for d in shape) + "]"
+
+
+def _num(x: object) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else "-" if x is None else str(x)
+
+
+def render_manifest(m: Manifest, signed: bool, path: Path, console: Console | None = None) -> None:
+    """Print a bundle's manifest as a few tables."""
+    console = console or Console()
+    head = Table(title=f"{path.name}", show_header=False, title_justify="left")
+    head.add_column(style="bold")
+    head.add_column()
+    b = m.batching
+    rows = [
+        ("model", f"{m.name} version {m.version}"),
+        ("profile", f"{m.profile} ({m.arch})"),
+        ("backend", f"{m.backend} {m.precision}"
+                    + (f", fallback {m.fallback_backend}" if m.fallback_backend else "")),
+        ("signed", "yes" if signed else "NO (unsigned bundle)"),
+        ("batching", "unbatched" if b.max_batch_size == 0 else
+         f"max {b.max_batch_size}, preferred {list(b.preferred_batch_sizes)}, "
+         f"queue delay {b.max_queue_delay_us} us, instances {b.instances}"),
+        ("source", f"{m.source_name} sha256 {m.source_sha256[:16]}..."),
+        ("created", m.created),
+        ("toolchain", ", ".join(f"{k} {v}" for k, v in sorted(m.toolchain.items()))),
+        ("format", str(m.format_version)),
+    ]
+    for k, v in rows:
+        head.add_row(k, v)
+    console.print(head)
+
+    io = Table(title="IO signature", title_justify="left")
+    for col in ("", "name", "datatype", "shape"):
+        io.add_column(col)
+    for kind, specs in (("input", m.inputs), ("output", m.outputs)):
+        for t in specs:
+            io.add_row(kind, t.name, t.datatype, _shape(t.shape))
+    console.print(io)
+
+    art = Table(title="artifacts", title_justify="left")
+    for col in ("backend", "entry", "options"):
+        art.add_column(col)
+    for backend, entry in sorted(m.artifacts.items()):
+        opts = m.backend_options.get(backend, {})
+        art.add_row(backend, entry, ", ".join(f"{k}={v}" for k, v in sorted(opts.items())))
+    console.print(art)
+
+    par = Table(title=f"parity ({'passed' if m.parity.get('passed') else 'FAILED'})",
+                title_justify="left")
+    for col in ("artifact", "batch sizes", "max abs err", "max rel err", "top-1", "ok"):
+        par.add_column(col)
+    for backend, rep in sorted(m.parity.get("artifacts", {}).items()):
+        par.add_row(backend, str(rep.get("batch_sizes")), _num(rep.get("max_abs_error")),
+                    _num(rep.get("max_rel_error")), _num(rep.get("top1_agreement")),
+                    "yes" if rep.get("passed") else "NO")
+    for backend, why in sorted(m.parity.get("skipped", {}).items()):
+        par.add_row(backend, "-", "-", "-", "-", f"skipped: {why}")
+    console.print(par)
+
+    files = Table(title="files", title_justify="left")
+    for col in ("path", "bytes", "sha256"):
+        files.add_column(col)
+    for f in m.files:
+        files.add_row(f.path, str(f.size), f.sha256[:16] + "...")
+    console.print(files)
+
+
+def render_profiles(profiles: list[DeviceProfile], console: Console | None = None) -> None:
+    """Print the device profiles as one table."""
+    console = console or Console()
+    t = Table(title="device profiles", title_justify="left")
+    for col in ("name", "arch", "backend", "precision", "fallback", "batching", "instances",
+                "parity tol"):
+        t.add_column(col)
+    for p in profiles:
+        b = p.batching
+        t.add_row(p.name, p.arch, p.backend, p.precision, p.fallback_backend or "-",
+                  f"max {b.max_batch_size} pref {list(b.preferred_batch_sizes)} "
+                  f"delay {b.max_queue_delay_us}us",
+                  str(b.instances), f"atol {p.parity.atol:g} rtol {p.parity.rtol:g}")
+    console.print(t)
