@@ -6,6 +6,7 @@ naming the entry file the agent's backend loads. Runtimes are imported lazily.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,7 +130,12 @@ def _to_onnxruntime(src: Path, model: onnx.ModelProto, out_dir: Path, precision:
             optimized = tmp / "optimized.onnx"
             # basic rewrites fold constants (e.g. ConstantOfShape weights) into initializers
             _ort_optimize(upgraded, optimized, "basic")
-            quantize_dynamic(str(optimized), str(entry), weight_type=QuantType.QInt8)
+            # the quantizer warns on the root logger about pre-processing (done above)
+            logging.disable(logging.WARNING)
+            try:
+                quantize_dynamic(str(optimized), str(entry), weight_type=QuantType.QInt8)
+            finally:
+                logging.disable(logging.NOTSET)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         level = "basic"
