@@ -1,0 +1,111 @@
+"""mDNS advertisement and browsing with real zeroconf, bound to 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from console.discovery import AgentBrowser, DiscoveryEvent
+from edge_agent.discovery import SERVICE_TYPE, Advertiser, AgentAdvert
+from edge_agent.errors import ConfigError
+
+LOOPBACK = ["127.0.0.1"]
+DEADLINE_S = 20
+
+
+def _advert(n: int, **kw: object) -> AgentAdvert:
+    base = dict(id=f"test-{n}-{id(kw):x}", name=f"bench-{n}", arch="x86_64",
+                profile="x86_64-cpu-onnxruntime", mgmt_port=50_000 + n, grpc_port=51_000 + n)
+    base.update(kw)
+    return AgentAdvert(**base)  # type: ignore[arg-type]
+
+
+async def _next(events: AsyncIterator[DiscoveryEvent], kind: str,
+                agent_id: str) -> DiscoveryEvent:
+    async def wait() -> DiscoveryEvent:
+        async for event in events:
+            if event.kind == kind and event.agent.id == agent_id:
+                return event
+        raise AssertionError("the browser stopped")
+
+    return await asyncio.wait_for(wait(), DEADLINE_S)
+
+
+async def test_advertise_update_and_vanish() -> None:
+    advert = _advert(1)
+    async with AgentBrowser(interfaces=LOOPBACK) as browser:
+        events = browser.events()
+        advertiser = Advertiser(advert, interfaces=LOOPBACK)
+        await advertiser.start()
+        try:
+            added = (await _next(events, "added", advert.id)).agent
+            assert (added.name, added.host, added.port) == ("bench-1", "127.0.0.1", 50_001)
+            assert (added.arch, added.profile, added.api, added.grpc_port) == (
+                "x86_64", "x86_64-cpu-onnxruntime", "1", 51_001)
+            assert added.txt["mgmt"] == "50001"
+            assert added.service_name == advertiser.service_name
+            assert added.service_name.endswith(SERVICE_TYPE)
+
+            await advertiser.update(profile="x86_64-cpu-openvino", models=("resnet:3", "bert:1"))
+            updated = (await _next(events, "updated", advert.id)).agent
+            assert updated.profile == "x86_64-cpu-openvino"
+            assert updated.txt["models"] == "resnet:3,bert:1"
+            assert [a.profile for a in browser.agents()] == ["x86_64-cpu-openvino"]
+        finally:
+            await advertiser.stop()
+        removed = (await _next(events, "removed", advert.id)).agent
+        assert removed.id == advert.id
+        assert browser.agents() == []
+
+
+async def test_two_advertisers_at_once() -> None:
+    a, b = _advert(2), _advert(3, arch="aarch64", profile="arm64-cpu-onnxruntime")
+    seen: list[DiscoveryEvent] = []
+    async with AgentBrowser(interfaces=LOOPBACK, on_event=seen.append) as browser:
+        events = browser.events()
+        async with Advertiser(a, interfaces=LOOPBACK), Advertiser(b, interfaces=LOOPBACK):
+            first = await _next(events, "added", a.id)
+            second = await _next(events, "added", b.id)
+            assert first.agent.port != second.agent.port
+            assert second.agent.arch == "aarch64"
+            assert {x.id for x in browser.agents()} == {a.id, b.id}
+        await asyncio.wait_for(_wait_until(lambda: not browser.agents()), DEADLINE_S)
+    assert {e.agent.id for e in seen if e.kind == "removed"} == {a.id, b.id}
+
+
+async def _wait_until(cond: Callable[[], bool]) -> None:
+    while not cond():
+        await asyncio.sleep(0.05)
+
+
+async def test_events_iterator_ends_when_the_browser_stops() -> None:
+    browser = AgentBrowser(interfaces=LOOPBACK)
+    await browser.start()
+    collected: list[DiscoveryEvent] = []
+
+    async def drain() -> None:
+        async for e in browser.events():
+            collected.append(e)
+
+    task = asyncio.create_task(drain())
+    await asyncio.sleep(0)
+    await browser.stop()
+    await asyncio.wait_for(task, DEADLINE_S)
+    assert all(isinstance(e, DiscoveryEvent) for e in collected)
+
+
+def test_bad_interface_and_identity_change_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="IPv4"):
+        Advertiser(_advert(4), interfaces=["eth0"])
+    adv = Advertiser(_advert(5), interfaces=LOOPBACK)
+    with pytest.raises(ConfigError, match="cannot change"):
+        asyncio.run(adv.update(name="other"))
+
+
+def test_long_model_lists_are_truncated_to_fit_a_txt_string() -> None:
+    models = tuple(f"model-number-{i}:{i}" for i in range(40))
+    txt = _advert(6, models=models).txt()
+    assert len(txt["models"].encode()) <= 255 - len("models=")
+    assert txt["models"].endswith(",...") and txt["models"].startswith("model-number-0:0,")
