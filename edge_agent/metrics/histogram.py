@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 SUB_BITS = 2
 SUBS = 1 << SUB_BITS  # sub-buckets per octave
 MIN_BITS = 11  # durations with bit_length < 11 (< 1024 ns) go to bucket 0
@@ -20,9 +22,9 @@ NUM_BUCKETS = 1 + (MAX_BITS - MIN_BITS + 1) * SUBS
 
 def bucket_of(ns: int) -> int:
     """The bucket index of a duration in nanoseconds (the recorder inlines this arithmetic)."""
-    b = ns.bit_length()
-    if b < MIN_BITS:
+    if ns < (1 << (MIN_BITS - 1)):  # also negative durations (clock steps)
         return 0
+    b = ns.bit_length()
     if b > MAX_BITS:
         return NUM_BUCKETS - 1
     return ((b - MIN_BITS) << SUB_BITS) + ((ns >> (b - 1 - SUB_BITS)) & (SUBS - 1)) + 1
@@ -93,3 +95,13 @@ def merged(blobs: Iterable[bytes | None]) -> list[int]:
                 if i < NUM_BUCKETS:
                     counts[i] += c
     return counts
+
+
+def buckets_of(ns: np.ndarray) -> np.ndarray:
+    """Vectorized :func:`bucket_of` for an int64 array of nanosecond durations."""
+    ns = np.asarray(ns, dtype=np.int64)
+    mantissa, exp = np.frexp(ns.astype(np.float64))  # ns = m * 2**e, 0.5 <= m < 1: e = bit_length
+    sub = ((mantissa * 2.0 - 1.0) * SUBS).astype(np.int64)
+    idx = ((exp.astype(np.int64) - MIN_BITS) << SUB_BITS) + sub + 1
+    idx = np.where(exp > MAX_BITS, NUM_BUCKETS - 1, idx)
+    return np.where(ns < (1 << (MIN_BITS - 1)), 0, idx)

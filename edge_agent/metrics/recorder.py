@@ -1,9 +1,10 @@
-"""The metrics recorder: in-memory counters on the hot path, a writer thread flushing each second.
+"""The metrics recorder: a deque append on the hot path, a writer thread aggregating each second.
 
 :class:`MetricsRecorder` implements :class:`edge_agent.core.observer.InferenceObserver`. Its
-``record_*`` methods take one short uncontended lock and do integer arithmetic only; once a
-second the writer thread swaps the counters out, writes them to the :class:`MetricsStore`
-(one row per model version), samples the system, and feeds live subscribers.
+``record_*`` methods only append one tuple to a ``collections.deque`` (atomic under the GIL, no
+lock); once a second the writer thread drains the deques, aggregates them with numpy into one
+row per model version (counters and latency histograms), writes them to the
+:class:`MetricsStore`, samples the system, and feeds live subscribers.
 
 Wiring::
 
@@ -24,23 +25,18 @@ import math
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edge_agent.metrics import histogram as hist
+from edge_agent.metrics.aggregate import BatchRecord, RequestRecord, aggregate
 from edge_agent.metrics.store import MetricPoint, MetricsStore, SecondRow, make_point
 from edge_agent.metrics.system import SystemSample, SystemSampler
 
 log = logging.getLogger(__name__)
 
-_NB_LAST = hist.NUM_BUCKETS - 1
-_MIN_BITS = hist.MIN_BITS
-_MAX_BITS = hist.MAX_BITS
-_SHIFT_BACK = 1 + hist.SUB_BITS
-_SUB_MASK = hist.SUBS - 1
-_SUB_BITS = hist.SUB_BITS
-_OFFSET = (hist.MIN_BITS << hist.SUB_BITS) - 1  # so index = (b << SUB_BITS) - _OFFSET + sub
-assert hist.bucket_of(1 << 20) == ((21 << _SUB_BITS) - _OFFSET)  # the inlined arithmetic
+#: Requests buffered between two flushes at most (10 s at 100k req/s); beyond, the oldest drop.
+MAX_BUFFERED = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,20 +46,6 @@ class LiveSample:
     ts: int
     points: tuple[MetricPoint, ...]
     system: SystemSample | None
-
-
-class _Acc:
-    """Counters of one model version for the current interval."""
-
-    __slots__ = ("batch_rows", "batches", "compute_sum", "errors", "hc", "hq", "ht",
-                 "queue_sum", "requests", "rows", "total_sum")
-
-    def __init__(self) -> None:
-        self.requests = self.errors = self.rows = self.batches = self.batch_rows = 0
-        self.queue_sum = self.compute_sum = self.total_sum = 0
-        self.hq = hist.new_counts()
-        self.hc = hist.new_counts()
-        self.ht = hist.new_counts()
 
 
 class MetricsRecorder:
@@ -79,8 +61,8 @@ class MetricsRecorder:
         self.store = store
         self.system = system
         self.maintenance_every_s = maintenance_every_s
-        self._lock = threading.Lock()
-        self._cur: dict[tuple[str, int], _Acc] = {}
+        self._requests: deque[RequestRecord] = deque(maxlen=MAX_BUFFERED)
+        self._batches: deque[BatchRecord] = deque(maxlen=MAX_BUFFERED)
         self._subs_lock = threading.Lock()
         self._subs: list[Callable[[LiveSample], None]] = []
         self._stop = threading.Event()
@@ -91,37 +73,12 @@ class MetricsRecorder:
 
     def record_request(self, model: str, version: int, *, ok: bool, rows: int, queue_ns: int,
                        compute_ns: int, total_ns: int) -> None:
-        """Count one finished request (durations are int nanoseconds)."""
-        with self._lock:
-            acc = self._cur.get((model, version))
-            if acc is None:
-                acc = self._cur[(model, version)] = _Acc()
-            acc.requests += 1
-            if not ok:
-                acc.errors += 1
-            acc.rows += rows
-            acc.queue_sum += queue_ns
-            acc.compute_sum += compute_ns
-            acc.total_sum += total_ns
-            b = queue_ns.bit_length()
-            acc.hq[0 if b < _MIN_BITS else _NB_LAST if b > _MAX_BITS else
-                   (b << _SUB_BITS) - _OFFSET + ((queue_ns >> (b - _SHIFT_BACK)) & _SUB_MASK)] += 1
-            b = compute_ns.bit_length()
-            acc.hc[0 if b < _MIN_BITS else _NB_LAST if b > _MAX_BITS else
-                   (b << _SUB_BITS) - _OFFSET + ((compute_ns >> (b - _SHIFT_BACK)) & _SUB_MASK)
-                   ] += 1
-            b = total_ns.bit_length()
-            acc.ht[0 if b < _MIN_BITS else _NB_LAST if b > _MAX_BITS else
-                   (b << _SUB_BITS) - _OFFSET + ((total_ns >> (b - _SHIFT_BACK)) & _SUB_MASK)] += 1
+        """Buffer one finished request (durations in int nanoseconds)."""
+        self._requests.append((model, version, ok, rows, queue_ns, compute_ns, total_ns))
 
     def record_batch(self, model: str, version: int, batch_size: int, compute_ns: int) -> None:
-        """Count one backend execution of ``batch_size`` rows."""
-        with self._lock:
-            acc = self._cur.get((model, version))
-            if acc is None:
-                acc = self._cur[(model, version)] = _Acc()
-            acc.batches += 1
-            acc.batch_rows += batch_size
+        """Buffer one backend execution of ``batch_size`` rows."""
+        self._batches.append((model, version, batch_size, compute_ns))
 
     # -- flushing ------------------------------------------------------------------------------
 
@@ -131,11 +88,7 @@ class MetricsRecorder:
         Called by the writer thread each second; callable directly (tests, shutdown).
         """
         ts = int(time.time()) if ts is None else ts
-        with self._lock:
-            cur, self._cur = self._cur, {}
-        rows = [SecondRow(model, version, a.requests, a.errors, a.rows, a.batches, a.batch_rows,
-                          a.queue_sum, a.compute_sum, a.total_sum, a.hq, a.hc, a.ht)
-                for (model, version), a in sorted(cur.items())]
+        rows = aggregate(_drain(self._requests), _drain(self._batches))
         system = self.system.sample(ts) if self.system is not None else None
         if self.store is not None:
             self.store.write(ts, rows, system)
@@ -218,6 +171,12 @@ class MetricsRecorder:
                         q.get_nowait()
 
         return q, self.subscribe(put)
+
+
+def _drain(buffer: deque[RequestRecord] | deque[BatchRecord]) -> list:  # type: ignore[type-arg]
+    """Take what is in ``buffer`` now; appends racing with this stay for the next drain."""
+    pop = buffer.popleft
+    return [pop() for _ in range(len(buffer))]
 
 
 def _point(ts: int, r: SecondRow) -> MetricPoint:

@@ -246,8 +246,8 @@ class MetricsStore:
             cutoff = int(now) - self.retention_s
             expired = self._delete_before(cutoff)
             capped = self._enforce_cap()
-            if expired or capped:
-                self._conn.execute("PRAGMA incremental_vacuum")
+            if rolled or expired or capped:
+                self._conn.execute("PRAGMA incremental_vacuum").fetchall()  # one row per page
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return MaintenanceReport(rolled, expired, capped, before, self.size_bytes())
 
