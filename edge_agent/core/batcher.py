@@ -1,10 +1,11 @@
 """The dynamic batcher of one model version: a bounded queue, per-caller futures, N instances.
 
-Batches form greedily from what queued up while every instance was busy: a request that finds
-an idle instance and an empty queue runs at once (on the caller's thread when the caller allows
-it, otherwise on an idle worker), so one caller pays almost nothing over a direct backend call.
-``max_queue_delay_us`` is only spent waiting for more rows when the batch already holds more than
-one request, i.e. when the model is under load.
+Batches form greedily from what queued up while every instance was busy. A request that finds
+nothing in flight and an idle instance runs at once: on the caller's thread when the caller allows
+it (no thread handoff at all), otherwise on an idle worker; so one caller pays almost nothing over
+a direct backend call, while concurrent callers queue and share executions. ``max_queue_delay_us``
+is only spent waiting for more rows (up to the smallest preferred batch size) when the batch
+already holds more than one request, i.e. when the model is under load.
 
 Every piece of bookkeeping (queue, free instances, in-flight count, statistics) sits under one
 lock that is never held while a backend runs.
@@ -34,6 +35,7 @@ from edge_agent.errors import (
 from packager.manifest import BatchingConfig
 
 _now = time.monotonic_ns
+_wall_ns = time.time_ns
 
 
 class _Pending:
@@ -77,13 +79,18 @@ class DynamicBatcher:
         self.model = model
         self.version = version
         self.config = config
-        self._observer = observer or NullObserver()
+        # a NullObserver is skipped entirely on the hot path
+        self._observer: InferenceObserver | None = (
+            None if observer is None or isinstance(observer, NullObserver) else observer)
         self._input_names = [t.name for t in backend.inputs]
         self._batched = config.max_batch_size > 0
         self._max_rows = config.max_batch_size if self._batched else 1
         self._target_rows = (config.preferred_batch_sizes[-1] if config.preferred_batch_sizes
                              else self._max_rows)
         self._delay_ns = config.max_queue_delay_us * 1000
+        # under load a batch waits (up to the delay) until it holds this many rows
+        self._fill_rows = (config.preferred_batch_sizes[0] if config.preferred_batch_sizes
+                           else self._max_rows)
         self._max_queue = config.max_queue_size
         self._lock = threading.Lock()
         self._queue: deque[_Pending] = deque()
@@ -123,7 +130,7 @@ class DynamicBatcher:
                     f"model {self.model!r} version {self.version} is unloading; retry to reach "
                     f"the current version")
             queue = self._queue
-            if caller_runs and not queue and self._free:
+            if caller_runs and not self._inflight and self._free:
                 instance = self._free.pop()
             else:
                 if len(queue) >= self._max_queue:
@@ -201,7 +208,7 @@ class DynamicBatcher:
         """Under load, wait up to max_queue_delay for more rows (never past the oldest's delay)."""
         deadline = batch[0].enqueued + self._delay_ns
         rows = sum(p.rows for p in batch)
-        while rows < self._target_rows:
+        while rows < self._fill_rows:
             with self._lock:
                 more = self._take_more(rows)
                 if not more:
@@ -255,8 +262,6 @@ class DynamicBatcher:
             error = BackendError(f"model {self.model!r} version {self.version}: inference "
                                  f"failed: {type(exc).__name__}: {exc}")
             t1 = t2 = _now()
-        if release:
-            self._release(instance)
         model, version = self.model, self.version
         if error is None:
             for p, part in zip(batch, parts, strict=True):
@@ -267,55 +272,74 @@ class DynamicBatcher:
             for p in batch:
                 p.future.set_exception(error)
         t3 = _now()
-        self._account(batch, sum(rows), t0, t1, t2, t3, error is None)
-
-    def _release(self, instance: int) -> None:
-        with self._lock:
-            if self._queue and self._idle:
-                w = self._idle.pop()
-                w.instance = instance
-                w.wake.release()
-            else:
-                self._free.append(instance)
+        self._account(batch, sum(rows), t0, t1, t2, t3, error is None,
+                      instance if release else -1)
 
     def _account(self, batch: Sequence[_Pending], rows: int, t0: int, t1: int, t2: int,
-                 t3: int, ok: bool) -> None:
+                 t3: int, ok: bool, release: int) -> None:
+        """Statistics, in-flight count and (caller-runs) the instance, under one lock."""
         n = len(batch)
         input_ns, infer_ns, output_ns = t1 - t0, t2 - t1, t3 - t2
-        queue_total = 0
-        total_sum = 0
+        if n == 1:
+            queue_total = t0 - batch[0].enqueued
+            total_sum = t3 - batch[0].enqueued
+        else:
+            enq = sum(p.enqueued for p in batch)
+            queue_total = t0 * n - enq
+            total_sum = t3 * n - enq
         with self._lock:
+            if release >= 0:
+                if self._queue and self._idle:
+                    w = self._idle.pop()
+                    w.instance = release
+                    w.wake.release()
+                else:
+                    self._free.append(release)
             s = self.stats
-            for p in batch:
-                queue_total += t0 - p.enqueued
-                total_sum += t3 - p.enqueued
             if ok:
-                s.success.add(total_sum, n)
-                s.queue.add(queue_total, n)
-                s.compute_input.add(input_ns * n, n)
-                s.compute_infer.add(infer_ns * n, n)
-                s.compute_output.add(output_ns * n, n)
+                d = s.success
+                d.count += n
+                d.ns += total_sum
+                d = s.queue
+                d.count += n
+                d.ns += queue_total
+                d = s.compute_input
+                d.count += n
+                d.ns += input_ns * n
+                d = s.compute_infer
+                d.count += n
+                d.ns += infer_ns * n
+                d = s.compute_output
+                d.count += n
+                d.ns += output_ns * n
                 s.inference_count += rows
                 s.execution_count += 1
-                s.last_inference_ms = time.time_ns() // 1_000_000
+                s.last_inference_ms = _wall_ns() // 1_000_000
                 bs = s.batch_stats.get(rows)
                 if bs is None:
                     bs = s.batch_stats[rows] = BatchStat(batch_size=rows)
-                bs.compute_input.add(input_ns)
-                bs.compute_infer.add(infer_ns)
-                bs.compute_output.add(output_ns)
+                d = bs.compute_input
+                d.count += 1
+                d.ns += input_ns
+                d = bs.compute_infer
+                d.count += 1
+                d.ns += infer_ns
+                d = bs.compute_output
+                d.count += 1
+                d.ns += output_ns
             else:
                 s.fail.add(total_sum, n)
             self._inflight -= n
-            if self._inflight == 0 and self._closed:
+            if self._closed and self._inflight == 0:
                 self._drained.notify_all()
         obs = self._observer
-        compute = t3 - t0
-        model, version = self.model, self.version
-        obs.record_batch(model, version, rows, infer_ns)
-        for p in batch:
-            obs.record_request(model, version, ok=ok, rows=p.rows, queue_ns=t0 - p.enqueued,
-                               compute_ns=compute, total_ns=t3 - p.enqueued)
+        if obs is not None:
+            compute = t3 - t0
+            model, version = self.model, self.version
+            obs.record_batch(model, version, rows, infer_ns)
+            for p in batch:
+                obs.record_request(model, version, ok=ok, rows=p.rows, queue_ns=t0 - p.enqueued,
+                                   compute_ns=compute, total_ns=t3 - p.enqueued)
 
     def _expire(self, expired: list[_Pending]) -> None:
         now = _now()
@@ -332,7 +356,7 @@ class DynamicBatcher:
             self._inflight -= len(expired)
             if self._inflight == 0 and self._closed:
                 self._drained.notify_all()
-        for p in expired:
+        for p in expired if self._observer is not None else ():
             self._observer.record_request(self.model, self.version, ok=False, rows=p.rows,
                                           queue_ns=now - p.enqueued, compute_ns=0,
                                           total_ns=now - p.enqueued)

@@ -1,0 +1,205 @@
+"""Serving-core overhead: direct backend calls vs the data plane, in one run, in process.
+
+For the MLP (random weights) and squeezenet, on every backend installed here:
+
+* direct c1   - one thread calling ``backend.infer`` with one row at a time
+* plane c1    - one thread calling ``DataPlane.submit(...).result()`` (one row)
+* direct c16  - 16 threads calling ``backend.infer`` (one row each) over the instance pool
+* plane c16   - 16 threads through the data plane (dynamic batching)
+* best direct - the best rows/s of direct batched calls (batch 1..max_batch), the ceiling
+
+It prints throughput, p50/p99 latency, the ratios, and a cProfile of the single-caller path.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_core.py [--seconds 2] [--no-profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import queue
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edge_agent.backends import BackendOptions, available_backends, load_backend
+from edge_agent.core.dataplane import DataPlane
+from edge_agent.core.overrides import ModelOverrides
+from edge_agent.core.repository import load_manifest
+from edge_agent.core.types import InferRequest
+from packager.build import build_bundles
+from packager.reader import open_bundle
+from tests.model_factory import light_model_path, make_mlp
+
+
+@dataclass
+class Run:
+    rows_per_s: float
+    p50_us: float
+    p99_us: float
+
+
+def _summarize(latencies: list[int], rows: int, wall_s: float) -> Run:
+    lat = np.array(latencies, dtype=np.float64) / 1e3
+    return Run(rows / wall_s, float(np.percentile(lat, 50)), float(np.percentile(lat, 99)))
+
+
+def _drive(call, threads: int, seconds: float, rows: int = 1) -> Run:
+    """Run ``call()`` from ``threads`` threads for ``seconds``; latency per call."""
+    lats: list[list[int]] = [[] for _ in range(threads)]
+    stop = time.monotonic() + seconds
+    barrier = threading.Barrier(threads + 1)
+
+    def loop(i: int) -> None:
+        out = lats[i]
+        barrier.wait()
+        now = time.monotonic_ns
+        while time.monotonic() < stop:
+            t = now()
+            call()
+            out.append(now() - t)
+
+    ts = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    barrier.wait()
+    t0 = time.monotonic()
+    for t in ts:
+        t.join()
+    wall = time.monotonic() - t0
+    flat = [x for xs in lats for x in xs]
+    return _summarize(flat, len(flat) * rows, wall)
+
+
+def _direct_pool(backend, instances: int, feed):
+    pool: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(instances):
+        pool.put(i)
+
+    def call() -> None:
+        i = pool.get()
+        try:
+            backend.infer(feed, i)
+        finally:
+            pool.put(i)
+    return call
+
+
+def _fmt(r: Run) -> str:
+    return f"{r.rows_per_s:9.0f} rows/s  p50 {r.p50_us:8.0f} us  p99 {r.p99_us:8.0f} us"
+
+
+def bench_model(label: str, state: Path, name: str, feed_name: str, shape: tuple[int, ...],
+                backend_name: str, seconds: float, instances: int, threads: int) -> dict:
+    model_dir = state / "models" / name / "1"
+    manifest = load_manifest(model_dir)
+    x1 = np.random.default_rng(0).standard_normal((1, *shape)).astype(np.float32)
+    feed = {feed_name: x1}
+    results: dict[str, Run] = {}
+
+    backend = load_backend(model_dir, manifest,
+                           BackendOptions(instances=instances, threads=threads),
+                           preferred=backend_name)
+    try:
+        for _ in range(20):
+            backend.infer(feed, 0)
+        results["direct c1"] = _drive(lambda: backend.infer(feed, 0), 1, seconds)
+        results["direct c16"] = _drive(_direct_pool(backend, instances, feed), 16, seconds)
+        best = None
+        for b in (1, 4, 8, 16, 32):
+            if b > manifest.batching.max_batch_size:
+                break
+            xb = {feed_name: np.repeat(x1, b, axis=0)}
+            r = _drive(_direct_pool(backend, instances, xb), instances, seconds / 2, rows=b)
+            if best is None or r.rows_per_s > best.rows_per_s:
+                best, best_b = r, b
+        results[f"best direct (batch {best_b})"] = best
+    finally:
+        backend.close()
+
+    overrides = ModelOverrides(backend=backend_name, instances=instances, threads=threads)
+    dp = DataPlane(state, overrides={name: overrides})
+    try:
+        req = InferRequest(name, feed)
+        submit = dp.submit
+        results["plane c1"] = _drive(lambda: submit(req).result(), 1, seconds)
+        results["plane c16"] = _drive(lambda: submit(req).result(), 16, seconds)
+        stats = dp.statistics(name)[0]
+        sizes = sorted(stats.batch_stats.items())
+        mean_batch = stats.inference_count / max(1, stats.execution_count)
+    finally:
+        dp.close()
+
+    print(f"\n== {label} on {backend_name} (instances {instances}, threads {threads or 'auto'})")
+    for key, r in results.items():
+        print(f"  {key:24s} {_fmt(r)}")
+    best_key = next(k for k in results if k.startswith("best"))
+    thr = {k: r.rows_per_s for k, r in results.items()}
+    ratios = {
+        "plane/direct c1 p50": results["plane c1"].p50_us / results["direct c1"].p50_us,
+        "plane/direct c16 thr": thr["plane c16"] / thr["direct c16"],
+        "plane c16/best direct thr": thr["plane c16"] / thr[best_key],
+        "plane c16/direct c1 thr": thr["plane c16"] / thr["direct c1"],
+    }
+    for k, v in ratios.items():
+        print(f"  {k:28s} {v:5.2f}")
+    print(f"  mean batch {mean_batch:.1f}; batch sizes used: "
+          + ", ".join(f"{s}x{bs.compute_infer.count}" for s, bs in sizes[:12]))
+    return ratios
+
+
+def profile_single_caller(state: Path, name: str, feed_name: str, shape: tuple[int, ...],
+                          backend_name: str, n: int) -> None:
+    dp = DataPlane(state, overrides={name: ModelOverrides(backend=backend_name, instances=1)})
+    try:
+        req = InferRequest(name, {feed_name: np.zeros((1, *shape), np.float32)})
+        for _ in range(200):
+            dp.submit(req).result()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(n):
+            dp.submit(req).result()
+        prof.disable()
+    finally:
+        dp.close()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
+    print(f"\n== cProfile: {n} single-caller requests of {name} on {backend_name} (tottime)")
+    print("\n".join(line for line in out.getvalue().splitlines()[4:] if line.strip()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=2.0, help="duration of each measurement")
+    ap.add_argument("--no-profile", action="store_true", help="skip the cProfile section")
+    args = ap.parse_args()
+    backends = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        state = d / "state"
+        mlp = make_mlp(d / "mlp.onnx")
+        bundles = build_bundles(mlp, name="mlp", version=1, profiles=["x86_64-cpu-openvino"],
+                                out_dir=d / "out", dynamic_batch=True, max_batch=32)
+        bundles += build_bundles(light_model_path("squeezenet"), name="squeezenet", version=1,
+                                 profiles=["x86_64-cpu-openvino"], out_dir=d / "out",
+                                 dynamic_batch=True, max_batch=16)
+        for b in bundles:
+            with open_bundle(b) as r:
+                r.extract(state / "models" / r.manifest.name / "1")
+        for backend in backends:
+            bench_model("MLP 64-128-10", state, "mlp", "input", (64,), backend, args.seconds,
+                        instances=1, threads=1)
+            bench_model("squeezenet", state, "squeezenet", "data_0", (3, 224, 224), backend,
+                        args.seconds, instances=2 if backend == "openvino" else 1, threads=0)
+        if not args.no_profile:
+            profile_single_caller(state, "mlp", "input", (64,), backends[0], 3000)
+
+
+if __name__ == "__main__":
+    main()
