@@ -5,7 +5,7 @@ Models in the served state dir:
   mlp v2           MLP, x86_64-cpu-openvino
   squeezenet v1    light squeezenet, dynamic batch, x86_64-cpu-onnxruntime
   squeezenet_ov v1 light squeezenet, dynamic batch, x86_64-cpu-openvino
-  mlp_tinyq v1     MLP (ORT) with agent.toml overrides: max_queue_size 1, instances 1
+  squeeze_tinyq v1 squeezenet (ORT) with agent.toml overrides: max_queue_size 1, instances 1
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ AGENT_TOML = """
 max_message_bytes = {max_bytes}
 workers = 48
 
-[models.mlp_tinyq]
+[models.squeeze_tinyq]
 max_queue_size = 1
 instances = 1
 max_queue_delay_us = 20000
@@ -75,9 +75,10 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> Sources:
     paths = []
     paths += build_bundles(mlp, name="mlp", version=1, profiles=[ORT], out_dir=out)
     paths += build_bundles(mlp, name="mlp", version=2, profiles=[OV], out_dir=out)
-    paths += build_bundles(mlp, name="mlp_tinyq", version=1, profiles=[ORT], out_dir=out)
     paths += build_bundles(squeeze, name="squeezenet", version=1, profiles=[ORT], out_dir=out,
                            dynamic_batch=True)
+    paths += build_bundles(squeeze, name="squeeze_tinyq", version=1, profiles=[ORT],
+                           out_dir=out, dynamic_batch=True)
     paths += build_bundles(squeeze, name="squeezenet_ov", version=1, profiles=[OV], out_dir=out,
                            dynamic_batch=True)
     return Sources(mlp=mlp, squeezenet=squeeze,

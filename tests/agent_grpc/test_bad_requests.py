@@ -99,18 +99,18 @@ def test_concurrent_callers_get_their_own_rows(uds_stub, sources: Sources) -> No
 
 
 def test_full_queue_is_resource_exhausted(uds_stub, sources: Sources) -> None:
-    """mlp_tinyq has max_queue_size 1: a burst overflows it; the rest are served right."""
-    x = np.random.default_rng(8).random((1, 64), dtype=np.float32)
+    """squeeze_tinyq has max_queue_size 1: a burst overflows it; the rest are served right."""
+    x = np.random.default_rng(8).random((1, 3, 224, 224), dtype=np.float32)
     start = threading.Barrier(24)
 
     def call(_: int) -> grpc.StatusCode | np.ndarray:
         start.wait()
         try:
-            r = uds_stub.ModelInfer(_request(model="mlp_tinyq", input=x), timeout=60)
+            r = uds_stub.ModelInfer(_request(model="squeeze_tinyq", data_0=x), timeout=60)
         except grpc.RpcError as exc:
             assert "queue" in (exc.details() or "").lower(), exc.details()
             return exc.code()
-        return np.frombuffer(r.raw_output_contents[0], np.float32).reshape(1, 10)
+        return np.frombuffer(r.raw_output_contents[0], np.float32).reshape(1, 1000, 1, 1)
 
     with ThreadPoolExecutor(24) as pool:
         outcomes = list(pool.map(call, range(24)))
@@ -119,7 +119,7 @@ def test_full_queue_is_resource_exhausted(uds_stub, sources: Sources) -> None:
     assert codes and set(codes) == {grpc.StatusCode.RESOURCE_EXHAUSTED}
     assert served
     for got in served:
-        np.testing.assert_allclose(got, sources.reference("mlp", x), atol=1e-5)
+        np.testing.assert_allclose(got, sources.reference("squeezenet", x), atol=1e-4)
 
 
 def test_health_service_reports_serving(agent: Agent) -> None:
