@@ -247,7 +247,8 @@ class MetricsStore:
             expired = self._delete_before(cutoff)
             capped = self._enforce_cap()
             if rolled or expired or capped:
-                self._conn.execute("PRAGMA incremental_vacuum").fetchall()  # one row per page
+                # executescript steps the pragma to completion; execute() frees only one page.
+                self._conn.executescript("PRAGMA incremental_vacuum;")
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return MaintenanceReport(rolled, expired, capped, before, self.size_bytes())
 
