@@ -177,8 +177,11 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         opts = dict(profile.options.get(backend, {}))
         if backend == "tensorrt":
             opts = _tensorrt_options(profile, batching, prepared)
-        artifacts.append(convert(backend, precision, prepared.path, prepared.model, root, opts,
-                                 prepared.source_name))
+        art = convert(backend, precision, prepared.path, prepared.model, root, opts,
+                      prepared.source_name)
+        if backend == "openvino":
+            art.options["num_streams"] = batching.instances  # streams = instances
+        artifacts.append(art)
         steps.advance(f"{profile.name}: converted to {backend} ({precision})")
 
     source = onnxruntime_runner(prepared.path)

@@ -337,3 +337,26 @@ def load_extracted(model_dir: Path, verify_hashes: bool = True) -> Manifest:
                 raise BundleError(f"{model_dir}: file {entry.path!r} does not match its manifest "
                                   "sha256")
     return manifest
+
+
+def verify_extracted(model_dir: Path, trusted_keys: Sequence[Path | Ed25519PublicKey] = (),
+                     allow_unsigned: bool = False) -> Manifest:
+    """Like :func:`load_extracted` (hashes re-checked), plus the manifest.sig of the dir checked
+    against the trusted keys with the same rules as :meth:`BundleReader.verify_signature`."""
+    model_dir = Path(model_dir)
+    manifest = load_extracted(model_dir, verify_hashes=True)
+    raw = (model_dir / MANIFEST_NAME).read_bytes()
+    if raw != manifest.canonical_bytes():
+        raise BundleError(f"{model_dir}: manifest.json is not in canonical form (modified)")
+    sig_path = model_dir / SIGNATURE_NAME
+    signature = sig_path.read_bytes() if sig_path.is_file() else None
+    keys = [k if isinstance(k, Ed25519PublicKey) else load_public_key(k) for k in trusted_keys]
+    if signature is None or not keys:
+        if allow_unsigned:
+            return manifest
+        what = "is unsigned" if signature is None else "is signed but no trusted key was given"
+        raise SignatureError(f"{model_dir}: the model {what}")
+    if any(verify_signature(k, signature, raw) for k in keys):
+        return manifest
+    raise SignatureError(f"{model_dir}: manifest.sig is not a valid signature of manifest.json "
+                         "by any trusted key")

@@ -31,6 +31,10 @@ def test_mlp_bundles_have_artifacts_signature_and_parity(mlp_bundles, keypair, t
         assert m.batched and m.batching.max_batch_size > 0
         assert all(p <= m.batching.max_batch_size for p in m.batching.preferred_batch_sizes)
         assert m.backend in m.artifacts
+        if m.backend == "openvino":
+            opts = m.backend_options["openvino"]
+            assert opts["num_streams"] == m.batching.instances
+            assert opts["performance_hint"] == "THROUGHPUT"
         if m.fallback_backend:
             assert m.fallback_backend in m.artifacts
         assert m.parity["passed"] is True

@@ -12,7 +12,7 @@ import pytest
 
 from packager.errors import BundleError, SignatureError
 from packager.manifest import MANIFEST_NAME, BatchingConfig, FileEntry, Manifest, TensorSpec
-from packager.reader import load_extracted, open_bundle
+from packager.reader import load_extracted, open_bundle, verify_extracted
 from packager.signing import load_public_key
 
 
@@ -80,6 +80,20 @@ def test_changed_byte_in_extracted_dir_is_caught(mlp_bundles, tmp_path):
     with pytest.raises(BundleError, match=r"artifacts/onnxruntime/model\.onnx"):
         load_extracted(target)
     assert load_extracted(target, verify_hashes=False).name == "mlp"
+
+
+def test_verify_extracted_checks_the_signature_too(mlp_bundles, keypair, other_keypair, tmp_path):
+    with open_bundle(mlp_bundles["x86_64-cpu-onnxruntime"]) as r:
+        target = r.extract(tmp_path / "m")
+    assert verify_extracted(target, [keypair[1]]).name == "mlp"
+    with pytest.raises(SignatureError, match="not a valid signature"):
+        verify_extracted(target, [other_keypair[1]])
+    with pytest.raises(SignatureError, match="no trusted key"):
+        verify_extracted(target)
+    (target / "manifest.json").write_bytes(
+        (target / "manifest.json").read_bytes().replace(b'"version":3', b'"version":4'))
+    with pytest.raises(SignatureError):
+        verify_extracted(target, [keypair[1]])
 
 
 @pytest.mark.parametrize("cut", ["header", "manifest", "last-member", "end-marker"])
