@@ -19,49 +19,58 @@ RequestRecord = tuple[str, int, bool, int, int, int, int]
 BatchRecord = tuple[str, int, int, int]
 
 
-def _index(pairs: list[tuple[str, int]], order: dict[tuple[str, int], int]) -> np.ndarray:
-    if len(order) == 1:
-        return np.zeros(len(pairs), dtype=np.int64)
-    return np.fromiter(map(order.__getitem__, pairs), dtype=np.int64, count=len(pairs))
+def _sums(idx: np.ndarray, values: np.ndarray, k: int) -> list[int]:
+    sums = np.bincount(idx, weights=values.astype(np.float64), minlength=k)  # exact < 2**53
+    return [int(v) for v in np.rint(sums)]
 
 
-def _sums(idx: np.ndarray, values: Sequence[int], k: int) -> list[int]:
-    weights = np.fromiter(values, dtype=np.float64, count=len(values))  # exact below 2**53
-    return [int(v) for v in np.rint(np.bincount(idx, weights=weights, minlength=k))]
-
-
-def _hists(idx: np.ndarray, values: Sequence[int], k: int) -> list[list[int]]:
-    buckets = hist.buckets_of(np.fromiter(values, dtype=np.int64, count=len(values)))
-    flat = np.bincount(idx * hist.NUM_BUCKETS + buckets, minlength=k * hist.NUM_BUCKETS)
+def _hists(idx: np.ndarray, values: np.ndarray, k: int) -> list[list[int]]:
+    flat = np.bincount(idx * hist.NUM_BUCKETS + hist.buckets_of(values),
+                       minlength=k * hist.NUM_BUCKETS)
     return flat.reshape(k, hist.NUM_BUCKETS).tolist()
+
+
+def _model_index(models: Sequence[str], order: dict[str, int]) -> np.ndarray:
+    if len(order) == 1:
+        return np.zeros(len(models), dtype=np.int64)
+    return np.fromiter(map(order.__getitem__, models), dtype=np.int64, count=len(models))
 
 
 def aggregate(requests: Sequence[RequestRecord],
               batches: Sequence[BatchRecord]) -> list[SecondRow]:
-    """One row per model version found in ``requests`` or ``batches``, sorted by key."""
-    req_pairs = [(r[0], r[1]) for r in requests]
-    bat_pairs = [(b[0], b[1]) for b in batches]
-    keys = sorted(set(req_pairs) | set(bat_pairs))
-    if not keys:
+    """One row per model version found in ``requests`` or ``batches``, sorted by key.
+
+    Versions must be in ``[0, 2**32)``.
+    """
+    if not requests and not batches:
         return []
-    order = {key: i for i, key in enumerate(keys)}
+    n = len(requests)
+    models, versions, oks, rows, qs, cs, ts = (zip(*requests, strict=True) if requests
+                                               else ((),) * 7)
+    b_models, b_versions, b_sizes, _ = zip(*batches, strict=True) if batches else ((),) * 4
+    names = sorted(set(models) | set(b_models))
+    m_order = {m: i for i, m in enumerate(names)}
+    # One int64 code per record: model index in the high half, version in the low half.
+    codes = np.concatenate([
+        (_model_index(models, m_order) << 32) | np.array(versions, dtype=np.int64),
+        (_model_index(b_models, m_order) << 32) | np.array(b_versions, dtype=np.int64)])
+    key_codes, inverse = np.unique(codes, return_inverse=True)
+    keys = [(names[int(c) >> 32], int(c) & 0xFFFFFFFF) for c in key_codes]
     k = len(keys)
+    idx, bidx = inverse[:n], inverse[n:]
     zeros, empty = [0] * k, [hist.new_counts() for _ in range(k)]
     if requests:
-        _, _, oks, rows, qs, cs, ts = zip(*requests, strict=True)
-        idx = _index(req_pairs, order)
+        num = np.array((oks, rows, qs, cs, ts), dtype=np.int64)  # one C pass over the tuples
         n_req = np.bincount(idx, minlength=k).tolist()
-        ok = np.fromiter(oks, dtype=bool, count=len(oks))
-        n_err = np.bincount(idx[~ok], minlength=k).tolist()
-        n_rows, q_sum, c_sum, t_sum = (_sums(idx, v, k) for v in (rows, qs, cs, ts))
-        hq, hc, ht = (_hists(idx, v, k) for v in (qs, cs, ts))
+        n_err = np.bincount(idx[num[0] == 0], minlength=k).tolist()
+        n_rows, q_sum, c_sum, t_sum = (_sums(idx, num[j], k) for j in range(1, 5))
+        hq, hc, ht = (_hists(idx, num[j], k) for j in range(2, 5))
     else:
         n_req = n_err = n_rows = q_sum = c_sum = t_sum = zeros
         hq, hc, ht = empty, [list(h) for h in empty], [list(h) for h in empty]
     if batches:
-        bidx = _index(bat_pairs, order)
         n_bat = np.bincount(bidx, minlength=k).tolist()
-        bat_rows = _sums(bidx, [b[2] for b in batches], k)
+        bat_rows = _sums(bidx, np.array(b_sizes, dtype=np.int64), k)
     else:
         n_bat = bat_rows = zeros
     return [SecondRow(model, version, n_req[i], n_err[i], n_rows[i], n_bat[i], bat_rows[i],
