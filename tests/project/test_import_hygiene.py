@@ -27,7 +27,8 @@ def _modules_loaded_by(modules: list[str]) -> set[str]:
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, check=True, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+                         text=True, check=False, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert out.returncode == 0, f"importing {modules} failed:\n{out.stderr}"
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -37,6 +38,8 @@ def _submodules(package: str, *, skip: tuple[str, ...] = ()) -> list[str]:
         return []
     names = [package]
     for info in pkgutil.walk_packages([str(path)], prefix=package + "."):
+        if info.name.endswith(".__main__"):
+            continue  # importing __main__ runs the command line
         if not any(info.name.startswith(s) for s in skip):
             names.append(info.name)
     return names
