@@ -9,6 +9,7 @@ import onnxruntime as ort
 import openvino as ov
 import pytest
 
+from packager.build import build_bundles
 from packager.parity import seeded_inputs
 from packager.reader import open_bundle
 
@@ -111,3 +112,38 @@ def test_light_cnns_get_a_dynamic_batch_that_really_runs(bundles, request, tmp_p
             out = ort.InferenceSession(str(d / m.artifacts["onnxruntime"])).run(None, feeds)[0]
         assert out.shape[0] == 3 and out.shape[1] == 1000
         assert np.allclose(out.reshape(3, -1).sum(axis=1), 1.0, atol=1e-3)  # softmax rows
+
+
+def test_progress_reaches_a_callback_and_a_rich_progress(mlp_path, tmp_path):
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    events: list[tuple[str, int, int]] = []
+    build_bundles(mlp_path, name="mlp", version=1, out_dir=tmp_path / "a",
+                  profiles=["x86_64-cpu-openvino"], progress=lambda d, n, t: events.append(
+                      (d, n, t)))
+    total = events[0][2]
+    assert events[-1][1] == total  # every step finished
+    assert any("parity check of openvino" in d for d, _, _ in events)
+    assert any("convert to onnxruntime" in d for d, _, _ in events)  # the fallback
+    console = Console(file=io.StringIO(), force_terminal=False)
+    with Progress(console=console) as progress:
+        build_bundles(mlp_path, name="mlp", version=2, out_dir=tmp_path / "b",
+                      profiles=["x86_64-cpu-onnxruntime"], progress=progress)
+        (task,) = progress.tasks
+        assert task.finished and task.completed == task.total
+
+
+def test_onnxruntime_bundles_are_reproducible(mlp_path, tmp_path, monkeypatch, keypair):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    digests = []
+    for run in ("one", "two"):
+        paths = build_bundles(mlp_path, name="mlp", version=1, out_dir=tmp_path / run,
+                              key_path=keypair[0], profiles=["x86_64-cpu-onnxruntime",
+                                                             "jetson-orin-tensorrt"])
+        digests.append([p.read_bytes() for p in paths])
+    assert digests[0] == digests[1]
+    with open_bundle(tmp_path / "one" / "mlp-1-x86_64-cpu-onnxruntime.edgepkg") as r:
+        assert r.manifest.created == "2023-11-14T22:13:20Z"
