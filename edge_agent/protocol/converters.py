@@ -6,6 +6,7 @@ Per-request work is parsing plus at most one copy: raw input bytes are viewed in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -71,7 +72,7 @@ def _shape(tensor) -> tuple[int, ...]:
 def _from_raw(tensor, raw: bytes) -> np.ndarray:
     dtype = wire_dtype(tensor.datatype, tensor.name)
     shape = _shape(tensor)
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize
     if len(raw) != expected:
         raise InvalidInputError(
             f"input '{tensor.name}': raw contents hold {len(raw)} bytes but shape "
@@ -88,7 +89,7 @@ def _from_typed(tensor) -> np.ndarray:
             f"input '{tensor.name}': {tensor.datatype} has no typed contents field; "
             "send it in raw_input_contents")
     values = getattr(tensor.contents, field)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if len(values) != count:
         raise InvalidInputError(
             f"input '{tensor.name}': contents.{field} holds {len(values)} values but shape "
@@ -150,8 +151,9 @@ def to_infer_response(result: InferResult, *, raw: bool = True,
         datatype = datatype_of(array.dtype)
         out = response.outputs.add(name=name, datatype=datatype, shape=array.shape)
         if raw:
-            wire = array.astype(array.dtype.newbyteorder("<"), copy=False)
-            response.raw_output_contents.append(wire.tobytes())
+            if array.dtype.byteorder == ">":
+                array = array.astype(array.dtype.newbyteorder("<"))
+            response.raw_output_contents.append(array.tobytes())
         else:
             field = CONTENTS_FIELDS[datatype]
             getattr(out.contents, field).extend(array.ravel().tolist())
