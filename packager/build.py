@@ -267,9 +267,13 @@ def build_bundles(
     key = load_private_key(Path(key_path)) if key_path is not None else None
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     stage = out / f".edge-pack-{secrets.token_hex(6)}.tmp"
-    stage.mkdir()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        stage.mkdir()
+    except OSError as exc:
+        raise UsageError(f"cannot write to the output directory {out}: "
+                         f"{exc.strerror or exc}") from exc
     per_profile = [1 + (1 if p.fallback_backend else 0) for p in loaded]
     steps = Steps(progress, total=1 + sum(2 * n + 1 for n in per_profile))
     try:

@@ -210,6 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PackagerError as exc:
         print(f"edge-pack: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # disk full, permissions: still one clear line
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"edge-pack: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("edge-pack: interrupted", file=sys.stderr)
         return 130

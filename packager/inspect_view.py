@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -83,14 +84,16 @@ def render_manifest(m: Manifest, signed: bool, path: Path, console: Console | No
 def render_profiles(profiles: list[DeviceProfile], console: Console | None = None) -> None:
     """Print the device profiles as one table."""
     console = console or Console()
-    t = Table(title="device profiles", title_justify="left")
-    for col in ("name", "arch", "backend", "precision", "fallback", "batching", "instances",
-                "parity tol"):
-        t.add_column(col)
+    t = Table(title="device profiles", title_justify="left", box=box.SIMPLE_HEAD)
+    t.add_column("name", no_wrap=True)
+    t.add_column("target")
+    t.add_column("batching")
+    t.add_column("parity tolerance")
     for p in profiles:
         b = p.batching
-        t.add_row(p.name, p.arch, p.backend, p.precision, p.fallback_backend or "-",
-                  f"max {b.max_batch_size} pref {list(b.preferred_batch_sizes)} "
-                  f"delay {b.max_queue_delay_us}us",
-                  str(b.instances), f"atol {p.parity.atol:g} rtol {p.parity.rtol:g}")
+        fallback = f", fallback {p.fallback_backend}" if p.fallback_backend else ""
+        t.add_row(p.name, f"{p.arch} {p.backend} {p.precision}{fallback}",
+                  f"max {b.max_batch_size}, preferred {'/'.join(map(str, b.preferred_batch_sizes))}"
+                  f", delay {b.max_queue_delay_us} us, {b.instances} instance(s)",
+                  f"atol {p.parity.atol:g}, rtol {p.parity.rtol:g}")
     console.print(t)

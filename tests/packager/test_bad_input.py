@@ -159,3 +159,14 @@ def test_malformed_profile_on_the_search_path_is_named(tmp_path, monkeypatch, ca
         load_profile("broken")
     code, err = _run(capsys, ["profiles"])
     assert code == 1 and "broken.toml" in err and "'precision'" in err
+
+
+def test_out_dir_that_is_a_file_and_non_bundle_inspect(tmp_path, mlp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, err = _run(capsys, ["build", str(mlp_path), "--name", "m", "--version", "1",
+                              "--profile", "x86_64-cpu-onnxruntime", "--out", str(blocker)])
+    assert code == 1 and err.count("\n") == 0 and "output directory" in err
+    for command in ("inspect", "verify"):
+        code, err = _run(capsys, [command, str(mlp_path)])
+        assert code == 1 and err.count("\n") == 0 and "not a bundle" in err, err
