@@ -135,10 +135,18 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.quiet or not console.is_terminal:
         paths = build_bundles(args.model, **kwargs)  # type: ignore[arg-type]
     else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      console=console, transient=True) as progress:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                      transient=True) as progress:
             paths = build_bundles(args.model, progress=progress, **kwargs)  # type: ignore[arg-type]
     for p in paths:
         print(p)

@@ -60,7 +60,7 @@ def build_engine(onnx_path: Path, spec: dict[str, Any], input_names: list[str],
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(spec["workspace_mb"]) << 20)
     if spec["precision"] == "fp16":
-        if not builder.platform_has_fast_fp16:
+        if not getattr(builder, "platform_has_fast_fp16", True):
             raise ConversionError("this GPU has no fast fp16; use an fp32 TensorRT profile")
         config.set_flag(trt.BuilderFlag.FP16)
     profile = builder.create_optimization_profile()
