@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 squeeze_part(state, sock, secs)
             if args.only in (None, "mlp"):
                 mlp_part(mlp_onnx, sock, tcp, work, secs)
+                echo_part(work, secs)
             print(f"agent RSS after the runs {agent.rss_mb():.0f} MiB")
         finally:
             agent.stop()
@@ -175,25 +176,52 @@ def squeeze_part(state: Path, sock: Path, secs: float) -> None:
 def mlp_part(mlp_onnx: Path, sock: Path, tcp: str, work: Path, secs: float) -> None:
     x = np.random.default_rng(0).random((1, 64), dtype=np.float32)
     payload = infer_request_bytes("mlp", {"input": x})
-    naive_sock = work / "naive.sock"
-    naive = Proc(["-m", "benchmarks.naive_server", str(mlp_onnx), "--model", "mlp",
-                  "--listen", f"unix:{naive_sock}", "--listen", "127.0.0.1:0"], "ready")
-    naive_tcp = "127.0.0.1:" + naive.line.strip().rsplit(" ", 1)[-1]
-    try:
-        n1 = load(naive_tcp, payload, 1, secs)
-        a1 = load(tcp, payload, 1, secs)
-        n16 = load(f"unix:{naive_sock}", payload, 16, secs)
-        a16 = load(f"unix:{sock}", payload, 16, secs)
-    finally:
-        naive.stop()
-    print(f"mlp c=1 tcp   naive {n1.line()}")
-    print(f"mlp c=1 tcp   agent {a1.line()}")
+    naive: dict[int, tuple[LoadResult, LoadResult]] = {}
+    for workers in (1, 8):
+        naive_sock = work / f"naive{workers}.sock"
+        proc = Proc(["-m", "benchmarks.naive_server", str(mlp_onnx), "--model", "mlp",
+                     "--workers", str(workers), "--listen", f"unix:{naive_sock}",
+                     "--listen", "127.0.0.1:0"], "ready")
+        naive_tcp = "127.0.0.1:" + proc.line.strip().rsplit(" ", 1)[-1]
+        try:
+            naive[workers] = (load(naive_tcp, payload, 1, secs),
+                              load(f"unix:{naive_sock}", payload, 16, secs))
+        finally:
+            proc.stop()
+    a1 = load(tcp, payload, 1, secs)
+    a16 = load(f"unix:{sock}", payload, 16, secs)
+    n1, n16 = naive[1]
+    print(f"mlp c=1 tcp   naive (1 worker)       {n1.line()}")
+    print(f"mlp c=1 tcp   naive (8 threads+lock) {naive[8][0].line()}")
+    print(f"mlp c=1 tcp   agent                  {a1.line()}")
     r1 = a1.p50_ms / n1.p50_ms
     print(f"    agent p50 / naive p50 = {r1:.2f}x (target <= 1.15x: {verdict(r1 <= 1.15)})")
-    print(f"mlp c=16 uds  naive {n16.line()}")
-    print(f"mlp c=16 uds  agent {a16.line()}")
+    print(f"mlp c=16 uds  naive (1 worker)       {n16.line()}")
+    print(f"mlp c=16 uds  naive (8 threads+lock) {naive[8][1].line()}")
+    print(f"mlp c=16 uds  agent                  {a16.line()}")
     r16 = a16.throughput / n16.throughput
-    print(f"    agent / naive throughput = {r16:.2f}x (target >= 1.7x: {verdict(r16 >= 1.7)})")
+    r16t = a16.throughput / naive[8][1].throughput
+    print(f"    agent / naive throughput = {r16:.2f}x (target >= 1.7x: {verdict(r16 >= 1.7)}); "
+          f"vs the threaded naive {r16t:.2f}x")
+
+
+def echo_part(work: Path, secs: float) -> None:
+    """The ceiling: a bare sync gRPC server answering ModelInfer without any inference."""
+    import multiprocessing as mp
+
+    from benchmarks.bench_server_model import _serve_sync
+
+    address = f"unix:{work / 'echo.sock'}"
+    proc = mp.get_context("spawn").Process(target=_serve_sync, args=(address, 16), daemon=True)
+    proc.start()
+    try:
+        time.sleep(1.5)
+        payload = infer_request_bytes("mlp", {"input": np.zeros((1, 64), np.float32)})
+        r = load(address, payload, 16, secs)
+        print(f"gRPC ceiling: bare sync echo server  {r.line()}")
+    finally:
+        proc.terminate()
+        proc.join(5)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The naive baseline: a hand-rolled KServe ModelInfer server, one request at a time.
 
-One ONNX Runtime session, no batching, a lock around inference: what people write with Flask
-today, but speaking the same gRPC ModelInfer as the agent so one load generator drives both.
+One ONNX Runtime session, no batching: what people write with Flask today (one sync worker),
+but speaking the same gRPC ModelInfer as the agent so one load generator drives both.
+``--workers N`` gives the threaded variant (N handler threads, a lock around the session),
+which parses requests in parallel and only serializes inference.
 
     python -m benchmarks.naive_server model.onnx --model mlp --listen unix:/tmp/naive.sock
 """
@@ -57,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--listen", action="append", required=True,
                         help="unix:/path or 127.0.0.1:PORT (repeatable)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="handler threads (default 1: one request at a time)")
     args = parser.parse_args(argv)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers))
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(NaiveServicer(args.onnx, args.model),
                                                        server)
     bound = [f"{a} -> {server.add_insecure_port(a)}" for a in args.listen]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import textwrap
@@ -161,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-agent`` command: one clear line and exit 1 on failure."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `import openvino` forks a helper; with gRPC threads running, gRPC's fork handlers would
+    # only log a warning. The agent never forks a child that uses gRPC, so turn them off.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:
         parser.print_help()
