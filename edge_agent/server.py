@@ -158,9 +158,10 @@ def serve(config: AgentConfig, *, on_ready: Callable[[BoundAddresses, DataPlaneA
     try:
         addresses = server.start()
         dataplane.load_all()
-        server.mark_serving()
-        if on_ready is not None:
-            on_ready(addresses, dataplane)
+        if not stop.is_set():  # a SIGTERM during loading: never report ready
+            server.mark_serving()
+            if on_ready is not None:
+                on_ready(addresses, dataplane)
         while not stop.wait(0.5):
             pass
         log.info("shutting down: draining in-flight requests")
