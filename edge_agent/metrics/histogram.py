@@ -8,7 +8,6 @@ everything under 1.024 µs; the last bucket holds everything from ~60 s up.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -68,33 +67,47 @@ def percentile(counts: Sequence[int], q: float) -> float | None:
     return hi
 
 
-_PAIR = struct.Struct("<HI")
-
-
 def encode(counts: Sequence[int]) -> bytes:
-    """Sparse little-endian ``(uint16 index, uint32 count)`` pairs of the non-empty buckets."""
-    return b"".join(_PAIR.pack(i, min(c, 0xFFFFFFFF)) for i, c in enumerate(counts) if c)
+    """Sparse form of the non-empty buckets: ``index`` (one byte) then ``count`` (LEB128 varint).
+
+    Self-delimiting, so concatenated encodings decode to the sum of the histograms.
+    """
+    out = bytearray()
+    for i, c in enumerate(counts):
+        if c > 0:
+            out.append(i)
+            while c >= 0x80:
+                out.append((c & 0x7F) | 0x80)
+                c >>= 7
+            out.append(c)
+    return bytes(out)
 
 
 def decode(blob: bytes | None) -> list[int]:
-    """The histogram stored by :func:`encode`."""
+    """The histogram stored by :func:`encode` (or the sum of several concatenated ones)."""
     counts = new_counts()
-    if blob:
-        for i, c in _PAIR.iter_unpack(blob):
-            if i < NUM_BUCKETS:
-                counts[i] += c
+    if not blob:
+        return counts
+    pos, end = 0, len(blob)
+    while pos < end:
+        i = blob[pos]
+        c = shift = 0
+        pos += 1
+        while True:
+            byte = blob[pos]
+            pos += 1
+            c |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        if i < NUM_BUCKETS:
+            counts[i] += c
     return counts
 
 
 def merged(blobs: Iterable[bytes | None]) -> list[int]:
     """Sum of several encoded histograms."""
-    counts = new_counts()
-    for blob in blobs:
-        if blob:
-            for i, c in _PAIR.iter_unpack(blob):
-                if i < NUM_BUCKETS:
-                    counts[i] += c
-    return counts
+    return decode(b"".join(b for b in blobs if b))
 
 
 def buckets_of(ns: np.ndarray) -> np.ndarray:

@@ -257,3 +257,14 @@ def test_vectorized_aggregation_matches_a_plain_reference() -> None:
         assert (row.batches, row.batch_rows) == (len(mb), sum(b[2] for b in mb))
     only_batches = rows[("c", 9)]
     assert (only_batches.requests, only_batches.batches, only_batches.batch_rows) == (0, 1, 4)
+
+
+@given(st.lists(st.lists(st.integers(min_value=0, max_value=1 << 40),
+                         min_size=hist.NUM_BUCKETS, max_size=hist.NUM_BUCKETS),
+                min_size=1, max_size=4))
+def test_histogram_encoding_round_trips_and_concatenation_sums(hists: list[list[int]]) -> None:
+    for h in hists:
+        assert hist.decode(hist.encode(h)) == h
+    total = [sum(col) for col in zip(*hists, strict=True)]
+    assert hist.decode(b"".join(hist.encode(h) for h in hists)) == total
+    assert hist.merged(hist.encode(h) for h in hists) == total
