@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -91,6 +91,8 @@ class ModelRepository:
         self._drain_timeout_s = drain_timeout_s
         self._models: dict[str, _Model] = {}
         self._lock = threading.RLock()
+        #: Optional filter for :meth:`load_all` (the model manager loads only active versions).
+        self.startup_filter: Callable[[str, int], bool] | None = None
 
     # ------------------------------------------------------------------ disk
     def scan(self) -> dict[str, list[int]]:
@@ -173,7 +175,8 @@ class ModelRepository:
         loaded = []
         for name, versions in self.scan().items():
             for v in versions:
-                loaded.append(self.load_version(name, v, raise_on_error=False))
+                if self.startup_filter is None or self.startup_filter(name, v):
+                    loaded.append(self.load_version(name, v, raise_on_error=False))
         return loaded
 
     def load_version(self, name: str, version: int, *, raise_on_error: bool = True,
@@ -239,6 +242,45 @@ class ModelRepository:
         mv.manifest = dataclasses.replace(manifest, batching=batching)
         mv.backend_name = backend.name
         mv.batching = batching
+
+    def reload_version(self, name: str, version: int, *,
+                       check: Callable[[ModelVersion], None] | None = None,
+                       drain_timeout_s: float | None = None) -> bool:
+        """Load a fresh copy of a served version from disk and swap it in atomically.
+
+        ``check`` (e.g. a health probe) runs on the fresh copy before the swap; if it or the
+        load raises, the fresh copy is closed and the old one keeps serving. After the swap the
+        old copy is drained and closed. Returns True when the old copy drained in time.
+        """
+        with self._lock:
+            model = self._models.get(name)
+            old = model.versions.get(version) if model else None
+            if model is None or old is None or old.state is not VersionState.READY:
+                raise ModelUnavailableError(f"model {name!r} version {version} is not loaded; "
+                                            "load it instead of reloading it")
+        mv = ModelVersion(name=name, version=version, path=old.path)
+        try:
+            self._bring_up(mv)
+            mv.state = VersionState.READY
+            if check is not None:
+                check(mv)
+        except BaseException:
+            if mv.batcher is not None:
+                mv.batcher.close(0)
+                mv.batcher.backend.close()
+            raise
+        with self._lock:
+            model.versions[version] = mv
+            old.state = VersionState.UNLOADING
+            self._refresh_default(model)
+        drained = True
+        if old.batcher is not None:
+            timeout = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+            drained = old.batcher.close(timeout)
+            old.batcher.backend.close()
+        old.state = VersionState.UNAVAILABLE
+        old.reason = "replaced by a reload"
+        return drained
 
     def set_default(self, name: str, version: int | None) -> None:
         """Pin ``version`` as the default of ``name`` (None: highest READY). Atomic for readers."""

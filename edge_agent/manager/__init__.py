@@ -1,0 +1,25 @@
+"""The model manager: deploy, activate, roll back and remove model versions (protocol-free).
+
+The pipeline (see :mod:`edge_agent.manager.manager`) runs verify -> stage -> load and warm up ->
+health probe -> atomic switch -> drain -> unload, records each step durably in the
+:class:`edge_agent.state.StateStore`, and leaves the previous version serving on any failure.
+"""
+
+from edge_agent.manager.device import DeviceInfo, check_compatible, detect_device
+from edge_agent.manager.errors import (
+    DeploymentBusyError,
+    DeploymentFailedError,
+    IncompatibleBundleError,
+    InvalidBundleError,
+    ManagerError,
+    VersionInUseError,
+)
+from edge_agent.manager.manager import ManagerSettings, ModelManager
+from edge_agent.manager.outcome import DeployOutcome, StepEvent, VersionView
+
+__all__ = [
+    "DeployOutcome", "DeploymentBusyError", "DeploymentFailedError", "DeviceInfo",
+    "IncompatibleBundleError", "InvalidBundleError", "ManagerError", "ManagerSettings",
+    "ModelManager", "StepEvent", "VersionInUseError", "VersionView", "check_compatible",
+    "detect_device",
+]

@@ -1,0 +1,46 @@
+"""Plain values the manager reports: step events, deployment outcomes, version views."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edge_agent.state.records import Deployment
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """One step a deployment reached (``ok`` False: the step failed), as it happens."""
+
+    deployment_id: int
+    step: str
+    ok: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeployOutcome:
+    """How a deployment ended: the recorded deployment (with its steps) and a summary line."""
+
+    deployment: Deployment
+    ok: bool
+    message: str
+    active_version: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionView:
+    """One model version as ListModels shows it: on disk, loaded or not, active or not."""
+
+    model: str
+    version: int
+    active: bool
+    state: str  # the serving state (READY, UNAVAILABLE, ...) or the stored state when not loaded
+    stored_state: str
+    profile: str = ""
+    backend: str = ""
+    load_ms: float | None = None
+    rss_delta_bytes: int | None = None
+    load_error: str = ""
+    size_bytes: int = 0
+    added_at: float = 0.0
+    extra: dict[str, str] = field(default_factory=dict)
