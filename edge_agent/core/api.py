@@ -64,6 +64,12 @@ class DataPlaneAPI(Protocol):
         unknown models and a full queue; failures during execution are set on the future."""
         ...
 
+    def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:
+        """Blocking form of submit() for thread-pool servers (added by the serving core):
+        when nothing else is in flight the request runs on the calling thread with no Future
+        and no thread handoff. Raises every AgentError (including execution failures)."""
+        ...
+
     def statistics(
         self, name: str | None = None, version: int | None = None
     ) -> list[ModelStats]: ...

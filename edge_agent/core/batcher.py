@@ -44,14 +44,15 @@ class _Pending:
     __slots__ = ("deadline", "enqueued", "future", "id", "inputs", "outputs", "rows")
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int, outputs: list[str] | None,
-                 request_id: str, enqueued: int, deadline: int) -> None:
+                 request_id: str, enqueued: int, deadline: int,
+                 future: Future[InferResult] | None) -> None:
         self.inputs = inputs
         self.rows = rows
         self.outputs = outputs
         self.id = request_id
         self.enqueued = enqueued
         self.deadline = deadline
-        self.future: Future[InferResult] = Future()
+        self.future = future
 
 
 class _Worker:
@@ -97,7 +98,7 @@ class DynamicBatcher:
         instances = max(1, config.instances)
         self._free: list[int] = list(range(instances - 1, -1, -1))
         self._idle: list[_Worker] = []
-        self._filler: _Worker | None = None
+        self._fillers: list[_Worker] = []  # workers waiting for more rows under load
         self._inflight = 0
         self._drained = threading.Condition(self._lock)
         self._closed = False
@@ -116,40 +117,61 @@ class DynamicBatcher:
         """Enqueue one validated request of ``rows`` rows (1 for an unbatched model).
 
         Raises QueueFullError when the queue is at its bound and ModelUnavailableError when the
-        batcher is closed. With ``caller_runs`` a request that finds an idle instance and an
-        empty queue runs on the calling thread and the returned future is already done.
+        batcher is closed. With ``caller_runs`` a request that finds nothing in flight and an
+        idle instance runs on the calling thread and the returned future is already done.
         """
         now = _now()
+        future: Future[InferResult] = Future()
         item = _Pending(inputs, rows, outputs, request_id, now,
-                        now + timeout_us * 1000 if timeout_us > 0 else 0)
-        wake: _Worker | None = None
-        instance = -1
+                        now + timeout_us * 1000 if timeout_us > 0 else 0, future)
+        instance = self._admit(item, caller_runs)
+        if instance >= 0:
+            try:
+                future.set_result(self._run_inline(item, instance))
+            except AgentError as exc:
+                future.set_exception(exc)
+        return future
+
+    def infer(self, inputs: dict[str, np.ndarray], rows: int, *,
+              outputs: list[str] | None = None, request_id: str = "", timeout_us: int = 0,
+              wait_s: float | None = None) -> InferResult:
+        """Blocking form of :meth:`submit` with ``caller_runs``: no Future at all when the
+        request runs on the calling thread. Raises the request's AgentError."""
+        now = _now()
+        item = _Pending(inputs, rows, outputs, request_id, now,
+                        now + timeout_us * 1000 if timeout_us > 0 else 0, None)
+        instance = self._admit(item, True)
+        if instance >= 0:
+            return self._run_inline(item, instance)
+        return item.future.result(wait_s)  # type: ignore[union-attr]
+
+    def _admit(self, item: _Pending, caller_runs: bool) -> int:
+        """Count the request in flight; return an instance to run it on here, or queue it (-1)."""
         with self._lock:
             if self._closed:
                 raise ModelUnavailableError(
                     f"model {self.model!r} version {self.version} is unloading; retry to reach "
                     f"the current version")
-            queue = self._queue
             if caller_runs and not self._inflight and self._free:
-                instance = self._free.pop()
-            else:
-                if len(queue) >= self._max_queue:
-                    raise QueueFullError(
-                        f"model {self.model!r} version {self.version}: queue is full "
-                        f"({self._max_queue} requests waiting); back off and retry")
-                queue.append(item)
-                if self._free and self._idle:
-                    wake = self._idle.pop()
-                    wake.instance = self._free.pop()
-                    wake.wake.release()
-                elif self._filler is not None:
-                    wake = self._filler
-                    self._filler = None
-                    wake.wake.release()
+                self._inflight = 1
+                return self._free.pop()
+            queue = self._queue
+            if len(queue) >= self._max_queue:
+                raise QueueFullError(
+                    f"model {self.model!r} version {self.version}: queue is full "
+                    f"({self._max_queue} requests waiting); back off and retry")
+            if item.future is None:
+                item.future = Future()
+            queue.append(item)
             self._inflight += 1
-        if instance >= 0:
-            self._execute([item], instance, release=True)
-        return item.future
+            if self._free and self._idle:
+                worker = self._idle.pop()
+                worker.instance = self._free.pop()
+                worker.wake.release()
+            elif self._fillers:
+                worker = self._fillers.pop()
+                worker.wake.release()
+            return -1
 
     # ------------------------------------------------------------------ workers
     def _run_worker(self, worker: _Worker) -> None:
@@ -216,15 +238,15 @@ class DynamicBatcher:
                     if remaining <= 0 or self._closed or (
                             self._queue and rows + self._queue[0].rows > self._max_rows):
                         break
-                    self._filler = worker
+                    self._fillers.append(worker)
             if more:
                 batch.extend(more)
                 rows += sum(p.rows for p in more)
                 continue
             if not worker.wake.acquire(timeout=remaining / 1e9):
                 with self._lock:
-                    if self._filler is worker:
-                        self._filler = None
+                    if worker in self._fillers:
+                        self._fillers.remove(worker)
                         break
                 # a submitter (or close) cleared us and released the wake lock: consume it
                 worker.wake.acquire()
@@ -240,6 +262,25 @@ class DynamicBatcher:
         return more
 
     # ------------------------------------------------------------------ execution
+    def _run_inline(self, item: _Pending, instance: int) -> InferResult:
+        """The caller-runs path: one request, no merge or split, on the calling thread."""
+        t0 = _now()
+        try:
+            result = self.backend.infer(item.inputs, instance)
+            error = None
+        except AgentError as exc:
+            error = exc
+        except Exception as exc:
+            error = BackendError(f"model {self.model!r} version {self.version}: inference "
+                                 f"failed: {type(exc).__name__}: {exc}")
+        t1 = _now()
+        self._account((item,), item.rows, t0, t0, t1, t1, error is None, instance)
+        if error is not None:
+            raise error
+        if item.outputs is not None:
+            result = {n: result[n] for n in item.outputs}
+        return InferResult(self.model, self.version, result, item.id)
+
     def _execute(self, batch: Sequence[_Pending], instance: int, *, release: bool) -> None:
         """Run ``batch`` on ``instance`` and answer every caller.
 
@@ -390,10 +431,9 @@ class DynamicBatcher:
                 w.instance = None
                 w.wake.release()
             self._idle.clear()
-            filler = self._filler
-            self._filler = None
-            if filler is not None:
+            for filler in self._fillers:
                 filler.wake.release()
+            self._fillers.clear()
         for p in leftover:
             p.future.set_exception(ModelUnavailableError(
                 f"model {self.model!r} version {self.version} was unloaded before the request ran"))

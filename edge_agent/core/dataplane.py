@@ -17,6 +17,7 @@ from pathlib import Path
 
 from edge_agent import __version__
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
+from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
@@ -106,19 +107,13 @@ class DataPlane:
     # ------------------------------------------------------------------ inference
     def submit(self, request: InferRequest) -> Future[InferResult]:
         """Validate and enqueue ``request``; raises AgentError subclasses synchronously."""
-        repo = self.repository
         caller_runs = self._caller_runs and _running_loop() is None
         for _attempt in range(3):
-            mv = repo.resolve(request.model, request.version)
-            rows = mv.signature.validate(request)  # type: ignore[union-attr]
-            batching = mv.batching
-            timeout = request.timeout_us
-            if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]
-                timeout = batching.default_timeout_us  # type: ignore[union-attr]
+            batcher, rows, timeout = self._route(request)
             try:
-                return mv.batcher.submit(  # type: ignore[union-attr]
-                    request.inputs, rows, outputs=request.outputs, request_id=request.id,
-                    timeout_us=timeout, caller_runs=caller_runs)
+                return batcher.submit(request.inputs, rows, outputs=request.outputs,
+                                      request_id=request.id, timeout_us=timeout,
+                                      caller_runs=caller_runs)
             except ModelUnavailableError:
                 # the version began unloading after we resolved it: route again
                 if request.version is not None:
@@ -126,8 +121,29 @@ class DataPlane:
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:
-        """Blocking convenience: ``submit(request).result(timeout_s)``."""
-        return self.submit(request).result(timeout_s)
+        """Blocking form of :meth:`submit` for thread-pool servers: validates, then runs the
+        request on the calling thread when nothing else is in flight (no Future, no thread
+        handoff), else waits for its batch. Raises AgentError subclasses."""
+        if not self._caller_runs or _running_loop() is not None:
+            return self.submit(request).result(timeout_s)
+        for _attempt in range(3):
+            batcher, rows, timeout = self._route(request)
+            try:
+                return batcher.infer(request.inputs, rows, outputs=request.outputs,
+                                     request_id=request.id, timeout_us=timeout, wait_s=timeout_s)
+            except ModelUnavailableError:
+                if request.version is not None:
+                    raise
+        raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
+
+    def _route(self, request: InferRequest) -> tuple[DynamicBatcher, int, int]:
+        mv = self.repository.resolve(request.model, request.version)
+        rows = mv.signature.validate(request)  # type: ignore[union-attr]
+        batching = mv.batching
+        timeout = request.timeout_us
+        if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]
+            timeout = batching.default_timeout_us  # type: ignore[union-attr]
+        return mv.batcher, rows, timeout  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ statistics & repo
     def statistics(self, name: str | None = None,

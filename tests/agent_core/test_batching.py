@@ -108,3 +108,58 @@ def test_single_caller_runs_inline_without_waiting_for_the_queue_delay(mlp) -> N
         batcher.close(5)
     with pytest.raises(ModelUnavailableError, match="unloading"):
         batcher.submit({"input": x}, 2)
+
+
+def test_blocking_infer_runs_inline_and_queues_when_busy(mlp) -> None:
+    backend, onnx_path = mlp
+    config = BatchingConfig(max_batch_size=8, instances=1, max_queue_size=100)
+    batcher = DynamicBatcher(backend, model="mlp", version=1, config=config)
+    xs = [np.random.default_rng(i).standard_normal((2, 64)).astype(np.float32) for i in range(8)]
+    refs = [reference_outputs(onnx_path, {"input": x})["probs"] for x in xs]
+    bad: list[int] = []
+    try:
+        result = batcher.infer({"input": xs[0]}, 2, request_id="a", outputs=["probs"])
+        assert result.id == "a" and list(result.outputs) == ["probs"]
+        np.testing.assert_allclose(result.outputs["probs"], refs[0], rtol=1e-4, atol=1e-5)
+
+        def call(i: int) -> None:
+            for _ in range(50):
+                out = batcher.infer({"input": xs[i]}, 2, wait_s=60).outputs["probs"]
+                if not np.allclose(out, refs[i], rtol=1e-4, atol=1e-5):
+                    bad.append(i)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        batcher.close(30)
+    assert not bad
+    assert batcher.stats.success.count == 1 + 8 * 50
+    assert batcher.inflight == 0
+
+
+def test_two_instances_waiting_for_rows_at_once_never_lose_a_request(mlp) -> None:
+    backend, onnx_path = mlp
+    config = BatchingConfig(max_batch_size=8, preferred_batch_sizes=(8,), instances=2,
+                            max_queue_delay_us=3000, max_queue_size=1000)
+    batcher = DynamicBatcher(backend, model="mlp", version=1, config=config)
+    xs = [np.random.default_rng(i).standard_normal((1, 64)).astype(np.float32) for i in range(16)]
+    refs = [reference_outputs(onnx_path, {"input": x})["probs"] for x in xs]
+    bad: list[int] = []
+
+    def call(i: int) -> None:
+        for _ in range(40):
+            out = batcher.submit({"input": xs[i]}, 1).result(60).outputs["probs"]
+            if not np.allclose(out, refs[i], rtol=1e-4, atol=1e-5):
+                bad.append(i)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert batcher.close(30)  # nothing left in flight
+    assert not bad and batcher.stats.success.count == 16 * 40
+    assert max(batcher.stats.batch_stats) > 1
