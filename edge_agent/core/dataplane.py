@@ -115,9 +115,9 @@ class DataPlane:
                                       request_id=request.id, timeout_us=timeout,
                                       caller_runs=caller_runs)
             except ModelUnavailableError:
-                # the version began unloading after we resolved it: route again
-                if request.version is not None:
-                    raise
+                # the version began unloading (or was replaced by a reload) after we resolved
+                # it: route again; resolve() raises if it is really gone
+                continue
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:
@@ -132,8 +132,7 @@ class DataPlane:
                 return batcher.infer(request.inputs, rows, outputs=request.outputs,
                                      request_id=request.id, timeout_us=timeout, wait_s=timeout_s)
             except ModelUnavailableError:
-                if request.version is not None:
-                    raise
+                continue
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
 
     def _route(self, request: InferRequest) -> tuple[DynamicBatcher, int, int]:
