@@ -1,0 +1,231 @@
+"""The Python client of the management API (what edge-console uses).
+
+Usage::
+
+    with AgentClient("192.168.1.20:50051", token=token) as agent:
+        print(agent.info().profile)
+        result = agent.deploy(Path("mlp-2-x86_64-cpu-openvino.edgepkg"),
+                              on_step=lambda s: print(s.step, s.message))
+        if not result.ok:
+            print(result.message)
+        agent.rollback("mlp")
+
+Every method raises :class:`ManagementError` (a subclass per cause) with one line a user can act
+on; it never returns protobuf messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from edge_agent.errors import AgentError, ErrorCode
+from edge_agent.management import convert
+from edge_agent.management.auth import bearer
+from edge_agent.management.generated import management_pb2 as pb
+from edge_agent.management.generated import management_pb2_grpc as pb_grpc
+from edge_agent.management.types import (
+    AgentInfo,
+    DeploymentInfo,
+    DeployResult,
+    MetricPoint,
+    MetricsSample,
+    StepInfo,
+    VersionInfo,
+)
+
+CHUNK_BYTES = 1 << 20
+_CODES = {c.name: c for c in ErrorCode}
+
+
+class ManagementError(AgentError):
+    """A management call failed; ``status`` is the gRPC status name."""
+
+    def __init__(self, message: str, status: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = _CODES.get(status, ErrorCode.INTERNAL)
+
+
+class AuthenticationError(ManagementError):
+    """The agent refused the token (or the client certificate)."""
+
+
+class AgentUnreachableError(ManagementError):
+    """No agent answered at the address (down, wrong port, firewall, TLS mismatch)."""
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """TLS for the management channel: the agent's CA, and a client cert/key for mTLS."""
+
+    ca: Path
+    cert: Path | None = None
+    key: Path | None = None
+    server_name: str | None = None  # override when the certificate names another host
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca.read_bytes(),
+            private_key=self.key.read_bytes() if self.key else None,
+            certificate_chain=self.cert.read_bytes() if self.cert else None)
+
+
+class AgentClient:
+    """A connection to one agent's management API. Thread-safe; close it (or use ``with``)."""
+
+    def __init__(self, target: str, *, token: str | None = None, tls: ClientTls | None = None,
+                 timeout_s: float = 30.0, deploy_timeout_s: float = 600.0) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self.deploy_timeout_s = deploy_timeout_s
+        self._metadata = bearer(token) if token else ()
+        options = [("grpc.max_send_message_length", 8 << 20),
+                   ("grpc.max_receive_message_length", 8 << 20)]
+        if tls is not None:
+            if tls.server_name:
+                options.append(("grpc.ssl_target_name_override", tls.server_name))
+            self._channel = grpc.secure_channel(target, tls.credentials(), options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
+        self._stub = pb_grpc.AgentManagementStub(self._channel)
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- calls ---------------------------------------------------------------------------------
+    def _call(self, method: Callable[..., Any], request: Any, what: str) -> Any:
+        try:
+            return method(request, metadata=self._metadata, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error(exc, what) from None
+
+    def _error(self, exc: grpc.RpcError, what: str) -> ManagementError:
+        code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+        details = (exc.details() if hasattr(exc, "details") else "") or str(code)
+        name = code.name if code is not None else "UNKNOWN"
+        if code is grpc.StatusCode.UNAUTHENTICATED:
+            return AuthenticationError(f"agent {self.target} refused {what}: {details}", name)
+        if code is grpc.StatusCode.UNAVAILABLE and ("connect" in details.lower()
+                                                   or "dns" in details.lower()
+                                                   or "handshake" in details.lower()):
+            return AgentUnreachableError(f"cannot reach an agent at {self.target}: {details}",
+                                         name)
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            return AgentUnreachableError(f"agent {self.target} did not answer {what} in time",
+                                         name)
+        return ManagementError(f"agent {self.target}: {what} failed: {details}", name)
+
+    def info(self) -> AgentInfo:
+        """Who the agent is: id, name, host, arch, profile, runtimes, version, uptime."""
+        return convert.agent_info(self._call(self._stub.GetInfo, pb.GetInfoRequest(), "GetInfo"))
+
+    def models(self, model: str | None = None) -> list[VersionInfo]:
+        """Every model version on the agent's disk."""
+        reply = self._call(self._stub.ListModels, pb.ListModelsRequest(model=model or ""),
+                           "ListModels")
+        return [convert.version_info(v) for v in reply.versions]
+
+    def deployments(self, model: str | None = None, limit: int = 50) -> list[DeploymentInfo]:
+        """Deployment history, newest first."""
+        reply = self._call(self._stub.ListDeployments,
+                           pb.ListDeploymentsRequest(model=model or "", limit=limit),
+                           "ListDeployments")
+        return [convert.deployment_info(d) for d in reply.deployments]
+
+    def deploy(self, bundle: Path, *, force: bool = False,
+               on_progress: Callable[[int, int], None] | None = None,
+               on_step: Callable[[StepInfo], None] | None = None) -> DeployResult:
+        """Upload ``bundle`` and deploy it; ``on_progress(received, total)`` and
+        ``on_step(step)`` report as the agent goes. The result says how far it got."""
+        bundle = Path(bundle)
+        try:
+            size = bundle.stat().st_size
+        except OSError as exc:
+            raise ManagementError(f"cannot read the bundle {bundle}: {exc.strerror}",
+                                  "INVALID_ARGUMENT") from None
+
+        def requests() -> Iterator[pb.DeployRequest]:
+            yield pb.DeployRequest(header=pb.DeployHeader(filename=bundle.name,
+                                                          size_bytes=size, force=force))
+            with open(bundle, "rb") as f:
+                while chunk := f.read(CHUNK_BYTES):
+                    yield pb.DeployRequest(chunk=chunk)
+
+        result = None
+        try:
+            for event in self._stub.Deploy(requests(), metadata=self._metadata,
+                                           timeout=self.deploy_timeout_s):
+                kind = event.WhichOneof("event")
+                if kind == "progress" and on_progress is not None:
+                    on_progress(event.progress.received_bytes, event.progress.total_bytes)
+                elif kind == "step" and on_step is not None:
+                    on_step(convert.step_info(event.step))
+                elif kind == "result":
+                    result = convert.deploy_result(event.result)
+        except grpc.RpcError as exc:
+            raise self._error(exc, f"deploying {bundle.name}") from None
+        if result is None:
+            raise ManagementError(f"agent {self.target} ended the deploy of {bundle.name} "
+                                  "without a result", "INTERNAL")
+        return result
+
+    def activate(self, model: str, version: int, *, force: bool = False) -> DeployResult:
+        """Make ``version`` active (force: reload the active version from disk)."""
+        reply = self._call_long(self._stub.Activate,
+                                pb.ActivateRequest(model=model, version=version, force=force),
+                                f"activating {model} version {version}")
+        return convert.deploy_result(reply)
+
+    def rollback(self, model: str, to_version: int | None = None) -> DeployResult:
+        """Switch ``model`` back to the previous version (or ``to_version``)."""
+        reply = self._call_long(self._stub.Rollback,
+                                pb.RollbackRequest(model=model, to_version=to_version or 0),
+                                f"rolling back {model}")
+        return convert.deploy_result(reply)
+
+    def remove(self, model: str, version: int) -> DeployResult:
+        """Delete a version that is not active."""
+        reply = self._call(self._stub.RemoveVersion,
+                           pb.RemoveVersionRequest(model=model, version=version),
+                           f"removing {model} version {version}")
+        return convert.deploy_result(reply)
+
+    def _call_long(self, method: Callable[..., Any], request: Any, what: str) -> Any:
+        try:
+            return method(request, metadata=self._metadata, timeout=self.deploy_timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error(exc, what) from None
+
+    def query_metrics(self, model: str, *, start: float = 0.0, end: float = 0.0,
+                      step_s: int = 60, per_version: bool = False) -> list[MetricPoint]:
+        """Stored metrics of ``model`` (start/end 0: the last hour up to now)."""
+        reply = self._call(self._stub.QueryMetrics,
+                           pb.QueryMetricsRequest(model=model, start=start, end=end,
+                                                  step_s=step_s, per_version=per_version),
+                           "QueryMetrics")
+        return [convert.metric_point(p) for p in reply.points]
+
+    def watch_metrics(self, model: str | None = None) -> Iterator[MetricsSample]:
+        """Live samples, one a second, until the iterator is closed (``.close()``)."""
+        call = self._stub.WatchMetrics(pb.WatchMetricsRequest(model=model or ""),
+                                       metadata=self._metadata)
+        try:
+            for sample in call:
+                yield convert.metrics_sample(sample)
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.CANCELLED:
+                raise self._error(exc, "WatchMetrics") from None
+        finally:
+            call.cancel()

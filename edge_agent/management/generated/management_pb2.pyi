@@ -1,0 +1,285 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AgentInfo(_message.Message):
+    __slots__ = ("agent_id", "name", "host", "arch", "profile", "runtimes", "agent_version", "uptime_s", "api_version", "inference_address", "allow_unsigned", "keep_versions")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    ARCH_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    RUNTIMES_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    API_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_UNSIGNED_FIELD_NUMBER: _ClassVar[int]
+    KEEP_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    name: str
+    host: str
+    arch: str
+    profile: str
+    runtimes: _containers.RepeatedScalarFieldContainer[str]
+    agent_version: str
+    uptime_s: float
+    api_version: str
+    inference_address: str
+    allow_unsigned: bool
+    keep_versions: int
+    def __init__(self, agent_id: _Optional[str] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., arch: _Optional[str] = ..., profile: _Optional[str] = ..., runtimes: _Optional[_Iterable[str]] = ..., agent_version: _Optional[str] = ..., uptime_s: _Optional[float] = ..., api_version: _Optional[str] = ..., inference_address: _Optional[str] = ..., allow_unsigned: _Optional[bool] = ..., keep_versions: _Optional[int] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class ModelVersionInfo(_message.Message):
+    __slots__ = ("model", "version", "active", "state", "stored_state", "profile", "backend", "load_ms", "rss_delta_bytes", "load_error", "size_bytes", "added_at")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STORED_STATE_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    LOAD_MS_FIELD_NUMBER: _ClassVar[int]
+    RSS_DELTA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LOAD_ERROR_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ADDED_AT_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    version: int
+    active: bool
+    state: str
+    stored_state: str
+    profile: str
+    backend: str
+    load_ms: float
+    rss_delta_bytes: int
+    load_error: str
+    size_bytes: int
+    added_at: float
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: _Optional[bool] = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ...) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("versions",)
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.RepeatedCompositeFieldContainer[ModelVersionInfo]
+    def __init__(self, versions: _Optional[_Iterable[_Union[ModelVersionInfo, _Mapping]]] = ...) -> None: ...
+
+class ListDeploymentsRequest(_message.Message):
+    __slots__ = ("model", "limit")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    limit: int
+    def __init__(self, model: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class DeploymentStep(_message.Message):
+    __slots__ = ("step", "ok", "message", "at")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    ok: bool
+    message: str
+    at: float
+    def __init__(self, step: _Optional[str] = ..., ok: _Optional[bool] = ..., message: _Optional[str] = ..., at: _Optional[float] = ...) -> None: ...
+
+class Deployment(_message.Message):
+    __slots__ = ("id", "model", "kind", "from_version", "to_version", "status", "last_step", "reason", "started_at", "ended_at", "steps")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    model: str
+    kind: str
+    from_version: int
+    to_version: int
+    status: str
+    last_step: str
+    reason: str
+    started_at: float
+    ended_at: float
+    steps: _containers.RepeatedCompositeFieldContainer[DeploymentStep]
+    def __init__(self, id: _Optional[int] = ..., model: _Optional[str] = ..., kind: _Optional[str] = ..., from_version: _Optional[int] = ..., to_version: _Optional[int] = ..., status: _Optional[str] = ..., last_step: _Optional[str] = ..., reason: _Optional[str] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., steps: _Optional[_Iterable[_Union[DeploymentStep, _Mapping]]] = ...) -> None: ...
+
+class ListDeploymentsResponse(_message.Message):
+    __slots__ = ("deployments",)
+    DEPLOYMENTS_FIELD_NUMBER: _ClassVar[int]
+    deployments: _containers.RepeatedCompositeFieldContainer[Deployment]
+    def __init__(self, deployments: _Optional[_Iterable[_Union[Deployment, _Mapping]]] = ...) -> None: ...
+
+class DeployHeader(_message.Message):
+    __slots__ = ("filename", "size_bytes", "force")
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    filename: str
+    size_bytes: int
+    force: bool
+    def __init__(self, filename: _Optional[str] = ..., size_bytes: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeployRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: DeployHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[DeployHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class UploadProgress(_message.Message):
+    __slots__ = ("received_bytes", "total_bytes")
+    RECEIVED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    received_bytes: int
+    total_bytes: int
+    def __init__(self, received_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+
+class DeploymentResult(_message.Message):
+    __slots__ = ("ok", "message", "active_version", "deployment")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    message: str
+    active_version: int
+    deployment: Deployment
+    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ..., active_version: _Optional[int] = ..., deployment: _Optional[_Union[Deployment, _Mapping]] = ...) -> None: ...
+
+class DeployEvent(_message.Message):
+    __slots__ = ("progress", "step", "result")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    progress: UploadProgress
+    step: DeploymentStep
+    result: DeploymentResult
+    def __init__(self, progress: _Optional[_Union[UploadProgress, _Mapping]] = ..., step: _Optional[_Union[DeploymentStep, _Mapping]] = ..., result: _Optional[_Union[DeploymentResult, _Mapping]] = ...) -> None: ...
+
+class ActivateRequest(_message.Message):
+    __slots__ = ("model", "version", "force")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    version: int
+    force: bool
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class RollbackRequest(_message.Message):
+    __slots__ = ("model", "to_version")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    to_version: int
+    def __init__(self, model: _Optional[str] = ..., to_version: _Optional[int] = ...) -> None: ...
+
+class RemoveVersionRequest(_message.Message):
+    __slots__ = ("model", "version")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    version: int
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class QueryMetricsRequest(_message.Message):
+    __slots__ = ("model", "start", "end", "step_s", "per_version")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    STEP_S_FIELD_NUMBER: _ClassVar[int]
+    PER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    start: float
+    end: float
+    step_s: int
+    per_version: bool
+    def __init__(self, model: _Optional[str] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., step_s: _Optional[int] = ..., per_version: _Optional[bool] = ...) -> None: ...
+
+class MetricPoint(_message.Message):
+    __slots__ = ("ts", "step_s", "model", "version", "requests", "errors", "requests_per_s", "error_rate", "mean_batch", "p50_ms", "p95_ms", "p99_ms", "queue_p99_ms")
+    TS_FIELD_NUMBER: _ClassVar[int]
+    STEP_S_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    ERROR_RATE_FIELD_NUMBER: _ClassVar[int]
+    MEAN_BATCH_FIELD_NUMBER: _ClassVar[int]
+    P50_MS_FIELD_NUMBER: _ClassVar[int]
+    P95_MS_FIELD_NUMBER: _ClassVar[int]
+    P99_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    ts: int
+    step_s: int
+    model: str
+    version: int
+    requests: int
+    errors: int
+    requests_per_s: float
+    error_rate: float
+    mean_batch: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    queue_p99_ms: float
+    def __init__(self, ts: _Optional[int] = ..., step_s: _Optional[int] = ..., model: _Optional[str] = ..., version: _Optional[int] = ..., requests: _Optional[int] = ..., errors: _Optional[int] = ..., requests_per_s: _Optional[float] = ..., error_rate: _Optional[float] = ..., mean_batch: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p95_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., queue_p99_ms: _Optional[float] = ...) -> None: ...
+
+class QueryMetricsResponse(_message.Message):
+    __slots__ = ("points",)
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    points: _containers.RepeatedCompositeFieldContainer[MetricPoint]
+    def __init__(self, points: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ...) -> None: ...
+
+class WatchMetricsRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class SystemSample(_message.Message):
+    __slots__ = ("cpu_percent", "mem_percent", "rss_bytes", "temp_c", "disk_free_bytes")
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEM_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TEMP_C_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    cpu_percent: float
+    mem_percent: float
+    rss_bytes: int
+    temp_c: float
+    disk_free_bytes: int
+    def __init__(self, cpu_percent: _Optional[float] = ..., mem_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., temp_c: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ...) -> None: ...
+
+class MetricsSample(_message.Message):
+    __slots__ = ("ts", "points", "system")
+    TS_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    ts: int
+    points: _containers.RepeatedCompositeFieldContainer[MetricPoint]
+    system: SystemSample
+    def __init__(self, ts: _Optional[int] = ..., points: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., system: _Optional[_Union[SystemSample, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,212 @@
+"""One running agent: data plane, model manager, metrics, management server, mDNS, systemd.
+
+:class:`AgentRuntime` wires the libraries together; ``edge_agent.server.serve`` drives it::
+
+    runtime = AgentRuntime(state_dir, options, observer_enabled=True)
+    runtime.start_core()                 # state store, token, metrics, data plane
+    ...                                  # the inference server binds here (it needs the plane)
+    runtime.start_models()               # crash recovery + load the active versions
+    runtime.start_management(inference_address="127.0.0.1:8001")   # gRPC + mDNS
+    ...
+    runtime.stop()                       # reverse order; safe after a partial start
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge_agent.core.dataplane import DataPlane
+from edge_agent.core.overrides import ModelOverrides
+from edge_agent.management.auth import TlsFiles
+from edge_agent.management.identity import AgentIdentity, load_or_create_agent_id
+from edge_agent.management.server import ManagementServer
+from edge_agent.management.servicer import ManagementServicer
+from edge_agent.manager import ManagerSettings, ModelManager
+from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
+from edge_agent.state import StateStore, load_or_create_token
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MANAGEMENT_ADDRESS = "127.0.0.1:50051"
+
+
+@dataclass(frozen=True)
+class ManagementOptions:
+    """The management side of the agent (config sections [management], [mdns], [metrics])."""
+
+    address: str | None = DEFAULT_MANAGEMENT_ADDRESS  # None: no management API
+    name: str = field(default_factory=socket.gethostname)
+    trusted_keys: tuple[Path, ...] = ()
+    allow_unsigned: bool = False
+    keep_versions: int = 3
+    watch_window_s: float = 60.0
+    error_threshold: float = 0.5
+    min_requests: int = 20
+    tls: TlsFiles | None = None
+    mdns: bool = True
+    mdns_interfaces: tuple[str, ...] = ()  # empty: every interface
+    metrics: bool = True
+    profile: str | None = None
+
+    def manager_settings(self, drain_timeout_s: float = 30.0) -> ManagerSettings:
+        """The model manager's part of these options."""
+        return ManagerSettings(
+            trusted_keys=self.trusted_keys, allow_unsigned=self.allow_unsigned,
+            keep_versions=self.keep_versions, watch_window_s=self.watch_window_s,
+            error_threshold=self.error_threshold, min_requests=self.min_requests,
+            drain_timeout_s=drain_timeout_s, profile=self.profile)
+
+
+class _LoopThread:
+    """An asyncio loop on a daemon thread (zeroconf's AsyncZeroconf lives here)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="edge-mdns",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self, coro, timeout: float = 15.0):  # type: ignore[no-untyped-def]
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class AgentRuntime:
+    """Everything one agent process runs besides the inference gRPC server."""
+
+    def __init__(self, state_dir: Path, options: ManagementOptions, *,
+                 overrides: Mapping[str, ModelOverrides] | None = None,
+                 drain_timeout_s: float = 30.0) -> None:
+        self.state_dir = Path(state_dir)
+        self.options = options
+        self.overrides = overrides or {}
+        self.drain_timeout_s = drain_timeout_s
+        self.store: StateStore | None = None
+        self.metrics: MetricsStore | None = None
+        self.recorder: MetricsRecorder | None = None
+        self.dataplane: DataPlane | None = None
+        self.manager: ModelManager | None = None
+        self.management: ManagementServer | None = None
+        self.management_address: str | None = None
+        self.identity: AgentIdentity | None = None
+        self.token = ""
+        self._advertiser = None
+        self._loop: _LoopThread | None = None
+        self._inference_port = 0
+
+    # -- start ---------------------------------------------------------------------------------
+    def start_core(self) -> DataPlane:
+        """Open the state store, the token, the metrics, and build the (empty) data plane."""
+        self.store = StateStore.open(self.state_dir)
+        self.token = load_or_create_token(self.state_dir)
+        if self.options.metrics:
+            self.metrics = MetricsStore.open(self.state_dir)
+            self.recorder = MetricsRecorder(self.metrics, system=SystemSampler(self.state_dir))
+            self.recorder.start()
+        self.dataplane = DataPlane(self.state_dir, observer=self.recorder,
+                                   overrides=self.overrides, autoload=False,
+                                   drain_timeout_s=self.drain_timeout_s)
+        return self.dataplane
+
+    def start_models(self) -> list[str]:
+        """Recover from an interrupted deploy and load the active versions."""
+        assert self.dataplane is not None and self.store is not None
+        self.manager = ModelManager(self.dataplane, self.store,
+                                    self.options.manager_settings(self.drain_timeout_s))
+        notes = self.manager.start()
+        for note in notes:
+            log.warning("start-up: %s", note)
+        return notes
+
+    def start_management(self, inference_address: str = "") -> str | None:
+        """Serve the management API and advertise it over mDNS; returns HOST:PORT or None."""
+        assert self.manager is not None
+        self.identity = AgentIdentity(agent_id=load_or_create_agent_id(self.state_dir),
+                                      name=self.options.name,
+                                      inference_address=inference_address)
+        port = inference_address.rpartition(":")[2]
+        self._inference_port = int(port) if port.isdigit() else 0
+        if self.options.address is None:
+            return None
+        servicer = ManagementServicer(self.manager, self.identity, metrics=self.metrics,
+                                      recorder=self.recorder, on_change=self._advert_changed)
+        self.management = ManagementServer(servicer, self.options.address, token=self.token,
+                                           tls=self.options.tls)
+        self.management_address = self.management.start()
+        if self.options.mdns:
+            self._start_mdns()
+        return self.management_address
+
+    def _advert(self):  # type: ignore[no-untyped-def]
+        from edge_agent.discovery import AgentAdvert
+        from edge_agent.manager.manager import names_of
+
+        assert self.identity is not None and self.manager is not None
+        assert self.management is not None
+        return AgentAdvert(id=self.identity.agent_id, name=self.identity.name,
+                           arch=self.manager.device.arch, profile=self.manager.device.profile,
+                           mgmt_port=self.management.port, grpc_port=self._inference_port,
+                           models=tuple(names_of(self.manager.versions())))
+
+    def _start_mdns(self) -> None:
+        from edge_agent.discovery import Advertiser
+
+        self._loop = _LoopThread()
+        interfaces = list(self.options.mdns_interfaces) or None
+        advertiser = Advertiser(self._advert(), interfaces=interfaces)
+        try:
+            self._loop.run(advertiser.start())
+        except Exception as exc:
+            log.warning("mDNS advertisement failed (the agent serves anyway): %s", exc)
+            return
+        self._advertiser = advertiser
+
+    def _advert_changed(self) -> None:
+        if self._advertiser is not None and self._loop is not None:
+            self._loop.run(self._advertiser.update(self._advert()))
+
+    def reload_settings(self, options: ManagementOptions) -> None:
+        """Apply what a config reload (SIGHUP) may change: trust, retention, watch settings."""
+        self.options = options
+        if self.manager is not None:
+            self.manager.settings = options.manager_settings(self.drain_timeout_s)
+
+    # -- stop ----------------------------------------------------------------------------------
+    def stop_management(self) -> None:
+        """Withdraw the mDNS advert (goodbye packets) and stop the management server."""
+        if self._advertiser is not None and self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.run(self._advertiser.stop())
+            self._advertiser = None
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+        if self.management is not None:
+            self.management.stop()
+            self.management = None
+
+    def stop(self) -> None:
+        """Stop everything this runtime started (after the inference server stopped)."""
+        self.stop_management()
+        if self.manager is not None:
+            self.manager.close()
+        if self.dataplane is not None:
+            self.dataplane.close()
+        if self.recorder is not None:
+            self.recorder.stop()
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.store is not None:
+            self.store.close()

@@ -1,0 +1,68 @@
+"""The management gRPC server on its own port: start / stop, token or mTLS on every call."""
+
+from __future__ import annotations
+
+from concurrent import futures
+
+import grpc
+
+from edge_agent.errors import ConfigError
+from edge_agent.management.auth import TlsFiles, TokenAuthInterceptor
+from edge_agent.management.generated import management_pb2_grpc as pb_grpc
+from edge_agent.management.servicer import ManagementServicer
+
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # deploy chunks are 1 MiB
+
+
+class ManagementServer:
+    """Serves :class:`ManagementServicer` on ``address`` (HOST:PORT, port 0: any free port).
+
+    With ``tls`` holding a client CA, client certificates replace the token; otherwise every
+    call needs ``token``.
+    """
+
+    def __init__(self, servicer: ManagementServicer, address: str, *, token: str,
+                 tls: TlsFiles | None = None, workers: int = 8) -> None:
+        self.servicer = servicer
+        self.address = address
+        self.token = token
+        self.tls = tls
+        self.workers = workers
+        self.port = 0
+        self._server: grpc.Server | None = None
+
+    @property
+    def mtls(self) -> bool:
+        """True when client certificates authenticate callers."""
+        return self.tls is not None and self.tls.client_ca is not None
+
+    def start(self) -> str:
+        """Bind and serve; returns HOST:PORT with the real port."""
+        interceptors = [] if self.mtls else [TokenAuthInterceptor(self.token)]
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="mgmt"),
+            interceptors=interceptors,
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.so_reuseport", 0)])
+        pb_grpc.add_AgentManagementServicer_to_server(self.servicer, server)
+        try:
+            if self.tls is not None:
+                port = server.add_secure_port(self.address, self.tls.server_credentials())
+            else:
+                port = server.add_insecure_port(self.address)
+        except RuntimeError as exc:
+            raise ConfigError(f"config key 'management.address': cannot listen on "
+                              f"{self.address} ({exc}); is the port in use?") from None
+        if port == 0:
+            raise ConfigError(f"config key 'management.address': cannot listen on "
+                              f"{self.address}; is the port in use?")
+        server.start()
+        self._server, self.port = server, port
+        return f"{self.address.rpartition(':')[0]}:{port}"
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Finish in-flight calls within ``grace`` seconds and unbind."""
+        if self._server is not None:
+            self._server.stop(grace).wait()
+            self._server = None

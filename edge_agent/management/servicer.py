@@ -1,0 +1,220 @@
+"""The edge.agent.v1.AgentManagement servicer: translates messages to ModelManager calls.
+
+Errors are mapped to status codes in one place (:func:`edge_agent.protocol.status.abort`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+
+from edge_agent import __version__
+from edge_agent.discovery import MANAGEMENT_API_VERSION
+from edge_agent.errors import AgentError, InvalidInputError, QueueFullError
+from edge_agent.management import convert
+from edge_agent.management.generated import management_pb2 as pb
+from edge_agent.management.generated import management_pb2_grpc as pb_grpc
+from edge_agent.management.identity import AgentIdentity
+from edge_agent.manager import ModelManager
+from edge_agent.manager.outcome import DeployOutcome, StepEvent
+from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
+from edge_agent.metrics.store import MetricsStore
+from edge_agent.protocol.status import abort
+from packager.bundle_format import MAX_TOTAL_BYTES
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_BYTES = 1 << 20
+
+
+class ManagementServicer(pb_grpc.AgentManagementServicer):
+    """Serves one agent's management calls (auth is done by the interceptor before this)."""
+
+    def __init__(self, manager: ModelManager, identity: AgentIdentity, *,
+                 metrics: MetricsStore | None = None,
+                 recorder: MetricsRecorder | None = None,
+                 on_change: Callable[[], None] | None = None) -> None:
+        self.manager = manager
+        self.identity = identity
+        self.metrics = metrics
+        self.recorder = recorder
+        self._on_change = on_change
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change()
+            except Exception:  # an advert update must never fail a deploy
+                log.exception("change hook failed")
+
+    # -- inspection ----------------------------------------------------------------------------
+    def GetInfo(self, request: pb.GetInfoRequest, context: grpc.ServicerContext) -> pb.AgentInfo:
+        d, s, i = self.manager.device, self.manager.settings, self.identity
+        return pb.AgentInfo(agent_id=i.agent_id, name=i.name, host=i.host, arch=d.arch,
+                            profile=d.profile, runtimes=list(d.runtimes),
+                            agent_version=__version__, uptime_s=i.uptime_s,
+                            api_version=MANAGEMENT_API_VERSION,
+                            inference_address=i.inference_address,
+                            allow_unsigned=s.allow_unsigned, keep_versions=s.keep_versions)
+
+    def ListModels(self, request: pb.ListModelsRequest,
+                   context: grpc.ServicerContext) -> pb.ListModelsResponse:
+        try:
+            views = self.manager.versions(request.model or None)
+        except AgentError as exc:
+            abort(context, exc)
+        return pb.ListModelsResponse(versions=[convert.version_pb(v) for v in views])
+
+    def ListDeployments(self, request: pb.ListDeploymentsRequest,
+                        context: grpc.ServicerContext) -> pb.ListDeploymentsResponse:
+        deps = self.manager.history(request.model or None, request.limit or 50)
+        return pb.ListDeploymentsResponse(deployments=[convert.deployment_pb(d) for d in deps])
+
+    # -- changes -------------------------------------------------------------------------------
+    def Deploy(self, request_iterator: Iterator[pb.DeployRequest],
+               context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("part") != "header":
+            abort(context, InvalidInputError("the first Deploy message must be the header "
+                                             "(file name, size)"))
+        header = first.header
+        if header.size_bytes > MAX_TOTAL_BYTES:
+            abort(context, QueueFullError(f"the bundle is {header.size_bytes} bytes, more than "
+                                          f"the {MAX_TOTAL_BYTES} an agent accepts"))
+        path = self.manager.new_upload_path()
+        try:
+            yield from self._receive(request_iterator, path, header, context)
+            yield from self._run_deploy(path, header.force, context)
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def _receive(self, requests: Iterator[pb.DeployRequest], path: Path,
+                 header: pb.DeployHeader, context: grpc.ServicerContext
+                 ) -> Iterator[pb.DeployEvent]:
+        received, reported = 0, 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            for req in requests:
+                if req.WhichOneof("part") != "chunk":
+                    abort(context, InvalidInputError("only data chunks may follow the header"))
+                out.write(req.chunk)
+                received += len(req.chunk)
+                if received > MAX_TOTAL_BYTES:
+                    abort(context, QueueFullError(f"the upload passed {MAX_TOTAL_BYTES} bytes"))
+                if received - reported >= PROGRESS_EVERY_BYTES:
+                    reported = received
+                    yield pb.DeployEvent(progress=pb.UploadProgress(
+                        received_bytes=received, total_bytes=header.size_bytes))
+            out.flush()
+            os.fsync(out.fileno())
+        if header.size_bytes and received != header.size_bytes:
+            abort(context, InvalidInputError(f"the upload ended after {received} of "
+                                             f"{header.size_bytes} bytes"))
+        yield pb.DeployEvent(progress=pb.UploadProgress(received_bytes=received,
+                                                        total_bytes=header.size_bytes))
+
+    def _run_deploy(self, path: Path, force: bool,
+                    context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
+        events: queue.Queue[StepEvent | DeployOutcome | BaseException] = queue.Queue()
+
+        def run() -> None:
+            try:
+                events.put(self.manager.deploy(path, force=force, on_event=events.put))
+            except BaseException as exc:  # handed to the RPC thread below
+                events.put(exc)
+
+        # The deploy runs to its end even when the client goes away mid-way.
+        worker = threading.Thread(target=run, name="edge-deploy", daemon=True)
+        worker.start()
+        while True:
+            item = events.get()
+            if isinstance(item, StepEvent):
+                yield pb.DeployEvent(step=convert.step_pb(item))
+            elif isinstance(item, DeployOutcome):
+                self._changed()
+                yield pb.DeployEvent(result=convert.result_pb(item))
+                return
+            else:
+                abort(context, item)
+
+    def Activate(self, request: pb.ActivateRequest,
+                 context: grpc.ServicerContext) -> pb.DeploymentResult:
+        try:
+            outcome = self.manager.activate(request.model, int(request.version),
+                                            force=request.force)
+        except AgentError as exc:
+            abort(context, exc)
+        self._changed()
+        return convert.result_pb(outcome)
+
+    def Rollback(self, request: pb.RollbackRequest,
+                 context: grpc.ServicerContext) -> pb.DeploymentResult:
+        try:
+            outcome = self.manager.rollback(request.model, int(request.to_version) or None)
+        except AgentError as exc:
+            abort(context, exc)
+        self._changed()
+        return convert.result_pb(outcome)
+
+    def RemoveVersion(self, request: pb.RemoveVersionRequest,
+                      context: grpc.ServicerContext) -> pb.DeploymentResult:
+        try:
+            outcome = self.manager.remove(request.model, int(request.version))
+        except AgentError as exc:
+            abort(context, exc)
+        self._changed()
+        return convert.result_pb(outcome)
+
+    # -- metrics -------------------------------------------------------------------------------
+    def QueryMetrics(self, request: pb.QueryMetricsRequest,
+                     context: grpc.ServicerContext) -> pb.QueryMetricsResponse:
+        if self.metrics is None:
+            return pb.QueryMetricsResponse()
+        if not request.model:
+            abort(context, InvalidInputError("QueryMetrics needs a model name"))
+        end = request.end or time.time()
+        start = request.start or end - 3600
+        step = request.step_s or 60
+        if request.per_version:
+            versions = sorted({v.version for v in self.manager.versions(request.model)})
+            points = [p for v in versions
+                      for p in self.metrics.query(request.model, start, end, step, version=v)]
+        else:
+            points = self.metrics.query(request.model, start, end, step)
+        return pb.QueryMetricsResponse(points=[convert.point_pb(p) for p in points])
+
+    def WatchMetrics(self, request: pb.WatchMetricsRequest,
+                     context: grpc.ServicerContext) -> Iterator[pb.MetricsSample]:
+        if self.recorder is None:
+            return
+        samples, unsubscribe = self.recorder.subscribe_queue(maxsize=30)
+        try:
+            while context.is_active():
+                try:
+                    sample = samples.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                yield _sample_pb(sample, request.model)
+        finally:
+            unsubscribe()
+
+
+def _sample_pb(sample: LiveSample, model: str) -> pb.MetricsSample:
+    points = [convert.point_pb(p) for p in sample.points if not model or p.model == model]
+    msg = pb.MetricsSample(ts=sample.ts, points=points)
+    s = sample.system
+    if s is not None:
+        msg.system.CopyFrom(pb.SystemSample(
+            cpu_percent=s.cpu_percent, mem_percent=s.mem_percent, rss_bytes=s.rss_bytes,
+            temp_c=convert.NO_TEMP if s.temp_c is None else s.temp_c,
+            disk_free_bytes=s.disk_free_bytes))
+    return msg
