@@ -1,0 +1,87 @@
+"""The agent's main loop: inference server + :class:`AgentRuntime`, signals and systemd.
+
+``edge_agent.server.serve`` calls :func:`run_agent`. Order at start: state, token and metrics ->
+inference listeners bound (health NOT_SERVING) -> crash recovery and the active versions loaded
+-> management API and mDNS -> health SERVING, ``READY=1``. SIGTERM/SIGINT: ``STOPPING=1``, the
+advert withdrawn, in-flight requests drained, exit 0. SIGHUP: ``reload()`` re-reads the config.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from edge_agent.management.runtime import AgentRuntime, ManagementOptions
+from edge_agent.systemd_notify import SystemdNotifier
+
+log = logging.getLogger(__name__)
+
+
+def run_agent(config: Any, options: ManagementOptions, *,
+              on_ready: Callable[[Any, Any, AgentRuntime], None] | None = None,
+              stop_event: threading.Event | None = None, grace: float = 5.0,
+              reload: Callable[[], ManagementOptions] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (or ``stop_event``). ``config`` is an AgentConfig.
+
+    ``on_ready(addresses, dataplane, runtime)`` runs once everything listens. ``reload``
+    (optional) returns fresh options on SIGHUP.
+    """
+    from edge_agent.server import AgentServer
+
+    stop = stop_event or threading.Event()
+    hup = threading.Event()
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: hup.set())
+    notifier = SystemdNotifier()
+    runtime = AgentRuntime(config.state_dir, options, overrides=config.models)
+    server = None
+    try:
+        notifier.status("starting: opening state and loading models")
+        dataplane = runtime.start_core()
+        server = AgentServer(dataplane, config)
+        addresses = server.start()
+        runtime.start_models()
+        runtime.start_management(inference_address=addresses.tcp or "")
+        server.mark_serving()
+        notifier.start_watchdog(healthy=dataplane.live)
+        active = [f"{v.model}:{v.version}" for v in runtime.manager.versions()  # type: ignore[union-attr]
+                  if v.active]
+        notifier.ready(f"serving {len(active)} model(s): {', '.join(active) or 'none'}")
+        if on_ready is not None:
+            on_ready(addresses, dataplane, runtime)
+        while not stop.wait(0.5):
+            if hup.is_set():
+                hup.clear()
+                _reload(runtime, reload, notifier)
+        notifier.stopping("draining in-flight requests")
+        log.info("shutting down: draining in-flight requests")
+    finally:
+        notifier.stop_watchdog()
+        runtime.stop_management()
+        if server is not None:
+            server.stop(grace)
+        runtime.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def _reload(runtime: AgentRuntime, reload: Callable[[], ManagementOptions] | None,
+            notifier: SystemdNotifier) -> None:
+    if reload is None:
+        log.warning("SIGHUP: no config file to reload")
+        return
+    notifier.notify("RELOADING=1")
+    try:
+        runtime.reload_settings(reload())
+        log.warning("SIGHUP: configuration reloaded (trust, retention, watch settings)")
+    except Exception as exc:  # a bad edit must not take the agent down
+        log.error("SIGHUP: the configuration was not reloaded: %s", exc)
+    finally:
+        notifier.notify("READY=1")
