@@ -1,0 +1,206 @@
+"""The edge-console terminal UI: find agents, deploy, roll back and watch them.
+
+The app owns the long-lived parts: the fleet view model (:mod:`console.fleet`), the mDNS
+browser worker, the poll worker that asks each agent for its state (one round at a time, the
+next scheduled only after the last finished), and the management clients
+(:mod:`console.connections`). Screens render and act; network work runs in workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from console.config import ConsoleSettings
+from console.connections import Connections
+from console.discovery import AgentBrowser
+from console.fleet import AgentState, Fleet, FleetAgent
+from console.screens.base import MUTATING_ACTIONS
+from console.screens.details import DetailsScreen
+from console.screens.events import EventsScreen
+from console.screens.fleet import FleetScreen
+from console.screens.help import HelpScreen
+from console.screens.jump import JumpScreen
+
+PROBE_THREADS = 16
+
+
+class EdgeConsoleApp(App[None]):
+    """The console. ``clock`` feeds every displayed time (fixed in snapshot tests);
+    ``poll=False`` never contacts agents (the fleet shows only what discovery says)."""
+
+    CSS_PATH = "console.tcss"
+    TITLE = "edge-console"
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", tooltip="Keys of this screen"),
+        Binding("colon", "jump", "Jump", tooltip="Jump to a view: fleet, events, agent NAME..."),
+        Binding("l", "events", "Events", tooltip="The console's event log"),
+        Binding("q", "quit", "Quit", tooltip="Leave edge-console"),
+    ]
+
+    def __init__(self, settings: ConsoleSettings | None = None, *,
+                 clock: Callable[[], float] = time.time, poll: bool = True) -> None:
+        super().__init__()
+        self.settings = settings or ConsoleSettings()
+        self.read_only = self.settings.read_only
+        self.clock = clock
+        self.poll_enabled = poll
+        self.fleet = Fleet(clock=clock)
+        self.connections = Connections(self.settings)
+        self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="probe")
+        self.poll_rounds = 0  # finished poll rounds (tests wait on it)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.fleet.add_static(self.settings.agents)
+        self.push_screen(FleetScreen())
+        if self.settings.discovery:
+            self.browse()
+        if self.poll_enabled:
+            self.poll_loop()
+
+    async def on_unmount(self) -> None:
+        self.workers.cancel_all()
+        self._probe_pool.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self.connections.close)
+
+    # -- workers -------------------------------------------------------------------------------
+    @work(exclusive=True, group="discovery", exit_on_error=False)
+    async def browse(self) -> None:
+        """Follow mDNS announcements into the fleet until the app stops."""
+        interfaces = list(self.settings.interfaces) if self.settings.interfaces else None
+        try:
+            async with AgentBrowser(interfaces=interfaces) as browser:
+                async for event in browser.events():
+                    self.fleet.apply_discovery(event)
+        except OSError as exc:
+            text = (f"mDNS discovery failed ({exc.strerror or exc}); list agents with "
+                    "--agent HOST:PORT or choose --interface")
+            self.fleet.log("", "error", text)
+            self.notify(text, severity="error", timeout=10)
+
+    @work(exclusive=True, group="poll", exit_on_error=False)
+    async def poll_loop(self) -> None:
+        """Ask every agent for its state, one round at a time, forever."""
+        while True:
+            await self.poll_once()
+            await asyncio.sleep(self.settings.poll_interval_s)
+
+    def poll_agents(self) -> None:
+        """Start a poll round now (restarts the loop; never two rounds at once)."""
+        if self.poll_enabled:
+            self.poll_loop()
+
+    async def poll_once(self) -> None:
+        """One round: probe every agent that may answer, concurrently, off the UI thread."""
+        loop = asyncio.get_running_loop()
+        agents = [a for a in self.fleet.agents() if self._worth_probing(a)]
+        results = await asyncio.gather(*(loop.run_in_executor(
+            self._probe_pool, self.connections.probe, a) for a in agents))
+        for agent, result in zip(agents, results, strict=True):
+            self.fleet.apply_probe(agent.key, result)
+        self.poll_rounds += 1
+
+    @staticmethod
+    def _worth_probing(agent: FleetAgent) -> bool:
+        if agent.state is AgentState.API_MISMATCH and agent.discovered:
+            return False  # its advert already says it speaks another API
+        return not (agent.state is AgentState.OFFLINE and not agent.static)
+
+    # -- navigation ----------------------------------------------------------------------------
+    def open_agent(self, key: str) -> None:
+        """Show the agent screen of ``key``."""
+        from console.screens.agent import AgentScreen
+
+        if self.fleet.get(key) is not None:
+            self.push_screen(AgentScreen(key))
+
+    def show_details(self, agent: FleetAgent) -> None:
+        """Show the details modal of ``agent``."""
+        self.push_screen(DetailsScreen(agent, self.clock()))
+
+    def open_deploy(self, preselect: Sequence[str] = ()) -> None:
+        """Show the deploy screen with ``preselect`` agents ticked."""
+        if self.read_only:
+            self.notify("Read-only mode: deploying is disabled", severity="warning")
+            return
+        from console.screens.deploy import DeployScreen
+
+        self.push_screen(DeployScreen(preselect))
+
+    def open_history(self, key: str) -> None:
+        """Show past metrics of agent ``key``."""
+        from console.screens.history import HistoryScreen
+
+        if self.fleet.get(key) is not None:
+            self.push_screen(HistoryScreen(key))
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    def action_events(self) -> None:
+        if not isinstance(self.screen, EventsScreen):
+            self.push_screen(EventsScreen())
+
+    def action_jump(self) -> None:
+        names = [a.name for a in self.fleet.agents()]
+        self.push_screen(JumpScreen(names), self.jump_to)
+
+    def jump_to(self, target: str | None) -> None:
+        """Go to the view named by ``target`` (what was typed after ``:``)."""
+        if not target:
+            return
+        word, _, rest = target.partition(" ")
+        word = word.lower()
+        if word in ("fleet", "agents"):
+            while len(self.screen_stack) > 2:
+                self.pop_screen()
+        elif word in ("events", "log", "logs"):
+            self.action_events()
+        elif word == "help":
+            self.action_help()
+        elif word in ("quit", "q"):
+            self.exit()
+        elif word == "deploy":
+            self.open_deploy()
+        elif word in ("agent", "history"):
+            agent = self.fleet.find(rest.strip()) if rest.strip() else None
+            if agent is None:
+                self.notify(f"No agent named {rest.strip()!r}", severity="warning")
+            elif word == "agent":
+                self.open_agent(agent.key)
+            else:
+                self.open_history(agent.key)
+        else:
+            self.notify(f"Unknown view {target!r}: try fleet, events, deploy, agent NAME, "
+                        "history NAME, help", severity="warning")
+
+    # -- command palette: every bound action of the screen and the app -------------------------
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        seen: set[str] = set()
+        for node in (screen, self):
+            for binding in getattr(node, "BINDINGS", []):
+                b = binding if isinstance(binding, Binding) else Binding(*binding)
+                action = b.action.split("(")[0]
+                if action in seen or action in ("quit", "dismiss_modal"):
+                    continue
+                if action in MUTATING_ACTIONS and self.read_only:
+                    continue
+                if node is screen and screen.check_action(action, ()) is False:
+                    continue
+                seen.add(action)
+                yield SystemCommand(b.description or action, b.tooltip or b.description,
+                                    partial(self._run_on, node, b.action))
+
+    async def _run_on(self, node: object, action: str) -> None:
+        await self.run_action(action, node)  # type: ignore[arg-type]

@@ -1,0 +1,205 @@
+"""The console's settings: the config file (static agents, tokens per agent) plus CLI overrides.
+
+The file is TOML, by default ``$XDG_CONFIG_HOME/edge-console/config.toml``
+(``~/.config/edge-console/config.toml``)::
+
+    read_only = false            # hide every action that changes an agent
+    poll_interval_s = 2.0        # how often each agent is asked for its state
+    canary_soak_s = 30           # staged rollout: how long the canary must stay healthy
+
+    [discovery]
+    enabled = true
+    interfaces = ["192.168.1.20"]   # IPv4 addresses to browse on; omit for all interfaces
+
+    [[agents]]                      # agents to list even when mDNS cannot see them
+    address = "10.0.0.7:7070"
+    name = "line-3"                 # optional display name
+    token = "..."                   # or: token_file = "~/.config/edge-console/line-3.token"
+
+    [tokens]                        # management tokens for discovered agents,
+    "jetson-01" = "..."             # keyed by agent id, name or HOST:PORT
+    default = "..."                 # used when nothing more specific matches
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from console.errors import ConsoleConfigError
+
+DEFAULT_POLL_INTERVAL_S = 2.0
+DEFAULT_CANARY_SOAK_S = 30.0
+
+
+def default_config_path() -> Path:
+    """Where the console looks for its config file when none is given."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "edge-console" / "config.toml"
+
+
+def parse_address(text: str, *, where: str = "--agent") -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port), with a message naming ``where`` on a bad value."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConsoleConfigError(f"{where}: {text!r} is not HOST:PORT (e.g. 10.0.0.7:7070)")
+    return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class StaticAgent:
+    """An agent listed by address (config file or ``--agent``), not only found by mDNS."""
+
+    host: str
+    port: int
+    name: str = ""
+    token: str | None = None
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT``."""
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleSettings:
+    """Everything the TUI needs to know before it starts."""
+
+    agents: tuple[StaticAgent, ...] = ()
+    tokens: Mapping[str, str] = field(default_factory=dict)
+    default_token: str | None = None
+    discovery: bool = True
+    interfaces: tuple[str, ...] | None = None  # None: all interfaces
+    read_only: bool = False
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    canary_soak_s: float = DEFAULT_CANARY_SOAK_S
+    bundle_dir: Path | None = None  # where the deploy file picker starts
+
+    def token_for(self, *, agent_id: str = "", name: str = "", address: str = "") -> str | None:
+        """The token to present to an agent: static entry, then id, name, address, default."""
+        for agent in self.agents:
+            if agent.address == address and agent.token:
+                return agent.token
+        for key in (agent_id, name, address):
+            if key and key in self.tokens:
+                return self.tokens[key]
+        return self.default_token
+
+    def with_overrides(self, *, agents: Sequence[str] = (), interfaces: Sequence[str] | None = None,
+                       discovery: bool | None = None, read_only: bool | None = None,
+                       token: str | None = None) -> ConsoleSettings:
+        """These settings with command-line values applied on top."""
+        extra = tuple(StaticAgent(*parse_address(a), token=token) for a in agents)
+        known = {a.address for a in self.agents}
+        return replace(
+            self,
+            agents=self.agents + tuple(a for a in extra if a.address not in known),
+            interfaces=_check_interfaces(interfaces, "--interface") if interfaces else
+            self.interfaces,
+            discovery=self.discovery if discovery is None else discovery,
+            read_only=self.read_only or bool(read_only),
+            default_token=self.default_token if token is None else token)
+
+
+def _check_interfaces(values: object, where: str) -> tuple[str, ...]:
+    if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
+        raise ConsoleConfigError(f"{where}: expected a list of IPv4 addresses")
+    for ip in values:
+        try:
+            if ipaddress.ip_address(ip).version != 4:
+                raise ValueError
+        except ValueError:
+            raise ConsoleConfigError(
+                f"{where}: {ip!r} is not an IPv4 address; give the address of the interface "
+                "to browse on (e.g. 192.168.1.20)") from None
+    return tuple(values)
+
+
+def _read_token_file(raw: object, where: str, base: Path) -> str:
+    if not isinstance(raw, str):
+        raise ConsoleConfigError(f"{where}: token_file must be a path")
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else base / path
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ConsoleConfigError(f"{where}: cannot read token file {path}: "
+                                 f"{exc.strerror or exc}") from exc
+    if not token:
+        raise ConsoleConfigError(f"{where}: token file {path} is empty")
+    return token
+
+
+def _number(data: Mapping[str, object], key: str, default: float, path: Path) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConsoleConfigError(f"{path}: {key} must be a positive number of seconds")
+    return float(value)
+
+
+def parse_settings(data: Mapping[str, object], path: Path) -> ConsoleSettings:
+    """Settings from the parsed TOML of ``path`` (used for messages and relative paths)."""
+    known = {"read_only", "poll_interval_s", "canary_soak_s", "discovery", "agents", "tokens",
+             "bundle_dir"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConsoleConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; known keys: "
+                                 f"{', '.join(sorted(known))}")
+    disc = data.get("discovery", {})
+    if not isinstance(disc, dict):
+        raise ConsoleConfigError(f"{path}: [discovery] must be a table")
+    interfaces = disc.get("interfaces")
+    agents: list[StaticAgent] = []
+    raw_agents = data.get("agents", [])
+    if not isinstance(raw_agents, list):
+        raise ConsoleConfigError(f"{path}: agents must be an array of tables ([[agents]])")
+    for i, entry in enumerate(raw_agents):
+        where = f"{path}: agents[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("address"), str):
+            raise ConsoleConfigError(f"{where}: needs address = \"HOST:PORT\"")
+        host, port = parse_address(entry["address"], where=where)
+        token = entry.get("token")
+        if "token_file" in entry:
+            token = _read_token_file(entry["token_file"], where, path.parent)
+        if token is not None and not isinstance(token, str):
+            raise ConsoleConfigError(f"{where}: token must be a string")
+        agents.append(StaticAgent(host, port, str(entry.get("name", "")), token))
+    tokens = data.get("tokens", {})
+    if not isinstance(tokens, dict) or not all(isinstance(v, str) for v in tokens.values()):
+        raise ConsoleConfigError(f"{path}: [tokens] maps agent id/name/HOST:PORT to a string")
+    tokens = dict(tokens)
+    default_token = tokens.pop("default", None)
+    bundle_dir = data.get("bundle_dir")
+    return ConsoleSettings(
+        agents=tuple(agents), tokens=tokens, default_token=default_token,
+        discovery=bool(disc.get("enabled", True)),
+        interfaces=None if interfaces is None else _check_interfaces(
+            interfaces, f"{path}: discovery.interfaces"),
+        read_only=bool(data.get("read_only", False)),
+        poll_interval_s=_number(data, "poll_interval_s", DEFAULT_POLL_INTERVAL_S, path),
+        canary_soak_s=_number(data, "canary_soak_s", DEFAULT_CANARY_SOAK_S, path),
+        bundle_dir=Path(str(bundle_dir)).expanduser() if bundle_dir else None)
+
+
+def load_settings(path: Path | None = None) -> ConsoleSettings:
+    """Settings from ``path`` (or the default path; missing default file: defaults)."""
+    explicit = path is not None
+    path = path or default_config_path()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if explicit:
+            raise ConsoleConfigError(f"config file {path} does not exist") from None
+        return ConsoleSettings()
+    except OSError as exc:
+        raise ConsoleConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConsoleConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_settings(data, path)

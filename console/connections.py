@@ -1,0 +1,132 @@
+"""The console's one door to agents: management clients per agent, and error translation.
+
+Every call the TUI makes goes through :class:`edge_agent.management.client.AgentClient` (the
+same client the scripting subcommands use). The client is blocking; the TUI calls these
+functions from worker threads (``asyncio.to_thread`` or thread workers), never on the UI loop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from console.config import ConsoleSettings
+from console.errors import (
+    AgentAuthError,
+    AgentRequestError,
+    AgentUnreachableError,
+    ApiVersionMismatchError,
+    ConsoleError,
+)
+from console.fleet import (
+    SUPPORTED_API_VERSIONS,
+    AgentState,
+    FleetAgent,
+    ProbeResult,
+    api_mismatch_message,
+)
+from edge_agent.management import client as mgmt
+
+T = TypeVar("T")
+PROBE_TIMEOUT_S = 3.0
+
+
+def console_error(exc: Exception) -> ConsoleError:
+    """The console error for a failed management call (messages stay the client's words)."""
+    if isinstance(exc, ConsoleError):
+        return exc
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, mgmt.AuthenticationError):
+        return AgentAuthError(f"{text} (set the agent's token in the console config [tokens] "
+                              "or pass --token)")
+    if isinstance(exc, mgmt.AgentUnreachableError):
+        return AgentUnreachableError(text)
+    if isinstance(exc, mgmt.ManagementError):
+        if exc.status == "UNIMPLEMENTED":
+            return ApiVersionMismatchError(f"{text}: the agent does not speak this console's "
+                                           "management API; upgrade whichever side is older")
+        if exc.status in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+            return AgentUnreachableError(text)
+        return AgentRequestError(text)
+    return AgentRequestError(f"unexpected {type(exc).__name__}: {text}")
+
+
+def probe_state(error: ConsoleError) -> AgentState:
+    """The fleet state an error of a probe puts an agent in."""
+    if isinstance(error, AgentAuthError):
+        return AgentState.AUTH_FAILED
+    if isinstance(error, ApiVersionMismatchError):
+        return AgentState.API_MISMATCH
+    return AgentState.UNREACHABLE
+
+
+class Connections:
+    """One management client per agent address (channels are reused across polls)."""
+
+    def __init__(self, settings: ConsoleSettings, *, timeout_s: float = 30.0) -> None:
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self._clients: dict[tuple[str, str | None], mgmt.AgentClient] = {}
+        self._probe_clients: dict[tuple[str, str | None], mgmt.AgentClient] = {}
+        self._lock = threading.Lock()
+
+    def token_for(self, agent: FleetAgent) -> str | None:
+        """The token configured for ``agent``."""
+        return self.settings.token_for(agent_id=agent.agent_id, name=agent.name,
+                                       address=agent.address)
+
+    def _get(self, pool: dict[tuple[str, str | None], mgmt.AgentClient], agent: FleetAgent,
+             timeout_s: float) -> mgmt.AgentClient:
+        key = (agent.address, self.token_for(agent))
+        with self._lock:
+            found = pool.get(key)
+            if found is None:
+                found = pool[key] = mgmt.AgentClient(agent.address, token=key[1],
+                                                     timeout_s=timeout_s)
+            return found
+
+    def client(self, agent: FleetAgent) -> mgmt.AgentClient:
+        """The management client of ``agent`` (shared; do not close it)."""
+        return self._get(self._clients, agent, self.timeout_s)
+
+    def call(self, agent: FleetAgent, fn: Callable[[mgmt.AgentClient], T]) -> T:
+        """Run ``fn(client)``; management errors come out as :class:`ConsoleError`."""
+        try:
+            return fn(self.client(agent))
+        except mgmt.ManagementError as exc:
+            raise console_error(exc) from None
+
+    def probe(self, agent: FleetAgent) -> ProbeResult:
+        """Ask ``agent`` who it is and which versions are active; never raises."""
+        client = self._get(self._probe_clients, agent, PROBE_TIMEOUT_S)
+        try:
+            info = client.info()
+            if info.api_version and info.api_version not in SUPPORTED_API_VERSIONS:
+                return ProbeResult(AgentState.API_MISMATCH, api_mismatch_message(
+                    info.api_version), api=info.api_version)
+            versions = client.models()
+        except mgmt.ManagementError as exc:
+            error = console_error(exc)
+            return ProbeResult(probe_state(error), str(error))
+        except Exception as exc:  # a probe must never take the UI down
+            return ProbeResult(AgentState.UNREACHABLE, f"{type(exc).__name__}: {exc}")
+        active = tuple(sorted(f"{v.model}:{v.version}" for v in versions if v.active))
+        details = {"agent version": info.agent_version, "host": info.host,
+                   "runtimes": ", ".join(info.runtimes) or "-",
+                   "uptime": f"{info.uptime_s:.0f}s",
+                   "inference address": info.inference_address or "-",
+                   "keep versions": str(info.keep_versions),
+                   "unsigned bundles": "allowed" if info.allow_unsigned else "refused"}
+        return ProbeResult(AgentState.ONLINE, "", agent_id=info.agent_id, name=info.name,
+                           arch=info.arch, profile=info.profile, api=info.api_version,
+                           models=active, details=details)
+
+    def close(self) -> None:
+        """Close every channel."""
+        with self._lock:
+            clients = [*self._clients.values(), *self._probe_clients.values()]
+            self._clients.clear()
+            self._probe_clients.clear()
+        for c in clients:
+            c.close()

@@ -1,0 +1,40 @@
+"""The console's one error hierarchy.
+
+Every error carries a message a user can act on (what went wrong and what to do next); the TUI
+shows it in the agent's row or a notification and the scripting subcommands print it as one
+line. Shared by the TUI and the scripting subcommands: add classes, do not rename them.
+"""
+
+from __future__ import annotations
+
+
+class ConsoleError(Exception):
+    """Base of every error the console reports to the operator."""
+
+
+class ConsoleConfigError(ConsoleError):
+    """The console's config file or command-line options are invalid."""
+
+
+class AgentUnreachableError(ConsoleError):
+    """The agent did not answer (down, wrong address, firewall, timeout)."""
+
+
+class AgentAuthError(ConsoleError):
+    """The agent refused the management token (missing or wrong)."""
+
+
+class ApiVersionMismatchError(ConsoleError):
+    """The agent speaks a management API version this console does not."""
+
+
+class AgentRequestError(ConsoleError):
+    """The agent answered but refused or failed the request (the message says why)."""
+
+
+class BundleRejectedError(ConsoleError):
+    """A bundle cannot go to an agent (unreadable, or built for another profile/arch)."""
+
+
+class RolloutAbortedError(ConsoleError):
+    """A staged rollout stopped (the canary failed or did not stay healthy)."""

@@ -1,0 +1,1 @@
+"""Widgets of the console TUI, one per module."""

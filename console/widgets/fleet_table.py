@@ -1,0 +1,84 @@
+"""The fleet table: one row per agent, updated in place so the cursor never jumps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from console.fleet import SORT_COLUMNS, AgentState, FleetAgent, format_ago
+from console.messages import SortRequested
+
+COLUMN_TITLES = {"name": "NAME", "status": "STATUS", "address": "ADDRESS", "arch": "ARCH",
+                 "profile": "PROFILE", "models": "MODELS", "seen": "LAST SEEN"}
+STATE_STYLES = {AgentState.ONLINE: "green", AgentState.UNKNOWN: "dim",
+                AgentState.OFFLINE: "dim red", AgentState.UNREACHABLE: "bold red",
+                AgentState.AUTH_FAILED: "bold yellow", AgentState.API_MISMATCH: "bold magenta"}
+STATE_ICONS = {AgentState.ONLINE: "●", AgentState.UNKNOWN: "○", AgentState.OFFLINE: "○",
+               AgentState.UNREACHABLE: "✖", AgentState.AUTH_FAILED: "⚿",
+               AgentState.API_MISMATCH: "≠"}
+
+Cells = tuple[str | Text, ...]
+
+
+def row_cells(agent: FleetAgent, now: float) -> Cells:
+    """The cells of one agent's row (``now`` only feeds the LAST SEEN column)."""
+    style = STATE_STYLES[agent.state]
+    models = ", ".join(agent.models) if agent.models else "-"
+    seen = format_ago(None if agent.last_seen is None else max(0.0, now - agent.last_seen))
+    return (Text(agent.name, style="bold"),
+            Text(f"{STATE_ICONS[agent.state]} {agent.state.value}", style=style),
+            agent.address, agent.arch or "-", agent.profile or "-",
+            models if len(models) <= 40 else models[:39] + "…", seen)
+
+
+class FleetTable(DataTable[str | Text]):
+    """Shows :class:`FleetAgent` rows; :meth:`show` diffs against what is on screen."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        self._shown: dict[str, Cells] = {}
+        self._order: list[str] = []
+
+    def on_mount(self) -> None:
+        for column in SORT_COLUMNS:
+            self.add_column(COLUMN_TITLES[column], key=column)
+
+    @property
+    def selected_key(self) -> str | None:
+        """The key of the agent under the cursor, if any."""
+        if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
+            return None
+        return self._order[self.cursor_row]
+
+    def set_sort_marker(self, column: str, reverse: bool) -> None:
+        """Show which column sorts the table (an arrow in its header)."""
+        for key, col in self.columns.items():
+            title = COLUMN_TITLES[str(key.value)]
+            col.label = Text(title + ((" ▼" if reverse else " ▲") if key.value == column else ""))
+        self.refresh()
+
+    def show(self, agents: Sequence[FleetAgent], now: float) -> None:
+        """Make the table show ``agents`` in this order, touching only what changed."""
+        order = [a.key for a in agents]
+        cells = {a.key: row_cells(a, now) for a in agents}
+        if order != self._order:
+            selected = self.selected_key
+            self.clear()
+            for key in order:
+                self.add_row(*cells[key], key=key)
+            self._order = order
+            if selected in cells:
+                self.move_cursor(row=order.index(selected), animate=False)
+        else:
+            for key in order:
+                old = self._shown.get(key)
+                for column, (before, after) in enumerate(zip(old or (), cells[key], strict=True)):
+                    if before != after:
+                        self.update_cell(key, SORT_COLUMNS[column], after)
+        self._shown = cells
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        self.post_message(SortRequested(str(event.column_key.value)))
