@@ -1,24 +1,269 @@
-"""Command line of edge-console (the TUI and the scripting subcommands arrive with later work)."""
+"""Command line of edge-console: scripting subcommands for CI and scripts (the terminal UI is
+not built yet).
+
+Every subcommand exits 0 on success and 1 with one clear line on stderr on failure.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from console.errors import ConsoleError, DeployFailedError
+
+EPILOG = textwrap.dedent("""\
+    examples:
+      edge-console agents --timeout 3                       # find agents on the LAN (mDNS)
+      edge-console status --agent 192.168.1.20:50051 --token-file pi.token
+      edge-console deploy out/mlp-2-*.edgepkg --agent 192.168.1.20:50051 \\
+          --agent 192.168.1.21:50051 --canary 192.168.1.20:50051
+      edge-console rollback mlp --agent 192.168.1.20:50051 --to-version 1
+
+    tokens: on each device `edge-agent token --state-dir DIR` prints the agent's management
+    token; pass it with --token-file F, or list it per agent in the console config file
+    (~/.config/edge-console/config.toml, or $EDGE_CONSOLE_CONFIG):
+
+      [agents."192.168.1.20:50051"]
+      token_file = "~/tokens/pi.token"
+    """)
+
+NOT_BUILT = ("edge-console: the terminal UI is not built yet; use the subcommands "
+             "(edge-console --help)")
+
+
+def _common(p: argparse.ArgumentParser, *, many: bool = True, required: bool = True) -> None:
+    p.add_argument("--agent", action="append", default=[], required=required,
+                   metavar="HOST:PORT",
+                   help="an agent's management address" + ("; repeatable" if many else ""))
+    p.add_argument("--token-file", type=Path, metavar="F",
+                   help="file holding the management token (else the console config)")
+    p.add_argument("--config", type=Path, metavar="TOML",
+                   help="console config file (default ~/.config/edge-console/config.toml)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The edge-console argument parser."""
-    return argparse.ArgumentParser(
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
         prog="edge-console",
         description="Find edge agents on the LAN by mDNS, deploy and roll back bundles, and "
-        "watch live metrics. (The terminal UI and the scripting subcommands are not built yet.)",
-    )
+                    "inspect them. (The terminal UI is not built yet; these subcommands are "
+                    "for CI and scripts.)",
+        epilog=EPILOG, formatter_class=raw)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    agents = sub.add_parser("agents", help="list agents found by mDNS (plus --agent entries)",
+                            description="Browse the LAN for _edge-agent._tcp for --timeout "
+                                        "seconds; --agent entries are asked directly.",
+                            formatter_class=raw)
+    _common(agents, required=False)
+    agents.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    agents.add_argument("--mdns-interface", action="append", default=[], metavar="IP",
+                        help="IPv4 address of an interface to browse on; repeatable "
+                             "(default: all)")
+    agents.add_argument("--timeout", type=float, default=3.0, metavar="S",
+                        help="seconds to browse (default 3)")
+    agents.add_argument("--no-mdns", action="store_true",
+                        help="do not browse; only ask the --agent entries")
+
+    status = sub.add_parser("status", help="an agent's info, model versions and history",
+                            formatter_class=raw)
+    _common(status)
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+    deploy = sub.add_parser(
+        "deploy", help="deploy bundles to agents (each gets the bundle built for it)",
+        description="Upload and deploy each model in BUNDLE... to every --agent. Several "
+                    "bundles of one model version (one per profile) may be given: each agent "
+                    "gets the one for its profile, else one that fits its arch and runtimes. "
+                    "With --canary the canary goes first and a failure there stops the rest.",
+        formatter_class=raw)
+    deploy.add_argument("bundles", nargs="+", type=Path, metavar="BUNDLE")
+    _common(deploy)
+    deploy.add_argument("--canary", metavar="HOST:PORT",
+                        help="deploy here first; stop if it fails")
+    deploy.add_argument("--force", action="store_true",
+                        help="reload a version that is already active")
+    deploy.add_argument("--json", action="store_true", help="print JSON results")
+
+    rollback = sub.add_parser("rollback", help="switch a model back to its previous version",
+                              formatter_class=raw)
+    rollback.add_argument("model")
+    _common(rollback)
+    rollback.add_argument("--to-version", type=int, metavar="N",
+                          help="the version to go back to (default: the previous one)")
+    rollback.add_argument("--json", action="store_true", help="print JSON results")
+
+    sub.add_parser("ui", help="the terminal UI (not built yet)")
+    return parser
+
+
+def _targets(args: argparse.Namespace) -> list[str]:
+    from console.commands import parse_target
+
+    return [parse_target(a) for a in args.agent]
+
+
+def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from console.settings import load_settings
+
+    return load_settings(args.config)
+
+
+def _dump(data: Any) -> None:
+    from edge_agent.management.types import to_jsonable
+
+    print(json.dumps(to_jsonable(data), indent=2, default=str))
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from console.commands import list_agents
+
+    rows = list_agents(_targets(args), _settings(args), args.token_file,
+                       interfaces=args.mdns_interface or None, timeout_s=args.timeout,
+                       browse=not args.no_mdns)
+    if args.json:
+        _dump(rows)
+        return 0
+    table = Table(title=f"{len(rows)} agent(s)", title_justify="left")
+    for col in ("name", "address", "arch", "profile", "models", "source", "id"):
+        table.add_column(col)
+    for r in rows:
+        name = r.name or ("[red]unreachable[/]" if r.reachable is False else "?")
+        table.add_row(name, r.address, r.arch, r.profile, r.models, r.source, r.id[:12])
+    Console().print(table)
+    for r in rows:
+        if r.error:
+            print(f"{r.address}: {r.error}", file=sys.stderr)
+    return 1 if any(r.reachable is False for r in rows) else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from console.commands import agent_status
+
+    settings = _settings(args)
+    statuses = [agent_status(t, settings, args.token_file) for t in _targets(args)]
+    if args.json:
+        _dump(statuses)
+        return 0
+    console = Console()
+    for s in statuses:
+        i = s.info
+        console.print(f"[bold]{i.name}[/] {s.address}  id {i.agent_id[:12]}  {i.arch}  "
+                      f"profile {i.profile}  runtimes {', '.join(i.runtimes)}  "
+                      f"agent {i.agent_version}  up {i.uptime_s:.0f} s")
+        table = Table(title="model versions", title_justify="left")
+        for col in ("model", "version", "active", "state", "backend", "load ms", "RSS MiB",
+                    "error"):
+            table.add_column(col)
+        for v in s.versions:
+            table.add_row(v.model, str(v.version), "*" if v.active else "", v.state,
+                          v.backend, "-" if v.load_ms is None else f"{v.load_ms:.0f}",
+                          "-" if v.rss_delta_bytes is None
+                          else f"{v.rss_delta_bytes / 2**20:+.1f}", v.load_error[:60])
+        console.print(table)
+        console.print(deployments_table(s.deployments))
+    return 0
+
+
+def deployments_table(deployments: list) -> Any:  # list[DeploymentInfo]
+    """A rich table of deployment history (used by status and the demo)."""
+    from rich.table import Table
+
+    table = Table(title="deployments", title_justify="left")
+    for col in ("id", "model", "kind", "from", "to", "status", "when", "reason"):
+        table.add_column(col)
+    for d in deployments:
+        color = {"committed": "green", "failed": "red", "interrupted": "yellow"}.get(d.status,
+                                                                                      "")
+        table.add_row(str(d.id), d.model, d.kind, _v(d.from_version), _v(d.to_version),
+                      f"[{color}]{d.status}[/]" if color else d.status,
+                      time.strftime("%H:%M:%S", time.localtime(d.started_at)), d.reason[:70])
+    return table
+
+
+def _v(v: int | None) -> str:
+    return "-" if v is None else str(v)
+
+
+def _print_step(target: str, step: Any) -> None:
+    mark = "ok " if step.ok else "FAILED"
+    print(f"{target}  {step.step:<9} {mark} {step.message}", flush=True)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from console.commands import deploy, parse_target
+
+    targets = _targets(args)
+    canary = parse_target(args.canary) if args.canary else None
+    quiet = args.json
+    try:
+        reports = deploy(args.bundles, targets, _settings(args), args.token_file, canary=canary,
+                         force=args.force, on_step=None if quiet else _print_step)
+    except DeployFailedError as exc:
+        if quiet:
+            _dump(exc.reports)
+        raise
+    if quiet:
+        _dump(reports)
+    else:
+        for r in reports:
+            print(f"{r.agent}: {r.bundle}: {r.result.message if r.result else r.error}")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from console.commands import rollback
+
+    try:
+        reports = rollback(args.model, _targets(args), _settings(args), args.token_file,
+                           args.to_version)
+    except DeployFailedError as exc:
+        if args.json:
+            _dump(exc.reports)
+        raise
+    if args.json:
+        _dump(reports)
+    else:
+        for r in reports:
+            assert r.result is not None
+            print(f"{r.agent}: {r.result.message}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-console`` command."""
-    build_parser().parse_args(argv)
-    build_parser().print_help()
-    return 0
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        print(f"\n{NOT_BUILT}")
+        return 0
+    if args.command == "ui":
+        print(NOT_BUILT, file=sys.stderr)
+        return 2
+    from edge_agent.errors import AgentError
+
+    handlers = {"agents": cmd_agents, "status": cmd_status, "deploy": cmd_deploy,
+                "rollback": cmd_rollback}
+    try:
+        return handlers[args.command](args)
+    except (ConsoleError, AgentError) as exc:
+        print(f"edge-console {args.command}: error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"edge-console {args.command}: interrupted", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -1,20 +1,29 @@
-"""The console's one error hierarchy.
-
-Every error carries a message a user can act on (what went wrong and what to do next); the TUI
-shows it in the agent's row or a notification and the scripting subcommands print it as one
-line. Shared by the TUI and the scripting subcommands: add classes, do not rename them.
-"""
+"""The console's error hierarchy: every failure is one line a user can act on."""
 
 from __future__ import annotations
 
 
 class ConsoleError(Exception):
-    """Base of every error the console reports to the operator."""
+    """Base of every error edge-console reports (exit code 1)."""
 
 
-class ConsoleConfigError(ConsoleError):
-    """The console's config file or command-line options are invalid."""
+class UsageError(ConsoleError):
+    """The command line or the console config file is wrong."""
 
+
+class TokenError(ConsoleError):
+    """No token for an agent, or the token file cannot be read."""
+
+
+class DeployFailedError(ConsoleError):
+    """A deployment or rollback did not commit on some agent (``reports``: what happened)."""
+
+    def __init__(self, message: str, reports: list | None = None) -> None:
+        super().__init__(message)
+        self.reports = reports or []
+
+
+# -- raised by the terminal UI (console/app.py, console/connections.py, console/rollout.py) --
 
 class AgentUnreachableError(ConsoleError):
     """The agent did not answer (down, wrong address, firewall, timeout)."""

@@ -1,0 +1,260 @@
+"""What the scripting subcommands do, on top of the management client (no printing here
+except through the ``report`` callbacks the CLI passes in)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from console.discovery import AgentBrowser
+from console.errors import DeployFailedError, UsageError
+from console.settings import ConsoleSettings
+from edge_agent.management.client import AgentClient, ManagementError
+from edge_agent.management.types import (
+    AgentInfo,
+    DeploymentInfo,
+    DeployResult,
+    StepInfo,
+    VersionInfo,
+)
+from edge_agent.manager.device import DeviceInfo, check_compatible
+from edge_agent.manager.errors import IncompatibleBundleError
+from packager.errors import PackagerError
+from packager.manifest import Manifest
+from packager.reader import open_bundle
+
+
+def parse_target(value: str) -> str:
+    """Validate HOST:PORT."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(f"--agent {value!r}: expected HOST:PORT (the agent's management "
+                         "address, e.g. 192.168.1.20:50051)")
+    return value
+
+
+def connect(target: str, settings: ConsoleSettings, token_file: Path | None,
+            timeout_s: float = 10.0) -> AgentClient:
+    """A client for ``target`` with its token/TLS from the flags or the console config."""
+    access = settings.access(target, token_file)
+    return AgentClient(target, token=access.token, tls=access.tls, timeout_s=timeout_s)
+
+
+# -- agents ------------------------------------------------------------------------------------
+
+@dataclass
+class AgentRow:
+    """One agent for ``edge-console agents``."""
+
+    address: str
+    source: str  # "mdns" or "given"
+    name: str = ""
+    id: str = ""
+    arch: str = ""
+    profile: str = ""
+    api: str = ""
+    inference_port: int | None = None
+    models: str = ""
+    reachable: bool | None = None
+    error: str = ""
+
+
+async def _browse(interfaces: Sequence[str] | None, timeout_s: float) -> list[AgentRow]:
+    async with AgentBrowser(interfaces=interfaces) as browser:
+        await asyncio.sleep(timeout_s)
+        found = browser.agents()
+    return [AgentRow(address=f"{a.host}:{a.port}", source="mdns", name=a.name, id=a.id,
+                     arch=a.arch, profile=a.profile, api=a.api, inference_port=a.grpc_port,
+                     models=a.txt.get("models", "")) for a in found]
+
+
+def list_agents(given: Sequence[str], settings: ConsoleSettings, token_file: Path | None, *,
+                interfaces: Sequence[str] | None, timeout_s: float,
+                browse: bool = True) -> list[AgentRow]:
+    """Agents found by mDNS within ``timeout_s`` plus the ``given`` ones (asked GetInfo)."""
+    rows = asyncio.run(_browse(interfaces, timeout_s)) if browse else []
+    seen = {r.address for r in rows}
+    for target in given:
+        if target in seen:
+            continue
+        row = AgentRow(address=target, source="given")
+        try:
+            with connect(target, settings, token_file, timeout_s=max(timeout_s, 2.0)) as c:
+                info = c.info()
+                row.name, row.id, row.arch = info.name, info.agent_id, info.arch
+                row.profile, row.api = info.profile, info.api_version
+                port = info.inference_address.rpartition(":")[2]
+                row.inference_port = int(port) if port.isdigit() else None
+                row.models = ",".join(f"{v.model}:{v.version}" for v in c.models() if v.active)
+                row.reachable = True
+        except ManagementError as exc:
+            row.reachable, row.error = False, str(exc)
+        rows.append(row)
+    return rows
+
+
+# -- status ------------------------------------------------------------------------------------
+
+@dataclass
+class AgentStatus:
+    """GetInfo, ListModels and the recent history of one agent."""
+
+    address: str
+    info: AgentInfo
+    versions: list[VersionInfo]
+    deployments: list[DeploymentInfo] = field(default_factory=list)
+
+
+def agent_status(target: str, settings: ConsoleSettings, token_file: Path | None,
+                 history: int = 10) -> AgentStatus:
+    """Everything ``edge-console status`` shows for one agent."""
+    with connect(target, settings, token_file) as c:
+        return AgentStatus(target, c.info(), c.models(), c.deployments(limit=history))
+
+
+# -- deploy ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LocalBundle:
+    """A bundle file on the operator's machine and its manifest."""
+
+    path: Path
+    manifest: Manifest
+
+
+def read_bundles(paths: Sequence[Path]) -> list[LocalBundle]:
+    """Open each bundle (structure checked) and keep its manifest."""
+    out = []
+    for p in paths:
+        try:
+            with open_bundle(Path(p)) as reader:
+                out.append(LocalBundle(Path(p), reader.manifest))
+        except PackagerError as exc:
+            raise UsageError(f"{p}: {exc}") from None
+    return out
+
+
+def pick_bundle(candidates: Sequence[LocalBundle], info: AgentInfo) -> LocalBundle:
+    """The bundle for this agent: its exact profile if given, else any that fits its arch and
+    runtimes (the agent's compatibility rule); UsageError naming the agent's profile if none."""
+    device = DeviceInfo(arch=info.arch, runtimes=info.runtimes, profile=info.profile)
+    fitting, reasons = [], []
+    for b in candidates:
+        try:
+            check_compatible(b.manifest, device)
+            fitting.append(b)
+        except IncompatibleBundleError as exc:
+            reasons.append(str(exc))
+    if not fitting:
+        m = candidates[0].manifest
+        raise UsageError(f"no bundle of {m.name} version {m.version} fits agent {info.name} "
+                         f"(profile {info.profile}, {info.arch}, runtimes "
+                         f"{', '.join(info.runtimes)}); build one with "
+                         f"`edge-pack build --profile {info.profile}`")
+    exact = [b for b in fitting if b.manifest.profile == info.profile]
+    return (exact or fitting)[0]
+
+
+@dataclass
+class DeployReport:
+    """What happened on one agent for one model version."""
+
+    agent: str
+    bundle: str
+    result: DeployResult | None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None and self.result.ok
+
+
+def deploy(bundle_paths: Sequence[Path], agents: Sequence[str], settings: ConsoleSettings,
+           token_file: Path | None, *, canary: str | None = None, force: bool = False,
+           on_step: Callable[[str, StepInfo], None] | None = None,
+           on_progress: Callable[[str, int, int], None] | None = None) -> list[DeployReport]:
+    """Deploy every model in ``bundle_paths`` to every agent, the canary first.
+
+    Each agent gets the bundle built for it. When the canary fails, the others are left
+    alone. Raises DeployFailedError after trying, when anything failed.
+    """
+    bundles = read_bundles(bundle_paths)
+    groups: dict[tuple[str, int], list[LocalBundle]] = {}
+    for b in bundles:
+        groups.setdefault((b.manifest.name, b.manifest.version), []).append(b)
+    order = ([canary] if canary else []) + [a for a in agents if a != canary]
+    reports: list[DeployReport] = []
+    for target in order:
+        agent_reports = _deploy_to(target, groups, settings, token_file, force, on_step,
+                                   on_progress)
+        reports += agent_reports
+        if target == canary and not all(r.ok for r in agent_reports):
+            rest = len(order) - 1
+            raise DeployFailedError(
+                f"canary {canary} failed ({_first_failure(agent_reports)}); not deploying to "
+                f"the other {rest} agent(s)", reports)
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        raise DeployFailedError(f"{len(failed)} of {len(reports)} deployment(s) failed; first: "
+                                f"{failed[0].agent}: {_first_failure(failed)}", reports)
+    return reports
+
+
+def _first_failure(reports: Sequence[DeployReport]) -> str:
+    for r in reports:
+        if not r.ok:
+            return r.error or (r.result.message if r.result else "unknown error")
+    return ""
+
+
+def _deploy_to(target: str, groups: dict[tuple[str, int], list[LocalBundle]],
+               settings: ConsoleSettings, token_file: Path | None, force: bool,
+               on_step: Callable[[str, StepInfo], None] | None,
+               on_progress: Callable[[str, int, int], None] | None) -> list[DeployReport]:
+    reports = []
+    try:
+        client = connect(target, settings, token_file)
+    except ManagementError as exc:
+        return [DeployReport(target, "", None, str(exc))]
+    with client:
+        try:
+            info = client.info()
+        except ManagementError as exc:
+            return [DeployReport(target, "", None, str(exc))]
+        for candidates in groups.values():
+            try:
+                chosen = pick_bundle(candidates, info)
+            except UsageError as exc:
+                reports.append(DeployReport(target, candidates[0].path.name, None, str(exc)))
+                continue
+            try:
+                result = client.deploy(
+                    chosen.path, force=force,
+                    on_step=(lambda s: on_step(target, s)) if on_step else None,
+                    on_progress=(lambda a, b: on_progress(target, a, b)) if on_progress
+                    else None)
+                reports.append(DeployReport(target, chosen.path.name, result))
+            except ManagementError as exc:
+                reports.append(DeployReport(target, chosen.path.name, None, str(exc)))
+    return reports
+
+
+# -- rollback ----------------------------------------------------------------------------------
+
+def rollback(model: str, agents: Sequence[str], settings: ConsoleSettings,
+             token_file: Path | None, to_version: int | None = None) -> list[DeployReport]:
+    """Roll ``model`` back on every agent; DeployFailedError when any did not commit."""
+    reports = []
+    for target in agents:
+        try:
+            with connect(target, settings, token_file) as c:
+                reports.append(DeployReport(target, model, c.rollback(model, to_version)))
+        except ManagementError as exc:
+            reports.append(DeployReport(target, model, None, str(exc)))
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        raise DeployFailedError(f"rollback of {model} failed on {failed[0].agent}: "
+                                f"{_first_failure(failed)}", reports)
+    return reports
