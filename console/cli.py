@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from console.errors import ConsoleError, DeployFailedError
+from console.errors import ConsoleError
 
 EPILOG = textwrap.dedent("""\
     examples:
@@ -25,11 +25,15 @@ EPILOG = textwrap.dedent("""\
       edge-console rollback mlp --agent 192.168.1.20:50051 --to-version 1
 
     tokens: on each device `edge-agent token --state-dir DIR` prints the agent's management
-    token; pass it with --token-file F, or list it per agent in the console config file
-    (~/.config/edge-console/config.toml, or $EDGE_CONSOLE_CONFIG):
+    token; pass it with --token-file F, or put it in the console config file
+    (~/.config/edge-console/config.toml):
 
-      [agents."192.168.1.20:50051"]
+      [[agents]]
+      address = "192.168.1.20:50051"
       token_file = "~/tokens/pi.token"
+
+      [tokens]                      # by agent id, name or HOST:PORT
+      default = "..."
     """)
 
 NOT_BUILT = ("edge-console: the terminal UI is not built yet; use the subcommands "
@@ -110,7 +114,7 @@ def _targets(args: argparse.Namespace) -> list[str]:
 
 
 def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from console.settings import load_settings
+    from console.config import load_settings
 
     return load_settings(args.config)
 
@@ -211,9 +215,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     try:
         reports = deploy(args.bundles, targets, _settings(args), args.token_file, canary=canary,
                          force=args.force, on_step=None if quiet else _print_step)
-    except DeployFailedError as exc:
+    except ConsoleError as exc:
         if quiet:
-            _dump(exc.reports)
+            _dump(getattr(exc, "reports", []))
         raise
     if quiet:
         _dump(reports)
@@ -229,9 +233,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     try:
         reports = rollback(args.model, _targets(args), _settings(args), args.token_file,
                            args.to_version)
-    except DeployFailedError as exc:
+    except ConsoleError as exc:
         if args.json:
-            _dump(exc.reports)
+            _dump(getattr(exc, "reports", []))
         raise
     if args.json:
         _dump(reports)

@@ -8,9 +8,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from console.config import ConsoleSettings, parse_address
 from console.discovery import AgentBrowser
-from console.errors import DeployFailedError, UsageError
-from console.settings import ConsoleSettings
+from console.errors import (
+    BundleRejectedError,
+    ConsoleConfigError,
+    DeploymentFailedError,
+    RolloutAbortedError,
+)
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.types import (
     AgentInfo,
@@ -26,20 +31,30 @@ from packager.manifest import Manifest
 from packager.reader import open_bundle
 
 
-def parse_target(value: str) -> str:
-    """Validate HOST:PORT."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise UsageError(f"--agent {value!r}: expected HOST:PORT (the agent's management "
-                         "address, e.g. 192.168.1.20:50051)")
-    return value
+def parse_target(value: str, where: str = "--agent") -> str:
+    """Validate HOST:PORT (an agent's management address)."""
+    host, port = parse_address(value, where=where)
+    return f"{host}:{port}"
+
+
+def read_token(path: Path) -> str:
+    """The token in ``path`` (one line)."""
+    try:
+        token = Path(path).expanduser().read_text().strip()
+    except OSError as exc:
+        raise ConsoleConfigError(f"--token-file: cannot read {path}: {exc.strerror}") from None
+    if not token:
+        raise ConsoleConfigError(f"--token-file: {path} is empty; on the agent run "
+                                 "`edge-agent token --state-dir DIR` and save its output there")
+    return token
 
 
 def connect(target: str, settings: ConsoleSettings, token_file: Path | None,
             timeout_s: float = 10.0) -> AgentClient:
-    """A client for ``target`` with its token/TLS from the flags or the console config."""
-    access = settings.access(target, token_file)
-    return AgentClient(target, token=access.token, tls=access.tls, timeout_s=timeout_s)
+    """A client for ``target``: the token from ``--token-file``, else the console config."""
+    token = read_token(token_file) if token_file is not None else settings.token_for(
+        address=target)
+    return AgentClient(target, token=token, timeout_s=timeout_s)
 
 
 # -- agents ------------------------------------------------------------------------------------
@@ -132,13 +147,14 @@ def read_bundles(paths: Sequence[Path]) -> list[LocalBundle]:
             with open_bundle(Path(p)) as reader:
                 out.append(LocalBundle(Path(p), reader.manifest))
         except PackagerError as exc:
-            raise UsageError(f"{p}: {exc}") from None
+            raise BundleRejectedError(f"{p}: {exc}") from None
     return out
 
 
 def pick_bundle(candidates: Sequence[LocalBundle], info: AgentInfo) -> LocalBundle:
     """The bundle for this agent: its exact profile if given, else any that fits its arch and
-    runtimes (the agent's compatibility rule); UsageError naming the agent's profile if none."""
+    runtimes (the agent's compatibility rule); BundleRejectedError naming the agent's profile
+    if none."""
     device = DeviceInfo(arch=info.arch, runtimes=info.runtimes, profile=info.profile)
     fitting, reasons = [], []
     for b in candidates:
@@ -149,10 +165,11 @@ def pick_bundle(candidates: Sequence[LocalBundle], info: AgentInfo) -> LocalBund
             reasons.append(str(exc))
     if not fitting:
         m = candidates[0].manifest
-        raise UsageError(f"no bundle of {m.name} version {m.version} fits agent {info.name} "
-                         f"(profile {info.profile}, {info.arch}, runtimes "
-                         f"{', '.join(info.runtimes)}); build one with "
-                         f"`edge-pack build --profile {info.profile}`")
+        raise BundleRejectedError(
+            f"no bundle of {m.name} version {m.version} fits agent {info.name} (profile "
+            f"{info.profile}, {info.arch}, runtimes "
+            f"{', '.join(info.runtimes)}); build one with `edge-pack build --profile "
+            f"{info.profile}`")
     exact = [b for b in fitting if b.manifest.profile == info.profile]
     return (exact or fitting)[0]
 
@@ -178,7 +195,8 @@ def deploy(bundle_paths: Sequence[Path], agents: Sequence[str], settings: Consol
     """Deploy every model in ``bundle_paths`` to every agent, the canary first.
 
     Each agent gets the bundle built for it. When the canary fails, the others are left
-    alone. Raises DeployFailedError after trying, when anything failed.
+    alone (RolloutAbortedError). Raises DeploymentFailedError after trying, when anything
+    failed.
     """
     bundles = read_bundles(bundle_paths)
     groups: dict[tuple[str, int], list[LocalBundle]] = {}
@@ -192,13 +210,16 @@ def deploy(bundle_paths: Sequence[Path], agents: Sequence[str], settings: Consol
         reports += agent_reports
         if target == canary and not all(r.ok for r in agent_reports):
             rest = len(order) - 1
-            raise DeployFailedError(
+            aborted = RolloutAbortedError(
                 f"canary {canary} failed ({_first_failure(agent_reports)}); not deploying to "
-                f"the other {rest} agent(s)", reports)
+                f"the other {rest} agent(s)")
+            aborted.reports = reports  # type: ignore[attr-defined]
+            raise aborted
     failed = [r for r in reports if not r.ok]
     if failed:
-        raise DeployFailedError(f"{len(failed)} of {len(reports)} deployment(s) failed; first: "
-                                f"{failed[0].agent}: {_first_failure(failed)}", reports)
+        raise DeploymentFailedError(f"{len(failed)} of {len(reports)} deployment(s) failed; "
+                                    f"first: {failed[0].agent}: {_first_failure(failed)}",
+                                    reports)
     return reports
 
 
@@ -226,7 +247,7 @@ def _deploy_to(target: str, groups: dict[tuple[str, int], list[LocalBundle]],
         for candidates in groups.values():
             try:
                 chosen = pick_bundle(candidates, info)
-            except UsageError as exc:
+            except BundleRejectedError as exc:
                 reports.append(DeployReport(target, candidates[0].path.name, None, str(exc)))
                 continue
             try:
@@ -245,7 +266,7 @@ def _deploy_to(target: str, groups: dict[tuple[str, int], list[LocalBundle]],
 
 def rollback(model: str, agents: Sequence[str], settings: ConsoleSettings,
              token_file: Path | None, to_version: int | None = None) -> list[DeployReport]:
-    """Roll ``model`` back on every agent; DeployFailedError when any did not commit."""
+    """Roll ``model`` back on every agent; DeploymentFailedError when any did not commit."""
     reports = []
     for target in agents:
         try:
@@ -255,6 +276,6 @@ def rollback(model: str, agents: Sequence[str], settings: ConsoleSettings,
             reports.append(DeployReport(target, model, None, str(exc)))
     failed = [r for r in reports if not r.ok]
     if failed:
-        raise DeployFailedError(f"rollback of {model} failed on {failed[0].agent}: "
-                                f"{_first_failure(failed)}", reports)
+        raise DeploymentFailedError(f"rollback of {model} failed on {failed[0].agent}: "
+                                    f"{_first_failure(failed)}", reports)
     return reports

@@ -1,29 +1,20 @@
-"""The console's error hierarchy: every failure is one line a user can act on."""
+"""The console's one error hierarchy.
+
+Every error carries a message a user can act on (what went wrong and what to do next); the TUI
+shows it in the agent's row or a notification and the scripting subcommands print it as one
+line. Shared by the TUI and the scripting subcommands: add classes, do not rename them.
+"""
 
 from __future__ import annotations
 
 
 class ConsoleError(Exception):
-    """Base of every error edge-console reports (exit code 1)."""
+    """Base of every error the console reports to the operator."""
 
 
-class UsageError(ConsoleError):
-    """The command line or the console config file is wrong."""
+class ConsoleConfigError(ConsoleError):
+    """The console's config file or command-line options are invalid."""
 
-
-class TokenError(ConsoleError):
-    """No token for an agent, or the token file cannot be read."""
-
-
-class DeployFailedError(ConsoleError):
-    """A deployment or rollback did not commit on some agent (``reports``: what happened)."""
-
-    def __init__(self, message: str, reports: list | None = None) -> None:
-        super().__init__(message)
-        self.reports = reports or []
-
-
-# -- raised by the terminal UI (console/app.py, console/connections.py, console/rollout.py) --
 
 class AgentUnreachableError(ConsoleError):
     """The agent did not answer (down, wrong address, firewall, timeout)."""
@@ -47,3 +38,11 @@ class BundleRejectedError(ConsoleError):
 
 class RolloutAbortedError(ConsoleError):
     """A staged rollout stopped (the canary failed or did not stay healthy)."""
+
+
+class DeploymentFailedError(ConsoleError):
+    """A deploy or rollback did not commit on some agent; ``reports`` says what happened."""
+
+    def __init__(self, message: str, reports: list | None = None) -> None:
+        super().__init__(message)
+        self.reports = reports or []
