@@ -5,7 +5,9 @@ nothing in flight and an idle instance runs at once: on the caller's thread when
 it (no thread handoff at all), otherwise on an idle worker; so one caller pays almost nothing over
 a direct backend call, while concurrent callers queue and share executions. ``max_queue_delay_us``
 is only spent waiting for more rows (up to the smallest preferred batch size) when the batch
-already holds more than one request, i.e. when the model is under load.
+already holds more than one request and every instance is busy, and never longer than half of
+a recent execution's compute time, so tiny models never idle an instance waiting. With several
+instances a worker takes a fair share of the queue so that instances run in parallel.
 
 Every piece of bookkeeping (queue, free instances, in-flight count, statistics) sits under one
 lock that is never held while a backend runs.
@@ -90,12 +92,13 @@ class DynamicBatcher:
                              else self._max_rows)
         self._delay_ns = config.max_queue_delay_us * 1000
         # under load a batch waits (up to the delay) until it holds this many rows
+        self._infer_ewma_ns = 0  # moving average of one execution's compute time
         self._fill_rows = (config.preferred_batch_sizes[0] if config.preferred_batch_sizes
                            else self._max_rows)
         self._max_queue = config.max_queue_size
         self._lock = threading.Lock()
         self._queue: deque[_Pending] = deque()
-        instances = max(1, config.instances)
+        instances = self._instances = max(1, config.instances)
         self._free: list[int] = list(range(instances - 1, -1, -1))
         self._idle: list[_Worker] = []
         self._fillers: list[_Worker] = []  # workers waiting for more rows under load
@@ -211,6 +214,12 @@ class DynamicBatcher:
         now = _now()
         rows = 0
         target = self._target_rows
+        free = self._free
+        if self._instances > 1 and self._batched:
+            # take a fair share: idle instances start on the rest now, busy ones when they finish
+            share = -(-len(queue) // self._instances)
+            if share < target:
+                target = share
         while queue and rows < target:
             item = queue[0]
             if item.deadline and now > item.deadline:
@@ -224,18 +233,23 @@ class DynamicBatcher:
             rows += item.rows
             if not self._batched:
                 break
+        if queue and free and self._idle:
+            worker = self._idle.pop()
+            worker.instance = free.pop()
+            worker.wake.release()
         return batch, expired
 
     def _fill(self, worker: _Worker, batch: list[_Pending]) -> list[_Pending]:
         """Under load, wait up to max_queue_delay for more rows (never past the oldest's delay)."""
-        deadline = batch[0].enqueued + self._delay_ns
+        # never wait longer than half of what an execution takes (tiny models: no wait at all)
+        deadline = min(batch[0].enqueued + self._delay_ns, _now() + self._infer_ewma_ns // 2)
         rows = sum(p.rows for p in batch)
         while rows < self._fill_rows:
             with self._lock:
                 more = self._take_more(rows)
                 if not more:
                     remaining = deadline - _now()
-                    if remaining <= 0 or self._closed or (
+                    if remaining <= 0 or self._closed or self._free or (
                             self._queue and rows + self._queue[0].rows > self._max_rows):
                         break
                     self._fillers.append(worker)
@@ -338,6 +352,7 @@ class DynamicBatcher:
                     self._free.append(release)
             s = self.stats
             if ok:
+                self._infer_ewma_ns += (infer_ns - self._infer_ewma_ns) >> 3
                 d = s.success
                 d.count += n
                 d.ns += total_sum
