@@ -67,23 +67,19 @@ class Connections:
     def __init__(self, settings: ConsoleSettings, *, timeout_s: float = 30.0) -> None:
         self.settings = settings
         self.timeout_s = timeout_s
-        self._clients: dict[tuple[str, str | None], mgmt.AgentClient] = {}
-        self._probe_clients: dict[tuple[str, str | None], mgmt.AgentClient] = {}
+        self._clients: dict[str, mgmt.AgentClient] = {}
+        self._probe_clients: dict[str, mgmt.AgentClient] = {}
         self._lock = threading.Lock()
 
-    def token_for(self, agent: FleetAgent) -> str | None:
-        """The token configured for ``agent``."""
-        return self.settings.token_for(agent_id=agent.agent_id, name=agent.name,
-                                       address=agent.address)
-
-    def _get(self, pool: dict[tuple[str, str | None], mgmt.AgentClient], agent: FleetAgent,
+    def _get(self, pool: dict[str, mgmt.AgentClient], agent: FleetAgent,
              timeout_s: float) -> mgmt.AgentClient:
-        key = (agent.address, self.token_for(agent))
         with self._lock:
-            found = pool.get(key)
+            found = pool.get(agent.address)
             if found is None:
-                found = pool[key] = mgmt.AgentClient(agent.address, token=key[1],
-                                                     timeout_s=timeout_s)
+                token = self.settings.token_for(agent_id=agent.agent_id, name=agent.name,
+                                                address=agent.address)
+                found = pool[agent.address] = mgmt.AgentClient(agent.address, token=token,
+                                                               timeout_s=timeout_s)
             return found
 
     def client(self, agent: FleetAgent) -> mgmt.AgentClient:
@@ -94,19 +90,19 @@ class Connections:
         """Run ``fn(client)``; management errors come out as :class:`ConsoleError`."""
         try:
             return fn(self.client(agent))
-        except mgmt.ManagementError as exc:
+        except (mgmt.ManagementError, ConsoleError) as exc:
             raise console_error(exc) from None
 
     def probe(self, agent: FleetAgent) -> ProbeResult:
         """Ask ``agent`` who it is and which versions are active; never raises."""
-        client = self._get(self._probe_clients, agent, PROBE_TIMEOUT_S)
         try:
+            client = self._get(self._probe_clients, agent, PROBE_TIMEOUT_S)
             info = client.info()
             if info.api_version and info.api_version not in SUPPORTED_API_VERSIONS:
                 return ProbeResult(AgentState.API_MISMATCH, api_mismatch_message(
                     info.api_version), api=info.api_version)
             versions = client.models()
-        except mgmt.ManagementError as exc:
+        except (mgmt.ManagementError, ConsoleError) as exc:
             error = console_error(exc)
             return ProbeResult(probe_state(error), str(error))
         except Exception as exc:  # a probe must never take the UI down
@@ -121,6 +117,14 @@ class Connections:
         return ProbeResult(AgentState.ONLINE, "", agent_id=info.agent_id, name=info.name,
                            arch=info.arch, profile=info.profile, api=info.api_version,
                            models=active, details=details)
+
+    def forget(self, address: str) -> None:
+        """Drop the clients of ``address`` (e.g. after its token changed)."""
+        with self._lock:
+            gone = [p.pop(address) for p in (self._clients, self._probe_clients)
+                    if address in p]
+        for c in gone:
+            c.close()
 
     def close(self) -> None:
         """Close every channel."""

@@ -1,0 +1,57 @@
+"""Fixtures: real bundles (once per session), real agents on loopback (stopped by the test),
+and the console app factory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+
+from console.app import EdgeConsoleApp
+from console.config import ConsoleSettings
+from tests.console_tui.agents import RunningAgent, TestBundles, build_test_bundles, start_agent
+
+LOOPBACK = ("127.0.0.1",)
+DEADLINE_S = 30.0
+
+
+@pytest.fixture(scope="session")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> TestBundles:
+    return build_test_bundles(tmp_path_factory.mktemp("console-bundles"))
+
+
+@pytest.fixture
+def agents(tmp_path: Path, bundles: TestBundles) -> Iterator[Callable[..., RunningAgent]]:
+    """``agents(name, mdns=True)`` starts a real agent; every one is stopped at the end."""
+    started: list[RunningAgent] = []
+
+    def start(name: str, **kw: object) -> RunningAgent:
+        agent = start_agent(tmp_path / "agents", name, bundles.public_key, **kw)  # type: ignore[arg-type]
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+def console_app(*, tokens: dict[str, str] | None = None, discovery: bool = True,
+                poll: bool = True, **kw: object) -> EdgeConsoleApp:
+    """The console as the tests run it: mDNS on 127.0.0.1 only, fast polls."""
+    settings = ConsoleSettings(tokens=tokens or {}, discovery=discovery, interfaces=LOOPBACK,
+                               poll_interval_s=0.3, canary_soak_s=1.0, **kw)  # type: ignore[arg-type]
+    return EdgeConsoleApp(settings, poll=poll)
+
+
+async def wait_for(pilot: Pilot[None], condition: Callable[[], object], what: str,
+                   deadline_s: float = DEADLINE_S) -> None:
+    """Let the app run until ``condition()`` holds (fails after a generous deadline)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while not condition():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
