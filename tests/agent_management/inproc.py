@@ -1,0 +1,71 @@
+"""A real agent (edge_agent.management.agent_main.run_agent) on a thread of the test process:
+inference gRPC and management gRPC on 127.0.0.1 port 0, no Unix socket."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge_agent.config import AgentConfig, GrpcConfig
+from edge_agent.management.agent_main import run_agent
+from edge_agent.management.runtime import AgentRuntime, ManagementOptions
+
+
+@dataclass
+class InProcessAgent:
+    """A running agent; :meth:`stop` ends it (SIGTERM-equivalent: drain and exit)."""
+
+    state_dir: Path
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)
+    runtime: AgentRuntime | None = None
+    grpc: str = ""
+    error: BaseException | None = None
+    thread: threading.Thread | None = None
+
+    @property
+    def management(self) -> str:
+        assert self.runtime is not None and self.runtime.management_address
+        return self.runtime.management_address
+
+    @property
+    def token(self) -> str:
+        assert self.runtime is not None
+        return self.runtime.token
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(60)
+            assert not self.thread.is_alive(), "agent did not stop"
+
+
+def start_agent(state_dir: Path, options: ManagementOptions, *,
+                workers: int = 24) -> InProcessAgent:
+    """Start an agent on ``state_dir`` and wait until it serves."""
+    config = AgentConfig(state_dir=state_dir,
+                         grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False,
+                                         workers=workers))
+    agent = InProcessAgent(state_dir)
+
+    def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:
+        agent.runtime, agent.grpc = runtime, addresses.tcp
+        agent.ready.set()
+
+    def main() -> None:
+        try:
+            run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
+                      grace=2.0)
+        except BaseException as exc:  # surfaced below
+            agent.error = exc
+            agent.ready.set()
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    agent.thread = threading.Thread(target=main, name="agent-under-test", daemon=True)
+    agent.thread.start()
+    if not agent.ready.wait(120) or agent.error is not None:
+        agent.stop()
+        raise AssertionError(f"agent did not start: {agent.error!r}")
+    return agent

@@ -1,0 +1,212 @@
+"""The management API of a real agent (management + inference gRPC on 127.0.0.1), through the
+Python client library, with tritonclient load during swaps."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from edge_agent.management.client import AgentClient, AuthenticationError, ManagementError
+from edge_agent.management.generated import management_pb2 as pb
+from edge_agent.management.generated import management_pb2_grpc as pb_grpc
+from edge_agent.management.runtime import ManagementOptions
+from tests.agent_management.bundles import Bundles
+from tests.agent_management.inproc import InProcessAgent, start_agent
+
+INPUTS = [np.random.default_rng(i).standard_normal((1, 64)).astype(np.float32)
+          for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def agent(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessAgent]:
+    options = ManagementOptions(address="127.0.0.1:0", name="api-test",
+                                trusted_keys=(bundles.public_key,), mdns=False,
+                                watch_window_s=0.0)
+    running = start_agent(tmp_path_factory.mktemp("api") / "state", options)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def client(agent: InProcessAgent) -> Iterator[AgentClient]:
+    with AgentClient(agent.management, token=agent.token) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def deployed(client: AgentClient, bundles: Bundles) -> AgentClient:
+    result = client.deploy(bundles.mlp[1])
+    assert result.ok, result.message
+    return client
+
+
+def test_get_info_and_list_models(deployed: AgentClient, agent: InProcessAgent) -> None:
+    info = deployed.info()
+    assert info.name == "api-test" and info.arch == "x86_64" and info.api_version == "1"
+    assert "onnxruntime" in info.runtimes and info.profile.startswith("x86_64-")
+    assert info.inference_address == agent.grpc and info.uptime_s > 0
+    assert (agent.state_dir / "agent-id").read_text().strip() == info.agent_id
+    versions = {v.version: v for v in deployed.models("mlp")}
+    assert versions[1].active and versions[1].state == "READY"
+    assert versions[1].load_ms and versions[1].load_ms > 0
+
+
+def test_token_file_is_private(agent: InProcessAgent) -> None:
+    token_file = agent.state_dir / "management.token"
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert token_file.read_text().strip() == agent.token
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+def test_wrong_or_missing_token_is_unauthenticated_and_changes_nothing(
+        deployed: AgentClient, agent: InProcessAgent, bundles: Bundles,
+        token: str | None) -> None:
+    before_history = [d.id for d in deployed.deployments()]
+    before_models = deployed.models()
+    with AgentClient(agent.management, token=token) as intruder:
+        for call in (intruder.info, intruder.models, intruder.deployments,
+                     lambda: intruder.deploy(bundles.mlp[2]),
+                     lambda: intruder.rollback("mlp"),
+                     lambda: intruder.activate("mlp", 1, force=True),
+                     lambda: intruder.remove("mlp", 1),
+                     lambda: intruder.query_metrics("mlp"),
+                     lambda: next(intruder.watch_metrics())):
+            with pytest.raises(AuthenticationError, match="token"):
+                call()
+    # the raw status code, from a plain stub
+    with grpc.insecure_channel(agent.management) as channel:
+        stub = pb_grpc.AgentManagementStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.GetInfo(pb.GetInfoRequest(), timeout=10)
+        assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert [d.id for d in deployed.deployments()] == before_history
+    assert deployed.models() == before_models
+    assert not any((agent.state_dir / "incoming").iterdir())
+
+
+def test_refused_bundle_says_which_profile_the_device_runs(deployed: AgentClient,
+                                                          bundles: Bundles) -> None:
+    steps = []
+    result = deployed.deploy(bundles.arm64, on_step=steps.append)
+    assert not result.ok
+    info = deployed.info()
+    assert f"this device runs profile {info.profile}" in result.message
+    assert steps[-1].step == "verified" and not steps[-1].ok
+    assert result.deployment is not None and result.deployment.status == "failed"
+    assert [v.version for v in deployed.models("mlp") if v.active] == [1]
+
+
+def test_ten_swaps_under_load_fail_no_request(deployed: AgentClient, agent: InProcessAgent,
+                                              bundles: Bundles) -> None:
+    import tritonclient.grpc as tc
+
+    refs = {v: [bundles.reference(v, x) for x in INPUTS] for v in (1, 2)}
+    stop = threading.Event()
+    seen: Counter[int] = Counter()
+    problems: list[str] = []
+    lock = threading.Lock()
+
+    def load(worker: int) -> None:
+        client = tc.InferenceServerClient(agent.grpc)
+        n = worker
+        try:
+            while not stop.is_set():
+                i = n % len(INPUTS)
+                n += 1
+                inp = tc.InferInput("input", [1, 64], "FP32")
+                inp.set_data_from_numpy(INPUTS[i])
+                try:
+                    result = client.infer("mlp", [inp])
+                except Exception as exc:  # any failure is a finding
+                    with lock:
+                        problems.append(f"request failed: {exc}")
+                    continue
+                version = int(result.get_response().model_version)
+                out = result.as_numpy("probs")
+                if version not in refs or not np.allclose(out, refs[version][i], rtol=1e-4,
+                                                          atol=1e-5):
+                    with lock:
+                        problems.append(f"version {version} answered with other outputs")
+                with lock:
+                    seen[version] += 1
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        for _ in range(5):
+            up = deployed.deploy(bundles.mlp[2])
+            assert up.ok, up.message
+            time.sleep(0.2)
+            down = deployed.rollback("mlp")
+            assert down.ok, down.message
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert problems == []
+    assert seen[1] > 0 and seen[2] > 0, seen
+    kinds = [d.kind for d in deployed.deployments("mlp", limit=10)]
+    assert kinds == ["rollback", "deploy"] * 5
+
+
+def test_query_and_watch_metrics(deployed: AgentClient, agent: InProcessAgent) -> None:
+    import tritonclient.grpc as tc
+
+    watch = deployed.watch_metrics("mlp")
+    with tc.InferenceServerClient(agent.grpc) as triton:
+        inp = tc.InferInput("input", [1, 64], "FP32")
+        inp.set_data_from_numpy(INPUTS[0])
+        deadline = time.monotonic() + 30
+        sample = None
+        while time.monotonic() < deadline:
+            triton.infer("mlp", [inp])
+            sample = next(watch)
+            if sample.points:
+                break
+    watch.close()
+    assert sample is not None and sample.points and sample.points[0].model == "mlp"
+    assert sample.system is not None and sample.system["rss_bytes"] > 0
+    deadline = time.monotonic() + 30
+    points = []
+    while time.monotonic() < deadline and not points:
+        points = deployed.query_metrics("mlp", start=time.time() - 600, step_s=1)
+        time.sleep(0.2)
+    assert sum(p.requests for p in points) > 0
+    per_version = deployed.query_metrics("mlp", start=time.time() - 600, step_s=60,
+                                         per_version=True)
+    assert {p.version for p in per_version} >= {1}
+
+
+def test_remove_and_force_reload(deployed: AgentClient) -> None:
+    with pytest.raises(ManagementError, match="active"):
+        deployed.remove("mlp", 1)
+    reload = deployed.activate("mlp", 1, force=True)
+    assert reload.ok and reload.active_version == 1
+    gone = deployed.remove("mlp", 2)
+    assert gone.ok
+    assert [v.version for v in deployed.models("mlp")] == [1]
+
+
+def test_unknown_version_is_not_found(deployed: AgentClient, tmp_path: Path) -> None:
+    with pytest.raises(ManagementError) as err:
+        deployed.activate("mlp", 42)
+    assert err.value.status == "NOT_FOUND" and "no version 42" in str(err.value)
+    junk = tmp_path / "junk.edgepkg"
+    junk.write_bytes(b"not a bundle")
+    with pytest.raises(ManagementError) as err:
+        deployed.deploy(junk)
+    assert err.value.status == "INVALID_ARGUMENT" and "not a valid bundle" in str(err.value)
