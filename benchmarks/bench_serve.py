@@ -82,8 +82,20 @@ class Proc:
             self.popen.wait()
 
 
-def load(target: str, payload: bytes, c: int, seconds: float) -> LoadResult:
-    result = asyncio.run(run_load(target, payload, concurrency=c, seconds=seconds))
+def _cpu_s(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def load(target: str, payload: bytes, c: int, seconds: float,
+         pid: int | None = None) -> LoadResult:
+    """One closed-loop run (1 s warm-up); with ``pid``, also the server's CPU per request,
+    which stays comparable when other work on the machine steals cycles."""
+    asyncio.run(run_load(target, payload, concurrency=c, seconds=1.0, warmup=0.0))
+    cpu0 = _cpu_s(pid) if pid else 0.0
+    result = asyncio.run(run_load(target, payload, concurrency=c, seconds=seconds, warmup=0.0))
+    if pid and result.requests:
+        result.cpu_us_per_request = (_cpu_s(pid) - cpu0) * 1e6 / result.requests
     if result.errors:
         print(f"    ({result.errors} errors, first: {result.first_error})")
     return result
@@ -147,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
               f"RSS {agent.rss_mb():.0f} MiB")
         try:
             if args.only in (None, "squeezenet"):
-                squeeze_part(state, sock, secs)
+                squeeze_part(state, sock, secs, agent.popen.pid)
             if args.only in (None, "mlp"):
-                mlp_part(mlp_onnx, sock, tcp, work, secs)
+                mlp_part(mlp_onnx, sock, tcp, work, secs, agent.popen.pid)
                 echo_part(work, secs)
             print(f"agent RSS after the runs {agent.rss_mb():.0f} MiB")
         finally:
@@ -157,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def squeeze_part(state: Path, sock: Path, secs: float) -> None:
+def squeeze_part(state: Path, sock: Path, secs: float, agent_pid: int) -> None:
     x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
     for model, profile, artifact, inproc in (
         ("squeezenet", "onnxruntime", "artifacts/onnxruntime/model.onnx", ort_inprocess),
@@ -165,7 +177,8 @@ def squeeze_part(state: Path, sock: Path, secs: float) -> None:
     ):
         path = state / "models" / model / "1" / artifact
         best = {b: inproc(path, b, secs) for b in (1, 8)}
-        served = load(f"unix:{sock}", infer_request_bytes(model, {"data_0": x}), 16, secs)
+        served = load(f"unix:{sock}", infer_request_bytes(model, {"data_0": x}), 16, secs,
+                      pid=agent_pid)
         ratio = served.throughput / max(best.values())
         print(f"squeezenet {profile:11s} in-process batch1 {best[1]:7.1f}/s batch8 "
               f"{best[8]:7.1f}/s | served c=16 uds {served.line()}")
@@ -173,7 +186,8 @@ def squeeze_part(state: Path, sock: Path, secs: float) -> None:
               f"{verdict(ratio >= 0.9)})")
 
 
-def mlp_part(mlp_onnx: Path, sock: Path, tcp: str, work: Path, secs: float) -> None:
+def mlp_part(mlp_onnx: Path, sock: Path, tcp: str, work: Path, secs: float,
+             agent_pid: int) -> None:
     x = np.random.default_rng(0).random((1, 64), dtype=np.float32)
     payload = infer_request_bytes("mlp", {"input": x})
     naive: dict[int, tuple[LoadResult, LoadResult]] = {}
@@ -184,12 +198,12 @@ def mlp_part(mlp_onnx: Path, sock: Path, tcp: str, work: Path, secs: float) -> N
                      "--listen", "127.0.0.1:0"], "ready")
         naive_tcp = "127.0.0.1:" + proc.line.strip().rsplit(" ", 1)[-1]
         try:
-            naive[workers] = (load(naive_tcp, payload, 1, secs),
-                              load(f"unix:{naive_sock}", payload, 16, secs))
+            naive[workers] = (load(naive_tcp, payload, 1, secs, proc.popen.pid),
+                              load(f"unix:{naive_sock}", payload, 16, secs, proc.popen.pid))
         finally:
             proc.stop()
-    a1 = load(tcp, payload, 1, secs)
-    a16 = load(f"unix:{sock}", payload, 16, secs)
+    a1 = load(tcp, payload, 1, secs, agent_pid)
+    a16 = load(f"unix:{sock}", payload, 16, secs, agent_pid)
     n1, n16 = naive[1]
     print(f"mlp c=1 tcp   naive (1 worker)       {n1.line()}")
     print(f"mlp c=1 tcp   naive (8 threads+lock) {naive[8][0].line()}")
@@ -217,7 +231,7 @@ def echo_part(work: Path, secs: float) -> None:
     try:
         time.sleep(1.5)
         payload = infer_request_bytes("mlp", {"input": np.zeros((1, 64), np.float32)})
-        r = load(address, payload, 16, secs)
+        r = load(address, payload, 16, secs, proc.pid)
         print(f"gRPC ceiling: bare sync echo server  {r.line()}")
     finally:
         proc.terminate()

@@ -21,7 +21,7 @@ import numpy as np
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 
-@dataclass(frozen=True)
+@dataclass
 class LoadResult:
     """Throughput and latency of one closed-loop run."""
 
@@ -32,6 +32,7 @@ class LoadResult:
     p50_ms: float
     p99_ms: float
     first_error: str = ""
+    cpu_us_per_request: float | None = None  # of the server process, when measured
 
     @property
     def throughput(self) -> float:
@@ -40,7 +41,9 @@ class LoadResult:
     def line(self) -> str:
         return (f"c={self.concurrency:<3d} {self.throughput:9.1f} infer/s  "
                 f"p50 {self.p50_ms:7.3f} ms  p99 {self.p99_ms:7.3f} ms  "
-                f"n={self.requests} errors={self.errors}")
+                f"n={self.requests} errors={self.errors}"
+                + (f"  server CPU {self.cpu_us_per_request:.0f} us/req"
+                   if self.cpu_us_per_request is not None else ""))
 
 
 def infer_request_bytes(model: str, inputs: dict[str, np.ndarray], version: str = "") -> bytes:
