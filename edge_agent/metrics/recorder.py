@@ -1,10 +1,12 @@
-"""The metrics recorder: a deque append on the hot path, a writer thread aggregating each second.
+"""The metrics recorder: an int64 append on the hot path, a writer thread aggregating each second.
 
 :class:`MetricsRecorder` implements :class:`edge_agent.core.observer.InferenceObserver`. Its
-``record_*`` methods only append one tuple to a ``collections.deque`` (atomic under the GIL, no
-lock); once a second the writer thread drains the deques, aggregates them with numpy into one
-row per model version (counters and latency histograms), writes them to the
-:class:`MetricsStore`, samples the system, and feeds live subscribers.
+``record_*`` methods look up the model version's ``array('q')`` buffer and extend it by one
+record (a C-level call, atomic under the GIL: no lock, no Python objects kept alive). Once a
+second the writer thread swaps the buffers out, sums them with numpy into one row per model
+version (counters and latency histograms), writes them to the :class:`MetricsStore`, samples
+the system, and feeds live subscribers. A record appended to a buffer just after its swap (the
+appending thread had fetched it before) is picked up at the next flush, so none is lost.
 
 Wiring::
 
@@ -25,18 +27,21 @@ import math
 import queue
 import threading
 import time
-from collections import deque
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edge_agent.metrics.aggregate import BatchRecord, RequestRecord, aggregate
+from edge_agent.metrics.aggregate import REQUEST_FIELDS, aggregate
 from edge_agent.metrics.store import MetricPoint, MetricsStore, SecondRow, make_point
 from edge_agent.metrics.system import SystemSample, SystemSampler
 
 log = logging.getLogger(__name__)
 
-#: Requests buffered between two flushes at most (10 s at 100k req/s); beyond, the oldest drop.
-MAX_BUFFERED = 1_000_000
+#: Values buffered per model version between two flushes at most (2M requests, 80 MB): a bound
+#: for when nothing flushes; beyond it, records are dropped.
+MAX_BUFFERED = 2_000_000 * REQUEST_FIELDS
+
+_Key = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +66,13 @@ class MetricsRecorder:
         self.store = store
         self.system = system
         self.maintenance_every_s = maintenance_every_s
-        self._requests: deque[RequestRecord] = deque(maxlen=MAX_BUFFERED)
-        self._batches: deque[BatchRecord] = deque(maxlen=MAX_BUFFERED)
+        self._lock = threading.Lock()  # guards buffer creation and the swap, not appends
+        self._flush_lock = threading.Lock()
+        self._req: dict[_Key, array] = {}
+        self._bat: dict[_Key, array] = {}
+        # The previous generation's buffers and how much of each was consumed.
+        self._prev_req: dict[_Key, tuple[array, int]] = {}
+        self._prev_bat: dict[_Key, tuple[array, int]] = {}
         self._subs_lock = threading.Lock()
         self._subs: list[Callable[[LiveSample], None]] = []
         self._stop = threading.Event()
@@ -74,11 +84,30 @@ class MetricsRecorder:
     def record_request(self, model: str, version: int, *, ok: bool, rows: int, queue_ns: int,
                        compute_ns: int, total_ns: int) -> None:
         """Buffer one finished request (durations in int nanoseconds)."""
-        self._requests.append((model, version, ok, rows, queue_ns, compute_ns, total_ns))
+        buf = self._req.get((model, version))
+        if buf is None:
+            buf = self._buffer(False, model, version)
+        if len(buf) < MAX_BUFFERED:
+            try:  # noqa: SIM105 (try is free in 3.11; contextlib.suppress is not)
+                buf.extend((ok, rows, queue_ns, compute_ns, total_ns))
+            except (TypeError, OverflowError):
+                pass  # a broken record must not fail the request; flush drops and logs it
 
     def record_batch(self, model: str, version: int, batch_size: int, compute_ns: int) -> None:
         """Buffer one backend execution of ``batch_size`` rows."""
-        self._batches.append((model, version, batch_size, compute_ns))
+        buf = self._bat.get((model, version))
+        if buf is None:
+            buf = self._buffer(True, model, version)
+        if len(buf) < MAX_BUFFERED:
+            try:  # noqa: SIM105
+                buf.append(batch_size)
+            except (TypeError, OverflowError):
+                pass
+
+    def _buffer(self, batch: bool, model: str, version: int) -> array:
+        """The current generation's buffer for a key (created under the lock)."""
+        with self._lock:
+            return (self._bat if batch else self._req).setdefault((model, version), array("q"))
 
     # -- flushing ------------------------------------------------------------------------------
 
@@ -88,7 +117,13 @@ class MetricsRecorder:
         Called by the writer thread each second; callable directly (tests, shutdown).
         """
         ts = int(time.time()) if ts is None else ts
-        rows = aggregate(_drain(self._requests), _drain(self._batches))
+        with self._flush_lock:
+            with self._lock:
+                req, self._req = self._req, {}
+                bat, self._bat = self._bat, {}
+            requests, self._prev_req = _take(req, self._prev_req)
+            batches, self._prev_bat = _take(bat, self._prev_bat)
+        rows = aggregate(requests, batches)
         system = self.system.sample(ts) if self.system is not None else None
         if self.store is not None:
             self.store.write(ts, rows, system)
@@ -173,10 +208,22 @@ class MetricsRecorder:
         return q, self.subscribe(put)
 
 
-def _drain(buffer: deque[RequestRecord] | deque[BatchRecord]) -> list:  # type: ignore[type-arg]
-    """Take what is in ``buffer`` now; appends racing with this stay for the next drain."""
-    pop = buffer.popleft
-    return [pop() for _ in range(len(buffer))]
+def _take(current: dict[_Key, array], previous: dict[_Key, tuple[array, int]]
+          ) -> tuple[dict[_Key, list[array]], dict[_Key, tuple[array, int]]]:
+    """Copy what the swapped-out buffers hold, plus late appends to the generation before.
+
+    Returns the copies per key and the new "previous generation" (buffer, consumed length).
+    """
+    taken: dict[_Key, list[array]] = {}
+    for key, (buf, used) in previous.items():
+        if len(buf) > used:
+            taken.setdefault(key, []).append(buf[used:])
+    new_previous = {}
+    for key, buf in current.items():
+        snapshot = buf[:]  # one C-level copy; appends after it are taken next time
+        new_previous[key] = (buf, len(snapshot))
+        taken.setdefault(key, []).append(snapshot)
+    return taken, new_previous
 
 
 def _point(ts: int, r: SecondRow) -> MetricPoint:

@@ -229,9 +229,7 @@ def test_summary_renders_from_a_readonly_open_while_the_writer_has_it_open(
         render_summary(tmp_path / "nowhere", Console(file=io.StringIO()))
 
 
-def test_vectorized_aggregation_matches_a_plain_reference() -> None:
-    from edge_agent.metrics.aggregate import aggregate
-
+def test_aggregation_matches_a_plain_reference() -> None:
     rng = random.Random(11)
     keys = [("a", 1), ("a", 2), ("b", 1)]
     reqs = []
@@ -240,23 +238,51 @@ def test_vectorized_aggregation_matches_a_plain_reference() -> None:
         t = rng.randint(0, 1 << 38)
         reqs.append((m, v, rng.random() > 0.1, rng.randint(1, 8), t // 3, t // 2, t))
     batches = [("c", 9, 4, 1000)] + [(*rng.choice(keys), rng.randint(1, 8), 5) for _ in range(99)]
-    rows = {(r.model, r.version): r for r in aggregate(reqs, batches)}
+    rec = MetricsRecorder(None)
+    for m, v, ok, n, q, c, t in reqs:
+        rec.record_request(m, v, ok=ok, rows=n, queue_ns=q, compute_ns=c, total_ns=t)
+    for m, v, size, ns in batches:
+        rec.record_batch(m, v, size, ns)
+    rows = {(p.model, p.version): p for p in rec.flush(T0).points}
     assert sorted(rows) == [*keys, ("c", 9)]
     for key in keys:
         mine = [r for r in reqs if (r[0], r[1]) == key]
-        row = rows[key]
-        assert row.requests == len(mine)
-        assert row.errors == sum(1 for r in mine if not r[2])
-        assert row.rows == sum(r[3] for r in mine)
-        assert row.total_ns_sum == sum(r[6] for r in mine)
+        point = rows[key]
+        assert point.requests == len(mine)
+        assert point.errors == sum(1 for r in mine if not r[2])
+        assert point.rows == sum(r[3] for r in mine)
         ref = hist.new_counts()
         for r in mine:
-            ref[hist.bucket_of(r[4])] += 1
-        assert row.h_queue == ref
+            ref[hist.bucket_of(r[6])] += 1
+        assert point.p99_ms == pytest.approx(hist.percentile(ref, 0.99) / 1e6)
+        assert point.mean_queue_ms == pytest.approx(sum(r[4] for r in mine) / len(mine) / 1e6)
         mb = [b for b in batches if (b[0], b[1]) == key]
-        assert (row.batches, row.batch_rows) == (len(mb), sum(b[2] for b in mb))
+        assert point.batches == len(mb)
+        assert point.mean_batch == pytest.approx(sum(b[2] for b in mb) / len(mb))
     only_batches = rows[("c", 9)]
-    assert (only_batches.requests, only_batches.batches, only_batches.batch_rows) == (0, 1, 4)
+    assert (only_batches.requests, only_batches.batches, only_batches.mean_batch) == (0, 1, 4.0)
+
+
+def test_a_record_landing_after_the_swap_is_counted_next_second() -> None:
+    rec = MetricsRecorder(None)
+    rec.record_request("m", 1, ok=True, rows=1, queue_ns=1, compute_ns=1, total_ns=1)
+    # A serving thread that fetched the buffer just before the writer swapped it out...
+    stale = rec._req[("m", 1)]
+    assert [p.requests for p in rec.flush(T0).points] == [1]
+    stale.extend((1, 1, 5, 5, 5))  # ...appends to it after the flush copied it.
+    assert [p.requests for p in rec.flush(T0 + 1).points] == [1]
+    assert rec.flush(T0 + 2).points == ()
+
+
+def test_a_malformed_record_never_raises_and_only_its_key_is_dropped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    rec = MetricsRecorder(None)
+    rec.record_request("bad", 1, ok=True, rows=1, queue_ns=1.5, compute_ns=1,  # type: ignore[arg-type]
+                       total_ns=1)
+    rec.record_request("good", 1, ok=True, rows=1, queue_ns=1, compute_ns=1, total_ns=1)
+    points = {p.model: p.requests for p in rec.flush(T0).points}
+    assert points == {"bad": 0, "good": 1}
+    assert "non-integer" in caplog.text
 
 
 @given(st.lists(st.lists(st.integers(min_value=0, max_value=1 << 40),
