@@ -3,14 +3,15 @@
 For the MLP (random weights) and squeezenet, on every backend installed here:
 
 * direct c1   - one thread calling ``backend.infer`` with one row at a time
-* plane c1    - one thread calling ``DataPlane.submit(...).result()`` (one row)
+* plane c1    - one thread through the data plane, ``submit(...).result()`` and ``infer(...)``
 * direct c16  - 16 threads calling ``backend.infer`` (one row each) over the instance pool
-* plane c16   - 16 threads through the data plane (dynamic batching)
+* plane c16   - 16 threads through ``submit(...).result()`` (dynamic batching)
 * best direct - the best rows/s of direct batched calls (batch 1..max_batch), the ceiling
 
+Phases are interleaved over several rounds so that load from other processes hits them alike.
 It prints throughput, p50/p99 latency, the ratios, and a cProfile of the single-caller path.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_core.py [--seconds 2] [--no-profile]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_core.py [--seconds 1] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -50,33 +51,6 @@ def _summarize(latencies: list[int], rows: int, wall_s: float) -> Run:
     return Run(rows / wall_s, float(np.percentile(lat, 50)), float(np.percentile(lat, 99)))
 
 
-def _drive(call, threads: int, seconds: float, rows: int = 1) -> Run:
-    """Run ``call()`` from ``threads`` threads for ``seconds``; latency per call."""
-    lats: list[list[int]] = [[] for _ in range(threads)]
-    stop = time.monotonic() + seconds
-    barrier = threading.Barrier(threads + 1)
-
-    def loop(i: int) -> None:
-        out = lats[i]
-        barrier.wait()
-        now = time.monotonic_ns
-        while time.monotonic() < stop:
-            t = now()
-            call()
-            out.append(now() - t)
-
-    ts = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
-    for t in ts:
-        t.start()
-    barrier.wait()
-    t0 = time.monotonic()
-    for t in ts:
-        t.join()
-    wall = time.monotonic() - t0
-    flat = [x for xs in lats for x in xs]
-    return _summarize(flat, len(flat) * rows, wall)
-
-
 def _direct_pool(backend, instances: int, feed):
     pool: queue.SimpleQueue[int] = queue.SimpleQueue()
     for i in range(instances):
@@ -95,62 +69,105 @@ def _fmt(r: Run) -> str:
     return f"{r.rows_per_s:9.0f} rows/s  p50 {r.p50_us:8.0f} us  p99 {r.p99_us:8.0f} us"
 
 
+class Phase:
+    """Latencies and rows of one phase, accumulated over interleaved rounds."""
+
+    def __init__(self) -> None:
+        self.lat: list[int] = []
+        self.rows = 0
+        self.wall = 0.0
+
+    def run(self, call, threads: int, seconds: float, rows: int = 1) -> None:
+        lats: list[list[int]] = [[] for _ in range(threads)]
+        stop = time.monotonic() + seconds
+        barrier = threading.Barrier(threads + 1)
+
+        def loop(i: int) -> None:
+            out = lats[i]
+            now = time.monotonic_ns
+            barrier.wait()
+            while time.monotonic() < stop:
+                t = now()
+                call()
+                out.append(now() - t)
+
+        ts = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+        for t in ts:
+            t.start()
+        barrier.wait()
+        t0 = time.monotonic()
+        for t in ts:
+            t.join()
+        self.wall += time.monotonic() - t0
+        for xs in lats:
+            self.lat.extend(xs)
+            self.rows += len(xs) * rows
+
+    def result(self) -> Run:
+        return _summarize(self.lat, self.rows, self.wall)
+
+
 def bench_model(label: str, state: Path, name: str, feed_name: str, shape: tuple[int, ...],
-                backend_name: str, seconds: float, instances: int, threads: int) -> dict:
+                backend_name: str, seconds: float, rounds: int, instances: int,
+                threads: int) -> dict:
+    """Phases interleaved over ``rounds`` so that load from elsewhere hits them alike."""
     model_dir = state / "models" / name / "1"
     manifest = load_manifest(model_dir)
     x1 = np.random.default_rng(0).standard_normal((1, *shape)).astype(np.float32)
     feed = {feed_name: x1}
-    results: dict[str, Run] = {}
-
+    sizes = [b for b in (1, 4, 8, 16, 32) if b <= manifest.batching.max_batch_size]
+    phases = {k: Phase() for k in ("direct c1", "plane c1 (submit)", "plane c1 (infer)",
+                                   "direct c16", "plane c16 (submit)")}
+    sweep = {b: Phase() for b in sizes}
     backend = load_backend(model_dir, manifest,
                            BackendOptions(instances=instances, threads=threads),
                            preferred=backend_name)
-    try:
-        for _ in range(20):
-            backend.infer(feed, 0)
-        results["direct c1"] = _drive(lambda: backend.infer(feed, 0), 1, seconds)
-        results["direct c16"] = _drive(_direct_pool(backend, instances, feed), 16, seconds)
-        best = None
-        for b in (1, 4, 8, 16, 32):
-            if b > manifest.batching.max_batch_size:
-                break
-            xb = {feed_name: np.repeat(x1, b, axis=0)}
-            r = _drive(_direct_pool(backend, instances, xb), instances, seconds / 2, rows=b)
-            if best is None or r.rows_per_s > best.rows_per_s:
-                best, best_b = r, b
-        results[f"best direct (batch {best_b})"] = best
-    finally:
-        backend.close()
-
     overrides = ModelOverrides(backend=backend_name, instances=instances, threads=threads)
     dp = DataPlane(state, overrides={name: overrides})
     try:
         req = InferRequest(name, feed)
-        submit = dp.submit
-        results["plane c1"] = _drive(lambda: submit(req).result(), 1, seconds)
-        results["plane c16"] = _drive(lambda: submit(req).result(), 16, seconds)
+        submit, infer = dp.submit, dp.infer
+        pool = _direct_pool(backend, instances, feed)
+        batched = {b: _direct_pool(backend, instances, {feed_name: np.repeat(x1, b, axis=0)})
+                   for b in sizes}
+        for _ in range(20):
+            backend.infer(feed, 0)
+            infer(req)
+        for _ in range(rounds):
+            phases["direct c1"].run(lambda: backend.infer(feed, 0), 1, seconds)
+            phases["plane c1 (submit)"].run(lambda: submit(req).result(), 1, seconds)
+            phases["plane c1 (infer)"].run(lambda: infer(req), 1, seconds)
+            phases["direct c16"].run(pool, 16, seconds)
+            phases["plane c16 (submit)"].run(lambda: submit(req).result(), 16, seconds)
+            for b in sizes:
+                sweep[b].run(batched[b], instances, seconds / 3, rows=b)
         stats = dp.statistics(name)[0]
-        sizes = sorted(stats.batch_stats.items())
-        mean_batch = stats.inference_count / max(1, stats.execution_count)
     finally:
         dp.close()
-
-    print(f"\n== {label} on {backend_name} (instances {instances}, threads {threads or 'auto'})")
+        backend.close()
+    results = {k: p.result() for k, p in phases.items()}
+    best_b = max(sizes, key=lambda b: sweep[b].result().rows_per_s)
+    results[f"best direct (batch {best_b})"] = sweep[best_b].result()
+    print(f"\n== {label} on {backend_name} (instances {instances}, threads {threads or 'auto'}, "
+          f"{rounds} interleaved rounds of {seconds:g} s per phase)")
     for key, r in results.items():
         print(f"  {key:24s} {_fmt(r)}")
-    best_key = next(k for k in results if k.startswith("best"))
     thr = {k: r.rows_per_s for k, r in results.items()}
+    best = thr[f"best direct (batch {best_b})"]
     ratios = {
-        "plane/direct c1 p50": results["plane c1"].p50_us / results["direct c1"].p50_us,
-        "plane/direct c16 thr": thr["plane c16"] / thr["direct c16"],
-        "plane c16/best direct thr": thr["plane c16"] / thr[best_key],
-        "plane c16/direct c1 thr": thr["plane c16"] / thr["direct c1"],
+        "plane/direct c1 p50 (submit)": results["plane c1 (submit)"].p50_us
+        / results["direct c1"].p50_us,
+        "plane/direct c1 p50 (infer)": results["plane c1 (infer)"].p50_us
+        / results["direct c1"].p50_us,
+        "plane/direct c16 thr": thr["plane c16 (submit)"] / thr["direct c16"],
+        "plane c16/best direct thr": thr["plane c16 (submit)"] / best,
     }
     for k, v in ratios.items():
-        print(f"  {k:28s} {v:5.2f}")
-    print(f"  mean batch {mean_batch:.1f}; batch sizes used: "
-          + ", ".join(f"{s}x{bs.compute_infer.count}" for s, bs in sizes[:12]))
+        print(f"  {k:30s} {v:5.2f}")
+    mean_batch = stats.inference_count / max(1, stats.execution_count)
+    print(f"  mean rows per execution {mean_batch:.1f}; executions by batch size: "
+          + ", ".join(f"{s}x{bs.compute_infer.count}"
+                      for s, bs in sorted(stats.batch_stats.items())[:16]))
     return ratios
 
 
@@ -176,7 +193,9 @@ def profile_single_caller(state: Path, name: str, feed_name: str, shape: tuple[i
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=2.0, help="duration of each measurement")
+    ap.add_argument("--seconds", type=float, default=1.0,
+                    help="duration of each phase in each round")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per model")
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile section")
     args = ap.parse_args()
     backends = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
@@ -194,9 +213,10 @@ def main() -> None:
                 r.extract(state / "models" / r.manifest.name / "1")
         for backend in backends:
             bench_model("MLP 64-128-10", state, "mlp", "input", (64,), backend, args.seconds,
-                        instances=1, threads=1)
+                        args.rounds, instances=1, threads=1)
             bench_model("squeezenet", state, "squeezenet", "data_0", (3, 224, 224), backend,
-                        args.seconds, instances=2 if backend == "openvino" else 1, threads=0)
+                        args.seconds * 2, args.rounds,
+                        instances=2 if backend == "openvino" else 1, threads=0)
         if not args.no_profile:
             profile_single_caller(state, "mlp", "input", (64,), backends[0], 3000)
 

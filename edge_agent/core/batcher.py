@@ -15,11 +15,13 @@ lock that is never held while a backend runs.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 import numpy as np
 
@@ -36,6 +38,7 @@ from edge_agent.errors import (
 )
 from packager.manifest import BatchingConfig
 
+log = logging.getLogger(__name__)
 _now = time.monotonic_ns
 _wall_ns = time.time_ns
 
@@ -55,6 +58,14 @@ class _Pending:
         self.enqueued = enqueued
         self.deadline = deadline
         self.future = future
+
+
+def _fail(batch: Sequence[_Pending], error: AgentError) -> None:
+    """Answer every request of ``batch`` with ``error`` (skipping cancelled futures)."""
+    for p in batch:
+        if p.future is not None:
+            with contextlib.suppress(InvalidStateError):
+                p.future.set_exception(error)
 
 
 class _Worker:
@@ -322,10 +333,12 @@ class DynamicBatcher:
             for p, part in zip(batch, parts, strict=True):
                 if p.outputs is not None:
                     part = {n: part[n] for n in p.outputs}
-                p.future.set_result(InferResult(model, version, part, p.id))
+                try:  # noqa: SIM105 - hot path: try is free, suppress() is not
+                    p.future.set_result(InferResult(model, version, part, p.id))
+                except InvalidStateError:  # the caller cancelled its future
+                    pass
         else:
-            for p in batch:
-                p.future.set_exception(error)
+            _fail(batch, error)
         t3 = _now()
         self._account(batch, sum(rows), t0, t1, t2, t3, error is None,
                       instance if release else -1)
@@ -392,16 +405,21 @@ class DynamicBatcher:
         if obs is not None:
             compute = t3 - t0
             model, version = self.model, self.version
-            obs.record_batch(model, version, rows, infer_ns)
-            for p in batch:
-                obs.record_request(model, version, ok=ok, rows=p.rows, queue_ns=t0 - p.enqueued,
-                                   compute_ns=compute, total_ns=t3 - p.enqueued)
+            try:
+                obs.record_batch(model, version, rows, infer_ns)
+                for p in batch:
+                    obs.record_request(model, version, ok=ok, rows=p.rows,
+                                       queue_ns=t0 - p.enqueued, compute_ns=compute,
+                                       total_ns=t3 - p.enqueued)
+            except Exception:  # metrics must never take serving down
+                log.exception("inference observer failed; metrics for %s v%s are incomplete",
+                              model, version)
 
     def _expire(self, expired: list[_Pending]) -> None:
         now = _now()
         for p in expired:
             waited_us = (now - p.enqueued) // 1000
-            p.future.set_exception(RequestTimeoutError(
+            _fail((p,), RequestTimeoutError(
                 f"model {self.model!r} version {self.version}: request {p.id or '(no id)'} "
                 f"waited {waited_us} us in the queue, past its timeout of "
                 f"{(p.deadline - p.enqueued) // 1000} us"))
@@ -413,9 +431,12 @@ class DynamicBatcher:
             if self._inflight == 0 and self._closed:
                 self._drained.notify_all()
         for p in expired if self._observer is not None else ():
-            self._observer.record_request(self.model, self.version, ok=False, rows=p.rows,
-                                          queue_ns=now - p.enqueued, compute_ns=0,
-                                          total_ns=now - p.enqueued)
+            try:
+                self._observer.record_request(self.model, self.version, ok=False, rows=p.rows,
+                                              queue_ns=now - p.enqueued, compute_ns=0,
+                                              total_ns=now - p.enqueued)
+            except Exception:
+                log.exception("inference observer failed")
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -449,9 +470,8 @@ class DynamicBatcher:
             for filler in self._fillers:
                 filler.wake.release()
             self._fillers.clear()
-        for p in leftover:
-            p.future.set_exception(ModelUnavailableError(
-                f"model {self.model!r} version {self.version} was unloaded before the request ran"))
+        _fail(leftover, ModelUnavailableError(
+            f"model {self.model!r} version {self.version} was unloaded before the request ran"))
         for w in self._workers:
             if w.thread is not None and w.thread is not threading.current_thread():
                 w.thread.join(timeout=5.0)

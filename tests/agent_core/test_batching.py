@@ -163,3 +163,28 @@ def test_two_instances_waiting_for_rows_at_once_never_lose_a_request(mlp) -> Non
     assert batcher.close(30)  # nothing left in flight
     assert not bad and batcher.stats.success.count == 16 * 40
     assert max(batcher.stats.batch_stats) > 1
+
+
+class FailingObserver(CountingObserver):
+    """A real observer whose batch hook breaks, as a buggy metrics store might."""
+
+    def record_batch(self, model: str, version: int, batch_size: int, compute_ns: int) -> None:
+        raise RuntimeError("metrics store is broken")
+
+
+def test_cancelled_futures_and_a_broken_observer_do_not_stop_the_workers(mlp) -> None:
+    backend, _ = mlp
+    config = BatchingConfig(max_batch_size=8, instances=1, max_queue_size=1000)
+    batcher = DynamicBatcher(backend, model="mlp", version=1, config=config,
+                             observer=FailingObserver())
+    x = np.zeros((1, 64), np.float32)
+    try:
+        futures = [batcher.submit({"input": x}, 1) for _ in range(200)]
+        cancelled = sum(f.cancel() for f in futures[::2])
+        for f in futures[1::2]:
+            assert f.result(60).outputs["probs"].shape == (1, 10)
+        # the workers are still alive and serving
+        assert batcher.submit({"input": x}, 1).result(60).outputs["probs"].shape == (1, 10)
+    finally:
+        assert batcher.close(30)
+    assert batcher.stats.success.count + cancelled >= 101
