@@ -20,3 +20,30 @@ class SortRequested(Message):
     """The operator asked to sort the fleet table by ``column``."""
 
     column: str
+
+
+@dataclass
+class AgentSnapshotReady(Message):
+    """A poll of one agent finished (``snapshot.error`` set when it failed)."""
+
+    key: str
+    snapshot: object  # console.agent_view.AgentSnapshot (kept loose: messages stay UI-only)
+
+
+@dataclass
+class MetricsArrived(Message):
+    """One live WatchMetrics sample (or ``error``: why the stream stopped)."""
+
+    key: str
+    sample: object | None  # edge_agent.management.types.MetricsSample
+    error: str = ""
+
+
+@dataclass
+class ActionFinished(Message):
+    """A change the operator asked for (rollback, activate, remove) ended."""
+
+    key: str
+    title: str
+    ok: bool
+    message: str

@@ -1,30 +1,340 @@
-"""The agent screen: models and versions, live metrics, deployments and events of one agent."""
+"""The agent screen: model versions (which is active), live throughput/latency per model,
+system load, deployment history and recent events of one agent."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.markup import escape
+from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Header, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
 
+from console.agent_view import AgentSnapshot, LiveMetrics, format_bytes, step_lines, system_line
+from console.errors import ConsoleError
+from console.fleet import FleetAgent
+from console.messages import ActionFinished, AgentSnapshotReady, MetricsArrived
 from console.screens.base import ConsoleScreen
+from console.screens.confirm import ConfirmScreen
+from console.screens.rollback import RollbackScreen
+from console.widgets.fleet_table import STATE_STYLES
+from console.widgets.model_plot import ModelPlot
+from edge_agent.management.client import AgentClient, ManagementError
+from edge_agent.management.types import DeployResult, MetricsSample
+
+WATCH_RETRY_S = 2.0
+
+
+def _clock(ts: float | None) -> str:
+    return "-" if not ts else time.strftime("%H:%M:%S", time.gmtime(ts))
 
 
 class AgentScreen(ConsoleScreen):
-    """One agent, by fleet key."""
+    """One agent, by fleet key. ``live=False`` never contacts it (snapshot tests feed data)."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back", tooltip="Back to the fleet")]
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the fleet"),
+        Binding("r", "rollback", "Rollback", tooltip="Roll the selected model back"),
+        Binding("a", "activate", "Activate", tooltip="Make the selected version active"),
+        Binding("x", "remove", "Remove", tooltip="Delete the selected (inactive) version"),
+        Binding("D", "deploy_here", "Deploy", tooltip="Deploy a bundle to this agent"),
+        Binding("h", "history", "History", tooltip="Past throughput and latency"),
+        Binding("l", "events", "Events", tooltip="This agent's recent events"),
+        Binding("d", "details", "Details", tooltip="Everything known about this agent"),
+        Binding("ctrl+r", "refresh", "Refresh", show=False, tooltip="Ask the agent now"),
+    ]
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, *, live: bool = True) -> None:
         super().__init__()
         self.key = key
+        self.live = live
+        self.snapshot = AgentSnapshot()
+        self.metrics = LiveMetrics()
+        self.busy = ""  # the change in flight, shown in the status line
 
+    # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="agent-summary")
+        yield Static(system_line(None), id="agent-system")
+        with Horizontal(id="agent-main"):
+            yield DataTable(id="models-table", cursor_type="row", zebra_stripes=True)
+            yield VerticalScroll(Static("live metrics: waiting for samples", id="plots-empty"),
+                                 id="plots")
+        with TabbedContent(id="agent-tabs"):
+            with TabPane("Deployments", id="tab-deployments"):
+                yield DataTable(id="deployments-table", cursor_type="row")
+            with TabPane("Events", id="tab-events"):
+                yield DataTable(id="agent-events", cursor_type="row")
+        yield Static("", id="agent-status")
         yield Footer()
 
+    @property
+    def agent(self) -> FleetAgent | None:
+        """The fleet's row of this agent."""
+        return self.console.fleet.get(self.key)
+
     def on_mount(self) -> None:
-        agent = self.console.fleet.get(self.key)
-        if agent is not None:
-            self.sub_title = agent.name
-            self.query_one("#agent-summary", Static).update(f"{agent.name} {agent.address}")
+        self.query_one("#models-table", DataTable).add_columns(
+            "MODEL", "VERSION", "ACTIVE", "STATE", "BACKEND", "PROFILE", "LOAD", "SIZE", "ADDED")
+        self.query_one("#deployments-table", DataTable).add_columns(
+            "STARTED", "MODEL", "KIND", "FROM→TO", "STATUS", "LAST STEP", "REASON")
+        self.query_one("#agent-events", DataTable).add_columns("TIME (UTC)", "EVENT")
+        self._render_summary()
+        if self.live and self.console.poll_enabled:
+            self.refresh_loop()
+            self.watch_loop()
+
+    # -- workers -------------------------------------------------------------------------------
+    def _call(self, fn: Callable[[AgentClient], Any]) -> Any:
+        agent = self.agent
+        if agent is None:
+            raise ConsoleError("the agent is no longer listed")
+        return self.console.connections.call(agent, fn)
+
+    def fetch(self) -> AgentSnapshot:
+        """Ask the agent for its info, versions and history (blocking; run in a thread)."""
+        try:
+            info = self._call(lambda c: c.info())
+            versions = self._call(lambda c: c.models())
+            deployments = self._call(lambda c: c.deployments(limit=30))
+        except ConsoleError as exc:
+            return AgentSnapshot(self.snapshot.info, self.snapshot.versions,
+                                 self.snapshot.deployments, error=str(exc))
+        return AgentSnapshot(info, tuple(versions), tuple(deployments))
+
+    @work(exclusive=True, group="agent-refresh", exit_on_error=False)
+    async def refresh_loop(self) -> None:
+        """Poll the agent; the next poll starts only after the last one finished."""
+        while True:
+            snapshot = await asyncio.to_thread(self.fetch)
+            self.post_message(AgentSnapshotReady(self.key, snapshot))
+            await asyncio.sleep(self.console.settings.poll_interval_s)
+
+    @work(thread=True, exclusive=True, group="agent-watch", exit_on_error=False)
+    def watch_loop(self) -> None:
+        """Follow WatchMetrics (one sample a second); reconnect after an error."""
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            try:
+                stream = self._call(lambda c: c.watch_metrics())
+                for sample in stream:
+                    if worker.is_cancelled:
+                        stream.close()
+                        return
+                    self.post_message(MetricsArrived(self.key, sample))
+            except (ConsoleError, ManagementError) as exc:
+                self.post_message(MetricsArrived(self.key, None, str(exc)))
+            for _ in range(int(WATCH_RETRY_S * 10)):
+                if worker.is_cancelled:
+                    return
+                time.sleep(0.1)
+
+    @work(thread=True, exclusive=True, group="agent-action", exit_on_error=False)
+    def run_change(self, title: str, fn: Callable[[AgentClient], DeployResult]) -> None:
+        """Make one change on the agent and report how it ended."""
+        try:
+            result = self._call(fn)
+        except ConsoleError as exc:
+            self.post_message(ActionFinished(self.key, title, False, str(exc)))
+            return
+        self.post_message(ActionFinished(self.key, title, result.ok, result.message))
+
+    # -- rendering -----------------------------------------------------------------------------
+    def on_agent_snapshot_ready(self, message: AgentSnapshotReady) -> None:
+        assert isinstance(message.snapshot, AgentSnapshot)
+        self.show_snapshot(message.snapshot)
+
+    def on_metrics_arrived(self, message: MetricsArrived) -> None:
+        if message.sample is None:
+            self.query_one("#agent-system", Static).update(
+                Text(f"live metrics stopped: {message.error}", style="red"))
+            return
+        assert isinstance(message.sample, MetricsSample)
+        self.add_sample(message.sample)
+
+    def show_snapshot(self, snapshot: AgentSnapshot) -> None:
+        """Render one poll of the agent."""
+        self.snapshot = snapshot
+        self._render_summary()
+        self._render_models()
+        self._render_deployments()
+        self._render_events()
+
+    def add_sample(self, sample: MetricsSample) -> None:
+        """Fold a live sample into the plots and the system line."""
+        self.metrics.add(sample)
+        self.query_one("#agent-system", Static).update(system_line(self.metrics.system))
+        plots = self.query_one("#plots", VerticalScroll)
+        for model in self.metrics.models():
+            found = plots.query(f"#plot-{model}")
+            if not found:
+                for empty in plots.query("#plots-empty"):
+                    empty.remove()
+                plot = ModelPlot(model, id=f"plot-{model}")
+                plots.mount(plot)
+                self.call_after_refresh(plot.show, self.metrics.series[model])
+            else:
+                found.first(ModelPlot).show(self.metrics.series[model])
+
+    def _render_summary(self) -> None:
+        agent = self.agent
+        if agent is None:
+            return
+        self.sub_title = agent.name
+        info = self.snapshot.info
+        style = STATE_STYLES[agent.state]
+        line = (f"[b]{escape(agent.name)}[/b]  [{style}]{agent.state.value}[/]  {agent.address}  "
+                f"{agent.arch or '-'}  {agent.profile or '-'}")
+        if info is not None:
+            line += (f"  agent {info.agent_version}  up {info.uptime_s / 60:.0f} min  "
+                     f"runtimes {', '.join(info.runtimes) or '-'}")
+        if self.snapshot.error or agent.message:
+            line += f"\n[red]{escape(self.snapshot.error or agent.message)}[/]"
+        self.query_one("#agent-summary", Static).update(line)
+
+    def _render_models(self) -> None:
+        table = self.query_one("#models-table", DataTable)
+        selected = self.selected_version()
+        table.clear()
+        rows = sorted(self.snapshot.versions, key=lambda v: (v.model, -v.version))
+        for v in rows:
+            table.add_row(
+                Text(v.model, style="bold"), str(v.version),
+                Text("● active", style="green") if v.active else "",
+                Text(v.state, style="red" if v.load_error or v.state == "failed" else ""),
+                v.backend or "-", v.profile or "-",
+                f"{v.load_ms:.0f} ms" if v.load_ms else "-", format_bytes(v.size_bytes),
+                _clock(v.added_at), key=f"{v.model}:{v.version}")
+        if selected is not None:
+            keys = [f"{v.model}:{v.version}" for v in rows]
+            wanted = f"{selected[0]}:{selected[1]}"
+            if wanted in keys:
+                table.move_cursor(row=keys.index(wanted), animate=False)
+
+    def _render_deployments(self) -> None:
+        table = self.query_one("#deployments-table", DataTable)
+        table.clear()
+        for d in self.snapshot.deployments:
+            ok = d.status == "committed"
+            table.add_row(_clock(d.started_at), d.model, d.kind,
+                          f"v{d.from_version or '-'}→v{d.to_version or '-'}",
+                          Text(d.status, style="green" if ok else "red"), d.last_step or "-",
+                          (d.reason or "-")[:60])
+
+    def _render_events(self) -> None:
+        table = self.query_one("#agent-events", DataTable)
+        table.clear()
+        agent = self.agent
+        name = agent.name if agent else ""
+        rows = [(e.at, e.text, e.level != "error")
+                for e in self.console.fleet.events if e.agent == name]
+        rows += step_lines(self.snapshot.deployments)
+        for at, text, ok in sorted(rows, key=lambda r: r[0], reverse=True)[:100]:
+            table.add_row(_clock(at), Text(text, style="" if ok else "red"))
+
+    def _status(self, text: str) -> None:
+        self.query_one("#agent-status", Static).update(text)
+
+    # -- actions -------------------------------------------------------------------------------
+    def selected_version(self) -> tuple[str, int] | None:
+        """(model, version) of the row under the cursor."""
+        table = self.query_one("#models-table", DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value or ""
+        model, _, version = key.rpartition(":")
+        return (model, int(version)) if version.isdigit() else None
+
+    def _start(self, title: str, fn: Callable[[AgentClient], DeployResult]) -> None:
+        self.busy = title
+        self._status(f"[b]{escape(title)}…[/b]")
+        self.console.fleet.log(self.agent.name if self.agent else "", "info", f"{title}: started")
+        self.run_change(title, fn)
+
+    def on_action_finished(self, message: ActionFinished) -> None:
+        self.busy = ""
+        style = "green" if message.ok else "red"
+        self._status(f"[{style}]{escape(message.title)}: {escape(message.message)}[/]")
+        self.console.fleet.log(self.agent.name if self.agent else "",
+                               "info" if message.ok else "error",
+                               f"{message.title}: {message.message}")
+        self.notify(f"{message.title}: {message.message}",
+                    severity="information" if message.ok else "error")
+        self.action_refresh()
+        self.console.poll_agents()
+
+    def action_rollback(self) -> None:
+        picked = self.selected_version()
+        models = self.snapshot.models()
+        model = picked[0] if picked else (models[0] if models else None)
+        if model is None:
+            self.notify("No model on this agent", severity="warning")
+            return
+        name = self.agent.name if self.agent else self.key
+
+        def chosen(version: int | None) -> None:
+            if version is not None:
+                self._start(f"roll back {model} to v{version}",
+                            lambda c: c.rollback(model, version))
+
+        self.app.push_screen(RollbackScreen(name, model, self.snapshot), chosen)
+
+    def action_activate(self) -> None:
+        picked = self.selected_version()
+        if picked is None:
+            return
+        model, version = picked
+        if self.snapshot.active_version(model) == version:
+            self.notify(f"{model} v{version} is already active", severity="warning")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self._start(f"activate {model} v{version}", lambda c: c.activate(model, version))
+
+        self.app.push_screen(ConfirmScreen(
+            "Activate", f"Switch {model} on {self.sub_title} to version {version}?",
+            yes="Activate"), confirmed)
+
+    def action_remove(self) -> None:
+        picked = self.selected_version()
+        if picked is None:
+            return
+        model, version = picked
+        if self.snapshot.active_version(model) == version:
+            self.notify("The active version cannot be removed; roll back first",
+                        severity="warning")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self._start(f"remove {model} v{version}", lambda c: c.remove(model, version))
+
+        self.app.push_screen(ConfirmScreen(
+            "Remove", f"Delete {model} version {version} from {self.sub_title}'s disk? "
+            "It can no longer be rolled back to.", yes="Remove"), confirmed)
+
+    def action_deploy_here(self) -> None:
+        self.console.open_deploy(preselect=[self.key])
+
+    def action_history(self) -> None:
+        self.console.open_history(self.key)
+
+    def action_events(self) -> None:
+        self.query_one(TabbedContent).active = "tab-events"
+
+    def action_details(self) -> None:
+        if self.agent is not None:
+            self.console.show_details(self.agent)
+
+    def action_refresh(self) -> None:
+        if self.live and self.console.poll_enabled:
+            self.refresh_loop()

@@ -22,7 +22,7 @@ class ConfirmScreen(ConsoleModal[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box", classes="dialog"):
             yield Label(self.title_text, classes="dialog-title")
-            yield Label(self.question, id="confirm-question")
+            yield Label(self.question, id="confirm-question", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button(f"{self.yes} (y)", id="yes", variant="error")
                 yield Button("Cancel (n)", id="no", variant="primary")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Input, Static
@@ -79,15 +80,15 @@ class FleetScreen(ConsoleScreen):
 
     def _explain(self, agent: FleetAgent | None) -> None:
         status = self.query_one("#fleet-status", Static)
-        filt = f"[b]filter:[/b] {self.query_text}   " if self.query_text else ""
+        filt = f"[b]filter:[/b] {escape(self.query_text)}   " if self.query_text else ""
         if agent is None:
             hint = ("no agents yet: waiting for mDNS announcements (or add --agent HOST:PORT)"
                     if not len(self.console.fleet) else "no agent matches the filter")
             status.update(filt + hint)
             return
         style = STATE_STYLES[agent.state]
-        why = f": {agent.message}" if agent.message else ""
-        status.update(f"{filt}[b]{agent.name}[/b] [{style}]{agent.state.value}[/]{why}")
+        why = f": {escape(agent.message)}" if agent.message else ""
+        status.update(f"{filt}[b]{escape(agent.name)}[/b] [{style}]{agent.state.value}[/]{why}")
 
     def selected_agent(self) -> FleetAgent | None:
         """The agent under the cursor."""

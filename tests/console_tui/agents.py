@@ -21,15 +21,17 @@ START_DEADLINE_S = 60.0
 
 
 @dataclass
-class TestBundles:
-    """Signed MLP bundles: versions 1 and 2 for this machine's profile, 3 for arm64."""
+class BundleSet:
+    """MLP bundles: versions 1 and 2 signed for this machine's profile, version 2 also for
+    arm64, and an unsigned version 3."""
 
     public_key: Path
     mlp: dict[int, Path]
     arm64: Path
+    unsigned: Path
 
 
-def build_test_bundles(root: Path) -> TestBundles:
+def build_test_bundles(root: Path) -> BundleSet:
     """Build the bundles with edge-pack's library (a few seconds)."""
     private, public = generate_keypair(root / "keys")
     out = root / "bundles"
@@ -40,9 +42,11 @@ def build_test_bundles(root: Path) -> TestBundles:
         (mlp[version],) = build_bundles(src[version], name="mlp", version=version,
                                         profiles=[PROFILE], out_dir=out, key_path=private,
                                         dynamic_batch=True)
-    (arm64,) = build_bundles(src[1], name="mlp", version=3, profiles=["arm64-cpu-onnxruntime"],
+    (arm64,) = build_bundles(src[2], name="mlp", version=2, profiles=["arm64-cpu-onnxruntime"],
                              out_dir=out, key_path=private, dynamic_batch=True)
-    return TestBundles(public_key=public, mlp=mlp, arm64=arm64)
+    (unsigned,) = build_bundles(src[1], name="mlp", version=3, profiles=[PROFILE],
+                                out_dir=root / "unsigned", dynamic_batch=True)
+    return BundleSet(public_key=public, mlp=mlp, arm64=arm64, unsigned=unsigned)
 
 
 @dataclass

@@ -12,19 +12,19 @@ from textual.pilot import Pilot
 
 from console.app import EdgeConsoleApp
 from console.config import ConsoleSettings
-from tests.console_tui.agents import RunningAgent, TestBundles, build_test_bundles, start_agent
+from tests.console_tui.agents import BundleSet, RunningAgent, build_test_bundles, start_agent
 
 LOOPBACK = ("127.0.0.1",)
 DEADLINE_S = 30.0
 
 
 @pytest.fixture(scope="session")
-def bundles(tmp_path_factory: pytest.TempPathFactory) -> TestBundles:
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> BundleSet:
     return build_test_bundles(tmp_path_factory.mktemp("console-bundles"))
 
 
 @pytest.fixture
-def agents(tmp_path: Path, bundles: TestBundles) -> Iterator[Callable[..., RunningAgent]]:
+def agents(tmp_path: Path, bundles: BundleSet) -> Iterator[Callable[..., RunningAgent]]:
     """``agents(name, mdns=True)`` starts a real agent; every one is stopped at the end."""
     started: list[RunningAgent] = []
 

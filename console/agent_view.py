@@ -1,0 +1,123 @@
+"""Protocol-free view models of one agent: its state snapshot and a window of live metrics.
+
+The values come from the management client (plain dataclasses, never protobuf); the agent
+screen renders them. :class:`LiveMetrics` keeps a bounded window per model so a long session
+never grows memory, and collapses a burst of samples into the latest per second.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from edge_agent.management.types import AgentInfo, DeploymentInfo, MetricsSample, VersionInfo
+
+WINDOW = 120  # seconds of live metrics kept per model
+
+
+@dataclass(frozen=True)
+class AgentSnapshot:
+    """What one poll of an agent returned (``error``: why it could not be asked)."""
+
+    info: AgentInfo | None = None
+    versions: tuple[VersionInfo, ...] = ()
+    deployments: tuple[DeploymentInfo, ...] = ()
+    error: str = ""
+
+    def models(self) -> list[str]:
+        """Model names on the agent, sorted."""
+        return sorted({v.model for v in self.versions})
+
+    def active_version(self, model: str) -> int | None:
+        """The active version of ``model``, if any."""
+        return next((v.version for v in self.versions if v.model == model and v.active), None)
+
+    def rollback_target(self, model: str) -> int | None:
+        """The version a rollback of ``model`` goes to by default: the one that was active
+        before the current one (from the deployment history), else the newest older version
+        still on disk."""
+        active = self.active_version(model)
+        on_disk = {v.version for v in self.versions if v.model == model and not v.active}
+        for d in self.deployments:  # newest first
+            if (d.model == model and d.status == "committed" and d.to_version == active
+                    and d.from_version in on_disk):
+                return d.from_version
+        older = sorted((v for v in on_disk if active is None or v < active), reverse=True)
+        return older[0] if older else (max(on_disk) if on_disk else None)
+
+
+@dataclass
+class Series:
+    """One model's live throughput and latency, newest last."""
+
+    ts: deque[int] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    rps: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    p95_ms: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    errors: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+
+
+class LiveMetrics:
+    """Live samples folded per model (all versions summed)."""
+
+    def __init__(self) -> None:
+        self.series: dict[str, Series] = {}
+        self.system: dict[str, float] | None = None
+        self.last_ts = 0
+
+    def add(self, sample: MetricsSample) -> None:
+        """Fold one WatchMetrics sample in (a sample for a second already seen replaces it)."""
+        per_model: dict[str, tuple[float, float, float]] = {}
+        for p in sample.points:
+            rps, p95, err = per_model.get(p.model, (0.0, 0.0, 0.0))
+            per_model[p.model] = (rps + p.requests_per_s, max(p95, p.p95_ms or 0.0),
+                                  err + p.errors)
+        for model, (rps, p95, err) in per_model.items():
+            s = self.series.setdefault(model, Series())
+            if s.ts and s.ts[-1] == sample.ts:
+                s.ts.pop(), s.rps.pop(), s.p95_ms.pop(), s.errors.pop()
+            s.ts.append(sample.ts)
+            s.rps.append(rps)
+            s.p95_ms.append(p95)
+            s.errors.append(err)
+        if sample.system is not None:
+            self.system = dict(sample.system)
+        self.last_ts = max(self.last_ts, sample.ts)
+
+    def models(self) -> list[str]:
+        """Models with samples, sorted."""
+        return sorted(self.series)
+
+
+def format_bytes(n: float | None) -> str:
+    """``1.5 MiB`` style."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def system_line(system: dict[str, float] | None) -> str:
+    """One line of system load (CPU, memory, agent RSS, disk, temperature)."""
+    if not system:
+        return "system: waiting for the first sample"
+    parts = [f"CPU {system.get('cpu_percent', 0):.0f}%",
+             f"mem {system.get('mem_percent', 0):.0f}%",
+             f"agent RSS {format_bytes(system.get('rss_bytes'))}",
+             f"disk free {format_bytes(system.get('disk_free_bytes'))}"]
+    if "temp_c" in system:
+        parts.append(f"{system['temp_c']:.0f}°C")
+    return "system: " + " · ".join(parts)
+
+
+def step_lines(deployments: Sequence[DeploymentInfo]) -> list[tuple[float, str, bool]]:
+    """Every recorded deployment step as (time, text, ok), newest first."""
+    out = []
+    for d in deployments:
+        target = f"{d.model} {d.kind} v{d.from_version or '-'}→v{d.to_version or '-'}"
+        for s in d.steps:
+            out.append((s.at or d.started_at, f"{target}: {s.step} {s.message}", s.ok))
+    return sorted(out, key=lambda x: x[0], reverse=True)

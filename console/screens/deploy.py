@@ -1,0 +1,294 @@
+"""The deploy screen: pick bundles (a file picker showing only .edgepkg), pick targets and a
+canary, then watch a staged rollout with a progress bar and per-step results per agent."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.markup import escape
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import (
+    Button,
+    DataTable,
+    DirectoryTree,
+    Footer,
+    Header,
+    Input,
+    Label,
+    Select,
+    SelectionList,
+    Static,
+)
+from textual.worker import get_current_worker
+
+from console.commands import LocalBundle, read_bundles
+from console.errors import ConsoleError
+from console.fleet import AgentState, FleetAgent
+from console.messages import FleetChanged
+from console.rollout import Rollout, RolloutOutcome, TargetProgress, group_bundles
+from console.screens.base import ConsoleScreen
+from console.screens.confirm import ConfirmScreen
+from console.widgets.bundle_tree import BundleTree
+from console.widgets.target_row import TargetRow
+
+
+def profile_mismatch(bundles: Sequence[LocalBundle], agent: FleetAgent) -> str | None:
+    """Why none of a model's bundles fits ``agent`` by its advertised profile (None: fine).
+    The authoritative check (arch and runtimes too) runs against GetInfo before upload."""
+    if not agent.profile:
+        return None
+    for group in group_bundles(bundles):
+        if not any(b.manifest.profile == agent.profile or b.manifest.arch == agent.arch
+                   for b in group):
+            m = group[0].manifest
+            built = ", ".join(sorted({b.manifest.profile for b in group}))
+            return (f"{m.name} v{m.version} is built for {built}; {agent.name} runs "
+                    f"{agent.profile}: build it with `edge-pack build --profile "
+                    f"{agent.profile}`")
+    return None
+
+
+class DeployScreen(ConsoleScreen):
+    """Bundles + targets + canary -> confirmation -> staged rollout."""
+
+    BINDINGS = [
+        Binding("escape", "back", "Back", tooltip="Back (not while a rollout runs)"),
+        Binding("ctrl+s", "deploy", "Start rollout", tooltip="Deploy the picked bundles"),
+        Binding("delete", "clear_bundles", "Clear bundles", tooltip="Unpick every bundle"),
+    ]
+
+    def __init__(self, preselect: Sequence[str] = (), *, root: Path | None = None) -> None:
+        super().__init__()
+        self.preselect = set(preselect)
+        self.root = root
+        self.bundles: list[LocalBundle] = []
+        self.running = False
+        self.outcome: RolloutOutcome | None = None
+        self.rows: dict[str, TargetRow] = {}
+        self._target_keys: list[str] = []
+        self._shown_targets: list[tuple[str, str | None]] | None = None
+        self._unsubscribe = lambda: None
+
+    def compose(self) -> ComposeResult:
+        root = self.root or self.console.settings.bundle_dir or Path.cwd()
+        yield Header()
+        with Horizontal(id="deploy-pick"):
+            with Vertical(id="deploy-files"):
+                yield Label("Bundles (.edgepkg): Enter picks/unpicks", classes="section-title")
+                yield BundleTree(root, id="bundle-tree")
+            with Vertical(id="deploy-targets"):
+                yield Label("Picked bundles", classes="section-title")
+                yield Static("none yet", id="picked-bundles")
+                yield Label("Targets: Space ticks", classes="section-title")
+                yield SelectionList[str](id="target-list")
+                with Horizontal(id="deploy-options"):
+                    yield Label("canary", classes="option-label")
+                    yield Select[str]([], id="canary-select", prompt="first target")
+                    yield Label("soak s", classes="option-label")
+                    yield Input(str(int(self.console.settings.canary_soak_s)) if
+                                self.console.settings.canary_soak_s.is_integer() else
+                                str(self.console.settings.canary_soak_s),
+                                id="soak-input", type="number")
+                yield Button("Start rollout (Ctrl+S)", id="start", variant="error")
+        yield Label("Rollout", classes="section-title")
+        yield VerticalScroll(Static("pick bundles and targets, then start", id="rollout-empty"),
+                             id="rollout-rows")
+        yield DataTable(id="steps-table", cursor_type="row")
+        yield Static("", id="deploy-status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "deploy"
+        self.query_one("#steps-table", DataTable).add_columns("AGENT", "STEP", "OK", "DETAIL")
+        self._unsubscribe = self.console.fleet.subscribe(
+            lambda: self.post_message(FleetChanged()))
+        self._refresh_targets()
+        self.query_one(BundleTree).focus()
+
+    def on_unmount(self) -> None:
+        self._unsubscribe()
+
+    # -- picking -------------------------------------------------------------------------------
+    def on_fleet_changed(self, _: FleetChanged) -> None:
+        if not self.running:
+            self._refresh_targets()
+
+    def _candidates(self) -> list[FleetAgent]:
+        return [a for a in self.console.fleet.agents()
+                if a.state not in (AgentState.OFFLINE, AgentState.API_MISMATCH)]
+
+    def _refresh_targets(self) -> None:
+        """List the agents that could take the picked bundles (refusals shown, not ticked)."""
+        targets = self.query_one("#target-list", SelectionList)
+        ticked = set(targets.selected) | self.preselect
+        agents = self._candidates()
+        keys = [a.key for a in agents]
+        refusals = {a.key: profile_mismatch(self.bundles, a) for a in agents}
+        shown = [(a.key, refusals[a.key]) for a in agents]
+        if shown == self._shown_targets:
+            return
+        self._shown_targets = shown
+        targets.clear_options()
+        for agent in agents:
+            why = refusals[agent.key]
+            label = Text(f"{agent.name}  {agent.profile or '?'}")
+            if why:
+                label.append(f"  refused: {why}", style="magenta")
+            targets.add_option((label, agent.key, agent.key in ticked and not why))
+        self._target_keys = keys
+        self._refresh_canary()
+
+    def _refresh_canary(self) -> None:
+        targets = self.query_one("#target-list", SelectionList)
+        select = self.query_one("#canary-select", Select)
+        names = {a.key: a.name for a in self.console.fleet.agents()}
+        current = select.value
+        options = [(names.get(k, k), k) for k in targets.selected]
+        select.set_options(options)
+        if current in targets.selected:
+            select.value = current
+
+    def on_selection_list_selected_changed(self, _: SelectionList.SelectedChanged) -> None:
+        self._refresh_canary()
+
+    def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
+        event.stop()
+        self.toggle_bundle(Path(event.path))
+
+    def toggle_bundle(self, path: Path) -> None:
+        """Pick ``path`` (read and checked now) or unpick it when already picked."""
+        if any(b.path == path for b in self.bundles):
+            self.bundles = [b for b in self.bundles if b.path != path]
+        else:
+            try:
+                self.bundles += read_bundles([path])
+            except ConsoleError as exc:
+                self.notify(str(exc), severity="error", timeout=8)
+                return
+        self._show_bundles()
+        self._refresh_targets()
+
+    def _show_bundles(self) -> None:
+        text = "\n".join(f"{b.manifest.name} v{b.manifest.version}  {b.manifest.profile}  "
+                         f"({b.path.name})" for b in self.bundles) or "none yet"
+        self.query_one("#picked-bundles", Static).update(Text(text))
+
+    def action_clear_bundles(self) -> None:
+        self.bundles = []
+        self._show_bundles()
+        self._refresh_targets()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "start":
+            self.action_deploy()
+
+    def action_back(self) -> None:
+        if self.running:
+            self.notify("A rollout is running; wait for it to finish", severity="warning")
+            return
+        self.app.pop_screen()
+
+    # -- rollout -------------------------------------------------------------------------------
+    def _soak_s(self) -> float | None:
+        try:
+            value = float(self.query_one("#soak-input", Input).value or "0")
+        except ValueError:
+            return None
+        return value if value >= 0 else None
+
+    def action_deploy(self) -> None:
+        if self.running:
+            return
+        targets = [a for k in self.query_one("#target-list", SelectionList).selected
+                   if (a := self.console.fleet.get(k)) is not None]
+        soak = self._soak_s()
+        problem = ("pick at least one bundle" if not self.bundles else
+                   "tick at least one target" if not targets else
+                   "the soak time must be a number of seconds" if soak is None else None)
+        if problem:
+            self.notify(problem, severity="warning")
+            return
+        assert soak is not None
+        canary_value = self.query_one("#canary-select", Select).value
+        canary = canary_value if isinstance(canary_value, str) else targets[0].key
+        canary_name = next((a.name for a in targets if a.key == canary), targets[0].name)
+        models = ", ".join(sorted({f"{b.manifest.name} v{b.manifest.version}"
+                                   for b in self.bundles}))
+        question = (f"Deploy {models} to {len(targets)} agent(s)? {canary_name} goes first "
+                    f"and must stay healthy for {soak:g}s before the others; if it fails it "
+                    "is rolled back and nothing else is touched.")
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.start_rollout(targets, canary, soak)
+
+        self.app.push_screen(ConfirmScreen("Deploy", question, yes="Deploy"), confirmed)
+
+    def start_rollout(self, targets: Sequence[FleetAgent], canary: str, soak_s: float) -> None:
+        """Show a row per target and run the rollout in a worker thread."""
+        self.running = True
+        self.outcome = None
+        box = self.query_one("#rollout-rows", VerticalScroll)
+        box.remove_children()
+        self.rows = {}
+        for agent in targets:
+            row = TargetRow(TargetProgress(agent.key, agent.name, canary=agent.key == canary))
+            self.rows[agent.key] = row
+            box.mount(row)
+        self.query_one("#steps-table", DataTable).clear()
+        self.query_one("#deploy-status", Static).update("[b]rollout running…[/b]")
+        self.console.fleet.log("", "info", f"rollout of {len(self.bundles)} bundle(s) to "
+                               f"{len(targets)} agent(s) started")
+        self.run_rollout(list(targets), canary, soak_s)
+
+    @work(thread=True, exclusive=True, group="rollout", exit_on_error=False)
+    def run_rollout(self, targets: list[FleetAgent], canary: str, soak_s: float) -> None:
+        """The rollout itself (blocking client calls, off the UI thread)."""
+        worker = get_current_worker()
+        rollout = Rollout(self.console.connections, list(self.bundles), targets, canary=canary,
+                          soak_s=soak_s, cancelled=lambda: worker.is_cancelled,
+                          report=lambda p: self.app.call_from_thread(self.show_progress, p))
+        try:
+            outcome = rollout.run()
+        except Exception as exc:  # shown, never a traceback
+            outcome = RolloutOutcome(False, f"rollout stopped: {type(exc).__name__}: {exc}",
+                                     dict(rollout.progress))
+        self.app.call_from_thread(self.finish, outcome)
+
+    def show_progress(self, progress: TargetProgress) -> None:
+        """Render one target's new state (and any new step results)."""
+        row = self.rows.get(progress.key)
+        if row is not None:
+            before = len(row.progress.steps)
+            row.show(progress)
+            table = self.query_one("#steps-table", DataTable)
+            for step in progress.steps[before:]:
+                table.add_row(progress.name, step.step,
+                              Text("ok", style="green") if step.ok else Text("FAILED",
+                                                                            style="bold red"),
+                              step.message)
+
+    def finish(self, outcome: RolloutOutcome) -> None:
+        """The rollout ended: say how, log it, refresh the fleet."""
+        self.running = False
+        self.outcome = outcome
+        for progress in outcome.targets.values():
+            row = self.rows.get(progress.key)
+            if row is not None:
+                row.show(progress)
+        style = "green" if outcome.ok else "bold red"
+        self.query_one("#deploy-status", Static).update(f"[{style}]{escape(outcome.message)}[/]")
+        self.console.fleet.log("", "info" if outcome.ok else "error",
+                               f"rollout: {outcome.message}")
+        for progress in outcome.targets.values():
+            self.console.fleet.log(progress.name, "info" if progress.phase.value == "done"
+                                   else "error", f"deploy: {progress.phase.value} "
+                                   f"{progress.message}")
+        self.notify(outcome.message, severity="information" if outcome.ok else "error",
+                    timeout=10)
+        self.console.poll_agents()

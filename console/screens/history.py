@@ -1,0 +1,157 @@
+"""The history screen: past throughput and latency of one agent's models (QueryMetrics)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Header, Label, Select, Sparkline, Static
+
+from console.errors import ConsoleError
+from console.screens.base import ConsoleScreen
+from edge_agent.management.types import MetricPoint
+
+# (label, seconds back, rollup step in seconds)
+RANGES = (("last 15 min", 900, 10), ("last hour", 3600, 60), ("last 6 hours", 21600, 300),
+          ("last day", 86400, 900), ("last week", 604800, 3600))
+
+
+@dataclass
+class HistoryLoaded(Message):
+    """QueryMetrics answered (``error`` set when it failed)."""
+
+    model: str
+    points: list[MetricPoint]
+    error: str = ""
+
+
+@dataclass
+class ModelsLoaded(Message):
+    """The agent's model names (for the model picker)."""
+
+    models: list[str]
+    error: str = ""
+
+
+def _v(x: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+class HistoryScreen(ConsoleScreen):
+    """Pick a model and a time range; shows the rolled-up points and two sparklines."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back", tooltip="Back"),
+                Binding("ctrl+r", "reload", "Reload", tooltip="Query again")]
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+        self.points: list[MetricPoint] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="history-options"):
+            yield Label("model", classes="option-label")
+            yield Select[str]([], id="history-model", prompt="model")
+            yield Label("range", classes="option-label")
+            yield Select[int]([(label, i) for i, (label, _, _) in enumerate(RANGES)],
+                              value=1, allow_blank=False, id="history-range")
+        with Horizontal(classes="plot-row"):
+            yield Label("req/s ", classes="plot-label")
+            yield Sparkline([], id="history-rps", summary_function=max)
+        with Horizontal(classes="plot-row"):
+            yield Label("p95 ms", classes="plot-label")
+            yield Sparkline([], id="history-p95", summary_function=max)
+        yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="history-status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        agent = self.console.fleet.get(self.key)
+        self.sub_title = f"history of {agent.name if agent else self.key}"
+        self.query_one(DataTable).add_columns("TIME (UTC)", "REQUESTS", "REQ/S", "ERRORS",
+                                              "BATCH", "P50 MS", "P95 MS", "P99 MS")
+        if self.console.poll_enabled:
+            self.load_models()
+
+    def _call(self, fn):  # type: ignore[no-untyped-def]
+        agent = self.console.fleet.get(self.key)
+        if agent is None:
+            raise ConsoleError("the agent is no longer listed")
+        return self.console.connections.call(agent, fn)
+
+    @work(thread=True, exclusive=True, group="history-models", exit_on_error=False)
+    def load_models(self) -> None:
+        """Ask the agent which models it has."""
+        try:
+            versions = self._call(lambda c: c.models())
+        except ConsoleError as exc:
+            self.post_message(ModelsLoaded([], str(exc)))
+            return
+        self.post_message(ModelsLoaded(sorted({v.model for v in versions})))
+
+    def on_models_loaded(self, message: ModelsLoaded) -> None:
+        if message.error:
+            self._status(message.error, error=True)
+            return
+        select = self.query_one("#history-model", Select)
+        select.set_options([(m, m) for m in message.models])
+        if message.models:
+            select.value = message.models[0]
+        else:
+            self._status("no models on this agent yet")
+
+    def on_select_changed(self, _: Select.Changed) -> None:
+        self.action_reload()
+
+    def action_reload(self) -> None:
+        model = self.query_one("#history-model", Select).value
+        index = self.query_one("#history-range", Select).value
+        if not isinstance(model, str) or not isinstance(index, int):
+            return
+        label, back, step = RANGES[index]
+        self._status(f"querying {model}, {label}…")
+        now = time.time()
+        self.query_history(model, now - back, now, step)
+
+    @work(thread=True, exclusive=True, group="history-query", exit_on_error=False)
+    def query_history(self, model: str, start: float, end: float, step_s: int) -> None:
+        """QueryMetrics for one model and range (rolled up to ``step_s``)."""
+        try:
+            points = self._call(lambda c: c.query_metrics(model, start=start, end=end,
+                                                          step_s=step_s))
+        except ConsoleError as exc:
+            self.post_message(HistoryLoaded(model, [], str(exc)))
+            return
+        self.post_message(HistoryLoaded(model, list(points)))
+
+    def on_history_loaded(self, message: HistoryLoaded) -> None:
+        if message.error:
+            self._status(message.error, error=True)
+            return
+        self.show_points(message.model, message.points)
+
+    def show_points(self, model: str, points: list[MetricPoint]) -> None:
+        """Render the points of ``model`` (oldest first)."""
+        self.points = sorted(points, key=lambda p: p.ts)
+        self.query_one("#history-rps", Sparkline).data = [p.requests_per_s for p in self.points]
+        self.query_one("#history-p95", Sparkline).data = [p.p95_ms or 0.0 for p in self.points]
+        table = self.query_one(DataTable)
+        table.clear()
+        for p in reversed(self.points):
+            table.add_row(time.strftime("%m-%d %H:%M:%S", time.gmtime(p.ts)), str(p.requests),
+                          f"{p.requests_per_s:.2f}", str(p.errors), _v(p.mean_batch, "{:.1f}"),
+                          _v(p.p50_ms), _v(p.p95_ms), _v(p.p99_ms))
+        total = sum(p.requests for p in self.points)
+        self._status(f"{model}: {len(self.points)} point(s), {total} request(s)"
+                     if self.points else f"{model}: no requests in this range")
+
+    def _status(self, text: str, *, error: bool = False) -> None:
+        self.query_one("#history-status", Static).update(
+            f"[red]{escape(text)}[/]" if error else escape(text))

@@ -1,0 +1,163 @@
+"""Deploy, roll back and watch real agents from the TUI (real gRPC, real bundles)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from textual.widgets import DataTable, SelectionList
+
+from console.config import StaticAgent
+from console.fleet import AgentState
+from console.rollout import Phase
+from console.screens.agent import AgentScreen
+from console.screens.confirm import ConfirmScreen
+from console.screens.deploy import DeployScreen
+from console.screens.rollback import RollbackScreen
+from console.widgets.bundle_tree import BundleTree
+from edge_agent.management.client import AgentClient
+from tests.console_tui.agents import BundleSet, RunningAgent
+from tests.console_tui.conftest import console_app, wait_for
+
+
+def _active(agent: RunningAgent, model: str = "mlp") -> int | None:
+    with AgentClient(agent.address, token=agent.token) as c:
+        return next((v.version for v in c.models(model) if v.active), None)
+
+
+async def _pick_bundle(pilot, screen: DeployScreen, name: str) -> None:  # type: ignore[no-untyped-def]
+    tree = screen.query_one(BundleTree)
+    await wait_for(pilot, lambda: any(str(n.data.path).endswith(name) for n in
+                                      tree.root.children if n.data), f"{name} listed")
+    line = next(i for i, n in enumerate(tree.root.children) if str(n.data.path).endswith(name))
+    tree.focus()
+    tree.cursor_line = line + 1  # the root is line 0
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: any(b.path.name == name for b in screen.bundles),
+                   f"{name} picked")
+
+
+async def test_deploy_with_canary_then_roll_back(agents: Callable[..., RunningAgent],
+                                                 bundles: BundleSet) -> None:
+    alpha, beta = agents("alpha", mdns=False), agents("beta", mdns=False)
+    for a in (alpha, beta):
+        with AgentClient(a.address, token=a.token) as c:
+            assert c.deploy(bundles.mlp[1]).ok
+    app = console_app(
+        discovery=False, bundle_dir=bundles.mlp[1].parent,
+        tokens={"alpha": alpha.token, "beta": beta.token,
+                alpha.address: alpha.token, beta.address: beta.token},
+        agents=tuple(StaticAgent("127.0.0.1", int(a.address.rsplit(":")[1]), a.name)
+                     for a in (alpha, beta)))
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_for(pilot, lambda: all(a.state is AgentState.ONLINE and a.models == ("mlp:1",)
+                                          for a in app.fleet.agents()), "both online on v1")
+        await pilot.press("D")
+        screen = app.screen
+        assert isinstance(screen, DeployScreen)
+        await _pick_bundle(pilot, screen, bundles.mlp[2].name)
+        await _pick_bundle(pilot, screen, bundles.arm64.name)
+        targets = screen.query_one("#target-list", SelectionList)
+        await wait_for(pilot, lambda: targets.option_count == 2, "two targets listed")
+        targets.select_all()
+        await pilot.pause()
+        screen.query_one("#soak-input").value = "1"
+        await pilot.press("ctrl+s")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: screen.outcome is not None, "the rollout to end", 90)
+        outcome = screen.outcome
+        assert outcome is not None and outcome.ok, outcome.message
+        phases = {p.name: p.phase for p in outcome.targets.values()}
+        assert phases == {"alpha": Phase.DONE, "beta": Phase.DONE}
+        assert sum(p.canary for p in outcome.targets.values()) == 1
+        assert all(p.bundles == (bundles.mlp[2].name,) for p in outcome.targets.values())
+        assert all(p.sent == p.total > 0 for p in outcome.targets.values())
+        steps = screen.query_one("#steps-table", DataTable)
+        assert steps.row_count >= 2 * 5
+        assert [await asyncio.to_thread(_active, a) for a in (alpha, beta)] == [2, 2]
+        await wait_for(pilot, lambda: all(a.models == ("mlp:2",) for a in app.fleet.agents()),
+                       "the fleet shows v2 active")
+
+        # roll alpha back from its agent screen: previous version by default, confirmed
+        await pilot.press("escape")
+        app.open_agent(app.fleet.find("alpha").key)
+        await pilot.pause()
+        agent_screen = app.screen
+        assert isinstance(agent_screen, AgentScreen)
+        await wait_for(pilot, lambda: agent_screen.snapshot.active_version("mlp") == 2,
+                       "the agent screen shows v2 active")
+        models = agent_screen.query_one("#models-table", DataTable)
+        assert models.row_count == 2
+        await pilot.press("r")
+        modal = app.screen
+        assert isinstance(modal, RollbackScreen) and modal.default == 1
+        await pilot.press("y")
+        await wait_for(pilot, lambda: agent_screen.snapshot.active_version("mlp") == 1,
+                       "v1 active again on alpha", 60)
+        assert await asyncio.to_thread(_active, alpha) == 1
+        assert await asyncio.to_thread(_active, beta) == 2
+        assert agent_screen.snapshot.deployments[0].kind == "rollback"
+        assert any("roll back mlp to v1" in e.text for e in app.fleet.events)
+
+
+async def test_a_failing_canary_stops_the_rollout(agents: Callable[..., RunningAgent],
+                                                  bundles: BundleSet) -> None:
+    alpha, beta = agents("alpha", mdns=False), agents("beta", mdns=False)
+    for a in (alpha, beta):
+        with AgentClient(a.address, token=a.token) as c:
+            assert c.deploy(bundles.mlp[1]).ok
+    app = console_app(discovery=False, tokens={a.address: a.token for a in (alpha, beta)},
+                      agents=tuple(StaticAgent("127.0.0.1", int(a.address.rsplit(":")[1]),
+                                               a.name) for a in (alpha, beta)))
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_for(pilot, lambda: all(a.state is AgentState.ONLINE
+                                          for a in app.fleet.agents()), "both online")
+        app.open_deploy([app.fleet.find("alpha").key, app.fleet.find("beta").key])
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, DeployScreen)
+        screen.toggle_bundle(bundles.unsigned)  # the agents trust only signed bundles
+        await pilot.pause()
+        targets = screen.query_one("#target-list", SelectionList)
+        await wait_for(pilot, lambda: len(targets.selected) == 2, "both targets ticked")
+        screen.query_one("#canary-select").value = app.fleet.find("beta").key
+        await pilot.press("ctrl+s", "y")
+        await wait_for(pilot, lambda: screen.outcome is not None, "the rollout to end", 90)
+        outcome = screen.outcome
+        assert outcome is not None and not outcome.ok
+        phases = {p.name: p.phase for p in outcome.targets.values()}
+        assert phases == {"beta": Phase.FAILED, "alpha": Phase.SKIPPED}
+        assert "canary beta failed" in outcome.message and "nothing else" in outcome.message
+        assert "sign" in outcome.targets[app.fleet.find("beta").key].message
+        assert [await asyncio.to_thread(_active, a) for a in (alpha, beta)] == [1, 1]
+
+
+async def test_bundles_for_another_profile_are_refused_before_upload(
+        agents: Callable[..., RunningAgent], bundles: BundleSet) -> None:
+    alpha = agents("alpha", mdns=False)
+    app = console_app(discovery=False, tokens={alpha.address: alpha.token},
+                      agents=(StaticAgent("127.0.0.1", int(alpha.address.rsplit(":")[1]),
+                                          "alpha"),))
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_for(pilot, lambda: app.fleet.find("alpha").state is AgentState.ONLINE,
+                       "alpha online")
+        key = app.fleet.find("alpha").key
+        app.open_deploy([key])
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, DeployScreen)
+        screen.toggle_bundle(bundles.arm64)
+        await pilot.pause()
+        targets = screen.query_one("#target-list", SelectionList)
+        assert targets.selected == []  # refused targets are not ticked
+        label = str(targets.get_option_at_index(0).prompt)
+        assert "refused" in label and "arm64-cpu-onnxruntime" in label
+        targets.select_all()  # tick it anyway: the check against GetInfo refuses it
+        await pilot.press("ctrl+s", "y")
+        await wait_for(pilot, lambda: screen.outcome is not None, "the rollout to end", 60)
+        progress = screen.outcome.targets[key]
+        assert progress.phase is Phase.REFUSED and progress.sent == 0
+        assert "x86_64-cpu-onnxruntime" in progress.message
+        with AgentClient(alpha.address, token=alpha.token) as c:
+            assert c.deployments() == []  # nothing was uploaded
