@@ -1,0 +1,158 @@
+"""The [management], [mdns] and [metrics] sections of agent.toml, with the serve flags on top.
+
+::
+
+    [management]
+    address = "127.0.0.1:50051"     # --management HOST:PORT ("" = none)
+    name = "line-3"                 # --name
+    trust = ["release.pub"]         # --trust PUBKEY (repeatable; relative to the file)
+    allow_unsigned = false          # --allow-unsigned
+    profile = "x86_64-cpu-openvino" # --profile (default: detected)
+    keep_versions = 3
+    watch_window_s = 60
+    error_threshold = 0.5
+    min_requests = 20
+    tls_cert = "agent.pem"          # TLS; with tls_client_ca: mTLS instead of the token
+    tls_key = "agent.key"
+    tls_client_ca = "ca.pem"
+
+    [mdns]
+    enabled = true                  # --no-mdns
+    interfaces = ["192.168.1.20"]   # --mdns-interface IP (repeatable)
+
+    [metrics]
+    enabled = true                  # --no-metrics
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from edge_agent.errors import ConfigError
+from edge_agent.management.auth import TlsFiles
+from edge_agent.management.runtime import ManagementOptions
+
+SECTIONS = ("management", "mdns", "metrics")
+_MGMT_KEYS = {"address", "name", "trust", "allow_unsigned", "profile", "keep_versions",
+              "watch_window_s", "error_threshold", "min_requests", "tls_cert", "tls_key",
+              "tls_client_ca"}
+
+
+def _table(data: Mapping[str, Any], key: str, known: set[str]) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"config key '{key}': expected a table ([{key}])")
+    for k in value:
+        if k not in known:
+            raise ConfigError(f"config key '{key}.{k}' is unknown; known keys: {sorted(known)}")
+    return value
+
+
+def _typed(key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
+    if not isinstance(value, kind):
+        raise ConfigError(f"config key '{key}': expected {getattr(kind, '__name__', kind)}, "
+                          f"got {value!r}")
+    return value
+
+
+def _address(value: str, where: str) -> str | None:
+    if value.strip().lower() in ("", "none", "off"):
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{where}: expected HOST:PORT (e.g. 0.0.0.0:50051), got {value!r}")
+    return value
+
+
+def _interfaces(values: Sequence[str], where: str) -> tuple[str, ...]:
+    for ip in values:
+        try:
+            if ipaddress.ip_address(ip).version != 4:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"{where}: {ip!r} is not an IPv4 address; give the address of "
+                              "an interface to advertise on (e.g. 192.168.1.20)") from None
+    return tuple(values)
+
+
+def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
+                       address: str | None = None, name: str | None = None,
+                       trust: Sequence[Path] = (), allow_unsigned: bool = False,
+                       mdns_interfaces: Sequence[str] = (), no_mdns: bool = False,
+                       no_metrics: bool = False, profile: str | None = None
+                       ) -> ManagementOptions:
+    """ManagementOptions from the parsed TOML ``data`` with the flags (when given) on top."""
+    mg = _table(data, "management", _MGMT_KEYS)
+    md = _table(data, "mdns", {"enabled", "interfaces"})
+    mt = _table(data, "metrics", {"enabled"})
+
+    def path(key: str, value: Any) -> Path:
+        p = Path(_typed(key, value, str)).expanduser()
+        return p if p.is_absolute() or base_dir is None else base_dir / p
+
+    kw: dict[str, Any] = {}
+    if "address" in mg:
+        kw["address"] = _address(_typed("management.address", mg["address"], str),
+                                 "config key 'management.address'")
+    for key in ("name", "profile"):
+        if key in mg:
+            kw[key] = _typed(f"management.{key}", mg[key], str)
+    if "trust" in mg:
+        kw["trusted_keys"] = tuple(path("management.trust", p)
+                                   for p in _typed("management.trust", mg["trust"], list))
+    if "allow_unsigned" in mg:
+        kw["allow_unsigned"] = _typed("management.allow_unsigned", mg["allow_unsigned"], bool)
+    for key, kind in (("keep_versions", int), ("min_requests", int),
+                      ("watch_window_s", (int, float)), ("error_threshold", (int, float))):
+        if key in mg:
+            value = _typed(f"management.{key}", mg[key], kind)
+            if value < 0 or (key == "keep_versions" and value < 1):
+                raise ConfigError(f"config key 'management.{key}': {value} is out of range")
+            kw[key] = value
+    if "tls_cert" in mg or "tls_key" in mg:
+        if "tls_cert" not in mg or "tls_key" not in mg:
+            raise ConfigError("config keys 'management.tls_cert' and 'management.tls_key' go "
+                              "together")
+        kw["tls"] = TlsFiles(cert=path("management.tls_cert", mg["tls_cert"]),
+                             key=path("management.tls_key", mg["tls_key"]),
+                             client_ca=path("management.tls_client_ca", mg["tls_client_ca"])
+                             if "tls_client_ca" in mg else None)
+    elif "tls_client_ca" in mg:
+        raise ConfigError("config key 'management.tls_client_ca' needs tls_cert and tls_key")
+    if "enabled" in md:
+        kw["mdns"] = _typed("mdns.enabled", md["enabled"], bool)
+    if "interfaces" in md:
+        kw["mdns_interfaces"] = _interfaces(_typed("mdns.interfaces", md["interfaces"], list),
+                                            "config key 'mdns.interfaces'")
+    if "enabled" in mt:
+        kw["metrics"] = _typed("metrics.enabled", mt["enabled"], bool)
+    options = ManagementOptions(**kw)
+    flags: dict[str, Any] = {}
+    if address is not None:
+        flags["address"] = _address(address, "--management")
+    if name is not None:
+        flags["name"] = name
+    if trust:
+        flags["trusted_keys"] = options.trusted_keys + tuple(Path(p) for p in trust)
+    if allow_unsigned:
+        flags["allow_unsigned"] = True
+    if mdns_interfaces:
+        flags["mdns_interfaces"] = _interfaces(mdns_interfaces, "--mdns-interface")
+    if no_mdns:
+        flags["mdns"] = False
+    if no_metrics:
+        flags["metrics"] = False
+    if profile is not None:
+        flags["profile"] = profile
+    options = dataclasses.replace(options, **flags)
+    for key in options.trusted_keys:
+        if not key.is_file():
+            raise ConfigError(f"trusted public key {key} does not exist (--trust / "
+                              "management.trust)")
+    return options
