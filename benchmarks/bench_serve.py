@@ -146,14 +146,17 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--only", choices=["squeezenet", "mlp"], help="run one part")
+    parser.add_argument("--config", type=Path, metavar="AGENT_TOML",
+                        help="agent.toml for the agent under test (e.g. [models.mlp] threads=1)")
     args = parser.parse_args(argv)
     secs = args.seconds
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         work = Path(tmp)
         state, mlp_onnx = build_state(work)
         sock = work / "agent.sock"
+        config = ["--config", str(args.config.resolve())] if args.config else []
         agent = Proc(["-m", "edge_agent.cli", "serve", "--state-dir", str(state),
-                      "--grpc", "127.0.0.1:0", "--uds", str(sock)], "edge-agent ready")
+                      "--grpc", "127.0.0.1:0", "--uds", str(sock), *config], "edge-agent ready")
         tcp = re.search(r"127\.0\.0\.1:\d+", agent.line).group(0)
         print(f"agent start-to-ready {agent.ready_s:.2f} s (3 models), "
               f"RSS {agent.rss_mb():.0f} MiB")
