@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeoutError
 
 import numpy as np
 
@@ -157,7 +158,14 @@ class DynamicBatcher:
         instance = self._admit(item, True)
         if instance >= 0:
             return self._run_inline(item, instance)
-        return item.future.result(wait_s)  # type: ignore[union-attr]
+        future: Future[InferResult] = item.future  # type: ignore[assignment]
+        try:
+            return future.result(wait_s)
+        except FutureTimeoutError:
+            future.cancel()  # a cancelled request is answered by nobody; workers skip it
+            raise RequestTimeoutError(
+                f"model {self.model!r} version {self.version}: no answer within {wait_s} s "
+                f"(request {request_id or '(no id)'})") from None
 
     def _admit(self, item: _Pending, caller_runs: bool) -> int:
         """Count the request in flight; return an instance to run it on here, or queue it (-1)."""

@@ -13,6 +13,7 @@ import asyncio
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
 
 from edge_agent import __version__
@@ -22,7 +23,7 @@ from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
 from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
-from edge_agent.errors import ModelNotFoundError, ModelUnavailableError
+from edge_agent.errors import ModelNotFoundError, ModelUnavailableError, RequestTimeoutError
 
 # Triton platform names for ModelMetadata.platform
 PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
@@ -125,7 +126,14 @@ class DataPlane:
         request on the calling thread when nothing else is in flight (no Future, no thread
         handoff), else waits for its batch. Raises AgentError subclasses."""
         if not self._caller_runs or _running_loop() is not None:
-            return self.submit(request).result(timeout_s)
+            future = self.submit(request)
+            try:
+                return future.result(timeout_s)
+            except FutureTimeoutError:
+                future.cancel()
+                raise RequestTimeoutError(
+                    f"model {request.model!r}: no answer within {timeout_s} s "
+                    f"(request {request.id or '(no id)'})") from None
         for _attempt in range(3):
             batcher, rows, timeout = self._route(request)
             try:

@@ -247,3 +247,12 @@ def test_corrupt_artifact_leaves_the_version_unavailable(bundles: Bundles, tmp_p
         assert dp.repository_index(ready_only=True) == []
     finally:
         dp.close()
+
+
+def test_blocking_infer_gives_up_with_request_timeout(queued_plane: DataPlane) -> None:
+    big = np.zeros((4, 3, 224, 224), np.float32)
+    busy = queued_plane.submit(InferRequest("squeezenet", {"data_0": big}))
+    # caller_runs is off in this plane, so infer() queues behind the busy instance
+    with pytest.raises(RequestTimeoutError, match="no answer within 1e-06 s"):
+        queued_plane.infer(InferRequest("squeezenet", {"data_0": big[:1]}), timeout_s=1e-6)
+    assert busy.result(120).outputs["softmaxout_1"].shape == (4, 1000, 1, 1)
