@@ -117,3 +117,26 @@ def test_serve_refuses_a_socket_in_use(sources: Sources, tmp_path: Path) -> None
         assert time.monotonic() - t0 < 120
     finally:
         listener.close()
+
+
+def test_ctrl_c_drains_and_exits_zero(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) stops serve cleanly: exit 0, no traceback, socket removed."""
+    (tmp_path / "models").mkdir()
+    sock = tmp_path / "s.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_agent.cli", "serve", "--state-dir", str(tmp_path),
+         "--grpc", "127.0.0.1:0", "--uds", str(sock)],
+        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "edge-agent ready" in line and "models: none" in line, line
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert "Traceback" not in proc.stderr.read()
+        assert not sock.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
