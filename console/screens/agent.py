@@ -58,6 +58,7 @@ class AgentScreen(ConsoleScreen):
         self.snapshot = AgentSnapshot()
         self.metrics = LiveMetrics()
         self.busy = ""  # the change in flight, shown in the status line
+        self._plots: dict[str, ModelPlot] = {}
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -174,15 +175,15 @@ class AgentScreen(ConsoleScreen):
         self.query_one("#agent-system", Static).update(system_line(self.metrics.system))
         plots = self.query_one("#plots", VerticalScroll)
         for model in self.metrics.models():
-            found = plots.query(f"#plot-{model}")
-            if not found:
+            plot = self._plots.get(model)
+            if plot is None:
                 for empty in plots.query("#plots-empty"):
                     empty.remove()
-                plot = ModelPlot(model, id=f"plot-{model}")
+                plot = self._plots[model] = ModelPlot(model)
+                plot.show(self.metrics.series[model])
                 plots.mount(plot)
-                self.call_after_refresh(plot.show, self.metrics.series[model])
             else:
-                found.first(ModelPlot).show(self.metrics.series[model])
+                plot.show(self.metrics.series[model])
 
     def _render_summary(self) -> None:
         agent = self.agent

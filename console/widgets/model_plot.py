@@ -15,6 +15,8 @@ class ModelPlot(Vertical):
     def __init__(self, model: str, **kwargs: object) -> None:
         super().__init__(classes="model-plot", **kwargs)  # type: ignore[arg-type]
         self.model = model
+        self._series: Series | None = None
+        self._ready = False
 
     def compose(self) -> ComposeResult:
         yield Label(self.model, classes="plot-title")
@@ -25,8 +27,16 @@ class ModelPlot(Vertical):
             yield Label("p95 ms  -", classes="plot-label", id="p95-label")
             yield Sparkline([], id="p95", summary_function=max)
 
+    def on_mount(self) -> None:
+        self._ready = True  # children are composed by now
+        if self._series is not None:
+            self.show(self._series)
+
     def show(self, series: Series) -> None:
-        """Draw ``series`` (the newest values in the labels)."""
+        """Draw ``series`` (the newest values in the labels); kept until mounted."""
+        self._series = series
+        if not self._ready:
+            return
         rps, p95 = list(series.rps), list(series.p95_ms)
         self.query_one("#rps", Sparkline).data = rps
         self.query_one("#p95", Sparkline).data = p95
