@@ -60,9 +60,9 @@ def _timeout_us(params) -> int | None:
     return value or None
 
 
-def _shape(tensor) -> tuple[int, ...]:
-    shape = tuple(tensor.shape)
-    if any(d < 0 for d in shape):
+def _shape(tensor) -> list[int]:
+    shape = tensor.shape[:]  # slicing a repeated field is cheaper than iterating it
+    if shape and min(shape) < 0:
         raise InvalidInputError(
             f"input '{tensor.name}': shape {list(shape)} has a negative dimension; "
             "a request must give concrete sizes")
@@ -108,7 +108,7 @@ def to_infer_request(msg: pb.ModelInferRequest) -> tuple[InferRequest, bool]:
         raise InvalidInputError("empty request: model_name is missing")
     if not msg.inputs:
         raise InvalidInputError(f"request for model '{msg.model_name}' has no inputs")
-    raws = list(msg.raw_input_contents)
+    raws = msg.raw_input_contents[:]
     inputs: dict[str, np.ndarray] = {}
     if raws:
         if len(raws) != len(msg.inputs):
@@ -128,7 +128,7 @@ def to_infer_request(msg: pb.ModelInferRequest) -> tuple[InferRequest, bool]:
             if tensor.name in inputs:
                 raise InvalidInputError(f"input '{tensor.name}' is given more than once")
             inputs[tensor.name] = _from_typed(tensor)
-    outputs = [o.name for o in msg.outputs] or None
+    outputs = [o.name for o in msg.outputs] if len(msg.outputs) else None
     request = InferRequest(
         model=msg.model_name,
         inputs=inputs,

@@ -23,6 +23,7 @@ WIRE_DTYPES: dict[str, np.dtype] = {
     "FP64": np.dtype("<f8"),
 }
 _BY_KIND_SIZE = {(dt.kind, dt.itemsize): name for name, dt in WIRE_DTYPES.items()}
+_BY_DTYPE = {dt: name for name, dt in WIRE_DTYPES.items()}  # fast path for native dtypes
 
 # KServe datatype -> the InferTensorContents field that carries it in typed form (FP16: raw only).
 CONTENTS_FIELDS: dict[str, str] = {
@@ -62,6 +63,9 @@ def wire_dtype(datatype: str, tensor: str) -> np.dtype:
 
 def datatype_of(dtype: np.dtype) -> str:
     """The KServe datatype name of a numpy dtype (any byte order)."""
+    name = _BY_DTYPE.get(dtype)
+    if name is not None:
+        return name
     dtype = np.dtype(dtype)
     name = _BY_KIND_SIZE.get((dtype.kind, dtype.itemsize))
     if name is None:
