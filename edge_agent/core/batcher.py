@@ -103,8 +103,8 @@ class DynamicBatcher:
         self._target_rows = (config.preferred_batch_sizes[-1] if config.preferred_batch_sizes
                              else self._max_rows)
         self._delay_ns = config.max_queue_delay_us * 1000
-        # under load a batch waits (up to the delay) until it holds this many rows
         self._infer_ewma_ns = 0  # moving average of one execution's compute time
+        # under load a batch waits (up to the delay) until it holds this many rows
         self._fill_rows = (config.preferred_batch_sizes[0] if config.preferred_batch_sizes
                            else self._max_rows)
         self._max_queue = config.max_queue_size
