@@ -1,0 +1,81 @@
+"""The running agent's lifecycle: systemd notifications from a real agent process, SIGTERM
+exits cleanly, and the mDNS advert (127.0.0.1 only) appears on start and is withdrawn on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from console.discovery import AgentBrowser
+from edge_agent.management.runtime import ManagementOptions
+from tests.agent_management.agent_proc import AgentProcess
+from tests.agent_management.bundles import Bundles
+from tests.agent_management.inproc import start_agent
+
+
+def _datagrams(sock: socket.socket, until: str, deadline_s: float = 60.0) -> list[str]:
+    got: list[str] = []
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            got.append(sock.recv(4096).decode())
+        except TimeoutError:
+            continue
+        if any(until in m for m in got):
+            return got
+    raise AssertionError(f"no {until!r} from the agent; got {got}")
+
+
+def test_systemd_ready_watchdog_stopping_and_sigterm_exit_0(bundles: Bundles,
+                                                            tmp_path: Path) -> None:
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(0.5)
+        agent = AgentProcess(tmp_path / "state", trust=bundles.public_key,
+                             env={"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "400000"})
+        agent.start()
+        try:
+            messages = _datagrams(sock, "READY=1")
+            ready = next(m for m in messages if "READY=1" in m)
+            assert "STATUS=serving 0 model(s)" in ready
+            assert "WATCHDOG=1" in _datagrams(sock, "WATCHDOG=1")[-1]
+            assert agent.proc is not None
+            os.killpg(agent.proc.pid, signal.SIGTERM)
+            assert any("STOPPING=1" in m for m in _datagrams(sock, "STOPPING=1"))
+            assert agent.proc.wait(60) == 0
+        finally:
+            agent.kill()
+
+
+async def _wait_for(browser: AgentBrowser, present: bool, name: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(a.name == name for a in browser.agents()) == present:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"agent {name} {'never appeared' if present else 'never left'}")
+
+
+@pytest.mark.asyncio
+async def test_mdns_advert_on_start_withdrawn_on_stop(bundles: Bundles, tmp_path: Path) -> None:
+    options = ManagementOptions(address="127.0.0.1:0", name="mdns-agent",
+                                trusted_keys=(bundles.public_key,), mdns=True,
+                                mdns_interfaces=("127.0.0.1",), watch_window_s=0.0)
+    async with AgentBrowser(interfaces=["127.0.0.1"]) as browser:
+        agent = await asyncio.to_thread(start_agent, tmp_path / "state", options, workers=4)
+        try:
+            await _wait_for(browser, True, "mdns-agent", 30)
+            seen = next(a for a in browser.agents() if a.name == "mdns-agent")
+            assert seen.port == int(agent.management.rpartition(":")[2])
+            assert seen.grpc_port == int(agent.grpc.rpartition(":")[2])
+            assert seen.api == "1" and seen.arch == "x86_64"
+        finally:
+            await asyncio.to_thread(agent.stop)
+        await _wait_for(browser, False, "mdns-agent", 30)
