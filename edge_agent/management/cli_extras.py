@@ -1,0 +1,134 @@
+"""The management part of the edge-agent command line: serve's management flags, and the
+``token``, ``metrics`` and ``install-service`` subcommands (``edge_agent.cli`` wires them)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+
+from edge_agent.errors import AgentError
+
+SERVE_FLAGS_EPILOG = textwrap.dedent("""\
+    management (agent.toml sections [management], [mdns], [metrics]; see
+    docs/management-api.md):
+      [management]
+      address = "127.0.0.1:50051"    # --management; "" = no management API
+      name = "line-3"                # --name
+      trust = ["release.pub"]        # --trust (repeatable)
+      allow_unsigned = false         # --allow-unsigned
+      keep_versions = 3
+      [mdns]
+      interfaces = ["192.168.1.20"]  # --mdns-interface (repeatable); enabled = false: --no-mdns
+      [metrics]
+      enabled = true                 # --no-metrics
+    SIGHUP re-reads agent.toml (trust, allow_unsigned, retention, watch settings).
+    """)
+
+
+def add_serve_flags(serve: argparse.ArgumentParser) -> None:
+    """The management flags of ``edge-agent serve``."""
+    g = serve.add_argument_group("management")
+    g.add_argument("--management", metavar="HOST:PORT",
+                   help="management API listener (default 127.0.0.1:50051; port 0 = any free "
+                        "port; 'none' = off). Every call needs the token (edge-agent token)")
+    g.add_argument("--name", help="the agent's name in the console and mDNS (default: host)")
+    g.add_argument("--trust", type=Path, action="append", default=[], metavar="PUBKEY",
+                   help="public key (PEM) whose signed bundles may be deployed; repeatable")
+    g.add_argument("--allow-unsigned", action="store_true",
+                   help="accept bundles without a signature (hashes are still checked)")
+    g.add_argument("--mdns-interface", action="append", default=[], metavar="IP",
+                   help="IPv4 address of an interface to advertise on; repeatable "
+                        "(default: all)")
+    g.add_argument("--no-mdns", action="store_true", help="do not advertise over mDNS")
+    g.add_argument("--no-metrics", action="store_true",
+                   help="do not record metrics (no metrics.db, no WatchMetrics samples)")
+    g.add_argument("--profile", help="the device profile to report (default: detected)")
+
+
+def management_flag_values(args: argparse.Namespace) -> dict[str, object]:
+    """The serve flags as keyword arguments of :func:`management_options`."""
+    return {"address": args.management, "name": args.name, "trust": args.trust,
+            "allow_unsigned": args.allow_unsigned, "mdns_interfaces": args.mdns_interface,
+            "no_mdns": args.no_mdns, "no_metrics": args.no_metrics, "profile": args.profile}
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``token``, ``metrics`` and ``install-service``."""
+    raw = argparse.RawDescriptionHelpFormatter
+    token = sub.add_parser("token", help="print the management token of a state directory",
+                           description="Print the management API token (created on the "
+                                       "agent's first start, STATE_DIR/management.token, mode "
+                                       "0600). Give it to edge-console with --token-file.",
+                           formatter_class=raw)
+    token.add_argument("--state-dir", type=Path, required=True, help="agent state directory")
+
+    metrics = sub.add_parser("metrics", help="print a summary table of recent metrics",
+                             description="Read STATE_DIR/metrics.db (safe while the agent "
+                                         "runs) and print per model version requests, errors, "
+                                         "batch size and latency percentiles.",
+                             formatter_class=raw)
+    metrics.add_argument("--state-dir", type=Path, required=True,
+                         help="agent state directory")
+    metrics.add_argument("--window", type=int, default=60, metavar="S",
+                         help="seconds to summarize (default 60)")
+
+    svc = sub.add_parser("install-service", help="install the systemd unit (Type=notify)",
+                         description="Render systemd/edge-agent.service for this executable "
+                                     "and config file, write it to the unit directory and run "
+                                     "systemctl daemon-reload. Then: systemctl enable --now "
+                                     "edge-agent.",
+                         formatter_class=raw)
+    svc.add_argument("--config", type=Path, required=True, metavar="AGENT_TOML",
+                     help="the agent.toml the service runs with (absolute path)")
+    svc.add_argument("--executable", type=Path,
+                     help="the edge-agent executable (default: the one on PATH / this one)")
+    svc.add_argument("--user", help="run as this system user (default: a DynamicUser)")
+    svc.add_argument("--gpu", action="store_true", help="allow GPU device nodes (Jetson)")
+    svc.add_argument("--unit-dir", type=Path, default=Path("/etc/systemd/system"),
+                     help="where to write the unit (default /etc/systemd/system)")
+    svc.add_argument("--print", action="store_true", dest="print_only",
+                     help="print the unit instead of installing it")
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    """``edge-agent token``: the token, created if the agent never started here."""
+    from edge_agent.state.token import load_or_create_token
+
+    if not args.state_dir.is_dir():
+        raise AgentError(f"state directory {args.state_dir} does not exist; start the agent "
+                         "once or create it")
+    print(load_or_create_token(args.state_dir))
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    """``edge-agent metrics``: the summary table."""
+    from rich.console import Console
+
+    from edge_agent.metrics.summary import render_summary
+
+    render_summary(args.state_dir, Console(), window_s=args.window)
+    return 0
+
+
+def cmd_install_service(args: argparse.Namespace) -> int:
+    """``edge-agent install-service``."""
+    import shutil
+
+    from edge_agent.service import install_service, render_unit
+
+    exe = args.executable or shutil.which("edge-agent")
+    if exe is None:
+        raise AgentError("cannot find the edge-agent executable on PATH; pass --executable")
+    exe, config = Path(exe).resolve(), args.config.resolve()
+    if args.print_only:
+        sys.stdout.write(render_unit(exe, config, args.user, gpu=args.gpu))
+        return 0
+    path = install_service(exe, config, args.user, gpu=args.gpu, unit_dir=args.unit_dir)
+    print(f"installed {path}; enable it with: systemctl enable --now edge-agent")
+    return 0
+
+
+HANDLERS = {"token": cmd_token, "metrics": cmd_metrics, "install-service": cmd_install_service}
