@@ -142,7 +142,23 @@ class ModelManager:
                 self.repository.set_default(name, v)
             elif v is None:
                 notes += self._first_activation(name)
+            else:
+                notes += self._fall_back(name, v)
         return notes
+
+    def _fall_back(self, name: str, broken: int) -> list[str]:
+        """The active version failed to load at start-up: go back to the previous one."""
+        error = next((mv.reason for mv in self.repository.versions(name)
+                      if mv.version == broken), "") or "it did not load"
+        target = self.rollback_target(name)
+        if target is None:
+            return [f"{name} version {broken} failed to load ({error}) and there is no "
+                    "earlier version to fall back to"]
+        reason = (f"automatic rollback: active version {broken} failed to load at start-up "
+                  f"({error})")
+        outcome = self.activate(name, target, kind=DeploymentKind.AUTO_ROLLBACK, reason=reason)
+        return [reason + (f"; now serving version {target}" if outcome.ok
+                          else f"; falling back to {target} failed too: {outcome.message}")]
 
     def _clean_partial_files(self) -> list[str]:
         notes = []

@@ -220,3 +220,26 @@ def test_a_second_change_while_one_runs_is_refused(managed: Managed, bundles: Bu
     with managed.manager._model_lock("mlp"), pytest.raises(DeploymentBusyError,
                                                            match="in progress"):
         managed.manager.rollback("mlp", 1)
+
+
+def test_active_version_broken_on_disk_falls_back_at_start(tmp_path: Path,
+                                                           bundles: Bundles) -> None:
+    state = tmp_path / "state"
+    first = _managed(state, bundles)
+    try:
+        assert first.manager.deploy(bundles.mlp[1]).ok and first.manager.deploy(bundles.mlp[2]).ok
+    finally:
+        first.dataplane.close()
+        first.store.close()
+    model = next((state / "models" / "mlp" / "2").rglob("*.onnx"))
+    model.write_bytes(model.read_bytes()[:-16] + b"\0" * 16)  # bit rot: hash no longer matches
+    again = _managed(state, bundles)
+    try:
+        assert again.store.active_version("mlp") == 1
+        assert again.infer()[0] == 1
+        latest = again.manager.history("mlp")[0]
+        assert latest.kind is DeploymentKind.AUTO_ROLLBACK
+        assert "failed to load at start-up" in latest.reason and "sha256" in latest.reason
+    finally:
+        again.dataplane.close()
+        again.store.close()
