@@ -110,8 +110,13 @@ class OpenVinoBackend:
         tensor = self._tensor
         try:
             for name, port in self._input_ports:
-                req.set_tensor(port, tensor(np.ascontiguousarray(inputs[name]),
-                                            shared_memory=True))
+                array = inputs[name]
+                flags = array.flags
+                if not (flags.c_contiguous and flags.writeable):
+                    # OpenVINO shares only writeable C-contiguous memory; arrays decoded from
+                    # protobuf bytes are read-only views, so copy those once
+                    array = np.array(array, order="C")
+                req.set_tensor(port, tensor(array, shared_memory=True))
             req.infer()
             return {name: req.get_tensor(port).data.copy() for name, port in self._output_ports}
         except Exception as exc:

@@ -152,3 +152,20 @@ def test_openvino_compile_settings_follow_instances(mlp_dir: Path) -> None:
         backend.close()
     with pytest.raises(RuntimeMissingError, match="'GPU' is not present"):
         load_backend(mlp_dir, manifest, BackendOptions(device="GPU"), preferred="openvino")
+
+
+def test_read_only_and_strided_inputs_are_accepted(backend_and_manifest, bundles: Bundles) -> None:
+    """Arrays decoded from protobuf bytes are read-only views; slices are not contiguous."""
+    backend, _ = backend_and_manifest
+    x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
+    ref = reference_outputs(bundles.mlp_v1_onnx, {"input": x})["probs"]
+    read_only = np.frombuffer(x.tobytes(), dtype=np.float32).reshape(3, 64)
+    assert not read_only.flags.writeable
+    np.testing.assert_allclose(backend.infer({"input": read_only}, 0)["probs"], ref,
+                               rtol=1e-4, atol=1e-5)
+    wide = np.zeros((3, 128), np.float32)
+    wide[:, ::2] = x
+    strided = wide[:, ::2]
+    assert not strided.flags.c_contiguous
+    np.testing.assert_allclose(backend.infer({"input": strided}, 0)["probs"], ref,
+                               rtol=1e-4, atol=1e-5)
