@@ -84,7 +84,7 @@ class AgentScreen(ConsoleScreen):
 
     def on_mount(self) -> None:
         self.query_one("#models-table", DataTable).add_columns(
-            "MODEL", "VERSION", "ACTIVE", "STATE", "BACKEND", "PROFILE", "LOAD", "SIZE", "ADDED")
+            "MODEL", "VERSION", "ACTIVE", "STATE", "BACKEND", "LOAD", "SIZE", "ADDED (UTC)")
         self.query_one("#deployments-table", DataTable).add_columns(
             "STARTED", "MODEL", "KIND", "FROM→TO", "STATUS", "LAST STEP", "REASON")
         self.query_one("#agent-events", DataTable).add_columns("TIME (UTC)", "EVENT")
@@ -211,7 +211,7 @@ class AgentScreen(ConsoleScreen):
                 Text(v.model, style="bold"), str(v.version),
                 Text("● active", style="green") if v.active else "",
                 Text(v.state, style="red" if v.load_error or v.state == "failed" else ""),
-                v.backend or "-", v.profile or "-",
+                v.backend or "-",
                 f"{v.load_ms:.0f} ms" if v.load_ms else "-", format_bytes(v.size_bytes),
                 _clock(v.added_at), key=f"{v.model}:{v.version}")
         if selected is not None:

@@ -233,6 +233,14 @@ class DeployScreen(ConsoleScreen):
         """Show a row per target and run the rollout in a worker thread."""
         self.running = True
         self.outcome = None
+        self.show_targets(targets, canary)
+        self.query_one("#deploy-status", Static).update("[b]rollout running…[/b]")
+        self.console.fleet.log("", "info", f"rollout of {len(self.bundles)} bundle(s) to "
+                               f"{len(targets)} agent(s) started")
+        self.run_rollout(list(targets), canary, soak_s)
+
+    def show_targets(self, targets: Sequence[FleetAgent], canary: str) -> None:
+        """One progress row per target (waiting), and an empty step table."""
         box = self.query_one("#rollout-rows", VerticalScroll)
         box.remove_children()
         self.rows = {}
@@ -241,10 +249,6 @@ class DeployScreen(ConsoleScreen):
             self.rows[agent.key] = row
             box.mount(row)
         self.query_one("#steps-table", DataTable).clear()
-        self.query_one("#deploy-status", Static).update("[b]rollout running…[/b]")
-        self.console.fleet.log("", "info", f"rollout of {len(self.bundles)} bundle(s) to "
-                               f"{len(targets)} agent(s) started")
-        self.run_rollout(list(targets), canary, soak_s)
 
     @work(thread=True, exclusive=True, group="rollout", exit_on_error=False)
     def run_rollout(self, targets: list[FleetAgent], canary: str, soak_s: float) -> None:

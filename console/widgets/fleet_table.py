@@ -76,8 +76,20 @@ class FleetTable(DataTable[str | Text]):
                 old = self._shown.get(key)
                 for column, (before, after) in enumerate(zip(old or (), cells[key], strict=True)):
                     if before != after:
-                        self.update_cell(key, SORT_COLUMNS[column], after)
+                        self.update_cell(key, SORT_COLUMNS[column], after, update_width=True)
         self._shown = cells
+        self._fit_columns(list(cells.values()))
+
+    def _fit_columns(self, rows: list[Cells]) -> None:
+        """Size every column to its widest cell now (not on the next idle), so what is drawn
+        never depends on when the table last went idle."""
+        for index, (key, column) in enumerate(self.columns.items()):
+            title = COLUMN_TITLES[str(key.value)] + " ▲"
+            widths = [len(title)] + [Text(c[index]).cell_len if isinstance(c[index], str)
+                                     else c[index].cell_len for c in rows]
+            column.auto_width = False
+            column.width = max(widths)
+        self.refresh()
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         event.stop()

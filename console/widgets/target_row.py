@@ -23,7 +23,7 @@ class TargetRow(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Label(self._title(), classes="target-name")
-        yield ProgressBar(total=None, show_eta=False, classes="target-bar")
+        yield ProgressBar(total=1, show_eta=False, classes="target-bar")  # no animation
         yield Label("", classes="target-state")
 
     def _title(self) -> str:

@@ -1,0 +1,161 @@
+"""Snapshot tests of the fleet, agent and deploy screens on fixed data and a fixed clock
+(no network, no live values). Update with ``pytest tests/console_tui --snapshot-update``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+
+from console.app import EdgeConsoleApp
+from console.config import ConsoleSettings, StaticAgent
+from console.discovery import DiscoveredAgent, DiscoveryEvent
+from console.fleet import AgentState, ProbeResult
+from console.rollout import Phase, TargetProgress
+from console.screens.agent import AgentScreen
+from console.screens.deploy import DeployScreen
+from edge_agent.management.types import (
+    AgentInfo,
+    DeploymentInfo,
+    MetricPoint,
+    MetricsSample,
+    StepInfo,
+    VersionInfo,
+)
+from tests.console_tui.agents import BundleSet
+
+NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+SIZE = (130, 36)
+
+
+def _app(**kw: object) -> EdgeConsoleApp:
+    settings = ConsoleSettings(discovery=False, agents=(StaticAgent("10.0.0.9", 50051,
+                                                                    "line-9"),), **kw)  # type: ignore[arg-type]
+    return EdgeConsoleApp(settings, clock=lambda: NOW, poll=False)
+
+
+def _fill_fleet(app: EdgeConsoleApp) -> None:
+    fleet = app.fleet
+    rows = [("kitchen-pi", "arm64-cpu-onnxruntime", "aarch64", "1", "mlp:3,resnet:1", 5),
+            ("jetson-01", "jetson-orin-tensorrt", "aarch64", "1", "detector:7", 40),
+            ("edge-x86-a", "x86_64-cpu-openvino", "x86_64", "1", "mlp:3", 2),
+            ("edge-x86-b", "x86_64-cpu-onnxruntime", "x86_64", "2", "", 1)]
+    for i, (name, profile, arch, api, models, ago) in enumerate(rows, start=1):
+        fleet.apply_discovery(DiscoveryEvent("added", DiscoveredAgent(
+            id=f"id-{name}", name=name, host=f"192.168.1.{10 + i}", port=50051, arch=arch,
+            profile=profile, api=api, grpc_port=8001, txt={"models": models},
+            addresses=(f"192.168.1.{10 + i}",), last_seen=NOW - ago)))
+    fleet.apply_probe("id-kitchen-pi", ProbeResult(AgentState.ONLINE, models=("mlp:3",
+                                                                              "resnet:1")))
+    fleet.apply_probe("id-edge-x86-a", ProbeResult(
+        AgentState.AUTH_FAILED, "agent 192.168.1.13:50051 refused GetInfo: missing or wrong "
+        "management token"))
+    fleet.apply_discovery(DiscoveryEvent("removed", DiscoveredAgent(
+        id="id-jetson-01", name="jetson-01", host="192.168.1.12", port=50051, arch="aarch64",
+        profile="jetson-orin-tensorrt", api="1", grpc_port=8001, txt={},
+        last_seen=NOW - 600)))
+    fleet.apply_probe("10.0.0.9:50051", ProbeResult(
+        AgentState.UNREACHABLE, "cannot reach an agent at 10.0.0.9:50051: connection refused"))
+
+
+def test_fleet_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    async def setup(pilot: Pilot[None]) -> None:
+        _fill_fleet(pilot.app)  # type: ignore[arg-type]
+        await pilot.pause()
+        await pilot.press("down")
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=setup)
+
+
+def test_fleet_screen_read_only_filtered(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    async def setup(pilot: Pilot[None]) -> None:
+        _fill_fleet(pilot.app)  # type: ignore[arg-type]
+        await pilot.press("slash", *"aarch64", "enter")
+
+    assert snap_compare(_app(read_only=True), terminal_size=SIZE, run_before=setup)
+
+
+def _version(v: int, active: bool, state: str = "READY") -> VersionInfo:
+    return VersionInfo(model="mlp", version=v, active=active, state=state,
+                       stored_state="ready" if active else "unloaded",
+                       profile="arm64-cpu-onnxruntime", backend="onnxruntime", load_ms=4.0 * v,
+                       rss_delta_bytes=250_000, load_error="", size_bytes=7133 + v,
+                       added_at=NOW - 3600 * (4 - v))
+
+
+def _sample(t: int) -> MetricsSample:
+    points = (MetricPoint(ts=int(NOW) + t, step_s=1, model="mlp", version=3,
+                          requests=100 + 10 * (t % 7), errors=0,
+                          requests_per_s=100.0 + 10 * (t % 7), error_rate=0.0, mean_batch=2.0,
+                          p50_ms=1.0, p95_ms=2.0 + (t % 5) * 0.5, p99_ms=4.0,
+                          queue_p99_ms=0.5),)
+    return MetricsSample(ts=int(NOW) + t, points=points,
+                         system={"cpu_percent": 37.0, "mem_percent": 41.0,
+                                 "rss_bytes": 96.0 * 2**20, "disk_free_bytes": 12.5 * 2**30,
+                                 "temp_c": 52.0})
+
+
+def test_agent_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    async def setup(pilot: Pilot[None]) -> None:
+        app: EdgeConsoleApp = pilot.app  # type: ignore[assignment]
+        _fill_fleet(app)
+        screen = AgentScreen("id-kitchen-pi", live=False)
+        await app.push_screen(screen)
+        steps = tuple(StepInfo(s, True, m, NOW - 1800 + i) for i, (s, m) in enumerate(
+            [("received", "20480 bytes"), ("verified", "signed by key 4593"),
+             ("probed", "one real inference ok"), ("committed", "version 3 is active")]))
+        screen.show_snapshot(screen.snapshot.__class__(
+            info=AgentInfo(agent_id="id-kitchen-pi", name="kitchen-pi", host="kitchen-pi",
+                           arch="aarch64", profile="arm64-cpu-onnxruntime",
+                           runtimes=("onnxruntime",), agent_version="0.1.0", uptime_s=7260.0,
+                           api_version="1", inference_address="127.0.0.1:8001",
+                           allow_unsigned=False, keep_versions=3),
+            versions=(_version(3, True), _version(2, False, "UNLOADED"),
+                      _version(1, False, "UNLOADED")),
+            deployments=(DeploymentInfo(7, "mlp", "deploy", 2, 3, "committed", "committed", "",
+                                        NOW - 1800, NOW - 1795, steps),
+                         DeploymentInfo(6, "mlp", "rollback", 3, 2, "failed", "probed",
+                                        "probe: NaN in output probs", NOW - 7200, NOW - 7190))))
+        for t in range(60):
+            screen.add_sample(_sample(t))
+        await pilot.pause()
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=setup)
+
+
+@pytest.fixture
+def bundle_dir(bundles: BundleSet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "bundles"
+    root.mkdir()
+    for path in (bundles.mlp[2], bundles.arm64):
+        shutil.copy(path, root / path.name)
+    (root / "notes.txt").write_text("not a bundle: hidden by the picker\n")
+    monkeypatch.chdir(tmp_path)
+    return Path("bundles")
+
+
+def test_deploy_screen(snap_compare, bundle_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    async def setup(pilot: Pilot[None]) -> None:
+        app: EdgeConsoleApp = pilot.app  # type: ignore[assignment]
+        _fill_fleet(app)
+        screen = DeployScreen(["id-kitchen-pi"], root=bundle_dir)
+        await app.push_screen(screen)
+        await pilot.pause()
+        for path in sorted(bundle_dir.glob("*.edgepkg")):
+            screen.toggle_bundle(path)
+        await pilot.pause()
+        targets = [a for a in app.fleet.agents() if a.name in ("kitchen-pi", "edge-x86-a")]
+        screen.show_targets(targets, "id-kitchen-pi")
+        await pilot.pause()
+        screen.show_progress(TargetProgress(
+            "id-kitchen-pi", "kitchen-pi", canary=True, phase=Phase.SOAKING,
+            bundles=("mlp-2-arm64-cpu-onnxruntime.edgepkg",), sent=20480, total=20480,
+            steps=(StepInfo("received", True, "20480 bytes"),
+                   StepInfo("committed", True, "version 2 is active")),
+            message="healthy; watching 21s more"))
+        screen.show_progress(TargetProgress("id-edge-x86-a", "edge-x86-a", total=20480))
+        await pilot.pause()
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=setup)
