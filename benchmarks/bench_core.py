@@ -9,7 +9,8 @@ For the MLP (random weights) and squeezenet, on every backend installed here:
 * best direct - the best rows/s of direct batched calls (batch 1..max_batch), the ceiling
 
 Phases are interleaved over several rounds so that load from other processes hits them alike.
-It prints throughput, p50/p99 latency, the ratios, and a cProfile of the single-caller path.
+It prints throughput, p50/p99 latency, process CPU per call (comparable on a busy machine), the
+ratios, and a cProfile of the single-caller path.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_core.py [--seconds 1] [--rounds 3]
 """
@@ -44,6 +45,7 @@ class Run:
     rows_per_s: float
     p50_us: float
     p99_us: float
+    cpu_us_per_call: float = 0.0
 
 
 def _summarize(latencies: list[int], rows: int, wall_s: float) -> Run:
@@ -66,7 +68,8 @@ def _direct_pool(backend, instances: int, feed):
 
 
 def _fmt(r: Run) -> str:
-    return f"{r.rows_per_s:9.0f} rows/s  p50 {r.p50_us:8.0f} us  p99 {r.p99_us:8.0f} us"
+    return (f"{r.rows_per_s:9.0f} rows/s  p50 {r.p50_us:8.0f} us  p99 {r.p99_us:8.0f} us  "
+            f"cpu {r.cpu_us_per_call:7.0f} us/call")
 
 
 class Phase:
@@ -76,6 +79,7 @@ class Phase:
         self.lat: list[int] = []
         self.rows = 0
         self.wall = 0.0
+        self.cpu = 0.0
 
     def run(self, call, threads: int, seconds: float, rows: int = 1) -> None:
         lats: list[list[int]] = [[] for _ in range(threads)]
@@ -95,16 +99,19 @@ class Phase:
         for t in ts:
             t.start()
         barrier.wait()
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         for t in ts:
             t.join()
         self.wall += time.monotonic() - t0
+        self.cpu += time.process_time() - c0
         for xs in lats:
             self.lat.extend(xs)
             self.rows += len(xs) * rows
 
     def result(self) -> Run:
-        return _summarize(self.lat, self.rows, self.wall)
+        run = _summarize(self.lat, self.rows, self.wall)
+        run.cpu_us_per_call = self.cpu * 1e6 / max(1, len(self.lat))
+        return run
 
 
 def bench_model(label: str, state: Path, name: str, feed_name: str, shape: tuple[int, ...],
@@ -161,6 +168,10 @@ def bench_model(label: str, state: Path, name: str, feed_name: str, shape: tuple
         / results["direct c1"].p50_us,
         "plane/direct c16 thr": thr["plane c16 (submit)"] / thr["direct c16"],
         "plane c16/best direct thr": thr["plane c16 (submit)"] / best,
+        "plane/direct c1 cpu (infer)": results["plane c1 (infer)"].cpu_us_per_call
+        / results["direct c1"].cpu_us_per_call,
+        "plane/direct c16 cpu per row": results["plane c16 (submit)"].cpu_us_per_call
+        / results["direct c16"].cpu_us_per_call,
     }
     for k, v in ratios.items():
         print(f"  {k:30s} {v:5.2f}")
