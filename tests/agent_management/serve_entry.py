@@ -14,10 +14,11 @@ from edge_agent.management.runtime import ManagementOptions
 def main() -> int:
     state_dir = Path(sys.argv[1])
     trust = (Path(sys.argv[2]),) if len(sys.argv) > 2 else ()
+    metrics = "--no-metrics" not in sys.argv
     config = AgentConfig(state_dir=state_dir,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False))
     options = ManagementOptions(address="127.0.0.1:0", name="test-agent", trusted_keys=trust,
-                                mdns=False, watch_window_s=0.0)
+                                mdns=False, watch_window_s=0.0, metrics=metrics)
 
     def ready(addresses, _dataplane, runtime) -> None:  # type: ignore[no-untyped-def]
         print(f"edge-agent ready: listening on {', '.join(addresses.targets())}; management "
