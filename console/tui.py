@@ -1,0 +1,86 @@
+"""``edge-console`` / ``edge-console ui``: start the terminal UI (its own options)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+
+from console.config import load_settings
+from console.errors import ConsoleError
+
+EPILOG = textwrap.dedent("""\
+    keys (k9s/lazydocker habits): / filter, ? help, : jump to a view, l events, d details,
+    Enter open an agent, D deploy, r rollback, h history, Ctrl+P every action, q quit.
+
+    examples:
+      edge-console                                   # browse every interface, poll every 2 s
+      edge-console ui --interface 192.168.1.20 --read-only
+      edge-console ui --no-discovery --agent 10.0.0.7:50051 --token-file pi.token
+    """)
+
+
+def build_tui_parser() -> argparse.ArgumentParser:
+    """Options of the terminal UI."""
+    p = argparse.ArgumentParser(
+        prog="edge-console ui", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The terminal UI: agents found by mDNS (and --agent / config entries), "
+                    "live; deploy with a canary, roll back, watch metrics.", epilog=EPILOG)
+    p.add_argument("--agent", action="append", default=[], metavar="HOST:PORT",
+                   help="also list this agent (management address); repeatable")
+    p.add_argument("--config", type=Path, metavar="TOML",
+                   help="console config file (default ~/.config/edge-console/config.toml)")
+    p.add_argument("--token-file", type=Path, metavar="F",
+                   help="management token for agents the config file has no token for")
+    p.add_argument("--interface", action="append", default=[], metavar="IP",
+                   help="IPv4 address of an interface to browse on; repeatable (default all)")
+    p.add_argument("--no-discovery", action="store_true", help="do not browse mDNS")
+    p.add_argument("--read-only", action="store_true",
+                   help="hide every action that changes an agent (deploy, rollback, remove)")
+    p.add_argument("--poll", type=float, metavar="S", help="seconds between polls (default 2)")
+    p.add_argument("--soak", type=float, metavar="S",
+                   help="how long a canary must stay healthy before the rest (default 30)")
+    p.add_argument("--bundle-dir", type=Path, metavar="DIR",
+                   help="where the deploy file picker starts (default: current directory)")
+    return p
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.expanduser().read_text().strip()
+    except OSError as exc:
+        raise ConsoleError(f"--token-file: cannot read {path}: {exc.strerror or exc}") from None
+    if not token:
+        raise ConsoleError(f"--token-file: {path} is empty; on the agent run "
+                           "`edge-agent token --state-dir DIR` and save its output there")
+    return token
+
+
+def run_tui(argv: list[str] | None = None) -> int:
+    """Parse the UI's options and run it until the operator quits; 1 on a setup error."""
+    from dataclasses import replace
+
+    args = build_tui_parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config).with_overrides(
+            agents=args.agent, interfaces=args.interface or None,
+            discovery=False if args.no_discovery else None, read_only=args.read_only,
+            token=_read_token(args.token_file) if args.token_file else None)
+        if args.poll is not None:
+            settings = replace(settings, poll_interval_s=max(0.2, args.poll))
+        if args.soak is not None:
+            settings = replace(settings, canary_soak_s=max(0.0, args.soak))
+        if args.bundle_dir is not None:
+            settings = replace(settings, bundle_dir=args.bundle_dir)
+    except ConsoleError as exc:
+        print(f"edge-console ui: error: {exc}", file=sys.stderr)
+        return 1
+    from console.app import EdgeConsoleApp
+
+    EdgeConsoleApp(settings).run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_tui())
