@@ -248,11 +248,6 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-console`` command."""
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] == "ui":  # the terminal UI parses its own options
-        from console.tui import run_tui
-
-        return run_tui(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -62,6 +62,10 @@ def run_tui(argv: list[str] | None = None) -> int:
     from dataclasses import replace
 
     args = build_tui_parser().parse_args(argv)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print("edge-console ui: error: the terminal UI needs a terminal; in scripts use the "
+              "subcommands (edge-console --help)", file=sys.stderr)
+        return 2
     try:
         settings = load_settings(args.config).with_overrides(
             agents=args.agent, interfaces=args.interface or None,
