@@ -92,10 +92,12 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         path = self.manager.new_upload_path()
         try:
             yield from self._receive(request_iterator, path, header, context)
-            yield from self._run_deploy(path, header.force, context)
-        finally:
+        except BaseException:
             with contextlib.suppress(OSError):
                 path.unlink()
+            raise
+        # From here the deploy thread owns the file (and deletes it when done).
+        yield from self._run_deploy(path, header.force, context)
 
     def _receive(self, requests: Iterator[pb.DeployRequest], path: Path,
                  header: pb.DeployHeader, context: grpc.ServicerContext
@@ -127,10 +129,14 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         events: queue.Queue[StepEvent | DeployOutcome | BaseException] = queue.Queue()
 
         def run() -> None:
+            result: DeployOutcome | BaseException
             try:
-                events.put(self.manager.deploy(path, force=force, on_event=events.put))
+                result = self.manager.deploy(path, force=force, on_event=events.put)
             except BaseException as exc:  # handed to the RPC thread below
-                events.put(exc)
+                result = exc
+            with contextlib.suppress(OSError):
+                path.unlink()
+            events.put(result)
 
         # The deploy runs to its end even when the client goes away mid-way.
         worker = threading.Thread(target=run, name="edge-deploy", daemon=True)
