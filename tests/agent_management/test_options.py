@@ -1,0 +1,69 @@
+"""agent.toml's [management], [mdns] and [metrics] sections and the serve flags over them."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from edge_agent.errors import ConfigError
+from edge_agent.management.options import management_options
+
+TOML = """
+[management]
+address = "0.0.0.0:6000"
+name = "line-3"
+trust = ["keys/release.pub"]
+keep_versions = 2
+watch_window_s = 30
+error_threshold = 0.25
+tls_cert = "agent.pem"
+tls_key = "agent.key"
+tls_client_ca = "ca.pem"
+
+[mdns]
+interfaces = ["192.168.1.20"]
+
+[metrics]
+enabled = false
+"""
+
+
+def test_sections_parse_with_paths_relative_to_the_file(tmp_path: Path) -> None:
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "release.pub").write_text("x")
+    opts = management_options(tomllib.loads(TOML), tmp_path)
+    assert opts.address == "0.0.0.0:6000" and opts.name == "line-3"
+    assert opts.trusted_keys == (tmp_path / "keys" / "release.pub",)
+    assert (opts.keep_versions, opts.watch_window_s, opts.error_threshold) == (2, 30, 0.25)
+    assert opts.tls is not None and opts.tls.client_ca == tmp_path / "ca.pem"
+    assert opts.mdns_interfaces == ("192.168.1.20",) and opts.metrics is False
+
+
+def test_flags_win_over_the_file(tmp_path: Path) -> None:
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "release.pub").write_text("x")
+    extra = tmp_path / "dev.pub"
+    extra.write_text("x")
+    opts = management_options(tomllib.loads(TOML), tmp_path, address="127.0.0.1:0",
+                              name="bench", trust=[extra], allow_unsigned=True,
+                              mdns_interfaces=["127.0.0.1"], no_mdns=True)
+    assert opts.address == "127.0.0.1:0" and opts.name == "bench"
+    assert opts.trusted_keys[-1] == extra and len(opts.trusted_keys) == 2
+    assert opts.allow_unsigned and not opts.mdns and opts.mdns_interfaces == ("127.0.0.1",)
+    assert management_options({}, None, address="none").address is None
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"management": {"adress": "x"}}, "management.adress' is unknown"),
+    ({"management": {"keep_versions": 0}}, "out of range"),
+    ({"management": {"allow_unsigned": "yes"}}, "expected bool"),
+    ({"management": {"address": "nowhere"}}, "HOST:PORT"),
+    ({"management": {"tls_cert": "a.pem"}}, "go together"),
+    ({"mdns": {"interfaces": ["eth0"]}}, "not an IPv4 address"),
+    ({"management": {"trust": ["missing.pub"]}}, "does not exist"),
+])
+def test_mistakes_are_named(tmp_path: Path, data: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        management_options(data, tmp_path)
