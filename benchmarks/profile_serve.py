@@ -1,0 +1,93 @@
+"""Where the agent's time goes under load: py-spy samples of the GIL holder, by layer.
+
+    pip install py-spy     # not a project dependency
+    python -m benchmarks.profile_serve [--concurrency 16] [--seconds 6] [--config agent.toml]
+
+Builds an MLP bundle, serves it with ``edge-agent serve`` on a Unix socket, drives it with
+benchmarks.loadgen and samples the agent with ``py-spy record --gil`` (only the thread holding
+the GIL), then sums the samples by layer: gRPC's Python server, the protocol edge, the serving
+core, ONNX Runtime. On a 2-core box the GIL holder is the bottleneck of a Python server, so
+this is the budget that decides throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from benchmarks.bench_serve import ENV, ORT, Proc
+
+
+def classify(frames: list[str]) -> str:
+    """The layer a sampled stack belongs to (by its innermost frame)."""
+    leaf, joined = frames[-1], ";".join(frames)
+    if "onnxruntime" in leaf:
+        return "ONNX Runtime (GIL-holding parts of run)"
+    if "edge_agent/protocol" in leaf:
+        return "protocol edge (converters, servicer)"
+    if "edge_agent/core" in leaf or "edge_agent/backends" in leaf:
+        return "serving core (data plane, batcher, backend)"
+    if "grpc/" in leaf:
+        return "gRPC Python server machinery"
+    if "concurrent/futures" in leaf or "threading.py" in leaf:
+        if "edge_agent/core" in joined:
+            return "futures/locks of the serving core"
+        return "thread pool/locks of the gRPC server"
+    return "other"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", "-c", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--config", type=Path, metavar="AGENT_TOML")
+    args = parser.parse_args(argv)
+    py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if py_spy is None:
+        print("py-spy is not installed: pip install py-spy", file=sys.stderr)
+        return 1
+    from edge_agent.cli import main as agent_cli
+    from packager.build import build_bundles
+    from tests.model_factory import make_mlp
+
+    with tempfile.TemporaryDirectory(prefix="profile-serve-") as tmp:
+        work = Path(tmp)
+        bundle, = build_bundles(make_mlp(work / "mlp.onnx"), name="mlp", version=1,
+                                profiles=[ORT], out_dir=work / "b")
+        state = work / "state"
+        agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned", str(bundle)])
+        sock = work / "agent.sock"
+        config = ["--config", str(args.config.resolve())] if args.config else []
+        agent = Proc(["-m", "edge_agent.cli", "serve", "--state-dir", str(state), "--grpc",
+                      "none", "--uds", str(sock), *config], "edge-agent ready")
+        try:
+            load = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.loadgen", "--target", f"unix:{sock}",
+                 "--model", "mlp", "-c", str(args.concurrency), "-t", str(args.seconds + 2)],
+                env=ENV, stdout=subprocess.PIPE, text=True)
+            raw = work / "profile.txt"
+            subprocess.run([py_spy, "record", "--pid", str(agent.pid), "--gil", "--format",
+                            "raw", "--rate", "400", "--duration", str(int(args.seconds)),
+                            "-o", str(raw)], check=True, capture_output=True)
+            print("load:", load.communicate(timeout=120)[0].strip())
+        finally:
+            agent.stop()
+        layers: Counter[str] = Counter()
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            layers[classify(stack.split(";"))] += int(count)
+    total = sum(layers.values()) or 1
+    print(f"GIL-holding samples: {total}")
+    for layer, n in layers.most_common():
+        print(f"  {100 * n / total:5.1f}%  {layer}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
