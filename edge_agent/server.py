@@ -153,9 +153,10 @@ def serve(config: AgentConfig, *, on_ready: Callable[[BoundAddresses, DataPlaneA
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
-    dataplane = DataPlane(config.state_dir, overrides=config.models, autoload=False)
-    server = AgentServer(dataplane, config)
+    dataplane = server = None
     try:
+        dataplane = DataPlane(config.state_dir, overrides=config.models, autoload=False)
+        server = AgentServer(dataplane, config)
         addresses = server.start()
         dataplane.load_all()
         if not stop.is_set():  # a SIGTERM during loading: never report ready
@@ -166,8 +167,10 @@ def serve(config: AgentConfig, *, on_ready: Callable[[BoundAddresses, DataPlaneA
             pass
         log.info("shutting down: draining in-flight requests")
     finally:
-        server.stop(grace)
-        dataplane.close()
+        if server is not None:
+            server.stop(grace)
+        if dataplane is not None:
+            dataplane.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
