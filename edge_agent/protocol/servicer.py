@@ -11,6 +11,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator
+from typing import NoReturn
 
 import grpc
 
@@ -23,6 +24,7 @@ from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 _END = object()
+_Ctx = grpc.ServicerContext
 
 
 def _model_name(name: str) -> str:
@@ -39,16 +41,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- health and metadata -------------------------------------------------------------
 
-    def ServerLive(self, request, context):
+    def ServerLive(self, request: pb.ServerLiveRequest, context: _Ctx) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self._dp.live())
 
-    def ServerReady(self, request, context):
+    def ServerReady(self, request: pb.ServerReadyRequest, context: _Ctx) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self._dp.ready())
 
-    def ServerMetadata(self, request, context):
+    def ServerMetadata(self, request: pb.ServerMetadataRequest,
+                       context: _Ctx) -> pb.ServerMetadataResponse:
         return converters.to_server_metadata(self._dp.server_metadata())
 
-    def ModelReady(self, request, context):
+    def ModelReady(self, request: pb.ModelReadyRequest, context: _Ctx) -> pb.ModelReadyResponse:
         try:
             name = _model_name(request.name)
             version = converters.parse_version(request.version, name)
@@ -56,7 +59,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:
             self._fail(context, exc)
 
-    def ModelMetadata(self, request, context):
+    def ModelMetadata(self, request: pb.ModelMetadataRequest,
+                      context: _Ctx) -> pb.ModelMetadataResponse:
         try:
             name = _model_name(request.name)
             version = converters.parse_version(request.version, name)
@@ -64,7 +68,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:
             self._fail(context, exc)
 
-    def ModelConfig(self, request, context):
+    def ModelConfig(self, request: pb.ModelConfigRequest, context: _Ctx) -> pb.ModelConfigResponse:
         try:
             name = _model_name(request.name)
             version = converters.parse_version(request.version, name)
@@ -75,7 +79,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- inference -----------------------------------------------------------------------
 
-    def ModelInfer(self, request, context):
+    def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
         try:
             infer_request, raw = converters.to_infer_request(request)
             result = self._dp.submit(infer_request).result()
@@ -83,7 +87,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:
             self._fail(context, exc)
 
-    def ModelStreamInfer(self, request_iterator, context) -> Iterator[pb.ModelStreamInferResponse]:
+    def ModelStreamInfer(self, request_iterator: Iterator[pb.ModelInferRequest],
+                         context: _Ctx) -> Iterator[pb.ModelStreamInferResponse]:
         """Pipelined: a reader thread submits each request as it arrives; answers go back in
         arrival order. A failed request yields an error_message and the stream goes on."""
         pending: queue.SimpleQueue = queue.SimpleQueue()
@@ -124,7 +129,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- statistics and repository -------------------------------------------------------
 
-    def ModelStatistics(self, request, context):
+    def ModelStatistics(self, request: pb.ModelStatisticsRequest,
+                        context: _Ctx) -> pb.ModelStatisticsResponse:
         try:
             name = request.name or None
             version = converters.parse_version(request.version, request.name) if name else None
@@ -134,20 +140,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:
             self._fail(context, exc)
 
-    def RepositoryIndex(self, request, context):
+    def RepositoryIndex(self, request: pb.RepositoryIndexRequest,
+                        context: _Ctx) -> pb.RepositoryIndexResponse:
         try:
             return converters.to_repository_index(self._dp.repository_index(request.ready))
         except Exception as exc:
             self._fail(context, exc)
 
-    def RepositoryModelLoad(self, request, context):
+    def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
+                            context: _Ctx) -> pb.RepositoryModelLoadResponse:
         try:
             self._dp.load_model(_model_name(request.model_name))
             return pb.RepositoryModelLoadResponse()
         except Exception as exc:
             self._fail(context, exc)
 
-    def RepositoryModelUnload(self, request, context):
+    def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest,
+                              context: _Ctx) -> pb.RepositoryModelUnloadResponse:
         try:
             self._dp.unload_model(_model_name(request.model_name))
             return pb.RepositoryModelUnloadResponse()
@@ -155,7 +164,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             self._fail(context, exc)
 
     @staticmethod
-    def _fail(context: grpc.ServicerContext, exc: BaseException) -> None:
+    def _fail(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
         if not isinstance(exc, AgentError):
             log.exception("unexpected error in the inference service", exc_info=exc)
         status.abort(context, exc)
