@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,6 +13,8 @@ from console.fleet import SORT_COLUMNS, AgentState, FleetAgent
 from console.messages import FleetChanged, SortRequested
 from console.screens.base import ConsoleScreen
 from console.widgets.fleet_table import STATE_STYLES, FleetTable
+
+REFRESH_MIN_INTERVAL_S = 0.1
 
 
 class FleetScreen(ConsoleScreen):
@@ -37,6 +41,8 @@ class FleetScreen(ConsoleScreen):
         self.sort_reverse = False
         self._unsubscribe = lambda: None
         self._seen_version = -1
+        self._last_refresh = 0.0
+        self._refresh_pending = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -64,10 +70,25 @@ class FleetScreen(ConsoleScreen):
 
     # -- rendering -----------------------------------------------------------------------------
     def on_fleet_changed(self, _: FleetChanged) -> None:
-        self.refresh_fleet()
+        """Refresh now, or once at the end of the current 0.1 s window during a burst (100
+        agents announcing at once must not mean 100 table rebuilds)."""
+        if self._refresh_pending:
+            return
+        wait = self._last_refresh + REFRESH_MIN_INTERVAL_S - time.monotonic()
+        if wait <= 0:
+            self.refresh_fleet()
+            return
+        self._refresh_pending = True
+
+        def deferred() -> None:
+            self._refresh_pending = False
+            self.refresh_fleet()
+
+        self.set_timer(wait, deferred)
 
     def refresh_fleet(self) -> None:
         """Re-render the table from the fleet model (filtered and sorted)."""
+        self._last_refresh = time.monotonic()
         fleet = self.console.fleet
         rows = fleet.view(self.query_text, self.sort_column, self.sort_reverse)
         self.table.show(rows, self.console.clock())

@@ -63,6 +63,8 @@ class FleetTable(DataTable[str | Text]):
         """Make the table show ``agents`` in this order, touching only what changed."""
         order = [a.key for a in agents]
         cells = {a.key: row_cells(a, now) for a in agents}
+        if order == self._order and cells == self._shown:
+            return
         if order != self._order:
             selected = self.selected_key
             self.clear()
