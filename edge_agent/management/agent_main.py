@@ -47,14 +47,15 @@ def run_agent(config: Any, options: ManagementOptions, *,
         server = AgentServer(dataplane, config)
         addresses = server.start()
         runtime.start_models()
-        runtime.start_management(inference_address=addresses.tcp or "")
-        server.mark_serving()
-        notifier.start_watchdog(healthy=dataplane.live)
-        active = [f"{v.model}:{v.version}" for v in runtime.manager.versions()  # type: ignore[union-attr]
-                  if v.active]
-        notifier.ready(f"serving {len(active)} model(s): {', '.join(active) or 'none'}")
-        if on_ready is not None:
-            on_ready(addresses, dataplane, runtime)
+        if not stop.is_set():  # a SIGTERM during loading: never report ready
+            runtime.start_management(inference_address=addresses.tcp or "")
+            server.mark_serving()
+            notifier.start_watchdog(healthy=dataplane.live)
+            assert runtime.manager is not None
+            active = [f"{v.model}:{v.version}" for v in runtime.manager.versions() if v.active]
+            notifier.ready(f"serving {len(active)} model(s): {', '.join(active) or 'none'}")
+            if on_ready is not None:
+                on_ready(addresses, dataplane, runtime)
         while not stop.wait(0.5):
             if hup.is_set():
                 hup.clear()

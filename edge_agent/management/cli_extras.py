@@ -14,7 +14,7 @@ SERVE_FLAGS_EPILOG = textwrap.dedent("""\
     management (agent.toml sections [management], [mdns], [metrics]; see
     docs/management-api.md):
       [management]
-      address = "127.0.0.1:50051"    # --management; "" = no management API
+      address = "0.0.0.0:50051"      # --management; unset = no management API
       name = "line-3"                # --name
       trust = ["release.pub"]        # --trust (repeatable)
       allow_unsigned = false         # --allow-unsigned
@@ -31,8 +31,9 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     """The management flags of ``edge-agent serve``."""
     g = serve.add_argument_group("management")
     g.add_argument("--management", metavar="HOST:PORT",
-                   help="management API listener (default 127.0.0.1:50051; port 0 = any free "
-                        "port; 'none' = off). Every call needs the token (edge-agent token)")
+                   help="turn on the management API (and the mDNS advert) on HOST:PORT, e.g. "
+                        "0.0.0.0:50051 (port 0 = any free port; default: off). Every call "
+                        "needs the token (edge-agent token)")
     g.add_argument("--name", help="the agent's name in the console and mDNS (default: host)")
     g.add_argument("--trust", type=Path, action="append", default=[], metavar="PUBKEY",
                    help="public key (PEM) whose signed bundles may be deployed; repeatable")

@@ -3,7 +3,7 @@
 ::
 
     [management]
-    address = "127.0.0.1:50051"     # --management HOST:PORT ("" = none)
+    address = "0.0.0.0:50051"       # --management HOST:PORT (unset or "": no management API)
     name = "line-3"                 # --name
     trust = ["release.pub"]         # --trust PUBKEY (repeatable; relative to the file)
     allow_unsigned = false          # --allow-unsigned

@@ -34,14 +34,11 @@ from edge_agent.state import StateStore, load_or_create_token
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MANAGEMENT_ADDRESS = "127.0.0.1:50051"
-
-
 @dataclass(frozen=True)
 class ManagementOptions:
     """The management side of the agent (config sections [management], [mdns], [metrics])."""
 
-    address: str | None = DEFAULT_MANAGEMENT_ADDRESS  # None: no management API
+    address: str | None = None  # None: no management API (and no mDNS advert)
     name: str = field(default_factory=socket.gethostname)
     trusted_keys: tuple[Path, ...] = ()
     allow_unsigned: bool = False
