@@ -61,6 +61,12 @@ class OnnxRuntimeBackend:
         if threads > 0:
             so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
+        # ONNX Runtime's default spin-waiting of intra-op threads is kept (on a loaded 2-core
+        # machine non-spinning threads woke late for every op); a bundle may turn it off with
+        # backend_options.onnxruntime.allow_spinning = false to save CPU between executions.
+        if not manifest.backend_options.get(NAME, {}).get("allow_spinning", True):
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            so.add_session_config_entry("session.inter_op.allow_spinning", "0")
         providers = _providers(ort, options.device)
         try:
             self._session = ort.InferenceSession(str(path), sess_options=so, providers=providers)

@@ -7,9 +7,7 @@ a direct backend call, while concurrent callers queue and share executions. ``ma
 is only spent waiting for more rows (up to the smallest preferred batch size) when the batch
 already holds more than one request and every instance is busy, and never longer than half of
 a recent execution's compute time, so tiny models never idle an instance waiting. With several
-instances a worker takes a fair share of the queue so that instances run in parallel. Batches
-are capped at the largest size whose measured compute per row is near the cheapest one seen
-(bigger is not always cheaper per row on CPU), with a full batch now and then to re-measure.
+instances a worker takes a fair share of the queue so that instances run in parallel.
 
 Every piece of bookkeeping (queue, free instances, in-flight count, statistics) sits under one
 lock that is never held while a backend runs.
@@ -63,30 +61,6 @@ class _Pending:
         self.future = future
 
 
-_CAP_EVERY = 16  # executions between two updates of the batch cap
-_EXPLORE_EVERY = 32  # one batch in this many ignores the cap
-_MIN_SAMPLES = 3
-_COST_SLACK = 1.10
-
-
-def choose_batch_cap(row_cost: dict[int, list[float]], target: int) -> int:
-    """The largest batch size whose measured compute per row is within 10% of the cheapest.
-
-    Batching is not always cheaper per row: on CPU streams of one core each, large CNN batches
-    spill the caches and cost more per row than batch 1. ``row_cost`` maps batch size to
-    [moving average ns per row, executions]; sizes with fewer than 3 executions do not count.
-    Returns ``target`` (no cap) until at least two sizes can be compared.
-    """
-    seen = {size: c[0] for size, c in row_cost.items() if c[1] >= _MIN_SAMPLES}
-    if len(seen) < 2:
-        return target
-    best = min(seen.values())
-    cap = max(size for size, cost in seen.items() if cost <= best * _COST_SLACK)
-    largest = max(seen)
-    # sizes above the largest one measured are unknown: do not cap below what was never tried
-    return target if cap == largest else cap
-
-
 def _fail(batch: Sequence[_Pending], error: AgentError) -> None:
     """Answer every request of ``batch`` with ``error`` (skipping cancelled futures)."""
     for p in batch:
@@ -130,12 +104,6 @@ class DynamicBatcher:
                              else self._max_rows)
         self._delay_ns = config.max_queue_delay_us * 1000
         self._infer_ewma_ns = 0  # moving average of one execution's compute time
-        # batch size -> [moving average of compute ns per row, executions]; the batch cap is
-        # the largest size whose per-row cost is near the best seen (see choose_batch_cap)
-        self._row_cost: dict[int, list[float]] = {}
-        self._batch_cap = self._max_rows
-        self._since_cap = 0
-        self._explore = _EXPLORE_EVERY
         # under load a batch waits (up to the delay) until it holds this many rows
         self._fill_rows = (config.preferred_batch_sizes[0] if config.preferred_batch_sizes
                            else self._max_rows)
@@ -266,12 +234,6 @@ class DynamicBatcher:
         rows = 0
         target = self._target_rows
         free = self._free
-        if self._batch_cap < target:
-            self._explore -= 1
-            if self._explore > 0:
-                target = self._batch_cap
-            else:  # now and then a full batch, so the cap can grow again
-                self._explore = _EXPLORE_EVERY
         if self._instances > 1 and self._batched:
             # take a fair share: idle instances start on the rest now, busy ones when they finish
             share = -(-len(queue) // self._instances)
@@ -412,17 +374,6 @@ class DynamicBatcher:
             s = self.stats
             if ok:
                 self._infer_ewma_ns += (infer_ns - self._infer_ewma_ns) >> 3
-                if self._batched:
-                    cost = self._row_cost.get(rows)
-                    if cost is None:
-                        self._row_cost[rows] = [infer_ns / rows, 1]
-                    else:
-                        cost[0] += (infer_ns / rows - cost[0]) * 0.125
-                        cost[1] += 1
-                    self._since_cap += 1
-                    if self._since_cap >= _CAP_EVERY:
-                        self._since_cap = 0
-                        self._batch_cap = choose_batch_cap(self._row_cost, self._target_rows)
                 d = s.success
                 d.count += n
                 d.ns += total_sum

@@ -189,17 +189,3 @@ def test_cancelled_futures_and_a_broken_observer_do_not_stop_the_workers(mlp) ->
         assert batcher.close(30)
     assert batcher.stats.success.count + cancelled >= 101
 
-
-def test_batch_cap_follows_the_measured_cost_per_row() -> None:
-    from edge_agent.core.batcher import choose_batch_cap
-
-    assert choose_batch_cap({}, 32) == 32
-    assert choose_batch_cap({1: [100.0, 50]}, 32) == 32  # nothing to compare yet
-    # bigger batches are cheaper per row (a tiny MLP): no cap
-    assert choose_batch_cap({1: [13_000.0, 90], 16: [600.0, 40]}, 32) == 32
-    # bigger batches cost more per row (a CNN on one-core streams): stay at the cheap size
-    assert choose_batch_cap({1: [9e6, 90], 4: [1.05e7, 5], 8: [1.2e7, 7]}, 32) == 1
-    # within 10% of the cheapest counts as cheap: take the larger size
-    assert choose_batch_cap({1: [10.0, 9], 4: [10.5, 9], 8: [14.0, 9]}, 32) == 4
-    # too few samples do not count
-    assert choose_batch_cap({1: [9e6, 90], 8: [1.2e7, 2]}, 32) == 32
