@@ -14,6 +14,7 @@ from edge_agent.management.runtime import AgentRuntime, ManagementOptions
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from packager.signing import generate_keypair
+from tests.agent_management.models import make_fragile_model
 
 PROFILE = "x86_64-cpu-onnxruntime"
 LOOPBACK = ("127.0.0.1",)
@@ -23,12 +24,13 @@ START_DEADLINE_S = 60.0
 @dataclass
 class BundleSet:
     """MLP bundles: versions 1 and 2 signed for this machine's profile, version 2 also for
-    arm64, and an unsigned version 3."""
+    arm64, an unsigned version 3 and a fragile version 4."""
 
     public_key: Path
     mlp: dict[int, Path]
     arm64: Path
     unsigned: Path
+    fragile: Path  # version 4: passes warm-up and probe, fails requests holding values >= 21
 
 
 def build_test_bundles(root: Path) -> BundleSet:
@@ -46,7 +48,11 @@ def build_test_bundles(root: Path) -> BundleSet:
                              out_dir=out, key_path=private, dynamic_batch=True)
     (unsigned,) = build_bundles(src[1], name="mlp", version=3, profiles=[PROFILE],
                                 out_dir=root / "unsigned", dynamic_batch=True)
-    return BundleSet(public_key=public, mlp=mlp, arm64=arm64, unsigned=unsigned)
+    (fragile,) = build_bundles(make_fragile_model(root / "fragile.onnx"), name="mlp", version=4,
+                               profiles=[PROFILE], out_dir=out, key_path=private,
+                               dynamic_batch=True)
+    return BundleSet(public_key=public, mlp=mlp, arm64=arm64, unsigned=unsigned,
+                     fragile=fragile)
 
 
 @dataclass

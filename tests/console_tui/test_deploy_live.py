@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Callable
 
+import numpy as np
+import tritonclient.grpc as triton
 from textual.widgets import DataTable, SelectionList
+from tritonclient.utils import InferenceServerException
 
 from console.config import StaticAgent
 from console.fleet import AgentState
@@ -161,3 +166,58 @@ async def test_bundles_for_another_profile_are_refused_before_upload(
         assert "x86_64-cpu-onnxruntime" in progress.message
         with AgentClient(alpha.address, token=alpha.token) as c:
             assert c.deployments() == []  # nothing was uploaded
+
+
+def _bad_traffic(address: str, stop: threading.Event) -> None:
+    """Requests holding 25.0: fine for the MLP, an error for the fragile version."""
+    client = triton.InferenceServerClient(url=address)
+    x = np.full((1, 64), 25.0, np.float32)
+    inp = triton.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    while not stop.is_set():
+        with contextlib.suppress(InferenceServerException):
+            client.infer("mlp", [inp])
+        stop.wait(0.01)
+    client.close()
+
+
+async def test_a_canary_that_turns_unhealthy_is_rolled_back(
+        agents: Callable[..., RunningAgent], bundles: BundleSet) -> None:
+    alpha, beta = agents("alpha", mdns=False), agents("beta", mdns=False)
+    for a in (alpha, beta):
+        with AgentClient(a.address, token=a.token) as c:
+            assert c.deploy(bundles.mlp[1]).ok
+    with AgentClient(alpha.address, token=alpha.token) as c:
+        inference = c.info().inference_address
+    stop = threading.Event()
+    traffic = threading.Thread(target=_bad_traffic, args=(inference, stop), daemon=True)
+    traffic.start()
+    try:
+        app = console_app(discovery=False, tokens={a.address: a.token for a in (alpha, beta)},
+                          agents=tuple(StaticAgent("127.0.0.1", int(a.address.rsplit(":")[1]),
+                                                   a.name) for a in (alpha, beta)))
+        async with app.run_test(size=(150, 45)) as pilot:
+            await wait_for(pilot, lambda: all(a.state is AgentState.ONLINE
+                                              for a in app.fleet.agents()), "both online")
+            app.open_deploy([app.fleet.find("alpha").key, app.fleet.find("beta").key])
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, DeployScreen)
+            screen.toggle_bundle(bundles.fragile)
+            targets = screen.query_one("#target-list", SelectionList)
+            await wait_for(pilot, lambda: len(targets.selected) == 2, "both targets ticked")
+            screen.query_one("#canary-select").value = app.fleet.find("alpha").key
+            screen.query_one("#soak-input").value = "20"
+            await pilot.press("ctrl+s", "y")
+            await wait_for(pilot, lambda: screen.outcome is not None, "the rollout to end", 90)
+            outcome = screen.outcome
+            assert outcome is not None and not outcome.ok
+            phases = {p.name: p.phase for p in outcome.targets.values()}
+            assert phases == {"alpha": Phase.ROLLED_BACK, "beta": Phase.SKIPPED}
+            assert "turned unhealthy" in outcome.message, outcome.message
+            assert [await asyncio.to_thread(_active, a) for a in (alpha, beta)] == [1, 1]
+            with AgentClient(beta.address, token=beta.token) as c:
+                assert len(c.deployments()) == 1  # only the setup deploy: beta untouched
+    finally:
+        stop.set()
+        await asyncio.to_thread(traffic.join, 10)
