@@ -75,9 +75,10 @@ def test_load_unload_model_and_index(bundles: Bundles, tmp_path: Path) -> None:
     assert not dp.live()
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize(("backend", "method"), [
+    ("onnxruntime", "submit"), ("openvino", "submit"), ("onnxruntime", "infer")])
 def test_swap_under_load_drops_nothing_and_never_mixes_versions(
-        bundles: Bundles, tmp_path: Path, backend: str) -> None:
+        bundles: Bundles, tmp_path: Path, backend: str, method: str) -> None:
     install(bundles.mlp_v1, tmp_path)
     refs = _refs(bundles)
     dp = DataPlane(tmp_path, default_overrides=ModelOverrides(backend=backend))
@@ -89,7 +90,8 @@ def test_swap_under_load_drops_nothing_and_never_mixes_versions(
     def caller() -> None:
         while not stop.is_set():
             try:
-                r = dp.submit(InferRequest("mlp", {"input": X})).result(60)
+                req = InferRequest("mlp", {"input": X})
+                r = dp.submit(req).result(60) if method == "submit" else dp.infer(req, 60)
             except BaseException as exc:
                 errors.append(exc)
                 return
