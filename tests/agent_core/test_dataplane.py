@@ -256,3 +256,18 @@ def test_blocking_infer_gives_up_with_request_timeout(queued_plane: DataPlane) -
     with pytest.raises(RequestTimeoutError, match="no answer within 1e-06 s"):
         queued_plane.infer(InferRequest("squeezenet", {"data_0": big[:1]}), timeout_s=1e-6)
     assert busy.result(120).outputs["softmaxout_1"].shape == (4, 1000, 1, 1)
+
+
+async def test_asyncio_callers_await_futures_without_running_inline(plane: DataPlane,
+                                                                   bundles: Bundles) -> None:
+    import asyncio
+
+    xs = [_rows(2, seed=300 + i) for i in range(8)]
+    refs = reference_outputs(bundles.mlp_v1_onnx, {"input": np.concatenate(xs)})["probs"]
+    futures = [plane.submit(InferRequest("mlp", {"input": x})) for x in xs]
+    # from an event-loop thread nothing runs inline, so submit() returned at once
+    assert not all(f.done() for f in futures)
+    results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+    for i, r in enumerate(results):
+        np.testing.assert_allclose(r.outputs["probs"], refs[2 * i:2 * i + 2], rtol=1e-4,
+                                   atol=1e-5)
