@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 from edge_agent.errors import AgentError
+from edge_agent.management import cli_extras
 
 EPILOG = textwrap.dedent("""\
     examples:
@@ -78,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
 
     serve = sub.add_parser("serve", help="serve the models in a state directory",
-                           description=SERVE_HELP, epilog=SERVE_EPILOG, formatter_class=raw)
+                           description=SERVE_HELP,
+                           epilog=SERVE_EPILOG + "\n" + cli_extras.SERVE_FLAGS_EPILOG,
+                           formatter_class=raw)
     serve.add_argument("--state-dir", type=Path, help="agent state directory (holds models/)")
     serve.add_argument("--config", type=Path, metavar="AGENT_TOML",
                        help="agent.toml; flags given here override it")
@@ -90,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-uds", action="store_true", help="do not listen on a Unix socket")
     serve.add_argument("--max-message-bytes", type=int, metavar="N",
                        help="largest request/response accepted (default 64 MiB)")
+    cli_extras.add_serve_flags(serve)
 
     add = sub.add_parser("add-bundle", help="verify and install a bundle into a state directory",
                          description=ADD_HELP, epilog=ADD_EPILOG, formatter_class=raw)
@@ -101,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="accept a bundle without a (checkable) signature; hashes still checked")
     add.add_argument("--replace", action="store_true",
                      help="replace the version if it is already installed")
+    cli_extras.add_subcommands(sub)
     return parser
 
 
@@ -109,9 +114,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from edge_agent.config import load_config
     from edge_agent.server import serve
 
-    config = load_config(args.config, state_dir=args.state_dir, grpc_address=args.grpc,
-                         uds=args.uds, no_uds=args.no_uds,
-                         max_message_bytes=args.max_message_bytes)
+    flags = dict(config=args.config, state_dir=args.state_dir, grpc_address=args.grpc,
+                 uds=args.uds, no_uds=args.no_uds, max_message_bytes=args.max_message_bytes,
+                 management=cli_extras.management_flag_values(args))
+    config = load_config(flags.pop("config"), **flags)  # type: ignore[arg-type]
     if not config.state_dir.is_dir():
         raise AgentError(f"state directory {config.state_dir} does not exist; create it and "
                          "add a bundle with `edge-agent add-bundle`")
@@ -120,9 +126,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         entries = dataplane.repository_index()
         models = ", ".join(f"{e.name}:{e.version}({e.state})" for e in entries) or "none"
         listen = ", ".join(addresses.targets())
-        print(f"edge-agent ready: listening on {listen}; models: {models}", flush=True)
+        mgmt = f"management on {addresses.management}" if addresses.management \
+            else "management off"
+        print(f"edge-agent ready: listening on {listen}; {mgmt}; models: {models}", flush=True)
 
-    return serve(config, on_ready=ready)
+    def reload():  # SIGHUP: the file again, with the same flags on top
+        return load_config(args.config, **flags).management  # type: ignore[arg-type]
+
+    return serve(config, on_ready=ready, reload=reload if args.config else None)
 
 
 def cmd_add_bundle(args: argparse.Namespace) -> int:
@@ -171,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from packager.errors import PackagerError
 
-    handlers = {"serve": cmd_serve, "add-bundle": cmd_add_bundle}
+    handlers = {"serve": cmd_serve, "add-bundle": cmd_add_bundle, **cli_extras.HANDLERS}
     try:
         return handlers[args.command](args)
     except (AgentError, PackagerError) as exc:

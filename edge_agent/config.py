@@ -17,8 +17,9 @@ Example ``agent.toml``::
     max_queue_size = 64
     default_timeout_us = 0
 
-Every section is one frozen dataclass; a later section (management, mdns, trust) is a new field
-of :class:`AgentConfig` plus one entry in ``_SECTIONS``. Unknown keys are errors, so a typo
+Every section is one frozen dataclass. The management sections ([management], [mdns],
+[metrics]) are parsed by :mod:`edge_agent.management.options` into ``AgentConfig.management``
+(see docs/management-api.md). Unknown keys are errors, so a typo
 never goes unnoticed.
 """
 
@@ -33,6 +34,9 @@ from typing import Any
 
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import ConfigError
+from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
+from edge_agent.management.options import management_options
+from edge_agent.management.runtime import ManagementOptions
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:8001"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -58,6 +62,8 @@ class AgentConfig:
     state_dir: Path
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
     models: Mapping[str, ModelOverrides] = field(default_factory=dict)
+    management: ManagementOptions = field(default_factory=ManagementOptions)
+    source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
     def models_dir(self) -> Path:
@@ -147,14 +153,18 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
     return ModelOverrides(**kw)
 
 
-_SECTIONS = ("state_dir", "grpc", "models")
+_SECTIONS = ("state_dir", "grpc", "models", *MANAGEMENT_SECTIONS)
 
 
 def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                 grpc_address: str | None = None, uds: Path | None = None,
                 no_uds: bool = False, no_grpc: bool = False,
-                max_message_bytes: int | None = None) -> AgentConfig:
-    """Read ``path`` (optional) and apply the flags given (not None) on top of it."""
+                max_message_bytes: int | None = None,
+                management: Mapping[str, Any] | None = None) -> AgentConfig:
+    """Read ``path`` (optional) and apply the flags given (not None) on top of it.
+
+    ``management``: the management flags (keyword arguments of
+    :func:`edge_agent.management.options.management_options`)."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -185,7 +195,10 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
             grpc_cfg, max_message_bytes=_non_negative("--max-message-bytes", max_message_bytes))
     models = {str(name): _model_section(str(name), section)
               for name, section in _check_type("models", data.get("models", {}), dict).items()}
-    config = AgentConfig(state_dir=Path(state_dir), grpc=grpc_cfg, models=models)
+    mgmt = management_options(data, Path(path).parent if path is not None else None,
+                              **dict(management or {}))
+    config = AgentConfig(state_dir=Path(state_dir), grpc=grpc_cfg, models=models,
+                         management=mgmt, source=Path(path) if path is not None else None)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:
         raise ConfigError(f"config key 'grpc.uds': socket path {uds_path} is longer than "

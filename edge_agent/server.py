@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import socket
 import threading
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,6 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
+from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.protocol.servicer import InferenceServicer
 
@@ -41,6 +42,7 @@ class BoundAddresses:
 
     tcp: str | None
     uds: Path | None
+    management: str | None = None  # the management API's HOST:PORT, when it is on
 
     def targets(self) -> list[str]:
         """gRPC target strings a client can dial."""
@@ -144,33 +146,23 @@ class AgentServer:
 
 
 def serve(config: AgentConfig, *, on_ready: Callable[[BoundAddresses, DataPlaneAPI], None]
-          | None = None, stop_event: threading.Event | None = None, grace: float = 5.0) -> int:
-    """Run the agent until SIGTERM/SIGINT (or ``stop_event``): load models, serve, drain."""
-    from edge_agent.core.dataplane import DataPlane
+          | None = None, stop_event: threading.Event | None = None, grace: float = 5.0,
+          reload: Callable[[], ManagementOptions] | None = None) -> int:
+    """Run the agent until SIGTERM/SIGINT (or ``stop_event``): state, models, the inference and
+    (when configured) management servers, metrics, mDNS, systemd notifications; then drain.
 
-    stop = stop_event or threading.Event()
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, lambda *_: stop.set())
-    dataplane = server = None
-    try:
-        dataplane = DataPlane(config.state_dir, overrides=config.models, autoload=False)
-        server = AgentServer(dataplane, config)
-        addresses = server.start()
-        dataplane.load_all()
-        if not stop.is_set():  # a SIGTERM during loading: never report ready
-            server.mark_serving()
-            if on_ready is not None:
-                on_ready(addresses, dataplane)
-        while not stop.wait(0.5):
-            pass
-        log.info("shutting down: draining in-flight requests")
-    finally:
-        if server is not None:
-            server.stop(grace)
-        if dataplane is not None:
-            dataplane.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
+    The wiring is :func:`edge_agent.management.agent_main.run_agent`. ``on_ready`` gets the
+    bound addresses (``management`` set when the API is on) and the data plane. ``reload``
+    returns fresh management options on SIGHUP.
+    """
+    import dataclasses
+
+    from edge_agent.management.agent_main import run_agent
+
+    def ready(addresses: BoundAddresses, dataplane: DataPlaneAPI, runtime: Any) -> None:
+        if on_ready is not None:
+            on_ready(dataclasses.replace(addresses, management=runtime.management_address),
+                     dataplane)
+
+    return run_agent(config, config.management, on_ready=ready, stop_event=stop_event,
+                     grace=grace, reload=reload)

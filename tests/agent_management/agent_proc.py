@@ -28,8 +28,14 @@ class AgentProcess:
                  allow_unsigned: bool = False, env: dict[str, str] | None = None,
                  extra: list[str] | None = None) -> None:
         self.state_dir = Path(state_dir)
-        self.args = [sys.executable, "-m", "tests.agent_management.serve_entry",
-                     str(self.state_dir)] + ([str(trust)] if trust is not None else [])
+        self.args = [sys.executable, "-m", "edge_agent.cli", "serve",
+                     "--state-dir", str(self.state_dir), "--grpc", "127.0.0.1:0", "--no-uds",
+                     "--management", "127.0.0.1:0", "--name", "test-agent"]
+        if trust is not None:
+            self.args += ["--trust", str(trust)]
+        if allow_unsigned:
+            self.args.append("--allow-unsigned")
+        self.args += extra if extra is not None else ["--no-mdns"]
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         self.proc: subprocess.Popen[str] | None = None
         self.lines: queue.Queue[str] = queue.Queue()

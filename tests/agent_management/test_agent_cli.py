@@ -1,0 +1,87 @@
+"""edge-agent's management-related command line, end to end in subprocesses: serve's flags,
+SIGHUP reloading agent.toml, token, metrics and install-service."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edge_agent.management.client import AgentClient
+from tests.agent_management.agent_proc import ROOT, AgentProcess
+from tests.agent_management.bundles import Bundles
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edge_agent.cli", *args], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_serve_help_lists_the_management_flags() -> None:
+    out = _cli("serve", "--help").stdout
+    for flag in ("--management", "--name", "--trust", "--allow-unsigned", "--mdns-interface",
+                 "--no-mdns", "--no-metrics"):
+        assert flag in out
+    for sub in ("token", "metrics", "install-service"):
+        assert _cli(sub, "--help").returncode == 0
+
+
+def test_sighup_reloads_the_trust_settings_and_token_metrics_commands(
+        bundles: Bundles, tmp_path: Path) -> None:
+    import tritonclient.grpc as tc
+
+    config = tmp_path / "agent.toml"
+    config.write_text("[management]\nallow_unsigned = false\n")
+    state = tmp_path / "state"
+    agent = AgentProcess(state, trust=bundles.public_key,
+                         extra=["--no-mdns", "--config", str(config)])
+    with agent:
+        token = _cli("token", "--state-dir", str(state))
+        assert token.returncode == 0
+        assert token.stdout.strip() == (state / "management.token").read_text().strip()
+        assert (state / "management.token").stat().st_mode & 0o777 == 0o600
+        with AgentClient(agent.management, token=token.stdout.strip()) as client:
+            refused = client.deploy(bundles.unsigned)
+            assert not refused.ok and "unsigned" in refused.message
+            config.write_text("[management]\nallow_unsigned = true\n")
+            assert agent.proc is not None
+            os.killpg(agent.proc.pid, signal.SIGHUP)
+            deadline = time.monotonic() + 60
+            while not any("configuration reloaded" in line for line in agent.output):
+                assert time.monotonic() < deadline, "".join(agent.output)
+                time.sleep(0.1)
+            accepted = client.deploy(bundles.unsigned)
+            assert accepted.ok, accepted.message
+        with tc.InferenceServerClient(agent.grpc) as triton:
+            inp = tc.InferInput("input", [1, 64], "FP32")
+            inp.set_data_from_numpy(np.zeros((1, 64), np.float32))
+            for _ in range(5):
+                assert triton.infer("mlp", [inp]).get_response().model_version == "5"
+        deadline = time.monotonic() + 30
+        while True:  # the recorder flushes once a second
+            shown = _cli("metrics", "--state-dir", str(state))
+            if "mlp" in shown.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert shown.returncode == 0 and "mlp" in shown.stdout and "p99 ms" in shown.stdout
+
+
+def test_token_needs_an_existing_state_dir(tmp_path: Path) -> None:
+    out = _cli("token", "--state-dir", str(tmp_path / "missing"))
+    assert out.returncode == 1 and out.stderr.count("\n") == 1
+    assert "does not exist" in out.stderr
+
+
+def test_install_service_prints_a_notify_unit(tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.toml"
+    out = _cli("install-service", "--print", "--config", str(cfg), "--executable",
+               "/usr/local/bin/edge-agent")
+    assert out.returncode == 0, out.stderr
+    assert f"ExecStart=/usr/local/bin/edge-agent serve --config {cfg}" in out.stdout
+    assert "Type=notify" in out.stdout and "WatchdogSec=" in out.stdout
