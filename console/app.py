@@ -113,7 +113,7 @@ class EdgeConsoleApp(App[None]):
     def _worth_probing(agent: FleetAgent) -> bool:
         if agent.state is AgentState.API_MISMATCH and agent.discovered:
             return False  # its advert already says it speaks another API
-        return not (agent.state is AgentState.OFFLINE and not agent.static)
+        return not (agent.left and not agent.static)
 
     # -- navigation ----------------------------------------------------------------------------
     def open_agent(self, key: str) -> None:

@@ -63,6 +63,8 @@ class FleetAgent:
     discovered: bool = False
     grpc_port: int | None = None
     details: Mapping[str, str] = field(default_factory=dict)
+    answered: bool = False  # has answered a probe at least once
+    left: bool = False  # said goodbye over mDNS (and has not come back)
 
     @property
     def address(self) -> str:
@@ -222,14 +224,14 @@ class Fleet:
         if event.kind == "removed":
             if existing is None:
                 return
-            self._put(replace(existing, state=AgentState.OFFLINE, last_seen=now,
+            self._put(replace(existing, state=AgentState.OFFLINE, last_seen=now, left=True,
                               message="left the network (mDNS goodbye)"))
             self.events.append(FleetEvent(now, existing.name, "warning", "went offline"))
             self._changed()
             return
         agent = self._merge_discovered(existing, found, now)
         self._put(agent)
-        if existing is None or existing.state is AgentState.OFFLINE:
+        if existing is None or existing.left:
             self.events.append(FleetEvent(now, agent.name, "info",
                                           f"discovered at {agent.address} ({agent.profile})"))
         self._changed()
@@ -242,13 +244,13 @@ class Fleet:
         state, message = base.state, base.message
         if found.api not in SUPPORTED_API_VERSIONS:
             state, message = AgentState.API_MISMATCH, api_mismatch_message(found.api)
-        elif state in (AgentState.OFFLINE, AgentState.API_MISMATCH):
+        elif base.left or state is AgentState.API_MISMATCH:
             state, message = AgentState.UNKNOWN, ""
         return replace(
             base, name=base.name if base.static and base.name != base.address else found.name,
             host=found.host, port=found.port, agent_id=found.id, arch=found.arch,
             profile=found.profile, api=found.api, state=state, message=message,
-            last_seen=now, models=models or base.models, discovered=True,
+            last_seen=now, models=models or base.models, discovered=True, left=False,
             grpc_port=found.grpc_port)
 
     def apply_probe(self, key: str, result: ProbeResult) -> None:
@@ -256,19 +258,23 @@ class Fleet:
         agent = self._agents.get(key)
         if agent is None:
             return
-        if agent.state is AgentState.OFFLINE and agent.discovered and not agent.static:
+        if agent.left and not agent.static:
             return  # it said goodbye; a late probe answer does not bring it back
         now = self.clock()
         online = result.state is AgentState.ONLINE
-        if not online and agent.state is AgentState.ONLINE:
-            self.events.append(FleetEvent(now, agent.name, "error", result.message))
+        state, message = result.state, result.message
+        if state is AgentState.UNREACHABLE and agent.answered:
+            # it answered before: it went away without a goodbye (crash, power, network)
+            state, message = AgentState.OFFLINE, f"stopped answering: {message}"
+        if state is AgentState.OFFLINE and agent.state is not AgentState.OFFLINE:
+            self.events.append(FleetEvent(now, agent.name, "warning",
+                                          "went offline (stopped answering)"))
+        elif not online and agent.state is AgentState.ONLINE:
+            self.events.append(FleetEvent(now, agent.name, "error", message))
         elif online and agent.state in PROBLEM_STATES | {AgentState.OFFLINE}:
             self.events.append(FleetEvent(now, agent.name, "info", "answering again"))
-        state = result.state
-        if state is AgentState.UNREACHABLE and agent.static and not agent.discovered:
-            state = AgentState.OFFLINE if agent.last_seen else AgentState.UNREACHABLE
         updated = replace(
-            agent, state=state, message=result.message,
+            agent, state=state, message=message, answered=agent.answered or online,
             last_seen=now if online else agent.last_seen,
             agent_id=result.agent_id or agent.agent_id,
             name=result.name if result.name and agent.name == agent.address else agent.name,

@@ -1,16 +1,19 @@
-"""Real agents for the console tests: the agent's own main loop (inference gRPC, management
-gRPC with a token, mDNS bound to 127.0.0.1 only) on a thread, ports from the OS."""
+"""Real agents for the console tests: ``edge-agent serve`` processes (inference gRPC,
+management gRPC with a token, mDNS bound to 127.0.0.1 only), ports from the OS."""
 
 from __future__ import annotations
 
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from edge_agent.config import AgentConfig, GrpcConfig
-from edge_agent.management.agent_main import run_agent
-from edge_agent.management.runtime import AgentRuntime, ManagementOptions
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from packager.signing import generate_keypair
@@ -18,7 +21,9 @@ from tests.agent_management.models import make_fragile_model
 
 PROFILE = "x86_64-cpu-onnxruntime"
 LOOPBACK = ("127.0.0.1",)
-START_DEADLINE_S = 60.0
+START_DEADLINE_S = 120.0
+STOP_DEADLINE_S = 30.0
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -55,69 +60,73 @@ def build_test_bundles(root: Path) -> BundleSet:
                      fragile=fragile)
 
 
+READY = re.compile(r"edge-agent ready: .*?management on (?P<mgmt>\S+?);")
+
+
 @dataclass
 class RunningAgent:
-    """One agent running on a thread of this process; :meth:`stop` ends it."""
+    """One ``edge-agent serve`` process (its own process group); :meth:`stop` ends it."""
 
     name: str
     state_dir: Path
-    thread: threading.Thread
-    stop_event: threading.Event
-    runtime: AgentRuntime | None = None
-    error: BaseException | None = None
-    ready: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def address(self) -> str:
-        """HOST:PORT of the management API."""
-        assert self.runtime is not None and self.runtime.management_address
-        return self.runtime.management_address
+    proc: subprocess.Popen[str]
+    address: str = ""  # HOST:PORT of the management API
+    output: list[str] = field(default_factory=list)
 
     @property
     def token(self) -> str:
-        """The management token."""
-        assert self.runtime is not None
-        return self.runtime.token
+        """The management token (created by the agent in its state directory)."""
+        return (self.state_dir / "management.token").read_text().strip()
 
     @property
     def agent_id(self) -> str:
         """The agent's id (as advertised)."""
-        assert self.runtime is not None and self.runtime.identity is not None
-        return self.runtime.identity.agent_id
+        return (self.state_dir / "agent-id").read_text().strip()
 
     def stop(self) -> None:
-        """Withdraw the advert, stop the servers, wait for the thread."""
-        self.stop_event.set()
-        self.thread.join(30)
+        """SIGTERM (the advert is withdrawn, requests drained); SIGKILL if it hangs."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
 
 
 def start_agent(root: Path, name: str, public_key: Path, *, mdns: bool = True,
                 profile: str = PROFILE) -> RunningAgent:
-    """Start an agent called ``name`` with its state under ``root / name``."""
+    """Start ``edge-agent serve`` called ``name`` with its state under ``root / name``,
+    inference and management on 127.0.0.1 port 0, mDNS (if asked) on 127.0.0.1 only."""
     state_dir = root / name
-    config = AgentConfig(state_dir=state_dir,
-                         grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False, workers=4))
-    options = ManagementOptions(address="127.0.0.1:0", name=name, trusted_keys=(public_key,),
-                                mdns=mdns, mdns_interfaces=LOOPBACK, profile=profile)
-    stop = threading.Event()
-    agent = RunningAgent(name=name, state_dir=state_dir, thread=threading.Thread(),
-                         stop_event=stop)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "edge_agent.cli", "serve", "--state-dir", str(state_dir),
+            "--grpc", "127.0.0.1:0", "--no-uds", "--management", "127.0.0.1:0",
+            "--name", name, "--trust", str(public_key), "--profile", profile]
+    args += ["--mdns-interface", LOOPBACK[0]] if mdns else ["--no-mdns"]
+    proc = subprocess.Popen(args, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    agent = RunningAgent(name=name, state_dir=state_dir, proc=proc)
+    lines: queue.Queue[str] = queue.Queue()
 
-    def on_ready(_addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:
-        agent.runtime = runtime
-        agent.ready.set()
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            agent.output.append(line)
+            lines.put(line)
 
-    def main() -> None:
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + START_DEADLINE_S
+    while time.monotonic() < deadline:
         try:
-            run_agent(config, options, on_ready=on_ready, stop_event=stop, grace=1.0)
-        except BaseException as exc:
-            agent.error = exc
-            agent.ready.set()
-
-    agent.thread = threading.Thread(target=main, name=f"agent-{name}", daemon=True)
-    agent.thread.start()
-    if not agent.ready.wait(START_DEADLINE_S) or agent.error is not None:
-        agent.stop()
-        raise RuntimeError(f"agent {name} did not start: {agent.error!r}")
-    return agent
-
+            line = lines.get(timeout=0.2)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+            continue
+        if match := READY.search(line):
+            agent.address = match["mgmt"]
+            return agent
+    agent.stop()
+    raise RuntimeError(f"agent {name} did not start:\n" + "".join(agent.output))

@@ -4,6 +4,7 @@ and the console app factory."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -51,7 +52,10 @@ async def wait_for(pilot: Pilot[None], condition: Callable[[], object], what: st
     """Let the app run until ``condition()`` holds (fails after a generous deadline)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s
+    start = loop.time()
     while not condition():
         if loop.time() > end:
             raise AssertionError(f"timed out waiting for {what}")
         await pilot.pause(0.05)
+    if os.environ.get("CONSOLE_TEST_TIMING"):
+        print(f"waited {loop.time() - start:.2f}s for {what}")

@@ -130,3 +130,23 @@ def test_missing_default_config_is_fine_but_a_named_one_is_not(tmp_path: Path,
     assert load_settings() == ConsoleSettings()
     with pytest.raises(ConsoleConfigError, match="does not exist"):
         load_settings(tmp_path / "nope.toml")
+
+
+def test_a_discovered_agent_that_stops_answering_goes_offline_and_comes_back() -> None:
+    fleet = Fleet(clock=lambda: NOW)
+    fleet.apply_discovery(DiscoveryEvent("added", _found(6)))
+    fleet.apply_probe("id-6", ProbeResult(AgentState.UNREACHABLE, "refused"))
+    assert fleet.get("id-6").state is AgentState.UNREACHABLE  # never answered: unreachable
+    fleet.apply_probe("id-6", ProbeResult(AgentState.ONLINE))
+    fleet.apply_probe("id-6", ProbeResult(AgentState.UNREACHABLE, "refused"))
+    agent = fleet.get("id-6")
+    assert agent.state is AgentState.OFFLINE and agent.message == "stopped answering: refused"
+    fleet.apply_probe("id-6", ProbeResult(AgentState.ONLINE))
+    assert fleet.get("id-6").state is AgentState.ONLINE
+    fleet.apply_discovery(DiscoveryEvent("removed", _found(6)))
+    fleet.apply_probe("id-6", ProbeResult(AgentState.ONLINE))  # a late answer after goodbye
+    assert fleet.get("id-6").state is AgentState.OFFLINE and fleet.get("id-6").left
+    fleet.apply_discovery(DiscoveryEvent("added", _found(6)))
+    assert fleet.get("id-6").state is AgentState.UNKNOWN and not fleet.get("id-6").left
+    texts = [e.text for e in fleet.events]
+    assert texts.count("went offline (stopped answering)") == 1 and "answering again" in texts
