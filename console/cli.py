@@ -248,6 +248,11 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-console`` command."""
+    argv = sys.argv[1:] if argv is None else argv
+    if (not argv or argv[0] == "ui") and sys.stdin.isatty() and sys.stdout.isatty():
+        from console.tui import run_tui  # the terminal UI (its own options)
+
+        return run_tui(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of the terminal UI in a real terminal: runs the UI (`python -m console.tui ARGS...`,
-# what `edge-console ui ARGS...` runs once console/cli.py routes to it) under tmux
+# Smoke test of the terminal UI in a real terminal: runs `edge-console ui ARGS...` under tmux
 # (its own tmux server socket), sends keys, checks the captured screen, quits with `q`.
 #
 #   scripts/tui_smoke.sh --no-discovery --agent 127.0.0.1:1
@@ -23,7 +22,7 @@ T=(tmux -L "$SOCKET")
 cleanup() { "${T[@]}" kill-server >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-ENTRY="${SMOKE_ENTRY:-console.tui}"  # SMOKE_ENTRY="console.cli ui" once the CLI routes there
+ENTRY="${SMOKE_ENTRY:-console.cli ui}"  # edge-console ui
 # shellcheck disable=SC2086
 printf -v CMD '%q ' env "PYTHONPATH=$ROOT" TERM=xterm-256color "$PY" -m $ENTRY "$@"
 "${T[@]}" new-session -d -s smoke -x 140 -y 36 "$CMD; sleep 30"
