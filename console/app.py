@@ -81,8 +81,9 @@ class EdgeConsoleApp(App[None]):
             async with AgentBrowser(interfaces=interfaces) as browser:
                 async for event in browser.events():
                     self.fleet.apply_discovery(event)
-        except OSError as exc:
-            text = (f"mDNS discovery failed ({exc.strerror or exc}); list agents with "
+        except Exception as exc:  # shown in the UI, never a traceback
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            text = (f"mDNS discovery failed ({why or type(exc).__name__}); list agents with "
                     "--agent HOST:PORT or choose --interface")
             self.fleet.log("", "error", text)
             self.notify(text, severity="error", timeout=10)

@@ -99,3 +99,12 @@ async def test_wrong_token_unreachable_and_api_mismatch_are_clear_states(
                 assert name in status and app.fleet.find(name).message[:30] in status
     finally:
         await future.stop()
+
+
+async def test_discovery_on_a_missing_interface_is_reported_not_raised() -> None:
+    app = console_app(poll=False, interfaces=("192.0.2.1",))  # TEST-NET-1: not on this host
+    async with app.run_test(size=(130, 30)) as pilot:
+        await wait_for(pilot, lambda: any("mDNS discovery failed" in e.text
+                                          for e in app.fleet.events), "the discovery error")
+        assert isinstance(app.screen, FleetScreen)
+        assert "--agent HOST:PORT" in app.fleet.events[-1].text
