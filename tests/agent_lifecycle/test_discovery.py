@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from console.discovery import AgentBrowser, DiscoveryEvent
+from console.discovery import AgentBrowser, DiscoveredAgent, DiscoveryEvent
 from edge_agent.discovery import SERVICE_TYPE, Advertiser, AgentAdvert
 from edge_agent.errors import ConfigError
 
@@ -16,7 +17,7 @@ DEADLINE_S = 20
 
 
 def _advert(n: int, **kw: object) -> AgentAdvert:
-    base = dict(id=f"test-{n}-{id(kw):x}", name=f"bench-{n}", arch="x86_64",
+    base = dict(id=f"test-{n}-{uuid.uuid4().hex[:12]}", name=f"bench-{n}", arch="x86_64",
                 profile="x86_64-cpu-onnxruntime", mgmt_port=50_000 + n, grpc_port=51_000 + n)
     base.update(kw)
     return AgentAdvert(**base)  # type: ignore[arg-type]
@@ -52,12 +53,12 @@ async def test_advertise_update_and_vanish() -> None:
             updated = (await _next(events, "updated", advert.id)).agent
             assert updated.profile == "x86_64-cpu-openvino"
             assert updated.txt["models"] == "resnet:3,bert:1"
-            assert [a.profile for a in browser.agents()] == ["x86_64-cpu-openvino"]
+            assert [a.profile for a in _own(browser, advert.id)] == ["x86_64-cpu-openvino"]
         finally:
             await advertiser.stop()
         removed = (await _next(events, "removed", advert.id)).agent
         assert removed.id == advert.id
-        assert browser.agents() == []
+        assert _own(browser, advert.id) == []
 
 
 async def test_two_advertisers_at_once() -> None:
@@ -70,9 +71,14 @@ async def test_two_advertisers_at_once() -> None:
             second = await _next(events, "added", b.id)
             assert first.agent.port != second.agent.port
             assert second.agent.arch == "aarch64"
-            assert {x.id for x in browser.agents()} == {a.id, b.id}
-        await asyncio.wait_for(_wait_until(lambda: not browser.agents()), DEADLINE_S)
+            assert {x.id for x in _own(browser, a.id, b.id)} == {a.id, b.id}
+        await asyncio.wait_for(_wait_until(lambda: not _own(browser, a.id, b.id)), DEADLINE_S)
     assert {e.agent.id for e in seen if e.kind == "removed"} == {a.id, b.id}
+
+
+def _own(browser: AgentBrowser, *ids: str) -> list[DiscoveredAgent]:
+    """The agents this test advertised (other processes may advertise on loopback too)."""
+    return [a for a in browser.agents() if a.id in ids]
 
 
 async def _wait_until(cond: Callable[[], bool]) -> None:
