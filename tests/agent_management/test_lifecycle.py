@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from console.discovery import AgentBrowser
+from edge_agent.management.client import AgentClient
 from edge_agent.management.runtime import ManagementOptions
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles
@@ -76,6 +77,16 @@ async def test_mdns_advert_on_start_withdrawn_on_stop(bundles: Bundles, tmp_path
             assert seen.port == int(agent.management.rpartition(":")[2])
             assert seen.grpc_port == int(agent.grpc.rpartition(":")[2])
             assert seen.api == "1" and seen.arch == "x86_64"
+            with AgentClient(agent.management, token=agent.token) as client:
+                assert (await asyncio.to_thread(client.deploy, bundles.mlp[1])).ok
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # the TXT record follows the active versions
+                agents = [a for a in browser.agents() if a.name == "mdns-agent"]
+                if agents and agents[0].txt.get("models") == "mlp:1":
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(f"TXT models never became mlp:1: {browser.agents()}")
         finally:
             await asyncio.to_thread(agent.stop)
         await _wait_for(browser, False, "mdns-agent", 30)
