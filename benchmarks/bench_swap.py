@@ -285,7 +285,7 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--swaps", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=4, help="metrics on/off rounds")
+    parser.add_argument("--rounds", type=int, default=6, help="metrics on/off rounds")
     parser.add_argument("--seconds", type=float, default=3.0, help="per metrics round")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-swap-") as tmp:

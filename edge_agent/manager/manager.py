@@ -566,8 +566,11 @@ class ModelManager:
         keep_n = max(1, self.settings.keep_versions)
         active = self.store.active_version(model)
         target = self.rollback_target(model)
-        recs = sorted((r.version for r in self.store.versions(model)), reverse=True)
-        keep = set(recs[:keep_n]) | {v for v in (active, target) if v is not None}
+        records = self.store.versions(model)
+        recs = sorted((r.version for r in records), reverse=True)
+        usable = [r.version for r in sorted(records, key=lambda r: -r.version)
+                  if r.state is not VersionState.FAILED]  # failed versions go first
+        keep = set(usable[:keep_n]) | {v for v in (active, target) if v is not None}
         pruned = []
         for v in recs:
             if v in keep or self._loaded(model, v):

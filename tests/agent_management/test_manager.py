@@ -243,3 +243,16 @@ def test_active_version_broken_on_disk_falls_back_at_start(tmp_path: Path,
     finally:
         again.dataplane.close()
         again.store.close()
+
+
+def test_failed_versions_are_pruned_before_good_ones(tmp_path: Path, bundles: Bundles) -> None:
+    m = _managed(tmp_path / "state", bundles, keep_versions=2)
+    try:
+        assert m.manager.deploy(bundles.mlp[1]).ok
+        assert not m.manager.deploy(bundles.nan).ok  # version 6 stays on disk as failed
+        assert m.version_dirs() == ["1", "6"]
+        assert m.manager.deploy(bundles.mlp[2]).ok and m.manager.deploy(bundles.mlp[3]).ok
+        assert m.version_dirs() == ["2", "3"]  # 6 (failed) and then 1 (oldest) went
+    finally:
+        m.dataplane.close()
+        m.store.close()
