@@ -22,7 +22,7 @@ class ManagementServer:
     """
 
     def __init__(self, servicer: ManagementServicer, address: str, *, token: str,
-                 tls: TlsFiles | None = None, workers: int = 8) -> None:
+                 tls: TlsFiles | None = None, workers: int = 16) -> None:
         self.servicer = servicer
         self.address = address
         self.token = token

@@ -41,8 +41,11 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
     def __init__(self, manager: ModelManager, identity: AgentIdentity, *,
                  metrics: MetricsStore | None = None,
                  recorder: MetricsRecorder | None = None,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None, max_watchers: int = 8) -> None:
         self.manager = manager
+        # each WatchMetrics stream holds a server thread: cap them so calls still get one
+        self._watchers = threading.BoundedSemaphore(max_watchers)
+        self.max_watchers = max_watchers
         self.identity = identity
         self.metrics = metrics
         self.recorder = recorder
@@ -202,6 +205,10 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                      context: grpc.ServicerContext) -> Iterator[pb.MetricsSample]:
         if self.recorder is None:
             return
+        if not self._watchers.acquire(blocking=False):
+            abort(context, QueueFullError(
+                f"this agent already streams metrics to {self.max_watchers} watchers; close "
+                "one (or use QueryMetrics)"))
         samples, unsubscribe = self.recorder.subscribe_queue(maxsize=30)
         try:
             while context.is_active():
@@ -212,6 +219,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 yield _sample_pb(sample, request.model)
         finally:
             unsubscribe()
+            self._watchers.release()
 
 
 def _sample_pb(sample: LiveSample, model: str) -> pb.MetricsSample:
