@@ -223,7 +223,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         _dump(reports)
     else:
         for r in reports:
-            print(f"{r.agent}: {r.bundle}: {r.result.message if r.result else r.error}")
+            what = r.skipped or (r.result.message if r.result else r.error)
+            print(f"{r.agent}: {r.bundle}: {what}")
     return 0
 
 

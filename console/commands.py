@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,10 +183,11 @@ class DeployReport:
     bundle: str
     result: DeployResult | None
     error: str = ""
+    skipped: str = ""  # why nothing was done (e.g. the version is already active)
 
     @property
     def ok(self) -> bool:
-        return self.result is not None and self.result.ok
+        return bool(self.skipped) or (self.result is not None and self.result.ok)
 
 
 def deploy(bundle_paths: Sequence[Path], agents: Sequence[str], settings: ConsoleSettings,
@@ -202,19 +204,22 @@ def deploy(bundle_paths: Sequence[Path], agents: Sequence[str], settings: Consol
     groups: dict[tuple[str, int], list[LocalBundle]] = {}
     for b in bundles:
         groups.setdefault((b.manifest.name, b.manifest.version), []).append(b)
-    order = ([canary] if canary else []) + [a for a in agents if a != canary]
+    rest = [a for a in dict.fromkeys(agents) if a != canary]
     reports: list[DeployReport] = []
-    for target in order:
-        agent_reports = _deploy_to(target, groups, settings, token_file, force, on_step,
-                                   on_progress)
-        reports += agent_reports
-        if target == canary and not all(r.ok for r in agent_reports):
-            rest = len(order) - 1
+    if canary:
+        reports += _deploy_to(canary, groups, settings, token_file, force, on_step,
+                              on_progress)
+        if not all(r.ok for r in reports):
             aborted = RolloutAbortedError(
-                f"canary {canary} failed ({_first_failure(agent_reports)}); not deploying to "
-                f"the other {rest} agent(s)")
+                f"canary {canary} failed ({_first_failure(reports)}); not deploying to "
+                f"the other {len(rest)} agent(s)")
             aborted.reports = reports  # type: ignore[attr-defined]
             raise aborted
+    # the rest in parallel (each agent's own pipeline runs its models one after another)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(rest)))) as pool:
+        for agent_reports in pool.map(lambda t: _deploy_to(t, groups, settings, token_file,
+                                                           force, on_step, on_progress), rest):
+            reports += agent_reports
     failed = [r for r in reports if not r.ok]
     if failed:
         raise DeploymentFailedError(f"{len(failed)} of {len(reports)} deployment(s) failed; "
@@ -250,7 +255,14 @@ def _deploy_to(target: str, groups: dict[tuple[str, int], list[LocalBundle]],
             except BundleRejectedError as exc:
                 reports.append(DeployReport(target, candidates[0].path.name, None, str(exc)))
                 continue
+            name, version = chosen.manifest.name, chosen.manifest.version
             try:
+                if not force and any(v.active and v.version == version
+                                     for v in client.models(name)):
+                    reports.append(DeployReport(target, chosen.path.name, None,
+                                                skipped=f"{name} version {version} is already "
+                                                "active (use --force to reload it)"))
+                    continue
                 result = client.deploy(
                     chosen.path, force=force,
                     on_step=(lambda s: on_step(target, s)) if on_step else None,

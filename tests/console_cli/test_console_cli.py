@@ -117,3 +117,23 @@ def test_unreachable_agent_fails_with_one_line(fleet: Fleet) -> None:
     run = console(fleet, "rollback", "mlp", "--agent", "127.0.0.1:1", "--token-file",
                   str(fleet.token_a))
     assert run.code == 1 and "127.0.0.1:1" in run.err and run.err.count("\n") == 1
+
+
+def test_deploy_to_several_agents_then_again_is_a_no_op(fleet: Fleet, bundles: Bundles) -> None:
+    config = fleet.home / "edge-console" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f'[[agents]]\naddress = "{fleet.a.management}"\n'
+                      f'token_file = "{fleet.token_a}"\n\n'
+                      f'[[agents]]\naddress = "{fleet.b.management}"\n'
+                      f'token_file = "{fleet.token_b}"\n')
+    try:
+        args = ("deploy", str(bundles.mlp[3]), "--agent", fleet.a.management, "--agent",
+                fleet.b.management, "--json")
+        first = console(fleet, *args)
+        assert first.code == 0, first.err
+        assert [r["result"]["active_version"] for r in first.json()] == [3, 3]
+        again = console(fleet, *args)
+        assert again.code == 0, again.err
+        assert all("already active" in r["skipped"] for r in again.json())
+    finally:
+        config.unlink()
