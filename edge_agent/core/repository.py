@@ -93,6 +93,10 @@ class ModelRepository:
         self._lock = threading.RLock()
         #: Optional filter for :meth:`load_all` (the model manager loads only active versions).
         self.startup_filter: Callable[[str, int], bool] | None = None
+        #: Optional source of a model's committed active version (the model manager's store),
+        #: pinned as the default whenever the model is (re)created here, e.g. after a KServe
+        #: RepositoryModelUnload + Load. A configured default_version still wins.
+        self.active_version_of: Callable[[str], int | None] | None = None
 
     # ------------------------------------------------------------------ disk
     def scan(self) -> dict[str, list[int]]:
@@ -188,8 +192,12 @@ class ModelRepository:
         """
         path = Path(model_dir) if model_dir is not None else self.models_dir / name / str(version)
         with self._lock:
-            model = self._models.setdefault(name, _Model(name, pinned=self.overrides_for(
-                name).default_version))
+            model = self._models.get(name)
+            if model is None:
+                pinned = self.overrides_for(name).default_version
+                if pinned is None and self.active_version_of is not None:
+                    pinned = self.active_version_of(name)
+                model = self._models[name] = _Model(name, pinned=pinned)
             existing = model.versions.get(version)
             if existing is not None and existing.state in (VersionState.READY,
                                                            VersionState.LOADING):

@@ -116,6 +116,7 @@ class ModelManager:
         self._generation: dict[str, int] = {}
         self._closed = threading.Event()
         self._watchers: list[threading.Thread] = []
+        self.repository.active_version_of = store.active_version
 
     # ------------------------------------------------------------------ start-up
     def start(self) -> list[str]:

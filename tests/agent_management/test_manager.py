@@ -256,3 +256,12 @@ def test_failed_versions_are_pruned_before_good_ones(tmp_path: Path, bundles: Bu
     finally:
         m.dataplane.close()
         m.store.close()
+
+
+def test_kserve_unload_and_load_keeps_the_active_version(managed: Managed,
+                                                         bundles: Bundles) -> None:
+    m = managed.manager
+    assert m.deploy(bundles.mlp[1]).ok and m.deploy(bundles.mlp[2]).ok and m.rollback("mlp").ok
+    managed.dataplane.unload_model("mlp")  # what tritonclient.unload_model does
+    managed.dataplane.load_model("mlp")  # loads every version on disk
+    assert managed.infer()[0] == 1  # still the committed active version, not the highest
