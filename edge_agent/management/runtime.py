@@ -142,6 +142,9 @@ class AgentRuntime:
         self.management = ManagementServer(servicer, self.options.address, token=self.token,
                                            tls=self.options.tls)
         self.management_address = self.management.start()
+        if not self.options.trusted_keys and not self.options.allow_unsigned:
+            log.warning("no trusted public key (--trust): every deploy will be refused until "
+                        "one is configured (or --allow-unsigned for development)")
         if self.options.mdns:
             self._start_mdns()
         return self.management_address
