@@ -105,8 +105,8 @@ def test_refused_bundle_says_which_profile_the_device_runs(deployed: AgentClient
     assert [v.version for v in deployed.models("mlp") if v.active] == [1]
 
 
-def test_ten_swaps_under_load_fail_no_request(deployed: AgentClient, agent: InProcessAgent,
-                                              bundles: Bundles) -> None:
+def test_ten_swaps_and_a_reload_under_load_fail_no_request(
+        deployed: AgentClient, agent: InProcessAgent, bundles: Bundles) -> None:
     import tritonclient.grpc as tc
 
     refs = {v: [bundles.reference(v, x) for x in INPUTS] for v in (1, 2)}
@@ -153,14 +153,17 @@ def test_ten_swaps_under_load_fail_no_request(deployed: AgentClient, agent: InPr
             down = deployed.rollback("mlp")
             assert down.ok, down.message
             time.sleep(0.2)
+        reload = deployed.activate("mlp", 1, force=True)  # a fresh copy, swapped in
+        assert reload.ok, reload.message
+        time.sleep(0.2)
     finally:
         stop.set()
         for t in threads:
             t.join(30)
     assert problems == []
     assert seen[1] > 0 and seen[2] > 0, seen
-    kinds = [d.kind for d in deployed.deployments("mlp", limit=10)]
-    assert kinds == ["rollback", "deploy"] * 5
+    kinds = [d.kind for d in deployed.deployments("mlp", limit=11)]
+    assert kinds == ["activate"] + ["rollback", "deploy"] * 5
 
 
 def test_query_and_watch_metrics(deployed: AgentClient, agent: InProcessAgent) -> None:
