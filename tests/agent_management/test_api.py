@@ -213,3 +213,21 @@ def test_unknown_version_is_not_found(deployed: AgentClient, tmp_path: Path) -> 
     with pytest.raises(ManagementError) as err:
         deployed.deploy(junk)
     assert err.value.status == "INVALID_ARGUMENT" and "not a valid bundle" in str(err.value)
+
+
+def test_upload_reports_progress_in_chunks(deployed: AgentClient, bundles: Bundles,
+                                           tmp_path: Path) -> None:
+    from packager.build import build_bundles
+    from packager.samples import make_mlp
+
+    src = make_mlp(tmp_path / "wide.onnx", hidden=8192, seed=4)  # ~2 MiB of weights
+    (bundle,) = build_bundles(src, name="wide", version=1, profiles=["x86_64-cpu-onnxruntime"],
+                              out_dir=tmp_path / "out", key_path=bundles.private_key,
+                              dynamic_batch=True)
+    progress: list[tuple[int, int]] = []
+    result = deployed.deploy(bundle, on_progress=lambda got, total: progress.append((got, total)))
+    assert result.ok, result.message
+    size = bundle.stat().st_size
+    assert len(progress) >= 3 and progress[-1] == (size, size)
+    assert [got for got, _ in progress] == sorted(got for got, _ in progress)
+    assert any(v.model == "wide" and v.active for v in deployed.models())
