@@ -212,9 +212,19 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     targets = _targets(args)
     canary = parse_target(args.canary) if args.canary else None
     quiet = args.json
+    shown: dict[str, int] = {}
+
+    def progress(target: str, got: int, total: int) -> None:  # every quarter of a big upload
+        quarter = got * 4 // total if total else 4
+        if total >= 4 << 20 and quarter > shown.get(target, 0):
+            shown[target] = quarter
+            print(f"{target}  upload    {got / 2**20:.1f} of {total / 2**20:.1f} MiB",
+                  flush=True)
+
     try:
         reports = deploy(args.bundles, targets, _settings(args), args.token_file, canary=canary,
-                         force=args.force, on_step=None if quiet else _print_step)
+                         force=args.force, on_step=None if quiet else _print_step,
+                         on_progress=None if quiet else progress)
     except ConsoleError as exc:
         if quiet:
             _dump(getattr(exc, "reports", []))
