@@ -68,11 +68,14 @@ def _app() -> EdgeConsoleApp:
     return EdgeConsoleApp(ConsoleSettings(interfaces=tuple(LOOPBACK)), poll=False)
 
 
-async def _until_listed(app: EdgeConsoleApp, pilot, n: int) -> float:  # type: ignore[no-untyped-def]
+async def _until_listed(app: EdgeConsoleApp, pilot, n: int, run: str) -> float:  # type: ignore[no-untyped-def]
+    """Wait until the table shows this run's n agents (loopback mDNS may carry others)."""
     t0 = time.perf_counter()
+    prefix = f"bench-{run}-"
     while True:
         screen = app.screen
-        if isinstance(screen, FleetScreen) and len(screen.table._order) >= n:
+        if isinstance(screen, FleetScreen) and sum(
+                k.startswith(prefix) for k in screen.table._order) >= n:
             return time.perf_counter() - t0
         if time.perf_counter() - t0 > DEADLINE_S:
             raise SystemExit(f"only {len(app.fleet)} of {n} agents listed in {DEADLINE_S}s")
@@ -89,14 +92,14 @@ async def time_to_list(n: int, run: str, *, already_advertised: bool) -> float:
             app = _app()
             t0 = time.perf_counter()
             async with app.run_test(size=(140, 40)) as pilot:
-                await _until_listed(app, pilot, n)
+                await _until_listed(app, pilot, n, run)
                 return time.perf_counter() - t0
         app = _app()
         async with app.run_test(size=(140, 40)) as pilot:
             await pilot.pause(0.5)  # the browser is up
             t0 = time.perf_counter()
             register = asyncio.create_task(fleet.register())
-            await _until_listed(app, pilot, n)
+            await _until_listed(app, pilot, n, run)
             elapsed = time.perf_counter() - t0
             await register
             return elapsed
@@ -114,7 +117,7 @@ async def browser_alone(n: int, run: str) -> float:
             await asyncio.sleep(0.5)
             t0 = time.perf_counter()
             register = asyncio.create_task(fleet.register())
-            while len(browser.agents()) < n:
+            while sum(a.id.startswith(f"bench-{run}-") for a in browser.agents()) < n:
                 if time.perf_counter() - t0 > DEADLINE_S:
                     raise SystemExit(f"the browser saw {len(browser.agents())} of {n}")
                 await asyncio.sleep(0.01)

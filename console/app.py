@@ -9,6 +9,7 @@ next scheduled only after the last finished), and the management clients
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,8 @@ class EdgeConsoleApp(App[None]):
         self.connections = Connections(self.settings)
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="probe")
         self.poll_rounds = 0  # finished poll rounds (tests wait on it)
+        self.polling = False  # a round is in flight
+        self._poll_now = asyncio.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -90,15 +93,22 @@ class EdgeConsoleApp(App[None]):
 
     @work(exclusive=True, group="poll", exit_on_error=False)
     async def poll_loop(self) -> None:
-        """Ask every agent for its state, one round at a time, forever."""
+        """Ask every agent for its state, one round at a time, forever: the next round starts
+        ``poll_interval_s`` after the last one finished, or as soon as :meth:`poll_agents`
+        asks (never while a round is in flight)."""
         while True:
-            await self.poll_once()
-            await asyncio.sleep(self.settings.poll_interval_s)
+            self.polling = True
+            try:
+                await self.poll_once()
+            finally:
+                self.polling = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poll_now.wait(), self.settings.poll_interval_s)
+            self._poll_now.clear()
 
     def poll_agents(self) -> None:
-        """Start a poll round now (restarts the loop; never two rounds at once)."""
-        if self.poll_enabled:
-            self.poll_loop()
+        """Ask every agent again as soon as the round in flight (if any) has finished."""
+        self._poll_now.set()
 
     async def poll_once(self) -> None:
         """One round: probe every agent that may answer, concurrently, off the UI thread."""

@@ -3,9 +3,9 @@
 # (its own tmux server socket), sends keys, checks the captured screen, quits with `q`.
 #
 #   scripts/tui_smoke.sh --no-discovery --agent 127.0.0.1:1
-#   SMOKE_EXPECT=$'alpha\nonline' scripts/tui_smoke.sh --interface 127.0.0.1 --config c.toml
+#   SMOKE_EXPECT='alpha +● online' scripts/tui_smoke.sh --interface 127.0.0.1 --config c.toml
 #
-# SMOKE_EXPECT: extra lines of text that must appear on the fleet screen.
+# SMOKE_EXPECT: extra lines (extended regexes) that must appear on the fleet screen.
 # Exit codes: 0 passed, 1 failed (the last screen is printed), 77 tmux is missing.
 set -euo pipefail
 
@@ -29,9 +29,9 @@ printf -v CMD '%q ' env "PYTHONPATH=$ROOT" TERM=xterm-256color "$PY" -m $ENTRY "
 
 screen() { "${T[@]}" capture-pane -p -t smoke 2>/dev/null || true; }
 
-wait_for() {  # wait_for TEXT: until TEXT is on the screen
-    local end=$((SECONDS + DEADLINE_S))
-    while ! screen | grep -qF -- "$1"; do
+wait_for() {  # wait_for TEXT [-E]: until TEXT (a regex with -E) is on the screen
+    local end=$((SECONDS + DEADLINE_S)) mode="${2:--F}"
+    while ! screen | grep -q "$mode" -- "$1"; do
         if ((SECONDS > end)); then
             echo "tui_smoke: FAILED waiting for '$1'; the screen was:" >&2
             screen >&2
@@ -50,7 +50,7 @@ wait_for "NAME"
 wait_for "Filter"
 if [[ -n "${SMOKE_EXPECT:-}" ]]; then
     while IFS= read -r line; do
-        [[ -n "$line" ]] && wait_for "$line"
+        [[ -n "$line" ]] && wait_for "$line" -E
     done <<< "$SMOKE_EXPECT"
 fi
 

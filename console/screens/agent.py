@@ -4,6 +4,7 @@ system load, deployment history and recent events of one agent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +60,7 @@ class AgentScreen(ConsoleScreen):
         self.metrics = LiveMetrics()
         self.busy = ""  # the change in flight, shown in the status line
         self._plots: dict[str, ModelPlot] = {}
+        self._refresh_now = asyncio.Event()
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -113,11 +115,15 @@ class AgentScreen(ConsoleScreen):
 
     @work(exclusive=True, group="agent-refresh", exit_on_error=False)
     async def refresh_loop(self) -> None:
-        """Poll the agent; the next poll starts only after the last one finished."""
+        """Poll the agent; the next poll starts only after the last one finished (after the
+        poll interval, or at once when :meth:`action_refresh` asks)."""
         while True:
             snapshot = await asyncio.to_thread(self.fetch)
             self.post_message(AgentSnapshotReady(self.key, snapshot))
-            await asyncio.sleep(self.console.settings.poll_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._refresh_now.wait(),
+                                       self.console.settings.poll_interval_s)
+            self._refresh_now.clear()
 
     @work(thread=True, exclusive=True, group="agent-watch", exit_on_error=False)
     def watch_loop(self) -> None:
@@ -337,5 +343,4 @@ class AgentScreen(ConsoleScreen):
             self.console.show_details(self.agent)
 
     def action_refresh(self) -> None:
-        if self.live and self.console.poll_enabled:
-            self.refresh_loop()
+        self._refresh_now.set()  # the loop asks again once the fetch in flight is done

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,14 +22,15 @@ SCRIPT = ROOT / "scripts" / "tui_smoke.sh"
 @pytest.mark.skipif(shutil.which("tmux") is None,
                     reason="tmux is not installed (Debian/Ubuntu package: tmux)")
 def test_tui_smoke_in_tmux(agents: Callable[..., RunningAgent], tmp_path: Path) -> None:
-    agent = agents("smoke-agent")
+    name = f"smoke-{uuid.uuid4().hex[:6]}"  # loopback mDNS is shared: look for this one
+    agent = agents(name)
     config = tmp_path / "console.toml"
-    config.write_text(f'[tokens]\n"smoke-agent" = "{agent.token}"\n')
-    env = {**os.environ, "PYTHON": sys.executable, "SMOKE_EXPECT": "smoke-agent\n● online",
+    config.write_text(f'[tokens]\n"{name}" = "{agent.token}"\n')
+    env = {**os.environ, "PYTHON": sys.executable, "SMOKE_EXPECT": f"{name} +● online",
            "XDG_CONFIG_HOME": str(tmp_path), "SMOKE_DEADLINE_S": "60"}
     out = subprocess.run([str(SCRIPT), "--interface", "127.0.0.1", "--config", str(config),
                           "--poll", "0.5"], env=env, capture_output=True, text=True,
                          timeout=180, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "tui_smoke: ok: '● online'" in out.stdout
+    assert f"tui_smoke: ok: '{name} +● online'" in out.stdout
     assert out.stdout.rstrip().endswith("tui_smoke: passed")
