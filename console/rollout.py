@@ -27,6 +27,7 @@ HEALTH_POLL_S = 0.5
 MAX_ERROR_RATE = 0.2  # the canary is unhealthy above this share of failed requests...
 MIN_REQUESTS = 10  # ...once it has served at least this many in the soak window
 PARALLEL_UPLOADS = 4
+CANCELLED = "rollout cancelled by the operator"
 
 
 class Phase(StrEnum):
@@ -181,7 +182,7 @@ class Rollout:
             if problem is not None or remaining <= 0:
                 return problem
             if self.cancelled():
-                return "rollout cancelled by the operator"
+                return CANCELLED
             time.sleep(min(HEALTH_POLL_S, max(0.0, remaining)))
 
     def roll_back(self, agent: FleetAgent, why: str) -> None:
@@ -218,6 +219,10 @@ class Rollout:
             problem = self.soak(canary)
             if problem is not None:
                 self.roll_back(canary, problem)
+                if problem == CANCELLED:
+                    self._skip(rest, "rollout cancelled")
+                    return self._outcome(False, f"cancelled while {canary.name} was under "
+                                         "watch; rolled it back, nothing else touched")
                 self._skip(rest, "canary turned unhealthy")
                 return self._outcome(False, f"canary {canary.name} turned unhealthy "
                                      f"({problem}); rolled it back, nothing else touched")
@@ -227,7 +232,11 @@ class Rollout:
             return self._outcome(False, "cancelled after the canary")
         with ThreadPoolExecutor(PARALLEL_UPLOADS, thread_name_prefix="rollout") as pool:
             results = list(pool.map(self._deploy_rest, rest))
-        failed = [a.name for a, ok in zip(rest, results, strict=True) if not ok]
+        failed = [a.name for a, ok in zip(rest, results, strict=True) if ok is False]
+        if self.cancelled():
+            done = sum(ok is True for ok in results) + 1
+            return self._outcome(False, f"cancelled: done on {done} agent(s), the rest left "
+                                 "alone")
         refused = [p.name for p in self.progress.values() if p.phase is Phase.REFUSED]
         if failed or refused:
             return self._outcome(False, f"done on {len(fitting) - len(failed)} agent(s); "
@@ -235,7 +244,10 @@ class Rollout:
                                  f"{', '.join(refused) or 'none'}")
         return self._outcome(True, f"done on all {len(fitting)} agent(s)")
 
-    def _deploy_rest(self, agent: FleetAgent) -> bool:
+    def _deploy_rest(self, agent: FleetAgent) -> bool | None:
+        if self.cancelled():
+            self._update(agent.key, phase=Phase.SKIPPED, message="rollout cancelled")
+            return None
         ok = self.deploy_to(agent)
         if ok:
             self._update(agent.key, phase=Phase.DONE)

@@ -24,7 +24,7 @@ from textual.widgets import (
     SelectionList,
     Static,
 )
-from textual.worker import get_current_worker
+from textual.worker import Worker, get_current_worker
 
 from console.commands import LocalBundle, read_bundles
 from console.errors import ConsoleError
@@ -60,6 +60,8 @@ class DeployScreen(ConsoleScreen):
         Binding("escape", "back", "Back", tooltip="Back (not while a rollout runs)"),
         Binding("ctrl+s", "deploy", "Start rollout", tooltip="Deploy the picked bundles"),
         Binding("delete", "clear_bundles", "Clear bundles", tooltip="Unpick every bundle"),
+        Binding("ctrl+x", "cancel_rollout", "Cancel rollout",
+                tooltip="Stop the running rollout (a canary under watch is rolled back)"),
     ]
 
     def __init__(self, preselect: Sequence[str] = (), *, root: Path | None = None) -> None:
@@ -73,6 +75,7 @@ class DeployScreen(ConsoleScreen):
         self._target_keys: list[str] = []
         self._shown_targets: list[tuple[str, str | None]] | None = None
         self._unsubscribe = lambda: None
+        self._worker: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
         root = self.root or self.console.settings.bundle_dir or Path.cwd()
@@ -232,12 +235,33 @@ class DeployScreen(ConsoleScreen):
     def start_rollout(self, targets: Sequence[FleetAgent], canary: str, soak_s: float) -> None:
         """Show a row per target and run the rollout in a worker thread."""
         self.running = True
+        self.refresh_bindings()
         self.outcome = None
         self.show_targets(targets, canary)
         self.query_one("#deploy-status", Static).update("[b]rollout running…[/b]")
         self.console.fleet.log("", "info", f"rollout of {len(self.bundles)} bundle(s) to "
                                f"{len(targets)} agent(s) started")
-        self.run_rollout(list(targets), canary, soak_s)
+        self._worker = self.run_rollout(list(targets), canary, soak_s)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel_rollout" and not self.running:
+            return False  # only shown while a rollout runs
+        return super().check_action(action, parameters)
+
+    def action_cancel_rollout(self) -> None:
+        if not self.running or self._worker is None:
+            return
+        worker = self._worker
+
+        def confirmed(yes: bool | None) -> None:
+            if yes and self.running:
+                worker.cancel()
+                self.query_one("#deploy-status", Static).update(
+                    "[b]cancelling: finishing the upload in flight…[/b]")
+
+        self.app.push_screen(ConfirmScreen(
+            "Cancel rollout", "Stop the rollout? A canary still under watch is rolled back; "
+            "agents not started yet are left alone.", yes="Stop rollout"), confirmed)
 
     def show_targets(self, targets: Sequence[FleetAgent], canary: str) -> None:
         """One progress row per target (waiting), and an empty step table."""
@@ -280,6 +304,7 @@ class DeployScreen(ConsoleScreen):
     def finish(self, outcome: RolloutOutcome) -> None:
         """The rollout ended: say how, log it, refresh the fleet."""
         self.running = False
+        self.refresh_bindings()
         self.outcome = outcome
         for progress in outcome.targets.values():
             row = self.rows.get(progress.key)

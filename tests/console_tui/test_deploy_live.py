@@ -221,3 +221,40 @@ async def test_a_canary_that_turns_unhealthy_is_rolled_back(
     finally:
         stop.set()
         await asyncio.to_thread(traffic.join, 10)
+
+
+async def test_cancelling_during_the_canary_watch_rolls_it_back(
+        agents: Callable[..., RunningAgent], bundles: BundleSet) -> None:
+    alpha, beta = agents("alpha", mdns=False), agents("beta", mdns=False)
+    for a in (alpha, beta):
+        with AgentClient(a.address, token=a.token) as c:
+            assert c.deploy(bundles.mlp[1]).ok
+    app = console_app(discovery=False, tokens={a.address: a.token for a in (alpha, beta)},
+                      agents=tuple(StaticAgent("127.0.0.1", int(a.address.rsplit(":")[1]),
+                                               a.name) for a in (alpha, beta)))
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_for(pilot, lambda: all(a.state is AgentState.ONLINE
+                                          for a in app.fleet.agents()), "both online")
+        alpha_key = app.fleet.find("alpha").key
+        app.open_deploy([alpha_key, app.fleet.find("beta").key])
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, DeployScreen)
+        screen.toggle_bundle(bundles.mlp[2])
+        targets = screen.query_one("#target-list", SelectionList)
+        await wait_for(pilot, lambda: len(targets.selected) == 2, "both targets ticked")
+        screen.query_one("#canary-select").value = alpha_key
+        screen.query_one("#soak-input").value = "120"
+        await pilot.press("ctrl+s", "y")
+        await wait_for(pilot, lambda: screen.rows[alpha_key].progress.phase is Phase.SOAKING,
+                       "the canary under watch", 60)
+        assert await asyncio.to_thread(_active, alpha) == 2
+        await pilot.press("ctrl+x")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: screen.outcome is not None, "the rollout to stop", 60)
+        outcome = screen.outcome
+        assert outcome is not None and not outcome.ok and "cancelled" in outcome.message
+        phases = {p.name: p.phase for p in outcome.targets.values()}
+        assert phases == {"alpha": Phase.ROLLED_BACK, "beta": Phase.SKIPPED}
+        assert [await asyncio.to_thread(_active, a) for a in (alpha, beta)] == [1, 1]
