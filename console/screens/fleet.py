@@ -21,7 +21,8 @@ class FleetScreen(ConsoleScreen):
     """The table of agents, a filter bar (``/``) and a line explaining the selected agent."""
 
     BINDINGS = [
-        Binding("enter", "open_agent", "Open", tooltip="Open the selected agent's screen"),
+        Binding("enter", "open_agent", "Open", priority=True,
+                tooltip="Open the selected agent's screen"),
         Binding("slash", "filter", "Filter", tooltip="Filter agents by name, profile, state..."),
         Binding("escape", "clear_filter", "Clear filter", show=False,
                 tooltip="Clear the filter"),
@@ -167,6 +168,10 @@ class FleetScreen(ConsoleScreen):
 
     # -- actions on the selected agent ---------------------------------------------------------
     def action_open_agent(self) -> None:
+        box = self.query_one("#fleet-filter", Input)
+        if self.focused is box:  # Enter in the filter bar keeps the filter, back to the table
+            self.on_input_submitted(Input.Submitted(box, box.value))
+            return
         agent = self.selected_agent()
         if agent is None:
             self.notify("No agent selected", severity="warning")
