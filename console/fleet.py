@@ -242,7 +242,7 @@ class Fleet:
         base = existing or FleetAgent(key=found.id, name=found.name, host=found.host,
                                       port=found.port)
         state, message = base.state, base.message
-        if found.api not in SUPPORTED_API_VERSIONS:
+        if found.api and found.api not in SUPPORTED_API_VERSIONS:  # no api: let GetInfo tell
             state, message = AgentState.API_MISMATCH, api_mismatch_message(found.api)
         elif base.left or state is AgentState.API_MISMATCH:
             state, message = AgentState.UNKNOWN, ""

@@ -54,6 +54,8 @@ def test_api_mismatch_from_the_advert_and_probe_states() -> None:
     agent = fleet.get("id-3")
     assert agent is not None and agent.state is AgentState.API_MISMATCH
     assert "v2" in agent.message and "upgrade" in agent.message
+    fleet.apply_discovery(DiscoveryEvent("added", _found(7, api="")))
+    assert fleet.get("id-7").state is AgentState.UNKNOWN  # no api in the advert: ask it
     fleet.apply_discovery(DiscoveryEvent("added", _found(4)))
     fleet.apply_probe("id-4", ProbeResult(AgentState.AUTH_FAILED, "refused the token"))
     assert fleet.get("id-4").state is AgentState.AUTH_FAILED
