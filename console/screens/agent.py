@@ -180,6 +180,9 @@ class AgentScreen(ConsoleScreen):
         self.metrics.add(sample)
         self.query_one("#agent-system", Static).update(system_line(self.metrics.system))
         plots = self.query_one("#plots", VerticalScroll)
+        if not self.metrics.models():
+            for empty in plots.query("#plots-empty").results(Static):
+                empty.update("live metrics: no requests since this screen opened")
         for model in self.metrics.models():
             plot = self._plots.get(model)
             if plot is None:
