@@ -1,5 +1,5 @@
-"""Command line of edge-console: scripting subcommands for CI and scripts (the terminal UI is
-not built yet).
+"""Command line of edge-console: the terminal UI (no subcommand, or ``ui``) and the scripting
+subcommands for CI and scripts, which drive the same client code.
 
 Every subcommand exits 0 on success and 1 with one clear line on stderr on failure.
 """
@@ -36,8 +36,8 @@ EPILOG = textwrap.dedent("""\
       default = "..."
     """)
 
-NOT_BUILT = ("edge-console: the terminal UI is not built yet; use the subcommands "
-             "(edge-console --help)")
+NO_TERMINAL = ("edge-console: the terminal UI needs a terminal; in scripts use the "
+               "subcommands above")
 
 
 def _common(p: argparse.ArgumentParser, *, many: bool = True, required: bool = True) -> None:
@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge-console",
         description="Find edge agents on the LAN by mDNS, deploy and roll back bundles, and "
-                    "inspect them. (The terminal UI is not built yet; these subcommands are "
-                    "for CI and scripts.)",
+                    "inspect them. With no subcommand (or `ui`, see `edge-console ui --help`) "
+                    "it opens the terminal UI; the subcommands are for CI and scripts.",
         epilog=EPILOG, formatter_class=raw)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the version to go back to (default: the previous one)")
     rollback.add_argument("--json", action="store_true", help="print JSON results")
 
-    sub.add_parser("ui", help="the terminal UI (not built yet)")
+    sub.add_parser("ui", help="the terminal UI (the default; see edge-console ui --help)",
+                   add_help=False)
     return parser
 
 
@@ -260,19 +261,17 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-console`` command."""
     argv = sys.argv[1:] if argv is None else argv
-    if (not argv or argv[0] == "ui") and sys.stdin.isatty() and sys.stdout.isatty():
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    if (argv and argv[0] == "ui") or (not argv and interactive):
         from console.tui import run_tui  # the terminal UI (its own options)
 
         return run_tui(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
+    if args.command is None:  # no terminal: teach instead of failing
         parser.print_help()
-        print(f"\n{NOT_BUILT}")
+        print(f"\n{NO_TERMINAL}")
         return 0
-    if args.command == "ui":
-        print(NOT_BUILT, file=sys.stderr)
-        return 2
     from edge_agent.errors import AgentError
 
     handlers = {"agents": cmd_agents, "status": cmd_status, "deploy": cmd_deploy,

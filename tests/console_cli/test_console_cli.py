@@ -10,14 +10,16 @@ from tests.agent_management.bundles import Bundles
 from tests.console_cli.conftest import Fleet, console
 
 
-def test_help_and_ui_not_built() -> None:
-    top = console(None)
-    assert top.code == 0 and "not built yet" in top.out
+def test_help_and_ui_without_a_terminal() -> None:
+    top = console(None)  # no terminal: the help, and why the UI did not open
+    assert top.code == 0 and "terminal UI needs a terminal" in top.out
     for sub in ("agents", "status", "deploy", "rollback"):
         run = console(None, sub, "--help")
         assert run.code == 0 and "--token-file" in run.out, sub
     ui = console(None, "ui")
-    assert ui.code != 0 and "not built yet" in ui.err
+    assert ui.code == 2 and "needs a terminal" in ui.err and "Traceback" not in ui.err
+    ui_help = console(None, "ui", "--help")
+    assert ui_help.code == 0 and "--read-only" in ui_help.out
 
 
 def test_deploy_to_two_agents_canary_first(fleet: Fleet, bundles: Bundles) -> None:
