@@ -61,10 +61,11 @@ class OnnxRuntimeBackend:
         if threads > 0:
             so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
-        # ONNX Runtime's default spin-waiting of intra-op threads is kept (on a loaded 2-core
-        # machine non-spinning threads woke late for every op); a bundle may turn it off with
-        # backend_options.onnxruntime.allow_spinning = false to save CPU between executions.
-        if not manifest.backend_options.get(NAME, {}).get("allow_spinning", True):
+        # Intra-op threads do not spin-wait by default: in the agent they share the cores with
+        # the gRPC threads, and spinning cost CPU the server needed (benchmarks/bench_serve.py,
+        # docs/performance.md). A bundle may turn spinning back on with
+        # backend_options.onnxruntime.allow_spinning = true.
+        if not manifest.backend_options.get(NAME, {}).get("allow_spinning", False):
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             so.add_session_config_entry("session.inter_op.allow_spinning", "0")
         providers = _providers(ort, options.device)

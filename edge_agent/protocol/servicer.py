@@ -82,7 +82,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
         try:
             infer_request, raw = converters.to_infer_request(request)
-            result = self._dp.submit(infer_request).result()
+            result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
             return converters.to_infer_response(result, raw=raw, order=infer_request.outputs)
         except Exception as exc:
             self._fail(context, exc)

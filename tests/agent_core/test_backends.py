@@ -169,3 +169,25 @@ def test_read_only_and_strided_inputs_are_accepted(backend_and_manifest, bundles
     assert not strided.flags.c_contiguous
     np.testing.assert_allclose(backend.infer({"input": strided}, 0)["probs"], ref,
                                rtol=1e-4, atol=1e-5)
+
+
+def test_onnxruntime_threads_do_not_spin_unless_the_bundle_asks(mlp_dir: Path) -> None:
+    """Spinning intra-op threads took CPU from the gRPC threads on 2 cores (docs/performance.md)."""
+    manifest = load_manifest(mlp_dir)
+
+    def spinning(m: Manifest) -> str | None:
+        backend = load_backend(mlp_dir, m, BackendOptions(), preferred="onnxruntime")
+        try:
+            so = backend._session.get_session_options()
+            try:
+                return so.get_session_config_entry("session.intra_op.allow_spinning")
+            except Exception:  # not set: ONNX Runtime's default (spinning)
+                return None
+        finally:
+            backend.close()
+
+    assert spinning(manifest) == "0"
+    opts = {**manifest.backend_options,
+            "onnxruntime": {**manifest.backend_options.get("onnxruntime", {}),
+                            "allow_spinning": True}}
+    assert spinning(dataclasses.replace(manifest, backend_options=opts)) in (None, "1")
