@@ -16,9 +16,20 @@ The file is TOML, by default ``$XDG_CONFIG_HOME/edge-console/config.toml``
     name = "line-3"                 # optional display name
     token = "..."                   # or: token_file = "~/.config/edge-console/line-3.token"
 
+    tls_ca = "fleet-ca.pem"         # optional, per agent: TLS/mTLS for this agent only
+    tls_cert = "console.pem"        # (tls_cert + tls_key: a client certificate, mTLS)
+    tls_key = "console.key"
+    tls_server_name = "line-3"      # when the agent's certificate names another host
+
     [tokens]                        # management tokens for discovered agents,
     "jetson-01" = "..."             # keyed by agent id, name or HOST:PORT
     default = "..."                 # used when nothing more specific matches
+
+    [tls]                           # TLS/mTLS for every agent without its own tls_* keys
+    ca = "fleet-ca.pem"             # paths relative to this file
+    cert = "console.pem"
+    key = "console.key"
+    server_name = "edge-agent"
 """
 
 from __future__ import annotations
@@ -52,6 +63,16 @@ def parse_address(text: str, *, where: str = "--agent") -> tuple[str, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """TLS for a management channel: the agent's CA and, for mTLS, a client cert and key."""
+
+    ca: Path
+    cert: Path | None = None
+    key: Path | None = None
+    server_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StaticAgent:
     """An agent listed by address (config file or ``--agent``), not only found by mDNS."""
 
@@ -59,6 +80,7 @@ class StaticAgent:
     port: int
     name: str = ""
     token: str | None = None
+    tls: TlsFiles | None = None
 
     @property
     def address(self) -> str:
@@ -79,6 +101,14 @@ class ConsoleSettings:
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
     canary_soak_s: float = DEFAULT_CANARY_SOAK_S
     bundle_dir: Path | None = None  # where the deploy file picker starts
+    tls: TlsFiles | None = None  # for every agent without TLS settings of its own
+
+    def tls_for(self, address: str) -> TlsFiles | None:
+        """TLS settings for the agent at ``address``: its own entry's, else the fleet's."""
+        for agent in self.agents:
+            if agent.address == address and agent.tls is not None:
+                return agent.tls
+        return self.tls
 
     def token_for(self, *, agent_id: str = "", name: str = "", address: str = "") -> str | None:
         """The token to present to an agent: static entry, then id, name, address, default."""
@@ -135,6 +165,39 @@ def _read_token_file(raw: object, where: str, base: Path) -> str:
     return token
 
 
+def _tls_files(table: Mapping[str, object], prefix: str, where: str,
+               base: Path) -> TlsFiles | None:
+    """``ca``/``cert``/``key``/``server_name`` (each with ``prefix``) from a TOML table."""
+    keys = {k: f"{prefix}{k}" for k in ("ca", "cert", "key", "server_name")}
+    if not any(k in table for k in keys.values()):
+        return None
+
+    def path_of(name: str) -> Path | None:
+        raw = table.get(keys[name])
+        if raw is None:
+            return None
+        if not isinstance(raw, str):
+            raise ConsoleConfigError(f"{where}: {keys[name]} must be a file path")
+        path = Path(raw).expanduser()
+        path = path if path.is_absolute() else base / path
+        if not path.is_file():
+            raise ConsoleConfigError(f"{where}: {keys[name]} file {path} does not exist")
+        return path
+
+    ca = path_of("ca")
+    if ca is None:
+        raise ConsoleConfigError(f"{where}: {keys['ca']} (the CA that signed the agents' "
+                                 "certificates) is required with TLS settings")
+    cert, key = path_of("cert"), path_of("key")
+    if (cert is None) != (key is None):
+        raise ConsoleConfigError(f"{where}: give both {keys['cert']} and {keys['key']} "
+                                 "(a client certificate for mTLS) or neither")
+    server_name = table.get(keys["server_name"])
+    if server_name is not None and not isinstance(server_name, str):
+        raise ConsoleConfigError(f"{where}: {keys['server_name']} must be a host name")
+    return TlsFiles(ca=ca, cert=cert, key=key, server_name=server_name)
+
+
 def _number(data: Mapping[str, object], key: str, default: float, path: Path) -> float:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -145,7 +208,7 @@ def _number(data: Mapping[str, object], key: str, default: float, path: Path) ->
 def parse_settings(data: Mapping[str, object], path: Path) -> ConsoleSettings:
     """Settings from the parsed TOML of ``path`` (used for messages and relative paths)."""
     known = {"read_only", "poll_interval_s", "canary_soak_s", "discovery", "agents", "tokens",
-             "bundle_dir"}
+             "bundle_dir", "tls"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConsoleConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; known keys: "
@@ -168,14 +231,19 @@ def parse_settings(data: Mapping[str, object], path: Path) -> ConsoleSettings:
             token = _read_token_file(entry["token_file"], where, path.parent)
         if token is not None and not isinstance(token, str):
             raise ConsoleConfigError(f"{where}: token must be a string")
-        agents.append(StaticAgent(host, port, str(entry.get("name", "")), token))
+        agents.append(StaticAgent(host, port, str(entry.get("name", "")), token,
+                                  _tls_files(entry, "tls_", where, path.parent)))
     tokens = data.get("tokens", {})
     if not isinstance(tokens, dict) or not all(isinstance(v, str) for v in tokens.values()):
         raise ConsoleConfigError(f"{path}: [tokens] maps agent id/name/HOST:PORT to a string")
     tokens = dict(tokens)
     default_token = tokens.pop("default", None)
     bundle_dir = data.get("bundle_dir")
+    tls_table = data.get("tls", {})
+    if not isinstance(tls_table, dict):
+        raise ConsoleConfigError(f"{path}: [tls] must be a table (ca, cert, key, server_name)")
     return ConsoleSettings(
+        tls=_tls_files(tls_table, "", f"{path}: [tls]", path.parent),
         agents=tuple(agents), tokens=tokens, default_token=default_token,
         discovery=bool(disc.get("enabled", True)),
         interfaces=None if interfaces is None else _check_interfaces(

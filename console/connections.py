@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from console.commands import client_tls
 from console.config import ConsoleSettings
 from console.errors import (
     AgentAuthError,
@@ -78,8 +79,9 @@ class Connections:
             if found is None:
                 token = self.settings.token_for(agent_id=agent.agent_id, name=agent.name,
                                                 address=agent.address)
-                found = pool[agent.address] = mgmt.AgentClient(agent.address, token=token,
-                                                               timeout_s=timeout_s)
+                found = pool[agent.address] = mgmt.AgentClient(
+                    agent.address, token=token, timeout_s=timeout_s,
+                    tls=client_tls(self.settings.tls_for(agent.address)))
             return found
 
     def client(self, agent: FleetAgent) -> mgmt.AgentClient:

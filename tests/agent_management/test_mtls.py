@@ -4,6 +4,10 @@ token; no certificate (or one from another CA) gets no answer. Real certificates
 from __future__ import annotations
 
 import datetime
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +25,8 @@ from edge_agent.management.server import ManagementServer
 from edge_agent.management.servicer import ManagementServicer
 from edge_agent.manager import ModelManager
 from edge_agent.state import StateStore
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _name(cn: str) -> x509.Name:
@@ -104,3 +110,41 @@ def test_no_or_foreign_certificate_gets_no_answer(mtls_server: tuple[str, Path],
     with AgentClient(address, tls=tls, timeout_s=5) as client, \
             pytest.raises(ManagementError):
         client.info()
+
+
+@pytest.mark.parametrize("where", ["fleet", "agent"])
+def test_console_reaches_an_mtls_agent_from_its_config_file(mtls_server: tuple[str, Path],
+                                                             tmp_path: Path, where: str) -> None:
+    """`edge-console status` with the TLS files in the console config ([tls] or per agent)."""
+    address, root = mtls_server
+    if where == "fleet":
+        config = (f'[tls]\nca = "{root}/fleet-ca.pem"\ncert = "{root}/console.pem"\n'
+                  f'key = "{root}/console.key"\nserver_name = "localhost"\n')
+    else:
+        config = (f'[[agents]]\naddress = "{address}"\ntls_ca = "{root}/fleet-ca.pem"\n'
+                  f'tls_cert = "{root}/console.pem"\ntls_key = "{root}/console.key"\n'
+                  'tls_server_name = "localhost"\n')
+    cfg = tmp_path / "console.toml"
+    cfg.write_text(config)
+    run = subprocess.run(
+        [sys.executable, "-m", "console.cli", "status", "--agent", address, "--json",
+         "--config", str(cfg)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)[0]["info"]["agent_id"] == "mtls-agent"
+
+
+def test_console_config_refuses_half_a_client_certificate(tmp_path: Path) -> None:
+    from console.config import load_settings
+    from console.errors import ConsoleConfigError
+
+    (tmp_path / "ca.pem").write_text("x")
+    (tmp_path / "c.pem").write_text("x")
+    cfg = tmp_path / "console.toml"
+    cfg.write_text('[tls]\nca = "ca.pem"\ncert = "c.pem"\n')
+    with pytest.raises(ConsoleConfigError, match="both cert and key"):
+        load_settings(cfg)
+    cfg.write_text('[tls]\nca = "missing.pem"\n')
+    with pytest.raises(ConsoleConfigError, match="does not exist"):
+        load_settings(cfg)
