@@ -14,10 +14,10 @@ process that imports both (a test, a client app) would otherwise fail with "dupl
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from pathlib import Path
+
+from edge_agent.protogen import compile_protos, regenerate_in_place
 
 PROTO_DIR = Path(__file__).resolve().parent / "protos"
 GENERATED_DIR = Path(__file__).resolve().parent / "generated"
@@ -40,12 +40,6 @@ POOL = descriptor_pool.DescriptorPool()
 '''
 
 
-def _tools_version() -> str:
-    from importlib.metadata import version
-
-    return version("grpcio-tools")
-
-
 def _private_pool(text: str, filename: str) -> str:
     if _DEFAULT_POOL not in text:
         raise RuntimeError(f"{filename}: generated code has no {_DEFAULT_POOL}; "
@@ -57,44 +51,18 @@ def _private_pool(text: str, filename: str) -> str:
 
 def generate(out_dir: Path) -> list[Path]:
     """Compile the .proto files into ``out_dir`` (created); return the files written."""
-    from grpc_tools import protoc
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="edge-regen-") as tmp:
-        root = Path(tmp)
-        pkg = root / PACKAGE_PATH
-        pkg.mkdir(parents=True)
-        for name in PROTO_FILES:
-            shutil.copyfile(PROTO_DIR / name, pkg / name)
-        args = ["grpc_tools.protoc", f"-I{root}", f"--python_out={root}",
-                f"--pyi_out={root}", f"--grpc_python_out={root}"]
-        args += [f"{PACKAGE_PATH}/{name}" for name in PROTO_FILES]
-        if protoc.main(args) != 0:
-            raise RuntimeError("protoc failed on " + ", ".join(PROTO_FILES))
-        written = []
-        for src in sorted(pkg.iterdir()):
-            if src.suffix == ".proto" or src.name == "model_config_pb2_grpc.py":
-                continue  # model_config.proto has no services
-            text = src.read_text()
-            if src.name.endswith("_pb2.py"):
-                text = _private_pool(text, src.name)
-            dst = out_dir / src.name
-            dst.write_text(text)
-            written.append(dst)
-        init = out_dir / "__init__.py"
-        init.write_text(INIT_TEXT.format(tools_version=_tools_version()))
-        written.append(init)
-    return sorted(written)
+    def transform(text: str, filename: str) -> str:
+        return _private_pool(text, filename) if filename.endswith("_pb2.py") else text
+
+    # model_config.proto has no services: drop its empty _grpc module
+    return compile_protos(PROTO_DIR, PACKAGE_PATH, PROTO_FILES, out_dir, init_text=INIT_TEXT,
+                          transform=transform, skip=("model_config_pb2_grpc.py",))
 
 
 def main() -> int:
     """Regenerate the checked-in stubs in place."""
-    if GENERATED_DIR.exists():
-        shutil.rmtree(GENERATED_DIR)
-    for path in generate(GENERATED_DIR):
-        print(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
-    return 0
+    return regenerate_in_place(GENERATED_DIR, generate)
 
 
 if __name__ == "__main__":
