@@ -18,12 +18,13 @@ import grpc
 
 from edge_agent import __version__
 from edge_agent.discovery import MANAGEMENT_API_VERSION
-from edge_agent.errors import AgentError, InvalidInputError, QueueFullError
+from edge_agent.errors import AgentError, InvalidInputError, QueueFullError, StateStoreError
 from edge_agent.management import convert
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.identity import AgentIdentity
 from edge_agent.manager import ModelManager
+from edge_agent.manager.errors import disk_full, is_disk_full
 from edge_agent.manager.outcome import DeployOutcome, StepEvent
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore
@@ -107,7 +108,8 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                  ) -> Iterator[pb.DeployEvent]:
         received, reported = 0, 0
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
+        out = os.fdopen(fd, "wb")
+        try:
             for req in requests:
                 if req.WhichOneof("part") != "chunk":
                     abort(context, InvalidInputError("only data chunks may follow the header"))
@@ -121,6 +123,15 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                         received_bytes=received, total_bytes=header.size_bytes))
             out.flush()
             os.fsync(out.fileno())
+        except OSError as exc:
+            if is_disk_full(exc):
+                abort(context, disk_full(f"store the upload ({received} of "
+                                         f"{header.size_bytes} bytes received)", path.parent))
+            abort(context, StateStoreError(f"cannot store the upload in {path.parent}: "
+                                           f"{exc.strerror or exc}"))
+        finally:
+            with contextlib.suppress(OSError):  # closing flushes: a full disk fails here too
+                out.close()
         if header.size_bytes and received != header.size_bytes:
             abort(context, InvalidInputError(f"the upload ended after {received} of "
                                              f"{header.size_bytes} bytes"))

@@ -39,3 +39,26 @@ class DeploymentFailedError(ManagerError):
     """A step of a deployment failed; the previous version keeps serving."""
 
     code = ErrorCode.FAILED_PRECONDITION
+
+
+class DiskFullError(ManagerError):
+    """The state dir's file system ran out of space (or quota) while writing a version."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for ENOSPC / EDQUOT, also when wrapped (``__cause__``) by another error."""
+    import errno
+
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
+
+
+def disk_full(what: str, where: object) -> DiskFullError:
+    """The one message for a full disk: what could not be written, where, what to do."""
+    return DiskFullError(f"the agent's disk is full: no space left to {what} in {where}; "
+                         "free space on the device (or remove old versions) and deploy again")

@@ -38,6 +38,8 @@ from edge_agent.manager.errors import (
     InvalidBundleError,
     ManagerError,
     VersionInUseError,
+    disk_full,
+    is_disk_full,
 )
 from edge_agent.manager.outcome import DeployOutcome, StepEvent, VersionView
 from edge_agent.manager.pause import maybe_pause
@@ -336,7 +338,12 @@ class ModelManager:
                                         "force to reload it")
             note = f"version {version} already on disk with the same content"
         else:
-            reader.extract(target)
+            try:
+                reader.extract(target)
+            except (PackagerError, OSError) as exc:
+                if is_disk_full(exc):
+                    raise disk_full(f"extract {name} version {version}", target.parent) from exc
+                raise
             note = f"extracted to {target}"
         self.store.upsert_version(VersionRecord(name, version, str(target), sha,
                                                 _dir_size(target), VersionState.STAGED))

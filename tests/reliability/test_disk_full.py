@@ -1,0 +1,107 @@
+"""A full disk during a deploy, for real: the agent's state dir is a small tmpfs filled up to a
+chosen number of free bytes (skipped, with the reason, where mounting is not allowed).
+
+The upload or the extraction runs out of space: the deploy fails with a message that says the
+disk is full, no upload or half-extracted version is left, the active version keeps serving,
+and once space is freed the same deploy succeeds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edge_agent.management.client import AgentClient, ManagementError
+from edge_agent.management.runtime import ManagementOptions
+from packager.build import build_bundles
+from packager.samples import make_mlp
+from tests.agent_management.bundles import PROFILE, Bundles
+from tests.agent_management.inproc import start_agent
+from tests.reliability.helpers import integrity, served_version
+
+SIZE = 24 << 20
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 24 MiB tmpfs mounted on ``tmp_path/state``, unmounted afterwards."""
+    mount = tmp_path / "state"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE},mode=0700", "tmpfs",
+                           str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root/CAP_SYS_ADMIN): "
+                    f"{done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(mount: Path, leave: int) -> Path:
+    """Write a filler file so that about ``leave`` bytes stay free."""
+    filler = mount / "filler"
+    st = os.statvfs(mount)
+    free = st.f_bavail * st.f_frsize
+    with open(filler, "ab") as f:
+        f.write(b"\0" * max(0, free - leave))
+    return filler
+
+
+@pytest.fixture(scope="module")
+def big_bundle(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """mlp version 9, ~1 MiB (a wide hidden layer), signed with the trusted key."""
+    root = tmp_path_factory.mktemp("wide")
+    src = make_mlp(root / "wide.onnx", hidden=4096, seed=9)
+    (bundle,) = build_bundles(src, name="mlp", version=9, profiles=[PROFILE],
+                              out_dir=root / "out", key_path=bundles.private_key,
+                              dynamic_batch=True)
+    return bundle
+
+
+@pytest.mark.parametrize("where", ["upload", "extract"])
+def test_disk_full_fails_the_deploy_cleanly_and_a_retry_succeeds(
+        small_disk: Path, bundles: Bundles, big_bundle: Path, where: str) -> None:
+    options = ManagementOptions(address="127.0.0.1:0", name="disk-full",
+                                trusted_keys=(bundles.public_key,), mdns=False,
+                                watch_window_s=0.0)
+    agent = start_agent(small_disk, options)
+    try:
+        with AgentClient(agent.management, token=agent.token) as client:
+            assert client.deploy(bundles.mlp[1]).ok
+            history = [d.id for d in client.deployments()]
+            size = big_bundle.stat().st_size
+            # upload: not even the upload fits; extract: the upload fits, its copy does not
+            filler = _fill(small_disk, 64 << 10 if where == "upload" else size + size // 2)
+            if where == "upload":
+                with pytest.raises(ManagementError) as err:
+                    client.deploy(big_bundle)
+                assert err.value.status == "RESOURCE_EXHAUSTED"
+                message = str(err.value)
+            else:
+                result = client.deploy(big_bundle)
+                assert not result.ok
+                assert result.deployment is not None
+                assert result.deployment.last_step == "verified"  # staging failed
+                message = result.message
+                assert message.startswith("staged failed: "), message
+            assert "disk is full" in message and str(small_disk) in message, message
+            # nothing else changed, nothing left behind
+            assert sorted(p.name for p in (small_disk / "models" / "mlp").iterdir()) == ["1"]
+            assert not any((small_disk / "incoming").iterdir())
+            assert [v.version for v in client.models("mlp") if v.active] == [1]
+            after = [d.id for d in client.deployments()]
+            assert after[-len(history):] == history
+            assert len(after) == len(history) + (0 if where == "upload" else 1)
+            assert served_version(agent.grpc)[0] == "1"
+            # space freed: the same bundle deploys
+            filler.unlink()
+            result = client.deploy(big_bundle)
+            assert result.ok, result.message
+            assert served_version(agent.grpc)[0] == "9"
+    finally:
+        agent.stop()
+    assert integrity(small_disk) == {"state.db": "ok", "metrics.db": "ok"}
