@@ -82,6 +82,11 @@ class BundleReader:
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise BundleError(f"{self.path}: not a bundle (unreadable or truncated tar: "
                               f"{exc})") from exc
+        for m in members:  # before the end marker: a sparse member's size is its expanded one
+            if m.issparse():
+                raise BundleError(f"{self.path}: member {m.name!r} is a sparse file (it would "
+                                  f"expand to {m.size} bytes); bundles hold plain regular files "
+                                  "only")
         self._check_end_marker(members)
         if not members or len(members) > MAX_MEMBERS:
             raise BundleError(f"{self.path}: not a bundle (empty archive or more than "
