@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import queue
 import threading
@@ -34,6 +35,7 @@ from packager.bundle_format import MAX_TOTAL_BYTES
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_BYTES = 1 << 20
+_MAX_UNIX_S = float(2**40)  # far past any real clock, far inside SQLite's int64
 
 
 class ManagementServicer(pb_grpc.AgentManagementServicer):
@@ -201,6 +203,14 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             return pb.QueryMetricsResponse()
         if not request.model:
             abort(context, InvalidInputError("QueryMetrics needs a model name"))
+        for label, value in (("start", request.start), ("end", request.end)):
+            if not math.isfinite(value) or not 0 <= value < _MAX_UNIX_S:
+                abort(context, InvalidInputError(
+                    f"QueryMetrics {label} must be unix seconds (0 or a positive number below "
+                    f"{_MAX_UNIX_S:.0f}), got {value!r}"))
+        if request.step_s < 0:
+            abort(context, InvalidInputError(f"QueryMetrics step_s must be >= 0 (0: 60 s), got "
+                                             f"{request.step_s}"))
         end = request.end or time.time()
         start = request.start or end - 3600
         step = request.step_s or 60
