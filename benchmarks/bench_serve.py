@@ -240,6 +240,10 @@ def mlp_part(mlp_onnx: Path, sock: Path, tcp: str, agent: Proc, work: Path, secs
     r16t = agent16 / med[("naive (8 threads+lock)", 16)].throughput
     print(f"    agent / naive throughput = {r16:.2f}x (target >= 1.7x: {verdict(r16 >= 1.7)}); "
           f"vs the threaded naive {r16t:.2f}x")
+    ceiling = med[("echo", 16)].throughput / med[("naive (1 worker)", 16)].throughput
+    print(f"    bare echo / naive throughput = {ceiling:.2f}x: the most any server on this Python "
+          f"gRPC stack reaches here (agent reaches {agent16 / med[('echo', 16)].throughput:.2f}x "
+          f"of the echo)")
 
 
 def main(argv: list[str] | None = None) -> int:

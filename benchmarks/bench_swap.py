@@ -236,14 +236,18 @@ def bench_metrics_cost(work: Path, public: Path, bundle: Path, rounds: int, seco
         deploy(on, bundle)
         deploy(off, bundle)
         rates: dict[str, list[float]] = {"on": [], "off": []}
+        cpu: dict[str, list[float]] = {"on": [], "off": []}  # server CPU us per request
         for r in range(rounds):
             order = (("on", on), ("off", off)) if r % 2 == 0 else (("off", off), ("on", on))
             for name, agent in order:
+                proc = psutil.Process(agent.proc.pid)
                 with Load(agent.grpc, concurrency) as load:
                     time.sleep(0.5)
-                    n0, t0 = len(load.samples), time.perf_counter()
+                    n0, t0, c0 = len(load.samples), time.perf_counter(), sum(proc.cpu_times()[:2])
                     time.sleep(seconds)
-                    rates[name].append((len(load.samples) - n0) / (time.perf_counter() - t0))
+                    n = len(load.samples) - n0
+                    rates[name].append(n / (time.perf_counter() - t0))
+                    cpu[name].append((sum(proc.cpu_times()[:2]) - c0) * 1e6 / max(n, 1))
         # each round runs on and off back to back: the ratio within a round cancels most of
         # the machine's drift; the median over rounds drops the outliers
         pairs = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
@@ -252,6 +256,8 @@ def bench_metrics_cost(work: Path, public: Path, bundle: Path, rounds: int, seco
               f"{seconds:.0f} s: {statistics.median(rates['on']):.0f} vs "
               f"{statistics.median(rates['off']):.0f} infer/s; median per-round ratio "
               f"{ratio:.3f} (rounds {min(pairs):.2f}-{max(pairs):.2f})  (target >= 0.97)")
+        print(f"    server CPU per request: on {statistics.median(cpu['on']):.0f} us, off "
+              f"{statistics.median(cpu['off']):.0f} us (medians over the rounds)")
     finally:
         on.stop()
         off.stop()

@@ -9,7 +9,7 @@ Example ``agent.toml``::
     uds = "/run/edge-agent/inference.sock"   # default: STATE_DIR/run/inference.sock
     uds_enabled = true
     max_message_bytes = 67108864
-    workers = 32
+    workers = 8
 
     [models.mlp]                      # per-model overrides of the bundle's batching
     max_queue_delay_us = 500
@@ -52,7 +52,7 @@ class GrpcConfig:
     uds_enabled: bool = True
     uds_mode: int = 0o660
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    workers: int = 32
+    workers: int = 8  # handler threads; fewer cost less CPU per request (docs/performance.md)
 
 
 @dataclass(frozen=True)

@@ -73,3 +73,11 @@ def test_no_state_dir_and_long_socket(tmp_path: Path) -> None:
         load_config(state_dir=tmp_path, uds=tmp_path / ("x" * 120))
     with pytest.raises(ConfigError, match="no listener"):
         load_config(state_dir=tmp_path, no_uds=True, grpc_address="none")
+
+
+def test_default_handler_pool_is_small() -> None:
+    """8 handler threads: on 2 cores a 32-thread pool cost more CPU per request (GIL
+    handoffs) for no throughput (docs/performance.md); grpc.workers raises it."""
+    from edge_agent.config import GrpcConfig
+
+    assert GrpcConfig().workers == 8
