@@ -1,0 +1,233 @@
+"""Soak: sustained concurrent load on one agent with a hot swap every N seconds.
+
+    python -m benchmarks.bench_soak                  # 10 minutes, a swap every 30 s, c=8
+    python -m benchmarks.bench_soak --minutes 1 --swap-every 10
+
+An ``edge-agent serve`` subprocess (127.0.0.1, mDNS off) serves the sample MLP; ``concurrency``
+closed-loop callers (one gRPC channel each) send ModelInfer without pause while a swapper
+alternately deploys version 2 and version 1 (upload, verify, load, warm-up, probe, switch,
+drain, unload). Reports: failed requests (target 0), the agent's RSS after warm-up and at the
+end (target: growth < 5 %), the sizes of metrics.db and state.db (with their WAL) against the
+metrics cap, and p99 latency per window over time. ``soak()`` is the library entry the test
+suite runs for ~30 s (tests/reliability/test_soak.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+METRICS_CAP_BYTES = 256 * 1024 * 1024  # MetricsStore's default max_bytes
+
+
+@dataclass
+class SoakReport:
+    """What one soak run measured."""
+
+    seconds: float
+    requests: int = 0
+    failed: int = 0
+    failures: list[str] = field(default_factory=list)  # the first few, for the message
+    swaps: int = 0
+    swap_failures: list[str] = field(default_factory=list)
+    rss_mib: list[tuple[float, float]] = field(default_factory=list)  # (t, MiB)
+    p99_ms: list[tuple[float, float, int]] = field(default_factory=list)  # (t, p99, n)
+    metrics_db_bytes: int = 0
+    state_db_bytes: int = 0
+    warmup_s: float = 0.0
+
+    def rss_after_warmup(self) -> float:
+        """Median RSS over the first 20 % of the time after warm-up (MiB)."""
+        after = [m for t, m in self.rss_mib if t >= self.warmup_s]
+        head = after[:max(1, len(after) // 5)]
+        return statistics.median(head) if head else float("nan")
+
+    def rss_at_end(self) -> float:
+        """Median RSS over the last 20 % of the run (MiB)."""
+        after = [m for t, m in self.rss_mib if t >= self.warmup_s]
+        tail = after[-max(1, len(after) // 5):]
+        return statistics.median(tail) if tail else float("nan")
+
+    def rss_growth(self) -> float:
+        """Relative RSS growth from after warm-up to the end (0.03 = 3 %)."""
+        return self.rss_at_end() / self.rss_after_warmup() - 1.0
+
+
+def _payload() -> bytes:
+    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    msg = pb.ModelInferRequest(model_name="mlp")
+    msg.inputs.add(name="input", datatype="FP32", shape=x.shape)
+    msg.raw_input_contents.append(x.tobytes())
+    return msg.SerializeToString()
+
+
+def _db_bytes(state_dir: Path, name: str) -> int:
+    return sum(p.stat().st_size for p in state_dir.glob(name + "*") if p.is_file())
+
+
+def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid: int,
+         state_dir: Path, *, seconds: float, swap_every_s: float, concurrency: int = 8,
+         warmup_s: float = 10.0, window_s: float = 10.0,
+         on_window: Callable[[float, float, float, int], None] | None = None) -> SoakReport:
+    """Load ``grpc_address`` for ``seconds`` while ``deploy(version)`` swaps every
+    ``swap_every_s`` (versions 2, 1, 2, ...); sample the agent's RSS once a second."""
+    report = SoakReport(seconds=seconds, warmup_s=warmup_s)
+    payload = _payload()
+    stop = threading.Event()
+    lock = threading.Lock()
+    latencies: list[float] = []  # of the current window
+    t_start = time.monotonic()
+
+    def caller() -> None:
+        with grpc.insecure_channel(grpc_address) as channel:
+            call = channel.unary_unary(INFER)
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    call(payload, timeout=30)
+                    ok, why = True, ""
+                except grpc.RpcError as exc:
+                    ok, why = False, f"{exc.code()}: {exc.details()}"
+                took = time.perf_counter() - t0
+                with lock:
+                    report.requests += 1
+                    if ok:
+                        latencies.append(took)
+                    else:
+                        report.failed += 1
+                        if len(report.failures) < 5:
+                            report.failures.append(why)
+
+    def swapper() -> None:
+        version = 2
+        next_at = t_start + swap_every_s
+        while not stop.wait(max(0.0, next_at - time.monotonic())):
+            ok, message = deploy(version)
+            report.swaps += 1
+            if not ok:
+                report.swap_failures.append(f"swap {report.swaps} to v{version}: {message}")
+            version = 1 if version == 2 else 2
+            next_at += swap_every_s
+
+    threads = [threading.Thread(target=caller, daemon=True) for _ in range(concurrency)]
+    threads.append(threading.Thread(target=swapper, daemon=True))
+    for t in threads:
+        t.start()
+    proc = psutil.Process(agent_pid)
+    window_end = t_start + window_s
+    try:
+        while (now := time.monotonic()) < t_start + seconds:
+            report.rss_mib.append((now - t_start, proc.memory_info().rss / 2**20))
+            if now >= window_end:
+                with lock:
+                    window, latencies[:] = list(latencies), []
+                p99 = float(np.percentile(window, 99)) * 1000 if window else float("nan")
+                report.p99_ms.append((now - t_start, p99, len(window)))
+                if on_window is not None:
+                    on_window(now - t_start, p99, report.rss_mib[-1][1], report.failed)
+                window_end += window_s
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    report.metrics_db_bytes = _db_bytes(state_dir, "metrics.db")
+    report.state_db_bytes = _db_bytes(state_dir, "state.db")
+    return report
+
+
+def print_report(r: SoakReport) -> None:
+    """The figures, one per line."""
+    print(f"soak: {r.seconds / 60:.1f} min, {r.swaps} hot swaps, {r.requests} requests")
+    print(f"  failed requests            {r.failed}  (target 0){'  ' if r.failures else ''}"
+          f"{'; '.join(r.failures)}")
+    print(f"  failed swaps               {len(r.swap_failures)}  {'; '.join(r.swap_failures)}")
+    print(f"  RSS after warm-up / end    {r.rss_after_warmup():.1f} MiB / {r.rss_at_end():.1f} "
+          f"MiB = {r.rss_growth() * 100:+.1f} %  (target < 5 %); max "
+          f"{max(m for _, m in r.rss_mib):.1f} MiB")
+    print(f"  metrics.db (+WAL)          {r.metrics_db_bytes / 2**20:.2f} MiB of the "
+          f"{METRICS_CAP_BYTES / 2**20:.0f} MiB cap; state.db (+WAL) "
+          f"{r.state_db_bytes / 2**20:.2f} MiB")
+    p99s = [p for _, p, n in r.p99_ms if n]
+    if p99s:
+        print(f"  p99 per window             first {p99s[0]:.1f} ms, last {p99s[-1]:.1f} ms, "
+              f"median {statistics.median(p99s):.1f} ms, max {max(p99s):.1f} ms")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long to run (10)")
+    parser.add_argument("--swap-every", type=float, default=30.0,
+                        help="seconds between hot swaps (30)")
+    parser.add_argument("--concurrency", type=int, default=8, help="closed-loop callers (8)")
+    parser.add_argument("--warmup", type=float, default=60.0,
+                        help="seconds before the RSS baseline is taken (60)")
+    parser.add_argument("--window", type=float, default=30.0,
+                        help="seconds per p99 window (30)")
+    args = parser.parse_args()
+
+    from benchmarks.bench_swap import Agent
+    from edge_agent.management.client import AgentClient
+    from edge_agent.manager.device import detect_device
+    from packager.build import build_bundles
+    from packager.samples import make_mlp
+    from packager.signing import generate_keypair
+
+    with tempfile.TemporaryDirectory(prefix="edge-soak-") as tmp:
+        work = Path(tmp)
+        profile = detect_device().profile
+        private, public = generate_keypair(work / "keys")
+        bundles = {}
+        for v in (1, 2):
+            src = make_mlp(work / f"mlp{v}.onnx", seed=v)
+            (bundles[v],) = build_bundles(src, name="mlp", version=v, profiles=[profile],
+                                          out_dir=work / "b", key_path=private,
+                                          dynamic_batch=True)
+        agent = Agent(work / "state", public)
+        agent.start()
+        try:
+            with AgentClient(agent.mgmt, token=agent.token) as client:
+                first = client.deploy(bundles[1])
+                if not first.ok:
+                    raise SystemExit(f"the first deploy failed: {first.message}")
+
+                def deploy(version: int) -> tuple[bool, str]:
+                    result = client.deploy(bundles[version])
+                    return result.ok, result.message
+
+                print(f"soaking {args.minutes:g} min, c={args.concurrency}, a swap every "
+                      f"{args.swap_every:g} s (profile {profile})")
+                assert agent.proc is not None
+                report = soak(agent.grpc, deploy, agent.proc.pid, agent.state,
+                              seconds=args.minutes * 60, swap_every_s=args.swap_every,
+                              concurrency=args.concurrency, warmup_s=args.warmup,
+                              window_s=args.window,
+                              on_window=lambda t, p, m, f: print(
+                                  f"  t={t:6.0f} s  p99 {p:6.1f} ms  RSS {m:6.1f} MiB  "
+                                  f"failed {f}", flush=True))
+        finally:
+            agent.stop()
+        print_report(report)
+    return 0 if report.failed == 0 and not report.swap_failures else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
