@@ -33,8 +33,9 @@ def _call(client: AgentClient, what: str) -> Callable[[], object]:
             "reload": lambda: client.activate("mlp", 2, force=True)}[what]
 
 
-def _check(agent: AgentProcess, client: AgentClient, bundles: Bundles) -> None:
-    """Version 2 active and serving, 1 and 2 on disk, no leftovers."""
+def _check(agent: AgentProcess, client: AgentClient, bundles: Bundles,
+           killed: tuple[str, str, str] | None) -> None:
+    """Version 2 active and serving, 1 and 2 on disk, no leftovers; the last kill recorded."""
     state = agent.state_dir
     assert [v.version for v in client.models("mlp") if v.active] == [2]
     assert sorted(p.name for p in (state / "models" / "mlp").iterdir()) == ["1", "2"]
@@ -43,6 +44,13 @@ def _check(agent: AgentProcess, client: AgentClient, bundles: Bundles) -> None:
     version, probs = served_version(agent.grpc)
     assert version == "2"
     np.testing.assert_allclose(probs, bundles.reference(2, X), rtol=1e-4, atol=1e-5)
+    if killed is not None:
+        what, step, kind = killed
+        latest = client.deployments("mlp", limit=1)[0]
+        assert (latest.kind, latest.status, latest.last_step) == (kind, "interrupted",
+                                                                  step), (what, step)
+        assert latest.from_version == 2
+        assert f"last step reached: {step}" in latest.reason
 
 
 @pytest.mark.slow
@@ -55,12 +63,13 @@ def test_kill_9_at_each_step_of_rollback_activate_and_reload(bundles: Bundles,
             assert client.deploy(bundles.mlp[1]).ok
             assert client.deploy(bundles.mlp[2]).ok
     assert integrity(state) == {"state.db": "ok", "metrics.db": "ok"}
+    killed: tuple[str, str, str] | None = None
     for what, step, kind in CASES:
         agent = AgentProcess(state, trust=bundles.public_key, env={PAUSE_ENV: step})
         agent.start()
         try:
             with AgentClient(agent.management, token=token) as client:
-                _check(agent, client, bundles)
+                _check(agent, client, bundles, killed)
                 errors: list[BaseException] = []
                 call = _call(client, what)
 
@@ -81,16 +90,10 @@ def test_kill_9_at_each_step_of_rollback_activate_and_reload(bundles: Bundles,
             agent.kill()
         (state / PAUSE_FILE).unlink()
         assert integrity(state) == {"state.db": "ok", "metrics.db": "ok"}, (what, step)
-        with AgentProcess(state, trust=bundles.public_key) as restarted, \
-                AgentClient(restarted.management, token=token) as client:
-            _check(restarted, client, bundles)
-            latest = client.deployments("mlp", limit=1)[0]
-            assert (latest.kind, latest.status, latest.last_step) == (kind, "interrupted",
-                                                                      step), (what, step)
-            assert latest.from_version == 2
-            assert f"last step reached: {step}" in latest.reason
+        killed = (what, step, kind)
     with AgentProcess(state, trust=bundles.public_key) as last, \
             AgentClient(last.management, token=token) as client:
+        _check(last, client, bundles, killed)
         # after all that, a rollback still runs to its end
         assert client.rollback("mlp").ok
         assert served_version(last.grpc)[0] == "1"
