@@ -1,0 +1,97 @@
+"""A backend that fails or hangs inside an inference, on a real agent process serving a second,
+healthy model: the failing request gets a clear status, the model's instance keeps (or gets
+back to) serving, and callers of the other model see nothing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from edge_agent.management.client import AgentClient
+from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from packager.build import build_bundles
+from tests.agent_management.agent_proc import AgentProcess
+from tests.agent_management.bundles import PROFILE, Bundles
+from tests.agent_management.models import make_fragile_model
+
+X = np.random.default_rng(4).uniform(-5, 5, (1, 64)).astype(np.float32)
+
+
+def _request(model: str, x: np.ndarray) -> pb.ModelInferRequest:
+    req = pb.ModelInferRequest(model_name=model)
+    req.inputs.add(name="input", datatype="FP32", shape=x.shape)
+    req.raw_input_contents.append(x.tobytes())
+    return req
+
+
+class Bystander:
+    """Calls ``mlp`` without pause on its own channel; every call must succeed."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.ok = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with grpc.insecure_channel(self.address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            while not self._stop.is_set():
+                try:
+                    reply = stub.ModelInfer(_request("mlp", X), timeout=60)
+                    assert reply.model_name == "mlp"
+                    self.ok += 1
+                except grpc.RpcError as exc:
+                    self.failures.append(f"{exc.code()}: {exc.details()}")
+
+    def __enter__(self) -> Bystander:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def _bundle(bundles: Bundles, tmp: Path, name: str, source: Path) -> Path:
+    (bundle,) = build_bundles(source, name=name, version=1, profiles=[PROFILE],
+                              out_dir=tmp / "out", key_path=bundles.private_key,
+                              dynamic_batch=True)
+    return bundle
+
+
+@pytest.mark.slow
+def test_a_backend_failing_inside_inference_fails_only_that_request(
+        bundles: Bundles, tmp_path: Path) -> None:
+    fragile = _bundle(bundles, tmp_path, "fragile", make_fragile_model(tmp_path / "f.onnx"))
+    state = tmp_path / "state"
+    with AgentProcess(state, trust=bundles.public_key) as agent:
+        token = (state / "management.token").read_text().strip()
+        with AgentClient(agent.management, token=token) as client:
+            assert client.deploy(bundles.mlp[1]).ok
+            assert client.deploy(fragile).ok
+        with Bystander(agent.grpc) as bystander, \
+                grpc.insecure_channel(agent.grpc) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            bad = np.full((1, 64), 50.0, np.float32)  # Gather index out of range in ORT
+            for _ in range(5):
+                with pytest.raises(grpc.RpcError) as err:
+                    stub.ModelInfer(_request("fragile", bad), timeout=60)
+                assert err.value.code() is grpc.StatusCode.INTERNAL, err.value.details()
+                details = err.value.details() or ""
+                assert "inference failed" in details, details
+                # the same instance serves the next good request
+                good = np.full((1, 64), 3.0, np.float32)
+                reply = stub.ModelInfer(_request("fragile", good), timeout=60)
+                assert np.isfinite(np.frombuffer(reply.raw_output_contents[0],
+                                                 np.float32)).all()
+            stats = stub.ModelStatistics(pb.ModelStatisticsRequest(name="fragile"), timeout=30)
+            counts = stats.model_stats[0].inference_stats
+            assert (counts.fail.count, counts.success.count) == (5, 5 + 1)  # + the probe
+        assert bystander.ok > 0 and not bystander.failures, bystander.failures[:3]
