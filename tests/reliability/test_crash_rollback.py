@@ -1,8 +1,8 @@
 """kill -9 of a real agent process at each step of a rollback, an activate and a forced reload
-(deploys are covered by tests/agent_management/test_crash.py): the restarted agent serves the
-version that was active, both versions stay on disk, nothing half-done is left, the history
-records the interrupted change with its last step, and every database passes
-``PRAGMA integrity_check``."""
+(and at two deploy steps; tests/agent_management/test_crash.py kills deploys at all nine): the
+restarted agent serves the version that was active, versions 1 and 2 stay on disk, nothing
+half-done is left, the history records the interrupted change with its last step, and every
+database passes ``PRAGMA integrity_check``."""
 
 from __future__ import annotations
 
@@ -24,11 +24,14 @@ SWITCH_STEPS = ("loaded", "warmed", "probed", "switched", "drained", "unloaded")
 CASES: list[tuple[str, str, str]] = (
     [("rollback", s, "rollback") for s in SWITCH_STEPS]
     + [("activate", s, "activate") for s in ("probed", "switched")]
-    + [("reload", s, "activate") for s in ("warmed", "switched")])
+    + [("reload", s, "activate") for s in ("warmed", "switched")]
+    # deploys are covered step by step by test_crash.py; here for the databases' integrity
+    + [("deploy", s, "deploy") for s in ("staged", "switched")])
 
 
-def _call(client: AgentClient, what: str) -> Callable[[], object]:
-    return {"rollback": lambda: client.rollback("mlp"),
+def _call(client: AgentClient, what: str, bundles: Bundles) -> Callable[[], object]:
+    return {"deploy": lambda: client.deploy(bundles.mlp[3]),
+            "rollback": lambda: client.rollback("mlp"),
             "activate": lambda: client.activate("mlp", 1),
             "reload": lambda: client.activate("mlp", 2, force=True)}[what]
 
@@ -71,7 +74,7 @@ def test_kill_9_at_each_step_of_rollback_activate_and_reload(bundles: Bundles,
             with AgentClient(agent.management, token=token) as client:
                 _check(agent, client, bundles, killed)
                 errors: list[BaseException] = []
-                call = _call(client, what)
+                call = _call(client, what, bundles)
 
                 def change(call: Callable[[], object] = call, errors: list = errors) -> None:
                     try:
