@@ -36,6 +36,10 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+CALLS_PER_WORKER = 4
+"""Concurrent inference calls admitted per handler thread; the rest are refused."""
+
+
 @dataclass(frozen=True)
 class BoundAddresses:
     """Where the server listens: ``tcp`` as HOST:PORT with the real port, ``uds`` a path."""
@@ -91,9 +95,12 @@ class AgentServer:
             ("grpc.max_send_message_length", cfg.max_message_bytes),
             ("grpc.so_reuseport", 0),  # a second agent on the same port must fail, not share
         ]
+        # callers beyond CALLS_PER_WORKER per handler thread get RESOURCE_EXHAUSTED at once
+        # instead of waiting, each with its request in memory, in an unbounded queue
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers,
                                                         thread_name_prefix="grpc"),
-                             options=options)
+                             options=options,
+                             maximum_concurrent_rpcs=cfg.workers * CALLS_PER_WORKER)
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.dataplane),
                                                            server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

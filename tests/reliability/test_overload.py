@@ -1,0 +1,72 @@
+"""Overload of a real agent process: a burst of callers far beyond its capacity. The excess is
+refused with RESOURCE_EXHAUSTED (not queued without bound), the agent's memory stays bounded,
+nobody gets another error, and it serves normally once the burst is over."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import grpc
+import numpy as np
+import psutil
+import pytest
+
+from edge_agent.management.client import AgentClient
+from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from tests.agent_management.agent_proc import AgentProcess
+from tests.agent_management.bundles import Bundles
+from tests.reliability.helpers import served_version
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+BURST = 1500  # concurrent calls; the agent admits 4 per handler thread (8)
+ROWS = 32
+
+
+def _payload() -> bytes:
+    x = np.random.default_rng(2).standard_normal((ROWS, 64)).astype(np.float32)
+    msg = pb.ModelInferRequest(model_name="mlp")
+    msg.inputs.add(name="input", datatype="FP32", shape=x.shape)
+    msg.raw_input_contents.append(x.tobytes())
+    return msg.SerializeToString()
+
+
+async def _burst(target: str, n: int) -> list[tuple[str, str]]:
+    payload = _payload()
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(INFER)
+
+        async def one() -> tuple[str, str]:
+            try:
+                await call(payload, timeout=120)
+                return "OK", ""
+            except grpc.aio.AioRpcError as exc:
+                return exc.code().name, exc.details() or ""
+
+        return await asyncio.gather(*(one() for _ in range(n)))
+
+
+@pytest.mark.slow
+def test_a_burst_beyond_capacity_is_shed_with_resource_exhausted_and_recovers(
+        bundles: Bundles, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with AgentProcess(state, trust=bundles.public_key) as agent:
+        token = (state / "management.token").read_text().strip()
+        with AgentClient(agent.management, token=token) as client:
+            assert client.deploy(bundles.mlp[1]).ok
+        assert agent.proc is not None
+        proc = psutil.Process(agent.proc.pid)
+        asyncio.run(_burst(agent.grpc, 64))  # warm up
+        rss_before = proc.memory_info().rss
+        outcomes = asyncio.run(_burst(agent.grpc, BURST))
+        rss_after = proc.memory_info().rss
+        codes = Counter(code for code, _ in outcomes)
+        assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, codes
+        assert codes["OK"] > 0 and codes["RESOURCE_EXHAUSTED"] > 0, codes
+        assert all(why for code, why in outcomes if code != "OK")
+        assert rss_after - rss_before < 64 * 2**20, (rss_before, rss_after)
+        # recovered: a normal caller is served, every time
+        for _ in range(50):
+            assert served_version(agent.grpc)[0] == "1"
+        assert Counter(c for c, _ in asyncio.run(_burst(agent.grpc, 16))) == {"OK": 16}
