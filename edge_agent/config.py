@@ -16,6 +16,7 @@ Example ``agent.toml``::
     instances = 2
     max_queue_size = 64
     default_timeout_us = 0
+    execution_timeout_ms = 60000      # a hung backend run is cancelled after this (0: never)
 
 Every section is one frozen dataclass. The management sections ([management], [mdns],
 [metrics]) are parsed by :mod:`edge_agent.management.options` into ``AgentConfig.management``
@@ -127,7 +128,8 @@ def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:
 
 
 _OVERRIDE_INTS = ("max_batch_size", "max_queue_delay_us", "instances", "threads",
-                  "max_queue_size", "default_timeout_us", "default_version")
+                  "max_queue_size", "default_timeout_us", "default_version",
+                  "execution_timeout_ms")
 
 
 def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:

@@ -88,14 +88,30 @@ class OnnxRuntimeBackend:
         self._output_names = [t.name for t in manifest.outputs]
         self.device = self._session.get_providers()[0]
         self._run = self._session.run
+        # one RunOptions per instance: cancel() sets its terminate flag to stop a hung run
+        self._new_run_options = ort.RunOptions
+        self._run_options = {i: ort.RunOptions() for i in range(max(1, options.instances))}
 
     def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
-        """Run the shared session (thread-safe); ``instance`` is not needed here."""
+        """Run the shared session (thread-safe) with ``instance``'s RunOptions."""
+        run_options = self._run_options.get(instance)
+        if run_options is None:  # more instances than the backend was loaded for
+            run_options = self._run_options[instance] = self._new_run_options()
         try:
-            results = self._run(self._output_names, inputs)
+            results = self._run(self._output_names, inputs, run_options)
         except Exception as exc:
+            if run_options.terminate:  # cancelled: the next run gets a fresh instance slot
+                self._run_options[instance] = self._new_run_options()
+                raise BackendError(f"onnxruntime inference on instance {instance} was "
+                                   "cancelled") from exc
             raise BackendError(f"onnxruntime inference failed: {exc}") from exc
         return dict(zip(self._output_names, results, strict=True))
+
+    def cancel(self, instance: int) -> None:
+        """Stop the run in progress on ``instance`` (from another thread): it raises."""
+        run_options = self._run_options.get(instance)
+        if run_options is not None:
+            run_options.terminate = True
 
     def close(self) -> None:
         self._session = None

@@ -89,7 +89,8 @@ class DynamicBatcher:
     """
 
     def __init__(self, backend: Backend, *, model: str, version: int, config: BatchingConfig,
-                 observer: InferenceObserver | None = None) -> None:
+                 observer: InferenceObserver | None = None,
+                 execution_timeout_s: float = 0.0) -> None:
         self.backend = backend
         self.model = model
         self.version = version
@@ -124,6 +125,15 @@ class DynamicBatcher:
             w.thread = threading.Thread(target=self._run_worker, args=(w,), daemon=True,
                                         name=f"batcher-{model}-v{version}-{i}")
             w.thread.start()
+        # executions running now (instance -> [start ns, batch, timed out]); a watchdog cancels
+        # those past the execution timeout (a hung backend) and answers their callers
+        self._exec_timeout_s = execution_timeout_s if execution_timeout_s > 0 else 0.0
+        self._exec_timeout_ns = int(self._exec_timeout_s * 1e9)
+        self._running: dict[int, list] = {}
+        self._stop_watch = threading.Event()
+        if self._exec_timeout_ns:
+            threading.Thread(target=self._watchdog, daemon=True,
+                             name=f"batcher-{model}-v{version}-watchdog").start()
 
     # ------------------------------------------------------------------ submit
     def submit(self, inputs: dict[str, np.ndarray], rows: int, *,
@@ -298,6 +308,9 @@ class DynamicBatcher:
     def _run_inline(self, item: _Pending, instance: int) -> InferResult:
         """The caller-runs path: one request, no merge or split, on the calling thread."""
         t0 = _now()
+        watch = self._exec_timeout_ns
+        if watch:
+            running = self._running[instance] = [t0, (item,), False]
         try:
             result = self.backend.infer(item.inputs, instance)
             error = None
@@ -306,6 +319,10 @@ class DynamicBatcher:
         except Exception as exc:
             error = BackendError(f"model {self.model!r} version {self.version}: inference "
                                  f"failed: {type(exc).__name__}: {exc}")
+        if watch:
+            self._running.pop(instance, None)
+            if running[2] and error is not None:
+                error = self._timeout_error(instance)
         t1 = _now()
         self._account((item,), item.rows, t0, t0, t1, t1, error is None, instance)
         if error is not None:
@@ -323,9 +340,13 @@ class DynamicBatcher:
         error: AgentError | None = None
         parts: list[dict[str, np.ndarray]] = []
         rows = [p.rows for p in batch]
+        watch = self._exec_timeout_ns
+        running: list | None = None
         try:
             merged = merge_inputs([p.inputs for p in batch], self._input_names)
             t1 = _now()
+            if watch:
+                running = self._running[instance] = [t1, batch, False]
             result = self.backend.infer(merged, instance)
             t2 = _now()
             parts = split_outputs(result, rows)
@@ -336,6 +357,10 @@ class DynamicBatcher:
             error = BackendError(f"model {self.model!r} version {self.version}: inference "
                                  f"failed: {type(exc).__name__}: {exc}")
             t1 = t2 = _now()
+        if running is not None:
+            self._running.pop(instance, None)
+            if running[2]:  # the watchdog already answered the callers
+                error = self._timeout_error(instance)
         model, version = self.model, self.version
         if error is None:
             for p, part in zip(batch, parts, strict=True):
@@ -459,6 +484,38 @@ class DynamicBatcher:
         with self._lock:
             return copy.deepcopy(self.stats)
 
+    # ------------------------------------------------------------------ hung executions
+    def _timeout_error(self, instance: int) -> RequestTimeoutError:
+        return RequestTimeoutError(
+            f"model {self.model!r} version {self.version}: the backend did not finish an "
+            f"inference within the execution timeout of {self._exec_timeout_s:g} s; it was "
+            f"cancelled and instance {instance} replaced (execution_timeout_ms in the agent "
+            "config sets the limit)")
+
+    def _watchdog(self) -> None:
+        """Cancel executions running past the timeout; answer their callers at once."""
+        period = min(0.25, self._exec_timeout_s / 4)
+        limit = self._exec_timeout_ns
+        cancel = getattr(self.backend, "cancel", None)
+        while not self._stop_watch.wait(period):
+            now = _now()
+            for instance, running in list(self._running.items()):
+                if running[2] or now - running[0] < limit:
+                    continue
+                running[2] = True
+                error = self._timeout_error(instance)
+                log.warning("%s", error)
+                _fail(running[1], error)  # queued callers (inline callers wait in infer)
+                if cancel is None:
+                    log.error("model %r version %s: the %s backend cannot cancel a running "
+                              "inference; instance %d stays busy until it returns",
+                              self.model, self.version, self.backend.name, instance)
+                    continue
+                try:
+                    cancel(instance)
+                except Exception:
+                    log.exception("cancelling a hung inference failed")
+
     def close(self, drain_timeout_s: float | None = 30.0) -> bool:
         """Refuse new requests, wait for in-flight ones (up to the timeout), stop the workers.
 
@@ -483,4 +540,5 @@ class DynamicBatcher:
         for w in self._workers:
             if w.thread is not None and w.thread is not threading.current_thread():
                 w.thread.join(timeout=5.0)
+        self._stop_watch.set()
         return drained

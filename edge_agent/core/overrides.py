@@ -9,6 +9,9 @@ from packager.manifest import BatchingConfig
 DEFAULT_MAX_QUEUE_SIZE = 1024
 """Queue bound (requests) used when neither the manifest nor the agent config sets one."""
 
+DEFAULT_EXECUTION_TIMEOUT_MS = 60_000
+"""How long one backend execution may run before it is cancelled (0 in the config: never)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelOverrides:
@@ -31,6 +34,13 @@ class ModelOverrides:
     backend: str | None = None
     device: str | None = None
     warmup: bool = True
+    execution_timeout_ms: int | None = None
+
+    def execution_timeout_s(self) -> float:
+        """Seconds one backend execution may run before it is cancelled (0: no limit)."""
+        ms = (self.execution_timeout_ms if self.execution_timeout_ms is not None
+              else DEFAULT_EXECUTION_TIMEOUT_MS)
+        return max(0, ms) / 1000
 
 
 def effective_batching(manifest_batching: BatchingConfig,

@@ -243,7 +243,8 @@ class ModelRepository:
             mv.signature = Signature(mv.name, mv.version, manifest.inputs, manifest.outputs,
                                      batching.max_batch_size)
             mv.batcher = DynamicBatcher(backend, model=mv.name, version=mv.version,
-                                        config=batching, observer=self._observer)
+                                        config=batching, observer=self._observer,
+                                        execution_timeout_s=ov.execution_timeout_s())
         except BaseException:
             backend.close()
             raise

@@ -1,0 +1,60 @@
+"""A backend that hangs inside an inference (a real ONNX Loop of 10^15 trips on a hot input),
+on a real agent process with ``execution_timeout_ms`` set for that model: the request ends with
+DEADLINE_EXCEEDED naming the timeout, ONNX Runtime's run is cancelled and the instance is
+replaced (the model's only instance serves the next request), and callers of another model see
+nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from edge_agent.management.client import AgentClient
+from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from packager.build import build_bundles
+from tests.agent_management.agent_proc import AgentProcess
+from tests.agent_management.bundles import Bundles
+from tests.reliability.models import HOT, make_hang_model
+from tests.reliability.test_backend_faults import Bystander, _request
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", ["x86_64-cpu-onnxruntime"])
+def test_a_hung_inference_times_out_and_its_instance_is_replaced(
+        bundles: Bundles, tmp_path: Path, profile: str) -> None:
+    (hang,) = build_bundles(make_hang_model(tmp_path / "h.onnx"), name="hang", version=1,
+                            profiles=[profile], out_dir=tmp_path / "out",
+                            key_path=bundles.private_key, dynamic_batch=True)
+    config = tmp_path / "agent.toml"
+    config.write_text("[models.hang]\ninstances = 1\nexecution_timeout_ms = 1500\n")
+    state = tmp_path / "state"
+    agent = AgentProcess(state, trust=bundles.public_key,
+                         extra=["--no-mdns", "--config", str(config)])
+    with agent:
+        token = (state / "management.token").read_text().strip()
+        with AgentClient(agent.management, token=token) as client:
+            assert client.deploy(bundles.mlp[1]).ok
+            assert client.deploy(hang).ok
+        with Bystander(agent.grpc) as bystander, \
+                grpc.insecure_channel(agent.grpc) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            hot = np.zeros((1, 64), np.float32)
+            hot[0, 0] = HOT * 2
+            calm = np.ones((1, 64), np.float32)
+            for _ in range(3):  # more than the model's one instance
+                with pytest.raises(grpc.RpcError) as err:
+                    stub.ModelInfer(_request("hang", hot), timeout=120)  # far past 1.5 s
+                assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+                details = err.value.details() or ""
+                assert "hang" in details and "1.5 s" in details, details
+                reply = stub.ModelInfer(_request("hang", calm), timeout=120)
+                assert np.frombuffer(reply.raw_output_contents[0], np.float32).shape == (10,)
+        assert bystander.ok > 0 and not bystander.failures, bystander.failures[:3]
+        with grpc.insecure_channel(agent.grpc) as channel:
+            stats = pb_grpc.GRPCInferenceServiceStub(channel).ModelStatistics(
+                pb.ModelStatisticsRequest(name="hang"), timeout=30)
+        assert stats.model_stats[0].inference_stats.fail.count == 3
