@@ -502,6 +502,8 @@ class DynamicBatcher:
             for instance, running in list(self._running.items()):
                 if running[2] or now - running[0] < limit:
                     continue
+                if self._running.get(instance) is not running:
+                    continue  # it just finished; another run may already use the instance
                 running[2] = True
                 error = self._timeout_error(instance)
                 log.warning("%s", error)
