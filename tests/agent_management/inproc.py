@@ -3,7 +3,9 @@ inference gRPC and management gRPC on 127.0.0.1 port 0, no Unix socket."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,3 +71,23 @@ def start_agent(state_dir: Path, options: ManagementOptions, *,
         agent.stop()
         raise AssertionError(f"agent did not start: {agent.error!r}")
     return agent
+
+
+@contextlib.contextmanager
+def trusted_agent(state_dir: Path, public_key: Path, *, name: str = "test-agent",
+                  deploy: Path | None = None) -> Iterator[InProcessAgent]:
+    """A running agent that trusts ``public_key`` (mDNS off, no auto-rollback watch window),
+    with ``deploy`` deployed first when given; stopped on exit."""
+    from edge_agent.management.client import AgentClient
+
+    options = ManagementOptions(address="127.0.0.1:0", name=name, trusted_keys=(public_key,),
+                                mdns=False, watch_window_s=0.0)
+    running = start_agent(state_dir, options)
+    try:
+        if deploy is not None:
+            with AgentClient(running.management, token=running.token) as client:
+                result = client.deploy(deploy)
+                assert result.ok, result
+        yield running
+    finally:
+        running.stop()

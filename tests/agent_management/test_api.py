@@ -16,9 +16,8 @@ import pytest
 from edge_agent.management.client import AgentClient, AuthenticationError, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from edge_agent.management.runtime import ManagementOptions
 from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.agent_management.inproc import InProcessAgent, trusted_agent
 
 INPUTS = [np.random.default_rng(i).standard_normal((1, 64)).astype(np.float32)
           for i in range(8)]
@@ -26,14 +25,9 @@ INPUTS = [np.random.default_rng(i).standard_normal((1, 64)).astype(np.float32)
 
 @pytest.fixture(scope="module")
 def agent(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessAgent]:
-    options = ManagementOptions(address="127.0.0.1:0", name="api-test",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
-    running = start_agent(tmp_path_factory.mktemp("api") / "state", options)
-    try:
+    with trusted_agent(tmp_path_factory.mktemp("api") / "state", bundles.public_key,
+                       name="api-test") as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.runtime import ManagementOptions
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.agent_management.inproc import InProcessAgent, start_agent, trusted_agent
 
 
 def _mode(path: Path) -> int:
@@ -125,12 +125,5 @@ def test_a_loose_token_file_is_tightened_at_start(bundles: Bundles, tmp_path: Pa
 
 @pytest.fixture
 def agent_with_model(bundles: Bundles, tmp_path: Path) -> Iterator[InProcessAgent]:
-    options = ManagementOptions(address="127.0.0.1:0", trusted_keys=(bundles.public_key,),
-                                mdns=False, watch_window_s=0.0)
-    agent = start_agent(tmp_path / "state", options)
-    try:
-        with AgentClient(agent.management, token=agent.token) as client:
-            assert client.deploy(bundles.mlp[1]).ok
+    with trusted_agent(tmp_path / "state", bundles.public_key, deploy=bundles.mlp[1]) as agent:
         yield agent
-    finally:
-        agent.stop()

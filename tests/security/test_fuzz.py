@@ -18,11 +18,10 @@ from edge_agent.management.auth import bearer
 from edge_agent.management.client import AgentClient
 from edge_agent.management.generated import management_pb2 as mpb
 from edge_agent.management.generated import management_pb2_grpc as mpb_grpc
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.agent_management.inproc import InProcessAgent, trusted_agent
 
 settings.register_profile("edge-fuzz", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -38,16 +37,9 @@ X = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
 
 @pytest.fixture(scope="module")
 def agent(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessAgent]:
-    options = ManagementOptions(address="127.0.0.1:0", name="fuzz",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
-    running = start_agent(tmp_path_factory.mktemp("fuzz") / "state", options)
-    try:
-        with AgentClient(running.management, token=running.token) as c:
-            assert c.deploy(bundles.mlp[1]).ok
+    with trusted_agent(tmp_path_factory.mktemp("fuzz") / "state", bundles.public_key,
+                       name="fuzz", deploy=bundles.mlp[1]) as running:
         yield running
-    finally:
-        running.stop()
 
 
 class Bystander:

@@ -17,10 +17,9 @@ from edge_agent.management.auth import bearer
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from edge_agent.management.runtime import ManagementOptions
 from packager.signing import generate_keypair
 from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.agent_management.inproc import InProcessAgent, trusted_agent
 from tests.packager.test_reader_security import HOSTILE
 from tests.packager.test_reader_security import _tar as hostile_tar
 from tests.reliability.helpers import served_version
@@ -29,16 +28,9 @@ from tests.security import hostile
 
 @pytest.fixture(scope="module")
 def agent(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessAgent]:
-    options = ManagementOptions(address="127.0.0.1:0", name="hostile",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
-    running = start_agent(tmp_path_factory.mktemp("hostile") / "state", options)
-    try:
-        with AgentClient(running.management, token=running.token) as c:
-            assert c.deploy(bundles.mlp[1]).ok
+    with trusted_agent(tmp_path_factory.mktemp("hostile") / "state", bundles.public_key,
+                       name="hostile", deploy=bundles.mlp[1]) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="module")
