@@ -17,6 +17,9 @@ Example ``agent.toml``::
     max_queue_size = 64
     default_timeout_us = 0
     execution_timeout_ms = 60000      # a hung backend run is cancelled after this (0: never)
+    isolation = "auto"                # "process": runtime in processes of its own (a hang or
+                                      # crash is killed and restarted); "thread": in the agent;
+                                      # "auto": process for OpenVINO/TensorRT, thread for ORT
 
 Every section is one frozen dataclass. The management sections ([management], [mdns],
 [metrics]) are parsed by :mod:`edge_agent.management.options` into ``AgentConfig.management``
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge_agent.backends.registry import ISOLATION_MODES
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
@@ -150,6 +154,9 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
             kw[key] = _check_type(full, value, bool)
         else:
             kw[key] = _check_type(full, value, str)
+    if kw.get("isolation", "auto") not in ISOLATION_MODES:
+        raise ConfigError(f"config key '{prefix}.isolation': {kw['isolation']!r} is not one of "
+                          f"{', '.join(ISOLATION_MODES)}")
     if kw.get("instances") == 0:
         raise ConfigError(f"config key '{prefix}.instances': must be >= 1")
     return ModelOverrides(**kw)

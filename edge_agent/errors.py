@@ -65,6 +65,12 @@ class BackendError(AgentError):
     code = ErrorCode.INTERNAL
 
 
+class BackendCrashedError(BackendError):
+    """The runtime process of an isolated model died during an inference; it is restarted."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
 class RuntimeMissingError(BackendError):
     """The runtime a backend needs (OpenVINO, TensorRT, ...) is not installed on this device."""
 

@@ -67,13 +67,44 @@ def choose_backend(manifest: Manifest, preferred: str | None = None) -> str:
         f"(e.g. pip install edge-toolkit[tensorrt]) or deploy the bundle built for this profile")
 
 
+ISOLATION_MODES = ("auto", "process", "thread")
+"""``process``: each instance in a runtime process of its own (edge_agent.backends.isolated);
+``thread``: in the agent's process; ``auto``: a process for runtimes that cannot cancel a
+running inference (OpenVINO, TensorRT), the agent's process for ONNX Runtime."""
+
+# runtimes whose backend can stop a running inference from another thread (``cancel``)
+_CANCELLABLE = frozenset({"onnxruntime"})
+
+
+def runs_in_process(isolation: str, manifest: Manifest, preferred: str | None = None) -> bool:
+    """Whether ``isolation`` puts ``manifest``'s model in runtime processes of its own."""
+    if isolation not in ISOLATION_MODES:
+        raise BackendError(f"isolation {isolation!r} is unknown; use one of "
+                           f"{', '.join(ISOLATION_MODES)}")
+    carries_bytes = any(t.datatype == "BYTES" for t in (*manifest.inputs, *manifest.outputs))
+    if isolation == "process" and carries_bytes:
+        raise BackendError(f"model {manifest.name!r} has BYTES tensors, which cannot cross into "
+                           "a runtime process; set isolation = \"thread\" for it")
+    if isolation != "auto" or carries_bytes:
+        return isolation == "process"
+    try:
+        return choose_backend(manifest, preferred) not in _CANCELLABLE
+    except RuntimeMissingError:
+        return False  # loading in-process reports the missing runtime
+
+
 def load_backend(model_dir: Path, manifest: Manifest, options: BackendOptions,
-                 preferred: str | None = None) -> Backend:
+                 preferred: str | None = None, *, isolation: str = "thread") -> Backend:
     """Load ``manifest``'s model from ``model_dir`` on the chosen backend.
 
     When the primary backend's runtime imports but cannot run here (e.g. TensorRT without a
     GPU, which raises RuntimeMissingError on load) the manifest's fallback is tried next.
+    ``isolation`` (one of ISOLATION_MODES) decides whether it runs in runtime processes.
     """
+    if runs_in_process(isolation, manifest, preferred):
+        from edge_agent.backends.isolated import IsolatedBackend
+
+        return IsolatedBackend(model_dir, manifest, options, preferred)
     errors: list[str] = []
     for name in _candidates(manifest, preferred):
         if name not in _BACKENDS:

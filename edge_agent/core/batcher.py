@@ -510,7 +510,8 @@ class DynamicBatcher:
                 _fail(running[1], error)  # queued callers (inline callers wait in infer)
                 if cancel is None:
                     log.error("model %r version %s: the %s backend cannot cancel a running "
-                              "inference; instance %d stays busy until it returns",
+                              "inference; instance %d stays busy until it returns (isolation = "
+                              "\"process\" in the agent config replaces a hung instance)",
                               self.model, self.version, self.backend.name, instance)
                     continue
                 try:

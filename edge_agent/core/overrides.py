@@ -35,6 +35,7 @@ class ModelOverrides:
     device: str | None = None
     warmup: bool = True
     execution_timeout_ms: int | None = None
+    isolation: str = "auto"
 
     def execution_timeout_s(self) -> float:
         """Seconds one backend execution may run before it is cancelled (0: no limit)."""

@@ -236,7 +236,8 @@ class ModelRepository:
         batching = effective_batching(manifest.batching, ov)
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
                                  device=ov.device, state_dir=self.state_dir)
-        backend = load_backend(mv.path, manifest, options, preferred=ov.backend)
+        backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
+                               isolation=ov.isolation)
         try:
             if ov.warmup:
                 run_warmup(backend, mv.name, mv.version, batching, batching.instances)

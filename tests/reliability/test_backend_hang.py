@@ -1,15 +1,21 @@
 """A backend that hangs inside an inference (a real ONNX Loop of 10^15 trips on a hot input),
 on a real agent process with ``execution_timeout_ms`` set for that model: the request ends with
-DEADLINE_EXCEEDED naming the timeout, ONNX Runtime's run is cancelled and the instance is
-replaced (the model's only instance serves the next request), and callers of another model see
-nothing."""
+DEADLINE_EXCEEDED naming the timeout, the run is stopped and the instance is replaced (the
+model's only instance serves the next request), and callers of another model see nothing.
+ONNX Runtime cancels the run in-process; OpenVINO cannot, so its instance runs in a runtime
+process of its own (isolation "auto") that is killed and restarted. A runtime process that
+crashes (a real SIGSEGV) fails the execution in flight with UNAVAILABLE and is restarted."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import grpc
 import numpy as np
+import psutil
 import pytest
 
 from edge_agent.management.client import AgentClient
@@ -23,7 +29,7 @@ from tests.reliability.test_backend_faults import Bystander, _request
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("profile", ["x86_64-cpu-onnxruntime"])
+@pytest.mark.parametrize("profile", ["x86_64-cpu-onnxruntime", "x86_64-cpu-openvino"])
 def test_a_hung_inference_times_out_and_its_instance_is_replaced(
         bundles: Bundles, tmp_path: Path, profile: str) -> None:
     (hang,) = build_bundles(make_hang_model(tmp_path / "h.onnx"), name="hang", version=1,
@@ -58,3 +64,49 @@ def test_a_hung_inference_times_out_and_its_instance_is_replaced(
             stats = pb_grpc.GRPCInferenceServiceStub(channel).ModelStatistics(
                 pb.ModelStatisticsRequest(name="hang"), timeout=30)
         assert stats.model_stats[0].inference_stats.fail.count == 3
+
+
+def _runtime_processes(agent_pid: int) -> list[psutil.Process]:
+    return [p for p in psutil.Process(agent_pid).children()
+            if "edge_agent.backends.runtime_process" in " ".join(p.cmdline())]
+
+
+@pytest.mark.slow
+def test_a_crashed_runtime_process_fails_its_request_and_is_restarted(
+        bundles: Bundles, tmp_path: Path) -> None:
+    (hang,) = build_bundles(make_hang_model(tmp_path / "h.onnx"), name="hang", version=1,
+                            profiles=["x86_64-cpu-openvino"], out_dir=tmp_path / "out",
+                            key_path=bundles.private_key, dynamic_batch=True)
+    config = tmp_path / "agent.toml"
+    config.write_text("[models.hang]\ninstances = 1\n")  # isolation "auto": OpenVINO -> process
+    state = tmp_path / "state"
+    agent = AgentProcess(state, trust=bundles.public_key,
+                         extra=["--no-mdns", "--config", str(config)])
+    with agent:
+        assert agent.proc is not None
+        token = (state / "management.token").read_text().strip()
+        with AgentClient(agent.management, token=token) as client:
+            assert client.deploy(bundles.mlp[1]).ok
+            assert client.deploy(hang).ok
+        (runtime,) = _runtime_processes(agent.proc.pid)  # mlp is an in-process ORT model
+        busy_before = sum(runtime.cpu_times()[:2])
+        with Bystander(agent.grpc) as bystander, \
+                grpc.insecure_channel(agent.grpc) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            hot = np.zeros((1, 64), np.float32)
+            hot[0, 0] = HOT * 2
+            call = stub.ModelInfer.future(_request("hang", hot), timeout=120)
+            deadline = time.monotonic() + 60
+            while sum(runtime.cpu_times()[:2]) - busy_before < 0.5:  # inside the endless Loop
+                assert time.monotonic() < deadline and not call.done()
+                time.sleep(0.05)
+            os.kill(runtime.pid, signal.SIGSEGV)
+            with pytest.raises(grpc.RpcError) as err:
+                call.result(timeout=60)
+            assert err.value.code() is grpc.StatusCode.UNAVAILABLE, err.value.details()
+            details = err.value.details() or ""
+            assert "hang" in details and "SIGSEGV" in details and "retry" in details, details
+            calm = np.ones((1, 64), np.float32)
+            reply = stub.ModelInfer(_request("hang", calm), timeout=120)
+            assert np.frombuffer(reply.raw_output_contents[0], np.float32).shape == (10,)
+        assert bystander.ok > 0 and not bystander.failures, bystander.failures[:3]

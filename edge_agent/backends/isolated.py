@@ -1,0 +1,277 @@
+"""Process isolation: each instance of a model runs its runtime in a process of its own.
+
+A runtime that hangs inside an inference and cannot be cancelled (OpenVINO, TensorRT), or
+that crashes (a segfault in native code), would otherwise take an instance, or the whole
+agent, with it. Here ``cancel`` kills the instance's process and a fresh one is started in
+the background; a crash fails only the execution in flight (UNAVAILABLE: retry) and the
+process is restarted the same way. Other instances and other models are not touched.
+
+Cost: one process per instance (the runtime's own memory, once per instance) and one copy of
+every tensor each way over a socketpair (docs/performance.md has the figures).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edge_agent.backends.base import BackendOptions
+from edge_agent.backends.ipc import WireError, recv_message, send_message
+from edge_agent.errors import BackendCrashedError, BackendError, RuntimeMissingError
+from packager.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+LOAD_TIMEOUT_S = 600.0
+"""How long a runtime process may take to load its model (a TensorRT engine build is slow)."""
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+class _RuntimeProcess:
+    """One runtime process serving one instance; restarts itself after a kill or a crash."""
+
+    def __init__(self, owner: IsolatedBackend, instance: int) -> None:
+        self._owner = owner
+        self.instance = instance
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._conn: socket.socket | None = None
+        self._cancelled = False
+        self._restart: threading.Thread | None = None
+        self._restart_error: BaseException | None = None
+        self.started = 0  # how many processes this instance has had
+        self.info: dict = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the process and load the model in it (raises the load's error)."""
+        owner = self._owner
+        parent, child = socket.socketpair()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "edge_agent.backends.runtime_process",
+                 str(child.fileno()), str(os.getpid())],
+                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            parent.close()
+            raise BackendError(f"model {owner.label}: cannot start a runtime process: "
+                               f"{exc}") from exc
+        finally:
+            child.close()
+        conn = parent
+        try:
+            send_message(conn, owner.load_request)
+            conn.settimeout(owner.load_timeout_s)
+            reply, _ = recv_message(conn)
+            conn.settimeout(None)
+        except TimeoutError as exc:
+            conn.close()
+            self._kill(proc)
+            raise BackendError(f"model {owner.label}: the runtime process did not load the "
+                               f"model within {owner.load_timeout_s:g} s") from exc
+        except (EOFError, OSError, WireError) as exc:
+            conn.close()
+            self._kill(proc)
+            raise BackendError(f"model {owner.label}: the runtime process died while loading "
+                               f"the model ({_exit_reason(proc.poll())})") from exc
+        except BaseException:
+            conn.close()
+            self._kill(proc)
+            raise
+        if not reply.get("ok"):
+            conn.close()
+            self._kill(proc)
+            error = RuntimeMissingError if reply.get("type") == "RuntimeMissingError" \
+                else BackendError
+            raise error(reply.get("error", "the runtime process could not load the model"))
+        self.info = reply
+        self.proc, self._conn, self._cancelled = proc, conn, False
+        self.started += 1
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            log.error("runtime process %d did not exit after SIGKILL", proc.pid)
+
+    def _restart_in_background(self) -> None:
+        def run() -> None:
+            try:
+                self.start()
+                log.info("model %s: instance %d runs in a new runtime process (pid %d)",
+                         self._owner.label, self.instance, self.proc.pid if self.proc else -1)
+            except BaseException as exc:  # kept for the next infer to report
+                self._restart_error = exc
+                log.error("model %s: restarting instance %d failed: %s",
+                          self._owner.label, self.instance, exc)
+
+        self._restart_error = None
+        self._restart = threading.Thread(target=run, daemon=True,
+                                         name=f"restart-{self._owner.label}-{self.instance}")
+        self._restart.start()
+
+    def _ensure_running(self) -> socket.socket:
+        if self._restart is not None:
+            self._restart.join()
+            self._restart = None
+            if self._restart_error is not None:
+                error, self._restart_error = self._restart_error, None
+                raise BackendError(f"model {self._owner.label}: instance {self.instance} could "
+                                   f"not be restarted: {error}") from error
+        if self._conn is None:
+            if self._owner.closed:
+                raise BackendError(f"model {self._owner.label} is closed")
+            self.start()
+        assert self._conn is not None
+        return self._conn
+
+    # ------------------------------------------------------------------ executions
+    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        conn = self._ensure_running()
+        try:
+            send_message(conn, {"op": "infer"}, inputs)
+            reply, outputs = recv_message(conn)
+        except (EOFError, OSError, WireError) as exc:
+            raise self._lost() from exc
+        if not reply.get("ok"):
+            raise BackendError(f"model {self._owner.label}: {reply.get('error')}")
+        return outputs
+
+    def _lost(self) -> BackendError:
+        """The process died mid-execution: reap it, restart it, and say what happened."""
+        proc, conn = self.proc, self._conn
+        self.proc = self._conn = None
+        if conn is not None:
+            conn.close()
+        reason = "gone"
+        if proc is not None:
+            self._kill(proc)
+            reason = _exit_reason(proc.returncode)
+        owner = self._owner
+        if not owner.closed:
+            self._restart_in_background()
+        if self._cancelled:
+            return BackendError(f"model {owner.label}: the execution on instance "
+                                f"{self.instance} was cancelled (runtime process killed); a new "
+                                "process replaces it")
+        log.error("model %s: the runtime process of instance %d died during an inference "
+                  "(%s); restarting it", owner.label, self.instance, reason)
+        return BackendCrashedError(
+            f"model {owner.label}: the {owner.name} runtime process of instance "
+            f"{self.instance} died during the inference ({reason}); it is being restarted, "
+            "retry the request")
+
+    def cancel(self) -> None:
+        """Kill the process (from another thread); the blocked ``infer`` raises."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            self._cancelled = True
+            proc.kill()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self._restart is not None:
+            self._restart.join(timeout=LOAD_TIMEOUT_S)
+        proc, conn = self.proc, self._conn
+        self.proc = self._conn = None
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                send_message(conn, {"op": "close"})
+            conn.close()
+        if proc is not None:
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("runtime process %d of model %s did not exit; killing it",
+                            proc.pid, self._owner.label)
+                self._kill(proc)
+
+
+class IsolatedBackend:
+    """A model version whose every instance runs in a runtime process of its own."""
+
+    def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions,
+                 preferred: str | None = None, *,
+                 load_timeout_s: float = LOAD_TIMEOUT_S) -> None:
+        self.label = f"{manifest.name!r} version {manifest.version}"
+        self.inputs = manifest.inputs
+        self.outputs = manifest.outputs
+        self.closed = False
+        self.load_timeout_s = load_timeout_s
+        instances = max(1, options.instances)
+        threads = options.threads
+        if threads == 0 and instances > 1:  # share the cores like a runtime's parallel streams
+            threads = max(1, (os.cpu_count() or 1) // instances)
+        self.load_request = {
+            "op": "load", "model_dir": str(Path(model_dir).resolve()),
+            "manifest": manifest.to_dict(), "preferred": preferred,
+            "options": {"threads": threads, "device": options.device,
+                        "state_dir": str(options.state_dir) if options.state_dir else None},
+        }
+        self.name = "process"
+        self._instances = [_RuntimeProcess(self, i) for i in range(instances)]
+        t0 = time.monotonic()
+        errors: list[BaseException] = []
+
+        def start(p: _RuntimeProcess) -> None:
+            try:
+                p.start()
+            except BaseException as exc:
+                errors.append(exc)
+
+        starters = [threading.Thread(target=start, args=(p,), daemon=True)
+                    for p in self._instances]
+        for t in starters:
+            t.start()
+        for t in starters:
+            t.join()
+        if errors:
+            self.close()
+            raise errors[0]
+        info = self._instances[0].info
+        self.name = str(info.get("name", "unknown"))
+        self.device = str(info.get("device", "unknown"))
+        log.info("model %s: %d runtime process(es) on %s/%s ready in %.2f s", self.label,
+                 len(self._instances), self.name, self.device, time.monotonic() - t0)
+
+    @property
+    def pids(self) -> list[int]:
+        """The runtime processes' pids (0 for an instance being restarted)."""
+        return [p.proc.pid if p.proc is not None else 0 for p in self._instances]
+
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+        """Run one execution in ``instance``'s runtime process."""
+        return self._instances[instance].infer(inputs)
+
+    def cancel(self, instance: int) -> None:
+        """Stop ``instance``'s running execution by killing its process; a new one replaces it."""
+        self._instances[instance].cancel()
+
+    def close(self) -> None:
+        """Stop every runtime process. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        for p in self._instances:
+            p.close()

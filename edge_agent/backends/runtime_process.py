@@ -1,0 +1,100 @@
+"""The runtime process: one model instance served to the agent over a socketpair.
+
+Started by :mod:`edge_agent.backends.isolated` as
+``python -m edge_agent.backends.runtime_process FD PARENT_PID``. The first message loads the
+model (``{"op": "load", ...}``); each later message is one execution. The process dies with
+its parent (a watcher thread) and exits when the socket closes, so a killed agent leaves
+no runtime behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from edge_agent.backends.ipc import recv_message, send_message
+
+
+def _die_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
+    """Exit as soon as the agent is gone, even in the middle of a hung inference.
+
+    A watcher thread rather than PR_SET_PDEATHSIG: that signal fires when the *thread* that
+    started this process ends, and the agent starts runtime processes from short-lived threads.
+    Runtimes release the GIL while they compute, so the watcher runs during a hang too.
+    """
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(period_s)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def _load(request: dict[str, Any]) -> Any:
+    from edge_agent.backends.base import BackendOptions
+    from edge_agent.backends.registry import load_backend
+    from packager.manifest import Manifest
+
+    opts = request["options"]
+    options = BackendOptions(threads=int(opts["threads"]), instances=1,
+                             device=opts.get("device"),
+                             state_dir=Path(opts["state_dir"]) if opts.get("state_dir") else None)
+    manifest = Manifest.from_dict(request["manifest"])
+    return load_backend(Path(request["model_dir"]), manifest, options,
+                        preferred=request.get("preferred"))
+
+
+def serve(conn: socket.socket) -> int:
+    """Load the model the first message names, then run executions until the socket closes."""
+    try:
+        request, _ = recv_message(conn)
+    except EOFError:
+        return 0
+    try:
+        backend = _load(request)
+    except Exception as exc:  # reported to the agent, which raises it as the load error
+        send_message(conn, {"ok": False, "error": str(exc), "type": type(exc).__name__})
+        return 1
+    send_message(conn, {"ok": True, "name": backend.name, "device": backend.device,
+                        "pid": os.getpid()})
+    while True:
+        try:
+            request, inputs = recv_message(conn)
+        except EOFError:
+            break
+        if request.get("op") == "close":
+            break
+        try:
+            outputs = backend.infer(inputs, 0)
+        except Exception as exc:
+            send_message(conn, {"ok": False, "error": str(exc), "type": type(exc).__name__})
+            continue
+        send_message(conn, {"ok": True}, outputs)
+    backend.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``FD PARENT_PID``."""
+    args = sys.argv[1:] if argv is None else argv
+    fd, parent_pid = int(args[0]), int(args[1])
+    _die_with_parent(parent_pid)
+    # the agent decides when this process ends (a group-wide SIGTERM from systemd or a shell
+    # must not kill it while the agent still drains requests); it exits when the agent closes
+    # the socket or dies
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with socket.socket(fileno=fd) as conn:
+        return serve(conn)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
