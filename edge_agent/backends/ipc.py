@@ -1,11 +1,12 @@
-"""The wire between the agent and a runtime process: a JSON header and raw tensor buffers.
+"""The wire between the agent and a runtime process: a JSON header, tensors in shared memory.
 
-A message is a 4-byte little-endian header length, the JSON header, then one raw buffer per
-tensor the header lists as ``[name, dtype, shape]``. It is sent with one ``sendmsg`` (no copy
-of the tensors into a frame) and tensors are received straight into freshly allocated numpy
-arrays, so each tensor is copied once per direction and the receiver's arrays are its own
-and writeable. Both ends are the agent's own processes on a socketpair; nothing here is
-reachable from outside.
+A message is a 4-byte little-endian header length and the JSON header, which lists each tensor
+as ``[name, dtype, shape, offset]``: the tensor's bytes are at ``offset`` in the sender's
+region of a shared-memory file (memfd) both processes map, written there by the sender and
+read in place by the receiver. Tensors that do not fit the region (or when there is none)
+travel on the socket after the header, listed as ``[name, dtype, shape]``, sent with one
+``sendmsg`` and received straight into numpy arrays. Both ends are the agent's own processes
+on a socketpair; nothing here is reachable from outside.
 """
 
 from __future__ import annotations
@@ -19,21 +20,41 @@ import numpy as np
 
 _LEN = struct.Struct("<I")
 MAX_HEADER_BYTES = 1 << 20
+_ALIGN = 64
 
 
 class WireError(Exception):
     """A message that does not follow the wire format (a bug, or a dying peer)."""
 
 
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
 def send_message(sock: socket.socket, header: dict[str, Any],
-                 tensors: dict[str, np.ndarray] | None = None) -> None:
-    """Send ``header`` and ``tensors`` (numeric dtypes only) as one message."""
-    listing: list[list[Any]] = []
-    buffers: list[Any] = []
-    for name, array in (tensors or {}).items():
+                 tensors: dict[str, np.ndarray] | None = None,
+                 region: Any | None = None) -> None:
+    """Send ``header`` and ``tensors`` (numeric dtypes only) as one message.
+
+    ``region`` (a writeable buffer shared with the receiver) takes the tensors when they fit.
+    """
+    tensors = tensors or {}
+    for name, array in tensors.items():
         if array.dtype.kind in "OUS":
             raise WireError(f"tensor {name!r} has dtype {array.dtype}: only numeric tensors "
                             "cross the process boundary")
+    listing: list[list[Any]] = []
+    buffers: list[Any] = []
+    shared = region is not None and \
+        sum(_aligned(a.nbytes) for a in tensors.values()) <= len(region)
+    pos = 0
+    for name, array in tensors.items():
+        if shared:
+            dst = np.frombuffer(region, array.dtype, array.size, pos).reshape(array.shape)
+            np.copyto(dst, array)
+            listing.append([name, array.dtype.str, list(array.shape), pos])
+            pos += _aligned(array.nbytes)
+            continue
         array = np.ascontiguousarray(array)
         listing.append([name, array.dtype.str, list(array.shape)])
         if array.nbytes:
@@ -57,8 +78,13 @@ def _recv_exactly(sock: socket.socket, view: memoryview) -> None:
         view = view[got:]
 
 
-def recv_message(sock: socket.socket) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Receive one message: its header and its tensors (raises EOFError when the peer is gone)."""
+def recv_message(sock: socket.socket, region: Any | None = None, *, copy: bool = False,
+                 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Receive one message: its header and its tensors (raises EOFError when the peer is gone).
+
+    Tensors the sender put in ``region`` are views of it, valid until the next message, unless
+    ``copy`` asks for arrays of the receiver's own.
+    """
     size = bytearray(_LEN.size)
     _recv_exactly(sock, memoryview(size))
     (length,) = _LEN.unpack(size)
@@ -72,7 +98,14 @@ def recv_message(sock: socket.socket) -> tuple[dict[str, Any], dict[str, np.ndar
     except (ValueError, AttributeError) as exc:
         raise WireError(f"malformed message header: {exc}") from exc
     tensors: dict[str, np.ndarray] = {}
-    for name, dtype, shape in listing:
+    for name, dtype, shape, *where in listing:
+        if where:
+            if region is None:
+                raise WireError(f"tensor {name!r} is in shared memory, but none is mapped")
+            count = int(np.prod(shape, dtype=np.int64))
+            array = np.frombuffer(region, np.dtype(dtype), count, where[0]).reshape(shape)
+            tensors[name] = array.copy() if copy else array
+            continue
         array = np.empty(shape, np.dtype(dtype))
         if array.nbytes:
             _recv_exactly(sock, memoryview(array.reshape(-1).view(np.uint8)))

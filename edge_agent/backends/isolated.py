@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import signal
 import socket
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 LOAD_TIMEOUT_S = 600.0
 """How long a runtime process may take to load its model (a TensorRT engine build is slow)."""
 
+SHARED_REGION_BYTES = 64 * 2**20
+"""Shared memory per instance and direction (pages are allocated only when touched); larger
+messages travel on the socket."""
+
 
 def _exit_reason(code: int | None) -> str:
     if code is None:
@@ -55,6 +60,9 @@ class _RuntimeProcess:
         self.instance = instance
         self.proc: subprocess.Popen[bytes] | None = None
         self._conn: socket.socket | None = None
+        self._mem: mmap.mmap | None = None
+        self._to_child: memoryview | None = None
+        self._from_child: memoryview | None = None
         self._cancelled = False
         self._restart: threading.Thread | None = None
         self._restart_error: BaseException | None = None
@@ -66,17 +74,26 @@ class _RuntimeProcess:
         """Start the process and load the model in it (raises the load's error)."""
         owner = self._owner
         parent, child = socket.socketpair()
+        mem, memfd = self._shared_memory()
+        args = [str(child.fileno()), str(os.getpid())]
+        fds = [child.fileno()]
+        if mem is not None:
+            args += [str(memfd), str(SHARED_REGION_BYTES)]
+            fds.append(memfd)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "edge_agent.backends.runtime_process",
-                 str(child.fileno()), str(os.getpid())],
-                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
+                [sys.executable, "-m", "edge_agent.backends.runtime_process", *args],
+                pass_fds=fds, stdin=subprocess.DEVNULL)
         except OSError as exc:
             parent.close()
+            if mem is not None:
+                mem.close()
             raise BackendError(f"model {owner.label}: cannot start a runtime process: "
                                f"{exc}") from exc
         finally:
             child.close()
+            if memfd >= 0:
+                os.close(memfd)
         conn = parent
         try:
             send_message(conn, owner.load_request)
@@ -104,8 +121,39 @@ class _RuntimeProcess:
                 else BackendError
             raise error(reply.get("error", "the runtime process could not load the model"))
         self.info = reply
+        self._release_memory()
+        if mem is not None:
+            self._mem = mem
+            self._to_child = memoryview(mem)[:SHARED_REGION_BYTES]
+            self._from_child = memoryview(mem)[SHARED_REGION_BYTES:]
         self.proc, self._conn, self._cancelled = proc, conn, False
         self.started += 1
+
+    @staticmethod
+    def _shared_memory() -> tuple[mmap.mmap | None, int]:
+        """A fresh memfd mapping (one region per direction), or None where there is no memfd."""
+        create = getattr(os, "memfd_create", None)
+        if create is None:  # pragma: no cover - Linux has it
+            return None, -1
+        fd = create("edge-agent-tensors", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            os.ftruncate(fd, 2 * SHARED_REGION_BYTES)
+            return mmap.mmap(fd, 2 * SHARED_REGION_BYTES), fd
+        except OSError:
+            os.close(fd)
+            return None, -1
+
+    def _release_memory(self) -> None:
+        mem, self._mem = self._mem, None
+        views = (self._to_child, self._from_child)
+        self._to_child = self._from_child = None
+        # an array still viewing the memory keeps the mapping alive until it goes
+        with contextlib.suppress(BufferError):
+            for view in views:
+                if view is not None:
+                    view.release()
+            if mem is not None:
+                mem.close()
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -151,8 +199,8 @@ class _RuntimeProcess:
     def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         conn = self._ensure_running()
         try:
-            send_message(conn, {"op": "infer"}, inputs)
-            reply, outputs = recv_message(conn)
+            send_message(conn, {"op": "infer"}, inputs, self._to_child)
+            reply, outputs = recv_message(conn, self._from_child, copy=True)
         except (EOFError, OSError, WireError) as exc:
             raise self._lost() from exc
         if not reply.get("ok"):
@@ -199,6 +247,7 @@ class _RuntimeProcess:
             with contextlib.suppress(OSError):
                 send_message(conn, {"op": "close"})
             conn.close()
+        self._release_memory()
         if proc is not None:
             try:
                 proc.wait(timeout=timeout_s)

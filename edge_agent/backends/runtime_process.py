@@ -1,14 +1,16 @@
 """The runtime process: one model instance served to the agent over a socketpair.
 
 Started by :mod:`edge_agent.backends.isolated` as
-``python -m edge_agent.backends.runtime_process FD PARENT_PID``. The first message loads the
-model (``{"op": "load", ...}``); each later message is one execution. The process dies with
-its parent (a watcher thread) and exits when the socket closes, so a killed agent leaves
-no runtime behind.
+``python -m edge_agent.backends.runtime_process FD PARENT_PID [MEMFD REGION_BYTES]`` (the
+socket to the agent, and the shared memory tensors travel in: :mod:`edge_agent.backends.ipc`).
+The first message loads the model (``{"op": "load", ...}``); each later message is one
+execution. The process dies with its parent (a watcher thread) and exits when the socket
+closes, so a killed agent leaves no runtime behind.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
 import socket
@@ -52,8 +54,12 @@ def _load(request: dict[str, Any]) -> Any:
                         preferred=request.get("preferred"))
 
 
-def serve(conn: socket.socket) -> int:
-    """Load the model the first message names, then run executions until the socket closes."""
+def serve(conn: socket.socket, from_agent: memoryview | None = None,
+          to_agent: memoryview | None = None) -> int:
+    """Load the model the first message names, then run executions until the socket closes.
+
+    ``from_agent`` / ``to_agent``: the shared-memory regions tensors arrive in and leave by.
+    """
     try:
         request, _ = recv_message(conn)
     except EOFError:
@@ -67,7 +73,7 @@ def serve(conn: socket.socket) -> int:
                         "pid": os.getpid()})
     while True:
         try:
-            request, inputs = recv_message(conn)
+            request, inputs = recv_message(conn, from_agent)
         except EOFError:
             break
         if request.get("op") == "close":
@@ -77,15 +83,21 @@ def serve(conn: socket.socket) -> int:
         except Exception as exc:
             send_message(conn, {"ok": False, "error": str(exc), "type": type(exc).__name__})
             continue
-        send_message(conn, {"ok": True}, outputs)
+        send_message(conn, {"ok": True}, outputs, to_agent)
     backend.close()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``FD PARENT_PID``."""
+    """Entry point: ``FD PARENT_PID [MEMFD REGION_BYTES]``."""
     args = sys.argv[1:] if argv is None else argv
     fd, parent_pid = int(args[0]), int(args[1])
+    from_agent = to_agent = None
+    if len(args) >= 4:
+        size = int(args[3])
+        mem = mmap.mmap(int(args[2]), 2 * size)
+        os.close(int(args[2]))
+        from_agent, to_agent = memoryview(mem)[:size], memoryview(mem)[size:]
     _die_with_parent(parent_pid)
     # the agent decides when this process ends (a group-wide SIGTERM from systemd or a shell
     # must not kill it while the agent still drains requests); it exits when the agent closes
@@ -93,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with socket.socket(fileno=fd) as conn:
-        return serve(conn)
+        return serve(conn, from_agent, to_agent)
 
 
 if __name__ == "__main__":
