@@ -103,7 +103,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 path.unlink()
             raise
         # From here the deploy thread owns the file (and deletes it when done).
-        yield from self._run_deploy(path, header.force, context)
+        yield from self._run_deploy(path, header.force, context, header.filename)
 
     def _receive(self, requests: Iterator[pb.DeployRequest], path: Path,
                  header: pb.DeployHeader, context: grpc.ServicerContext
@@ -140,14 +140,15 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         yield pb.DeployEvent(progress=pb.UploadProgress(received_bytes=received,
                                                         total_bytes=header.size_bytes))
 
-    def _run_deploy(self, path: Path, force: bool,
-                    context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
+    def _run_deploy(self, path: Path, force: bool, context: grpc.ServicerContext,
+                    source: str = "") -> Iterator[pb.DeployEvent]:
         events: queue.Queue[StepEvent | DeployOutcome | BaseException] = queue.Queue()
 
         def run() -> None:
             result: DeployOutcome | BaseException
             try:
-                result = self.manager.deploy(path, force=force, on_event=events.put)
+                result = self.manager.deploy(path, force=force, on_event=events.put,
+                                             source=source or None)
             except BaseException as exc:  # handed to the RPC thread below
                 result = exc
             with contextlib.suppress(OSError):

@@ -64,6 +64,17 @@ _ACTIVATING = (DeploymentKind.DEPLOY, DeploymentKind.ROLLBACK, DeploymentKind.AC
                DeploymentKind.AUTO_ROLLBACK)
 
 
+def _display_name(source: str) -> str:
+    """The user's file name, safe to put in a message (printable, at most 200 characters)."""
+    name = "".join(ch for ch in Path(source).name if ch.isprintable())[:200]
+    return repr(name or "the upload")
+
+
+def _renamed(text: str, rename: tuple[str, str] | None) -> str:
+    """``text`` with the internal upload path replaced by the user's file name."""
+    return text.replace(*rename) if rename else text
+
+
 @dataclass(frozen=True)
 class ManagerSettings:
     """How the manager verifies, keeps and watches versions."""
@@ -286,16 +297,20 @@ class ModelManager:
         return self.incoming_dir / f"upload-{secrets.token_hex(8)}.edgepkg"
 
     def deploy(self, bundle_path: Path, *, force: bool = False,
-               on_event: EventSink | None = None) -> DeployOutcome:
+               on_event: EventSink | None = None, source: str | None = None) -> DeployOutcome:
         """Run the whole pipeline for one bundle file; the outcome says how far it got.
 
-        ``force`` reloads a version that is already active (same content). Raises only for a
-        file that is not a bundle and for a model that is busy; step failures are outcomes.
+        ``force`` reloads a version that is already active (same content). ``source`` is the
+        name the user knows the bundle by (the uploaded file's name): messages say it instead
+        of the agent's internal upload path. Raises only for a file that is not a bundle and
+        for a model that is busy; step failures are outcomes.
         """
+        rename = (str(bundle_path), _display_name(source)) if source else None
         try:
             reader = open_bundle(Path(bundle_path))
         except PackagerError as exc:
-            raise InvalidBundleError(f"the upload is not a valid bundle: {exc}") from None
+            raise InvalidBundleError(_renamed(f"the upload is not a valid bundle: {exc}",
+                                              rename)) from None
         with reader:
             m = reader.manifest
             with self._model_lock(m.name):
@@ -321,7 +336,7 @@ class ModelManager:
                     note = self._stage(reader, m.name, m.version, active, force)
                     self._reached(dep, Step.STAGED, note, on_event)
                 except (AgentError, PackagerError, OSError) as exc:
-                    return self._failed(dep, step, exc, on_event)
+                    return self._failed(dep, step, exc, on_event, rename=rename)
                 return self._switch(dep, m.name, m.version, active, on_event,
                                     reload=force and m.version == active)
 
@@ -532,15 +547,17 @@ class ModelManager:
         maybe_pause(step.value, self.state_dir)
 
     def _failed(self, dep: int, step: Step, exc: BaseException, on_event: EventSink | None,
-                name: str | None = None, version: int | None = None) -> DeployOutcome:
-        reason = f"{step.value} failed: {exc}"
+                name: str | None = None, version: int | None = None,
+                rename: tuple[str, str] | None = None) -> DeployOutcome:
+        text = _renamed(str(exc), rename)
+        reason = f"{step.value} failed: {text}"
         if name is not None and version is not None:
             with contextlib.suppress(StateStoreError):
                 self.store.set_version_state(name, version, VersionState.FAILED,
-                                             load_error=str(exc))
+                                             load_error=text)
         done = self.store.fail_deployment(dep, reason, failed_step=step)
         if on_event is not None:
-            on_event(StepEvent(dep, step.value, False, str(exc)))
+            on_event(StepEvent(dep, step.value, False, text))
         log.warning("deployment %d failed: %s", dep, reason)
         return DeployOutcome(done, False, reason, self.store.active_version(done.model))
 

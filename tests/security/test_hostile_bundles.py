@@ -76,6 +76,8 @@ def _refused(client: AgentClient, agent: InProcessAgent, bundle: Path,
     for outside in (state.parent / "evil", state / "evil", Path("/tmp/evil")):
         assert not outside.exists(), outside
     assert served_version(agent.grpc)[0] == "1"
+    # the message speaks of the user's file, never of the agent's internal upload path
+    assert "incoming" not in message and "upload-" not in message, message
     return message
 
 
