@@ -315,7 +315,7 @@ class DynamicBatcher:
             result = self.backend.infer(item.inputs, instance)
             error = None
         except AgentError as exc:
-            error = exc
+            error = self._named(exc)
         except Exception as exc:
             error = BackendError(f"model {self.model!r} version {self.version}: inference "
                                  f"failed: {type(exc).__name__}: {exc}")
@@ -351,7 +351,7 @@ class DynamicBatcher:
             t2 = _now()
             parts = split_outputs(result, rows)
         except AgentError as exc:
-            error = exc
+            error = self._named(exc)
             t1 = t2 = _now()
         except Exception as exc:  # a runtime bug must not kill the worker
             error = BackendError(f"model {self.model!r} version {self.version}: inference "
@@ -483,6 +483,12 @@ class DynamicBatcher:
 
         with self._lock:
             return copy.deepcopy(self.stats)
+
+    def _named(self, exc: AgentError) -> AgentError:
+        """A backend's error with this model's name and version in front, unless it has it."""
+        if isinstance(exc, BackendError) and repr(self.model) not in str(exc):
+            return type(exc)(f"model {self.model!r} version {self.version}: {exc}")
+        return exc
 
     # ------------------------------------------------------------------ hung executions
     def _timeout_error(self, instance: int) -> RequestTimeoutError:

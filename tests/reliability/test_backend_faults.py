@@ -85,7 +85,7 @@ def test_a_backend_failing_inside_inference_fails_only_that_request(
                     stub.ModelInfer(_request("fragile", bad), timeout=60)
                 assert err.value.code() is grpc.StatusCode.INTERNAL, err.value.details()
                 details = err.value.details() or ""
-                assert "inference failed" in details, details
+                assert "inference failed" in details and "'fragile' version 1" in details, details
                 # the same instance serves the next good request
                 good = np.full((1, 64), 3.0, np.float32)
                 reply = stub.ModelInfer(_request("fragile", good), timeout=60)
