@@ -74,16 +74,19 @@ def _denying(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
 
 class TokenAuthInterceptor(grpc.ServerInterceptor):
-    """Refuses every call whose bearer token is not ``token`` (UNAUTHENTICATED)."""
+    """Refuses every call whose bearer token is not ``token`` (UNAUTHENTICATED).
 
-    def __init__(self, token: str) -> None:
-        self._token = token
+    ``token`` may be a callable returning the current token (a rotated token file).
+    """
+
+    def __init__(self, token: str | Callable[[], str]) -> None:
+        self._current = token if callable(token) else (lambda: token)
 
     def intercept_service(self, continuation: Callable[[Any], Any],
                           handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
-        if tokens_equal(_presented(handler_call_details.invocation_metadata), self._token):
+        if tokens_equal(_presented(handler_call_details.invocation_metadata), self._current()):
             return handler
         return _denying(handler)

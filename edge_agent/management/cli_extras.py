@@ -64,6 +64,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                        "0600). Give it to edge-console with --token-file.",
                            formatter_class=raw)
     token.add_argument("--state-dir", type=Path, required=True, help="agent state directory")
+    token.add_argument("--rotate", action="store_true",
+                       help="replace the token with a new one and print it; a running agent "
+                            "refuses the old token from its next call (no restart)")
 
     metrics = sub.add_parser("metrics", help="print a summary table of recent metrics",
                              description="Read STATE_DIR/metrics.db (safe while the agent "
@@ -94,12 +97,17 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    """``edge-agent token``: the token, created if the agent never started here."""
-    from edge_agent.state.token import load_or_create_token
+    """``edge-agent token [--rotate]``: the token, created if the agent never started here."""
+    from edge_agent.state.token import load_or_create_token, rotate_token
 
     if not args.state_dir.is_dir():
         raise AgentError(f"state directory {args.state_dir} does not exist; start the agent "
                          "once or create it")
+    if args.rotate:
+        print(rotate_token(args.state_dir))
+        print("the old token is no longer accepted; update the consoles' token files",
+              file=sys.stderr)
+        return 0
     print(load_or_create_token(args.state_dir))
     return 0
 

@@ -30,7 +30,7 @@ from edge_agent.management.server import ManagementServer
 from edge_agent.management.servicer import ManagementServicer
 from edge_agent.manager import ManagerSettings, ModelManager
 from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
-from edge_agent.state import StateStore, load_or_create_token
+from edge_agent.state import StateStore, TokenFile
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +98,21 @@ class AgentRuntime:
         self.management: ManagementServer | None = None
         self.management_address: str | None = None
         self.identity: AgentIdentity | None = None
-        self.token = ""
+        self._token_file: TokenFile | None = None
         self._advertiser = None
         self._loop: _LoopThread | None = None
         self._inference_port = 0
+
+    @property
+    def token(self) -> str:
+        """The management token callers must present now (it follows ``token --rotate``)."""
+        return self._token_file.current() if self._token_file is not None else ""
 
     # -- start ---------------------------------------------------------------------------------
     def start_core(self) -> DataPlane:
         """Open the state store, the token, the metrics, and build the (empty) data plane."""
         self.store = StateStore.open(self.state_dir)
-        self.token = load_or_create_token(self.state_dir)
+        self._token_file = TokenFile(self.state_dir)
         if self.options.metrics:
             self.metrics = MetricsStore.open(self.state_dir)
             self.recorder = MetricsRecorder(self.metrics, system=SystemSampler(self.state_dir))
@@ -139,7 +144,9 @@ class AgentRuntime:
             return None
         servicer = ManagementServicer(self.manager, self.identity, metrics=self.metrics,
                                       recorder=self.recorder, on_change=self._advert_changed)
-        self.management = ManagementServer(servicer, self.options.address, token=self.token,
+        self.management = ManagementServer(servicer, self.options.address,
+                                           token=self._token_file.current
+                                           if self._token_file else "",
                                            tls=self.options.tls)
         self.management_address = self.management.start()
         if not self.options.trusted_keys and not self.options.allow_unsigned:

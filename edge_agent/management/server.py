@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent import futures
 
 import grpc
@@ -18,10 +19,11 @@ class ManagementServer:
     """Serves :class:`ManagementServicer` on ``address`` (HOST:PORT, port 0: any free port).
 
     With ``tls`` holding a client CA, client certificates replace the token; otherwise every
-    call needs ``token``.
+    call needs ``token`` (or the token a callable returns now: rotation without restart).
     """
 
-    def __init__(self, servicer: ManagementServicer, address: str, *, token: str,
+    def __init__(self, servicer: ManagementServicer, address: str, *,
+                 token: str | Callable[[], str],
                  tls: TlsFiles | None = None, workers: int = 16) -> None:
         self.servicer = servicer
         self.address = address

@@ -10,9 +10,27 @@ from edge_agent.state.records import (
     VersionState,
 )
 from edge_agent.state.store import DB_NAME, StateStore
-from edge_agent.state.token import TOKEN_FILE, load_or_create_token, tokens_equal
+from edge_agent.state.token import (
+    TOKEN_FILE,
+    TokenFile,
+    load_or_create_token,
+    rotate_token,
+    tokens_equal,
+)
 
 __all__ = [
-    "DB_NAME", "TOKEN_FILE", "Deployment", "DeploymentKind", "DeploymentStatus", "StateStore",
-    "Step", "StepRecord", "VersionRecord", "VersionState", "load_or_create_token", "tokens_equal",
+    "DB_NAME",
+    "TOKEN_FILE",
+    "Deployment",
+    "DeploymentKind",
+    "DeploymentStatus",
+    "StateStore",
+    "Step",
+    "StepRecord",
+    "TokenFile",
+    "VersionRecord",
+    "VersionState",
+    "load_or_create_token",
+    "rotate_token",
+    "tokens_equal",
 ]

@@ -1,17 +1,23 @@
 """The management API token: created once in the state directory, compared in constant time.
 
-The token is never logged; only its file path appears in messages.
+``rotate_token`` replaces it (atomically); a running agent reads the file again when it
+changes (:class:`TokenFile`), so rotation needs no restart. The token is never logged; only
+its file path appears in messages.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 import secrets
 import stat
+import threading
 from pathlib import Path
 
 from edge_agent.errors import StateStoreError
+
+log = logging.getLogger(__name__)
 
 TOKEN_FILE = "management.token"
 _TOKEN_BYTES = 32
@@ -40,6 +46,72 @@ def load_or_create_token(state_dir: str | os.PathLike[str]) -> str:
     except OSError as exc:
         raise StateStoreError(
             f"cannot create or read the management token {path}: {exc.strerror or exc}") from exc
+
+
+def rotate_token(state_dir: str | os.PathLike[str]) -> str:
+    """Replace the token in ``state_dir`` with a new one (mode 0600, atomic) and return it.
+
+    A running agent accepts only the new token from its next call on.
+    """
+    directory = Path(state_dir)
+    path = directory / TOKEN_FILE
+    tmp = directory / f".{TOKEN_FILE}.{secrets.token_hex(4)}"
+    token = secrets.token_urlsafe(_TOKEN_BYTES)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(token + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise StateStoreError(
+            f"cannot write a new management token to {path}: {exc.strerror or exc}") from exc
+    return token
+
+
+class TokenFile:
+    """The current token of a state directory, read again whenever its file changes.
+
+    ``current()`` costs one ``stat`` when nothing changed. If the file disappears or cannot be
+    read, the last token read stays in force (and a warning names the file).
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(state_dir) / TOKEN_FILE
+        self._lock = threading.Lock()
+        self._token = load_or_create_token(state_dir)
+        self._seen = self._signature()
+
+    def _signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def current(self) -> str:
+        """The token callers must present now."""
+        seen = self._signature()
+        if seen is None or seen == self._seen:
+            return self._token
+        with self._lock:
+            try:
+                self._token = _read(self.path)
+            except (OSError, StateStoreError) as exc:
+                log.warning(
+                    "cannot read the changed management token %s (%s); the previous token "
+                    "stays in force", self.path, exc)
+            self._seen = seen
+        return self._token
 
 
 def _read(path: Path) -> str:

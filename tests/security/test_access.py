@@ -127,3 +127,29 @@ def test_a_loose_token_file_is_tightened_at_start(bundles: Bundles, tmp_path: Pa
 def agent_with_model(bundles: Bundles, tmp_path: Path) -> Iterator[InProcessAgent]:
     with trusted_agent(tmp_path / "state", bundles.public_key, deploy=bundles.mlp[1]) as agent:
         yield agent
+
+
+def test_token_rotation_takes_effect_on_a_running_agent_without_restart(
+        bundles: Bundles, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from edge_agent.cli import main as agent_cli
+
+    state = tmp_path / "state"
+    with AgentProcess(state, trust=bundles.public_key, extra=["--no-mdns"]) as agent:
+        old = (state / "management.token").read_text().strip()
+        with AgentClient(agent.management, token=old) as client:
+            assert client.deploy(bundles.mlp[1]).ok
+        capsys.readouterr()
+        assert agent_cli(["token", "--state-dir", str(state), "--rotate"]) == 0
+        out = capsys.readouterr()
+        new = out.out.strip()
+        assert new != old and len(new) >= 32 and "no longer accepted" in out.err
+        assert _mode(state / "management.token") == 0o600
+        assert [p.name for p in state.iterdir() if p.name.startswith(".management")] == []
+        with AgentClient(agent.management, token=old) as stale, \
+                pytest.raises(AuthenticationError):
+            stale.models()
+        with AgentClient(agent.management, token=new) as client:
+            assert [(v.model, v.version, v.active) for v in client.models()] == [
+                ("mlp", 1, True)]
+        assert agent_cli(["token", "--state-dir", str(state)]) == 0
+        assert capsys.readouterr().out.strip() == new
