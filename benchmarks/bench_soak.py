@@ -6,7 +6,8 @@
 An ``edge-agent serve`` subprocess (127.0.0.1, mDNS off) serves the sample MLP; ``concurrency``
 closed-loop callers (one gRPC channel each) send ModelInfer without pause while a swapper
 alternately deploys version 2 and version 1 (upload, verify, load, warm-up, probe, switch,
-drain, unload). Reports: failed requests (target 0), the agent's RSS after warm-up and at the
+drain, unload). Reports: failed requests (target 0), the RSS of the agent and its runtime
+processes (models isolated in processes of their own) after warm-up and at the
 end (target: growth < 5 %), the sizes of metrics.db and state.db (with their WAL) against the
 metrics cap, and p99 latency per window over time. ``soak()`` is the library entry the test
 suite runs for ~30 s (tests/reliability/test_soak.py).
@@ -15,6 +16,7 @@ suite runs for ~30 s (tests/reliability/test_soak.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -83,6 +85,15 @@ def _db_bytes(state_dir: Path, name: str) -> int:
     return sum(p.stat().st_size for p in state_dir.glob(name + "*") if p.is_file())
 
 
+def tree_rss_mib(proc: psutil.Process) -> float:
+    """RSS of the agent and its runtime processes (isolated models), in MiB."""
+    total = 0
+    for p in (proc, *proc.children(recursive=True)):
+        with contextlib.suppress(psutil.NoSuchProcess):  # replaced during a swap
+            total += p.memory_info().rss
+    return total / 2**20
+
+
 def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid: int,
          state_dir: Path, *, seconds: float, swap_every_s: float, concurrency: int = 8,
          warmup_s: float = 10.0, window_s: float = 10.0,
@@ -135,7 +146,7 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
     window_end = t_start + window_s
     try:
         while (now := time.monotonic()) < t_start + seconds:
-            report.rss_mib.append((now - t_start, proc.memory_info().rss / 2**20))
+            report.rss_mib.append((now - t_start, tree_rss_mib(proc)))
             if now >= window_end:
                 with lock:
                     window, latencies[:] = list(latencies), []
