@@ -11,6 +11,9 @@ Example ``agent.toml``::
     max_message_bytes = 67108864
     workers = 8
 
+    [models."*"]                      # every model (a model's own section wins key by key)
+    isolation = "process"
+
     [models.mlp]                      # per-model overrides of the bundle's batching
     max_queue_delay_us = 500
     instances = 2
@@ -67,6 +70,8 @@ class AgentConfig:
     state_dir: Path
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
     models: Mapping[str, ModelOverrides] = field(default_factory=dict)
+    model_defaults: ModelOverrides = field(default_factory=ModelOverrides)
+    """``[models."*"]``: settings for every model; a model's own section wins key by key."""
     management: ManagementOptions = field(default_factory=ManagementOptions)
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
@@ -202,11 +207,18 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
     if max_message_bytes is not None:
         grpc_cfg = dataclasses.replace(
             grpc_cfg, max_message_bytes=_non_negative("--max-message-bytes", max_message_bytes))
-    models = {str(name): _model_section(str(name), section)
-              for name, section in _check_type("models", data.get("models", {}), dict).items()}
+    sections = dict(_check_type("models", data.get("models", {}), dict))
+    every = _check_type('models."*"', sections.pop("*", {}), dict)
+    if "default_version" in every:
+        raise ConfigError('config key \'models."*".default_version\': a default version is '
+                          "chosen per model; set it in the model's own section")
+    model_defaults = _model_section("*", every)
+    models = {str(name): _model_section(str(name), {**every, **_check_type(
+        f"models.{name}", section, dict)}) for name, section in sections.items()}
     mgmt = management_options(data, Path(path).parent if path is not None else None,
                               **dict(management or {}))
     config = AgentConfig(state_dir=Path(state_dir), grpc=grpc_cfg, models=models,
+                         model_defaults=model_defaults,
                          management=mgmt, source=Path(path) if path is not None else None)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:

@@ -75,10 +75,11 @@ class _RuntimeProcess:
         owner = self._owner
         parent, child = socket.socketpair()
         mem, memfd = self._shared_memory()
-        args = [str(child.fileno()), str(os.getpid())]
+        # the last argument only names the instance for ps/top: "mlp:1#0"
+        args = [str(child.fileno()), str(os.getpid()), str(memfd if mem is not None else -1),
+                str(SHARED_REGION_BYTES), f"{owner.model}:{owner.version}#{self.instance}"]
         fds = [child.fileno()]
         if mem is not None:
-            args += [str(memfd), str(SHARED_REGION_BYTES)]
             fds.append(memfd)
         try:
             proc = subprocess.Popen(
@@ -264,6 +265,7 @@ class IsolatedBackend:
                  preferred: str | None = None, *,
                  load_timeout_s: float = LOAD_TIMEOUT_S) -> None:
         self.label = f"{manifest.name!r} version {manifest.version}"
+        self.model, self.version = manifest.name, manifest.version
         self.inputs = manifest.inputs
         self.outputs = manifest.outputs
         self.closed = False

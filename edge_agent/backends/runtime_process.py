@@ -1,8 +1,9 @@
 """The runtime process: one model instance served to the agent over a socketpair.
 
 Started by :mod:`edge_agent.backends.isolated` as
-``python -m edge_agent.backends.runtime_process FD PARENT_PID [MEMFD REGION_BYTES]`` (the
-socket to the agent, and the shared memory tensors travel in: :mod:`edge_agent.backends.ipc`).
+``python -m edge_agent.backends.runtime_process FD PARENT_PID MEMFD REGION_BYTES NAME`` (the
+socket to the agent, the shared memory tensors travel in (:mod:`edge_agent.backends.ipc`), and
+the instance's name for ps/top).
 The first message loads the model (``{"op": "load", ...}``); each later message is one
 execution. The process dies with its parent (a watcher thread) and exits when the socket
 closes, so a killed agent leaves no runtime behind.
@@ -89,14 +90,14 @@ def serve(conn: socket.socket, from_agent: memoryview | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``FD PARENT_PID [MEMFD REGION_BYTES]``."""
+    """Entry point: ``FD PARENT_PID MEMFD REGION_BYTES NAME`` (MEMFD -1: no shared memory;
+    NAME, e.g. ``mlp:1#0``, only labels the process for ps/top)."""
     args = sys.argv[1:] if argv is None else argv
-    fd, parent_pid = int(args[0]), int(args[1])
+    fd, parent_pid, memfd, size = (int(a) for a in args[:4])
     from_agent = to_agent = None
-    if len(args) >= 4:
-        size = int(args[3])
-        mem = mmap.mmap(int(args[2]), 2 * size)
-        os.close(int(args[2]))
+    if memfd >= 0:
+        mem = mmap.mmap(memfd, 2 * size)
+        os.close(memfd)
         from_agent, to_agent = memoryview(mem)[:size], memoryview(mem)[size:]
     _die_with_parent(parent_pid)
     # the agent decides when this process ends (a group-wide SIGTERM from systemd or a shell

@@ -39,7 +39,8 @@ def run_agent(config: Any, options: ManagementOptions, *,
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
         previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: hup.set())
     notifier = SystemdNotifier()
-    runtime = AgentRuntime(config.state_dir, options, overrides=config.models)
+    runtime = AgentRuntime(config.state_dir, options, overrides=config.models,
+                           default_overrides=config.model_defaults)
     server = None
     try:
         notifier.status("starting: opening state and loading models")

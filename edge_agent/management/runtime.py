@@ -85,10 +85,12 @@ class AgentRuntime:
 
     def __init__(self, state_dir: Path, options: ManagementOptions, *,
                  overrides: Mapping[str, ModelOverrides] | None = None,
+                 default_overrides: ModelOverrides | None = None,
                  drain_timeout_s: float = 30.0) -> None:
         self.state_dir = Path(state_dir)
         self.options = options
         self.overrides = overrides or {}
+        self.default_overrides = default_overrides
         self.drain_timeout_s = drain_timeout_s
         self.store: StateStore | None = None
         self.metrics: MetricsStore | None = None
@@ -118,7 +120,8 @@ class AgentRuntime:
             self.recorder = MetricsRecorder(self.metrics, system=SystemSampler(self.state_dir))
             self.recorder.start()
         self.dataplane = DataPlane(self.state_dir, observer=self.recorder,
-                                   overrides=self.overrides, autoload=False,
+                                   overrides=self.overrides,
+                                   default_overrides=self.default_overrides, autoload=False,
                                    drain_timeout_s=self.drain_timeout_s)
         return self.dataplane
 

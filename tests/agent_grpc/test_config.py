@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,25 @@ preferred_batch_sizes = [4, 8]
     assert cfg.models["mlp"].instances == 2
 
 
+def test_settings_for_every_model_and_a_models_own_section_wins(tmp_path: Path) -> None:
+    toml = tmp_path / "agent.toml"
+    toml.write_text("""
+[models."*"]
+isolation = "process"
+execution_timeout_ms = 5000
+[models.mlp]
+execution_timeout_ms = 100
+instances = 2
+""")
+    cfg = load_config(toml, state_dir=tmp_path)
+    assert (cfg.model_defaults.isolation, cfg.model_defaults.execution_timeout_ms) == (
+        "process", 5000)
+    mlp = cfg.models["mlp"]
+    assert (mlp.isolation, mlp.execution_timeout_ms, mlp.instances) == ("process", 100, 2)
+    assert "*" not in cfg.models
+    assert load_config(state_dir=tmp_path).model_defaults.isolation == "auto"
+
+
 def test_defaults(tmp_path: Path) -> None:
     cfg = load_config(state_dir=tmp_path)
     assert cfg.grpc.address == DEFAULT_GRPC_ADDRESS and cfg.models == {}
@@ -54,6 +74,9 @@ def test_defaults(tmp_path: Path) -> None:
         ("[models.mlp]\ninstances = 0\n", "models.mlp.instances"),
         ("[models.mlp]\nmax_queue_size = 'big'\n", "models.mlp.max_queue_size"),
         ("[models.mlp]\nbatch = 3\n", "models.mlp.batch"),
+        ("[models.mlp]\nisolation = 'fork'\n", "models.mlp.isolation"),
+        ('[models."*"]\ndefault_version = 2\n', 'models."*".default_version'),
+        ('[models."*"]\nthreads = -1\n', "models.*.threads"),
         ("[mangement]\nport = 1\n", "mangement"),
         ("state_dir = 3\n", "state_dir"),
         ("[grpc\n", "not valid TOML"),
@@ -62,7 +85,7 @@ def test_defaults(tmp_path: Path) -> None:
 def test_bad_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:
     toml = tmp_path / "agent.toml"
     toml.write_text(text)
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(key)):
         load_config(toml, state_dir=tmp_path if "state_dir" not in text else None)
 
 

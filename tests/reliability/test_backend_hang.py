@@ -66,9 +66,10 @@ def test_a_hung_inference_times_out_and_its_instance_is_replaced(
         assert stats.model_stats[0].inference_stats.fail.count == 3
 
 
-def _runtime_processes(agent_pid: int) -> list[psutil.Process]:
+def _runtime_processes(agent_pid: int, model: str) -> list[psutil.Process]:
     return [p for p in psutil.Process(agent_pid).children()
-            if "edge_agent.backends.runtime_process" in " ".join(p.cmdline())]
+            if "edge_agent.backends.runtime_process" in p.cmdline()
+            and p.cmdline()[-1].startswith(f"{model}:")]
 
 
 @pytest.mark.slow
@@ -78,7 +79,8 @@ def test_a_crashed_runtime_process_fails_its_request_and_is_restarted(
                             profiles=["x86_64-cpu-openvino"], out_dir=tmp_path / "out",
                             key_path=bundles.private_key, dynamic_batch=True)
     config = tmp_path / "agent.toml"
-    config.write_text("[models.hang]\ninstances = 1\n")  # isolation "auto": OpenVINO -> process
+    # every model in runtime processes ([models."*"]); hang's own section adds to that
+    config.write_text('[models."*"]\nisolation = "process"\n[models.hang]\ninstances = 1\n')
     state = tmp_path / "state"
     agent = AgentProcess(state, trust=bundles.public_key,
                          extra=["--no-mdns", "--config", str(config)])
@@ -88,7 +90,8 @@ def test_a_crashed_runtime_process_fails_its_request_and_is_restarted(
         with AgentClient(agent.management, token=token) as client:
             assert client.deploy(bundles.mlp[1]).ok
             assert client.deploy(hang).ok
-        (runtime,) = _runtime_processes(agent.proc.pid)  # mlp is an in-process ORT model
+        (runtime,) = _runtime_processes(agent.proc.pid, "hang")
+        assert _runtime_processes(agent.proc.pid, "mlp")  # the ORT model is isolated too
         busy_before = sum(runtime.cpu_times()[:2])
         with Bystander(agent.grpc) as bystander, \
                 grpc.insecure_channel(agent.grpc) as channel:
