@@ -294,3 +294,25 @@ def test_histogram_encoding_round_trips_and_concatenation_sums(hists: list[list[
     total = [sum(col) for col in zip(*hists, strict=True)]
     assert hist.decode(b"".join(hist.encode(h) for h in hists)) == total
     assert hist.merged(hist.encode(h) for h in hists) == total
+
+
+def test_system_rss_counts_child_processes(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import psutil
+
+    sampler = SystemSampler(tmp_path, children_every=1)
+    alone = sampler.sample().rss_bytes
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys; b = bytearray(64 << 20); sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while psutil.Process(child.pid).memory_info().rss < 64 << 20:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert sampler.sample().rss_bytes >= alone + (64 << 20) - (8 << 20)
+    finally:
+        child.communicate(b"", timeout=60)
+    assert sampler.sample().rss_bytes < alone + (32 << 20)
