@@ -12,7 +12,9 @@ share_inputs=True)`` ~80 us, ``start_async`` + ``wait`` ~55 us, ``set_tensor`` (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,8 +39,16 @@ def _pick_device(core, wanted: str | None) -> str:
     return wanted
 
 
-def compile_config(device: str, instances: int, threads: int) -> dict[str, str]:
-    """The properties passed to ``Core.compile_model`` for this many instances and threads."""
+def compile_config(device: str, instances: int, threads: int,
+                   options: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The properties passed to ``Core.compile_model`` for this many instances and threads.
+
+    On the CPU, threads are not pinned to cores (``ENABLE_CPU_PINNING`` off) unless the
+    bundle's ``backend_options.openvino.enable_cpu_pinning`` is true: the agent shares the
+    cores with its gRPC threads and other models, and a runtime in a process of its own pins
+    its one inference thread to core 0 just like every other such process does, so two
+    instances in two processes ran on one core (docs/performance.md).
+    """
     config: dict[str, str] = {}
     if instances > 1:
         config["PERFORMANCE_HINT"] = "THROUGHPUT"
@@ -46,8 +56,11 @@ def compile_config(device: str, instances: int, threads: int) -> dict[str, str]:
             config["NUM_STREAMS"] = str(instances)
     else:
         config["PERFORMANCE_HINT"] = "LATENCY"
-    if threads > 0 and device == "CPU":
-        config["INFERENCE_NUM_THREADS"] = str(threads)
+    if device == "CPU":
+        if threads > 0:
+            config["INFERENCE_NUM_THREADS"] = str(threads)
+        pinning = bool((options or {}).get("enable_cpu_pinning", False))
+        config["ENABLE_CPU_PINNING"] = "YES" if pinning else "NO"
     return config
 
 
@@ -66,7 +79,8 @@ class OpenVinoBackend:
         self.device = _pick_device(core, options.device)
         instances = max(1, options.instances)
         threads = options.threads or manifest.batching.threads
-        config = compile_config(self.device, instances, threads)
+        config = compile_config(self.device, instances, threads,
+                                manifest.backend_options.get(NAME, {}))
         try:
             model = core.read_model(str(path))
             self._compiled = core.compile_model(model, self.device, config)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ from edge_agent.backends import (
     choose_backend,
     load_backend,
 )
+from edge_agent.backends.onnxruntime_backend import intra_op_threads
 from edge_agent.backends.openvino_backend import compile_config
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError, RuntimeMissingError
@@ -137,10 +140,14 @@ def test_squeezenet_on_both_backends_matches_the_source(squeezenet_dir: Path,
 
 
 def test_openvino_compile_settings_follow_instances(mlp_dir: Path) -> None:
-    assert compile_config("CPU", 1, 0) == {"PERFORMANCE_HINT": "LATENCY"}
+    assert compile_config("CPU", 1, 0) == {"PERFORMANCE_HINT": "LATENCY",
+                                           "ENABLE_CPU_PINNING": "NO"}
     assert compile_config("CPU", 3, 2) == {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "3",
-                                           "INFERENCE_NUM_THREADS": "2"}
+                                           "INFERENCE_NUM_THREADS": "2",
+                                           "ENABLE_CPU_PINNING": "NO"}
+    assert compile_config("CPU", 1, 1, {"enable_cpu_pinning": True})["ENABLE_CPU_PINNING"] == "YES"
     assert "NUM_STREAMS" not in compile_config("AUTO", 2, 0)
+    assert "ENABLE_CPU_PINNING" not in compile_config("AUTO", 2, 0)
     manifest = load_manifest(mlp_dir)
     backend = load_backend(mlp_dir, manifest, BackendOptions(instances=2), preferred="openvino")
     try:
@@ -148,6 +155,7 @@ def test_openvino_compile_settings_follow_instances(mlp_dir: Path) -> None:
         compiled = backend._compiled
         assert str(compiled.get_property("PERFORMANCE_HINT")) == "THROUGHPUT"
         assert int(compiled.get_property("NUM_STREAMS")) == 2
+        assert compiled.get_property("ENABLE_CPU_PINNING") is False
     finally:
         backend.close()
     with pytest.raises(RuntimeMissingError, match="'GPU' is not present"):
@@ -191,3 +199,25 @@ def test_onnxruntime_threads_do_not_spin_unless_the_bundle_asks(mlp_dir: Path) -
             "onnxruntime": {**manifest.backend_options.get("onnxruntime", {}),
                             "allow_spinning": True}}
     assert spinning(dataclasses.replace(manifest, backend_options=opts)) in (None, "1")
+
+
+def test_onnxruntime_splits_the_cores_between_instances(mlp_dir: Path) -> None:
+    """Several instances without a thread count: one share of the cores each, so instances run
+    side by side instead of each spreading one execution over every core."""
+    cores = len(os.sched_getaffinity(0))
+    assert intra_op_threads(3, 2) == 3  # configured: kept
+    assert intra_op_threads(0, 1) == 0  # one instance: ONNX Runtime's default
+    assert intra_op_threads(0, 2) == max(1, cores // 2)
+    assert intra_op_threads(0, 4 * cores) == 1
+    manifest = load_manifest(mlp_dir)
+    for options, expected in ((BackendOptions(instances=2), max(1, cores // 2)),
+                              (BackendOptions(instances=2, threads=3), 3)):
+        backend = load_backend(mlp_dir, manifest, options, preferred="onnxruntime")
+        try:
+            assert backend._session.get_session_options().intra_op_num_threads == expected
+            feed = {"input": np.ones((2, 64), np.float32)}
+            with ThreadPoolExecutor(2) as pool:
+                a, b = pool.map(backend.infer, [feed, feed], range(2))
+            assert np.array_equal(a["probs"], b["probs"])
+        finally:
+            backend.close()
