@@ -113,10 +113,11 @@ def _cpu_s(pid: int) -> float:
 def load(target: str, payload: bytes, c: int, seconds: float, pid: int) -> LoadResult:
     """One closed-loop run after a 1 s warm-up, with the server's CPU per request."""
     asyncio.run(run_load(target, payload, concurrency=c, seconds=1.0, warmup=0.0))
-    cpu0 = _cpu_s(pid)
+    cpu0, client0 = _cpu_s(pid), time.process_time()
     result = asyncio.run(run_load(target, payload, concurrency=c, seconds=seconds, warmup=0.0))
     if result.requests:
         result.cpu_us_per_request = (_cpu_s(pid) - cpu0) * 1e6 / result.requests
+        result.client_cpu_us_per_request = (time.process_time() - client0) * 1e6 / result.requests
     if result.errors:
         print(f"    ({result.errors} errors, first: {result.first_error})")
     return result
@@ -225,8 +226,30 @@ def verdict(ok: bool) -> str:
     return "meets target" if ok else "BELOW target"
 
 
-def squeeze_part(state: Path, sock: Path, agent: Proc, secs: float, rounds: int) -> None:
+def _echo_process(address: str) -> mp.process.BaseProcess:
+    echo = mp.get_context("spawn").Process(target=_echo_server, args=(address,), daemon=True)
+    echo.start()
+    time.sleep(1.5)
+    return echo
+
+
+def squeeze_part(state: Path, sock: Path, agent: Proc, work: Path, secs: float,
+                 rounds: int) -> None:
+    """Served c=16 vs the in-process references, and the ceiling any Python gRPC server has
+    here: in-process CPU per image over (that + a bare echo server's CPU per request of the
+    same payload + the load generator's own CPU per request), both sharing the 2 cores."""
     x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+    echo_address = f"unix:{work / 'echo-squeeze.sock'}"
+    echo = _echo_process(echo_address)
+    try:
+        _squeeze_models(state, sock, agent, echo_address, echo.pid, x, secs, rounds)
+    finally:
+        echo.terminate()
+        echo.join(5)
+
+
+def _squeeze_models(state: Path, sock: Path, agent: Proc, echo_address: str, echo_pid: int,
+                    x: np.ndarray, secs: float, rounds: int) -> None:
     for model, profile, kind, artifact in (
         ("squeezenet", "onnxruntime", "ort", "artifacts/onnxruntime/model.onnx"),
         ("squeezenet_ov", "openvino", "ov", "artifacts/openvino/model.xml"),
@@ -235,10 +258,12 @@ def squeeze_part(state: Path, sock: Path, agent: Proc, secs: float, rounds: int)
         payload = infer_request_bytes(model, {"data_0": x})
         inproc: dict[str, list[tuple[float, float]]] = {label: [] for label in runners}
         served: list[LoadResult] = []
+        echoed: list[LoadResult] = []
         for _ in range(rounds):  # interleaved, so load from elsewhere hits all alike
             for label, run in runners.items():
                 inproc[label].append(run(secs))
             served.append(load(f"unix:{sock}", payload, 16, secs, agent.pid))
+            echoed.append(load(echo_address, payload, 16, secs, echo_pid))
         del runners
         med = {label: sorted(v)[len(v) // 2] for label, v in inproc.items()}
         best = max(med, key=lambda label: med[label][0])
@@ -254,6 +279,13 @@ def squeeze_part(state: Path, sock: Path, agent: Proc, secs: float, rounds: int)
               f"{verdict(ratio >= 0.9)}); CPU efficiency in-process/served = {cpu_ratio:.2f}")
         print(f"    per round, served / that round's best in-process: "
               f"{', '.join(f'{x:.2f}' for x in per_round)} (median {per_round[rounds // 2]:.2f}x)")
+        e = median_result(echoed)
+        grpc_us = e.cpu_us_per_request + (s.client_cpu_us_per_request or 0.0)
+        ceiling = med[best][1] / (med[best][1] + grpc_us)
+        print(f"    ceiling of a Python gRPC server here: a bare echo of this request costs "
+              f"{e.cpu_us_per_request:.0f} us server CPU + {s.client_cpu_us_per_request:.0f} us "
+              f"client CPU, so at most {ceiling:.2f}x of the best in-process with both cores "
+              f"busy")
 
 
 def _echo_server(address: str) -> None:
@@ -334,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         try:
             if args.only in (None, "squeezenet"):
-                squeeze_part(state, sock, agent, args.seconds, args.rounds)
+                squeeze_part(state, sock, agent, work, args.seconds, args.rounds)
             if args.only in (None, "mlp"):
                 mlp_part(mlp_onnx, sock, tcp, agent, work, args.seconds, args.rounds)
             print(f"agent RSS after the runs {agent.rss_mb():.0f} MiB; load average "

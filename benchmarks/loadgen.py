@@ -33,6 +33,7 @@ class LoadResult:
     p99_ms: float
     first_error: str = ""
     cpu_us_per_request: float | None = None  # of the server process, when measured
+    client_cpu_us_per_request: float | None = None  # of this load generator, when measured
 
     @property
     def throughput(self) -> float:
