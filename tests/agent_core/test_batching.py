@@ -144,7 +144,8 @@ def test_two_instances_waiting_for_rows_at_once_never_lose_a_request(mlp) -> Non
     backend, onnx_path = mlp
     config = BatchingConfig(max_batch_size=8, preferred_batch_sizes=(8,), instances=2,
                             max_queue_delay_us=3000, max_queue_size=1000)
-    batcher = DynamicBatcher(backend, model="mlp", version=1, config=config)
+    # parallel_min_ns=0: both instances run even for this tiny model
+    batcher = DynamicBatcher(backend, model="mlp", version=1, config=config, parallel_min_ns=0)
     xs = [np.random.default_rng(i).standard_normal((1, 64)).astype(np.float32) for i in range(16)]
     refs = [reference_outputs(onnx_path, {"input": x})["probs"] for x in xs]
     bad: list[int] = []
@@ -163,6 +164,54 @@ def test_two_instances_waiting_for_rows_at_once_never_lose_a_request(mlp) -> Non
     assert batcher.close(30)  # nothing left in flight
     assert not bad and batcher.stats.success.count == 16 * 40
     assert max(batcher.stats.batch_stats) > 1
+
+
+class ConcurrencyProbe:
+    """The real backend, counting how many executions run at the same time."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.name, self.inputs, self.outputs = backend.name, backend.inputs, backend.outputs
+        self.device = backend.device
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+
+    def infer(self, inputs, instance=0):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            return self.backend.infer(inputs, instance)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_tiny_model_runs_one_execution_at_a_time_on_several_instances(mlp) -> None:
+    backend, _ = mlp
+    probe = ConcurrencyProbe(backend)
+    config = BatchingConfig(max_batch_size=8, instances=2, max_queue_size=1000)
+    batcher = DynamicBatcher(probe, model="mlp", version=1, config=config)
+    x = np.ones((1, 64), np.float32)
+    batcher.submit({"input": x}, 1).result(60)  # the first execution measures the model
+    probe.most = 0
+
+    def call() -> None:
+        for _ in range(200):
+            batcher.submit({"input": x}, 1).result(60)
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert batcher.close(30)
+    assert batcher.stats.success.count == 1 + 8 * 200
+    assert probe.most == 1  # the MLP's executions take far less than PARALLEL_MIN_NS
 
 
 class FailingObserver(CountingObserver):
