@@ -97,30 +97,13 @@ class _RuntimeProcess:
                 os.close(memfd)
         conn = parent
         try:
-            send_message(conn, owner.load_request)
-            conn.settimeout(owner.load_timeout_s)
-            reply, _ = recv_message(conn)
-            conn.settimeout(None)
-        except TimeoutError as exc:
-            conn.close()
-            self._kill(proc)
-            raise BackendError(f"model {owner.label}: the runtime process did not load the "
-                               f"model within {owner.load_timeout_s:g} s") from exc
-        except (EOFError, OSError, WireError) as exc:
-            conn.close()
-            self._kill(proc)
-            raise BackendError(f"model {owner.label}: the runtime process died while loading "
-                               f"the model ({_exit_reason(proc.poll())})") from exc
+            reply = self._load(conn, proc)
         except BaseException:
             conn.close()
             self._kill(proc)
+            if mem is not None:
+                mem.close()
             raise
-        if not reply.get("ok"):
-            conn.close()
-            self._kill(proc)
-            error = RuntimeMissingError if reply.get("type") == "RuntimeMissingError" \
-                else BackendError
-            raise error(reply.get("error", "the runtime process could not load the model"))
         self.info = reply
         self._release_memory()
         if mem is not None:
@@ -129,6 +112,27 @@ class _RuntimeProcess:
             self._from_child = memoryview(mem)[SHARED_REGION_BYTES:]
         self.proc, self._conn, self._cancelled = proc, conn, False
         self.started += 1
+
+    def _load(self, conn: socket.socket, proc: subprocess.Popen[bytes]) -> dict:
+        """Send the load request; the process's reply, or the load's error raised."""
+        owner = self._owner
+        try:
+            send_message(conn, owner.load_request)
+            conn.settimeout(owner.load_timeout_s)
+            reply, _ = recv_message(conn)
+            conn.settimeout(None)
+        except TimeoutError as exc:
+            raise BackendError(f"model {owner.label}: the runtime process did not load the "
+                               f"model within {owner.load_timeout_s:g} s") from exc
+        except (EOFError, OSError, WireError) as exc:
+            self._kill(proc)
+            raise BackendError(f"model {owner.label}: the runtime process died while loading "
+                               f"the model ({_exit_reason(proc.returncode)})") from exc
+        if not reply.get("ok"):
+            error = RuntimeMissingError if reply.get("type") == "RuntimeMissingError" \
+                else BackendError
+            raise error(reply.get("error", "the runtime process could not load the model"))
+        return reply
 
     @staticmethod
     def _shared_memory() -> tuple[mmap.mmap | None, int]:
