@@ -1,10 +1,16 @@
 """Overload of a real agent process: a burst of callers far beyond its capacity. The excess is
 refused with RESOURCE_EXHAUSTED (not queued without bound), the agent's memory stays bounded,
-nobody gets another error, and it serves normally once the burst is over."""
+nobody gets another error, and it serves normally once the burst is over.
+
+gRPC's own early rejection (``maximum_concurrent_rpcs``) races the client's upload: a few
+percent of rejected calls reach the client as CANCELLED instead of RESOURCE_EXHAUSTED (a bare
+grpcio server shows the same, 773 of 22,500 calls in 15 bursts). The test accepts CANCELLED as
+a rejection and proves, from the model's statistics, that exactly the OK calls ran."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +21,7 @@ import pytest
 
 from edge_agent.management.client import AgentClient
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles
 from tests.reliability.helpers import served_version
@@ -47,6 +54,13 @@ async def _burst(target: str, n: int) -> list[tuple[str, str]]:
         return await asyncio.gather(*(one() for _ in range(n)))
 
 
+def _successes(target: str) -> int:
+    with grpc.insecure_channel(target) as channel:
+        stats = pb_grpc.GRPCInferenceServiceStub(channel).ModelStatistics(
+            pb.ModelStatisticsRequest(name="mlp"), timeout=60)
+    return sum(m.inference_stats.success.count for m in stats.model_stats)
+
+
 @pytest.mark.slow
 def test_a_burst_beyond_capacity_is_shed_with_resource_exhausted_and_recovers(
         bundles: Bundles, tmp_path: Path) -> None:
@@ -59,12 +73,20 @@ def test_a_burst_beyond_capacity_is_shed_with_resource_exhausted_and_recovers(
         proc = psutil.Process(agent.proc.pid)
         asyncio.run(_burst(agent.grpc, 64))  # warm up
         rss_before = proc.memory_info().rss
+        ran_before = _successes(agent.grpc)
         outcomes = asyncio.run(_burst(agent.grpc, BURST))
         rss_after = proc.memory_info().rss
         codes = Counter(code for code, _ in outcomes)
-        assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, codes
-        assert codes["OK"] > 0 and codes["RESOURCE_EXHAUSTED"] > 0, codes
+        assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED", "CANCELLED"}, codes
+        assert codes["OK"] > 0 and codes["RESOURCE_EXHAUSTED"] > codes["CANCELLED"], codes
         assert all(why for code, why in outcomes if code != "OK")
+        # every call that was not answered OK was refused before it ran: nothing ran unanswered
+        # (statistics of a batch are booked just after its callers are answered: wait for them)
+        deadline = time.monotonic() + 60
+        while (ran := _successes(agent.grpc) - ran_before) < codes["OK"]:
+            assert time.monotonic() < deadline, (ran, codes)
+            time.sleep(0.05)
+        assert ran == codes["OK"], (ran, codes)
         assert rss_after - rss_before < 64 * 2**20, (rss_before, rss_after)
         # recovered: a normal caller is served, every time
         for _ in range(50):
