@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_agent.backends.base import BackendOptions
-from edge_agent.backends.ipc import WireError, recv_message, send_message
+from edge_agent.backends.ipc import Channel, WireError
 from edge_agent.errors import BackendCrashedError, BackendError, RuntimeMissingError
 from packager.manifest import Manifest
 
@@ -52,6 +52,17 @@ def _exit_reason(code: int | None) -> str:
     return f"exit status {code}"
 
 
+def _close_channel(conn: Channel, mem: mmap.mmap | None) -> None:
+    """Close the socket and unmap the shared memory (arrays still viewing it keep it alive)."""
+    conn.close()
+    with contextlib.suppress(BufferError):
+        for view in (conn.outgoing, conn.incoming):
+            if view is not None:
+                view.release()
+        if mem is not None:
+            mem.close()
+
+
 class _RuntimeProcess:
     """One runtime process serving one instance; restarts itself after a kill or a crash."""
 
@@ -59,10 +70,8 @@ class _RuntimeProcess:
         self._owner = owner
         self.instance = instance
         self.proc: subprocess.Popen[bytes] | None = None
-        self._conn: socket.socket | None = None
+        self._conn: Channel | None = None
         self._mem: mmap.mmap | None = None
-        self._to_child: memoryview | None = None
-        self._from_child: memoryview | None = None
         self._cancelled = False
         self._restart: threading.Thread | None = None
         self._restart_error: BaseException | None = None
@@ -95,32 +104,29 @@ class _RuntimeProcess:
             child.close()
             if memfd >= 0:
                 os.close(memfd)
-        conn = parent
+        if mem is not None:
+            conn = Channel(parent, outgoing=memoryview(mem)[:SHARED_REGION_BYTES],
+                           incoming=memoryview(mem)[SHARED_REGION_BYTES:])
+        else:
+            conn = Channel(parent)
         try:
             reply = self._load(conn, proc)
         except BaseException:
-            conn.close()
+            _close_channel(conn, mem)
             self._kill(proc)
-            if mem is not None:
-                mem.close()
             raise
         self.info = reply
-        self._release_memory()
-        if mem is not None:
-            self._mem = mem
-            self._to_child = memoryview(mem)[:SHARED_REGION_BYTES]
-            self._from_child = memoryview(mem)[SHARED_REGION_BYTES:]
-        self.proc, self._conn, self._cancelled = proc, conn, False
+        self.proc, self._conn, self._mem, self._cancelled = proc, conn, mem, False
         self.started += 1
 
-    def _load(self, conn: socket.socket, proc: subprocess.Popen[bytes]) -> dict:
+    def _load(self, conn: Channel, proc: subprocess.Popen[bytes]) -> dict:
         """Send the load request; the process's reply, or the load's error raised."""
         owner = self._owner
         try:
-            send_message(conn, owner.load_request)
-            conn.settimeout(owner.load_timeout_s)
-            reply, _ = recv_message(conn)
-            conn.settimeout(None)
+            conn.send(dict(owner.load_request))
+            conn.sock.settimeout(owner.load_timeout_s)
+            reply, _ = conn.recv()
+            conn.sock.settimeout(None)
         except TimeoutError as exc:
             raise BackendError(f"model {owner.label}: the runtime process did not load the "
                                f"model within {owner.load_timeout_s:g} s") from exc
@@ -148,18 +154,6 @@ class _RuntimeProcess:
             os.close(fd)
             return None, -1
 
-    def _release_memory(self) -> None:
-        mem, self._mem = self._mem, None
-        views = (self._to_child, self._from_child)
-        self._to_child = self._from_child = None
-        # an array still viewing the memory keeps the mapping alive until it goes
-        with contextlib.suppress(BufferError):
-            for view in views:
-                if view is not None:
-                    view.release()
-            if mem is not None:
-                mem.close()
-
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is None:
@@ -185,7 +179,7 @@ class _RuntimeProcess:
                                          name=f"restart-{self._owner.label}-{self.instance}")
         self._restart.start()
 
-    def _ensure_running(self) -> socket.socket:
+    def _ensure_running(self) -> Channel:
         if self._restart is not None:
             self._restart.join()
             self._restart = None
@@ -204,8 +198,8 @@ class _RuntimeProcess:
     def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         conn = self._ensure_running()
         try:
-            send_message(conn, {"op": "infer"}, inputs, self._to_child)
-            reply, outputs = recv_message(conn, self._from_child, copy=True)
+            conn.send({"op": "infer"}, inputs)
+            reply, outputs = conn.recv(copy=True)
         except (EOFError, OSError, WireError) as exc:
             raise self._lost() from exc
         if not reply.get("ok"):
@@ -214,10 +208,10 @@ class _RuntimeProcess:
 
     def _lost(self) -> BackendError:
         """The process died mid-execution: reap it, restart it, and say what happened."""
-        proc, conn = self.proc, self._conn
-        self.proc = self._conn = None
+        proc, conn, mem = self.proc, self._conn, self._mem
+        self.proc = self._conn = self._mem = None
         if conn is not None:
-            conn.close()
+            _close_channel(conn, mem)
         reason = "gone"
         if proc is not None:
             self._kill(proc)
@@ -246,13 +240,12 @@ class _RuntimeProcess:
     def close(self, timeout_s: float = 10.0) -> None:
         if self._restart is not None:
             self._restart.join(timeout=LOAD_TIMEOUT_S)
-        proc, conn = self.proc, self._conn
-        self.proc = self._conn = None
+        proc, conn, mem = self.proc, self._conn, self._mem
+        self.proc = self._conn = self._mem = None
         if conn is not None:
             with contextlib.suppress(OSError):
-                send_message(conn, {"op": "close"})
-            conn.close()
-        self._release_memory()
+                conn.send({"op": "close"})
+            _close_channel(conn, mem)
         if proc is not None:
             try:
                 proc.wait(timeout=timeout_s)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edge_agent.backends.ipc import recv_message, send_message
+from edge_agent.backends.ipc import Channel
 
 
 def _die_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
@@ -55,26 +55,22 @@ def _load(request: dict[str, Any]) -> Any:
                         preferred=request.get("preferred"))
 
 
-def serve(conn: socket.socket, from_agent: memoryview | None = None,
-          to_agent: memoryview | None = None) -> int:
-    """Load the model the first message names, then run executions until the socket closes.
-
-    ``from_agent`` / ``to_agent``: the shared-memory regions tensors arrive in and leave by.
-    """
+def serve(conn: Channel) -> int:
+    """Load the model the first message names, then run executions until the socket closes."""
     try:
-        request, _ = recv_message(conn)
+        request, _ = conn.recv()
     except EOFError:
         return 0
     try:
         backend = _load(request)
     except Exception as exc:  # reported to the agent, which raises it as the load error
-        send_message(conn, {"ok": False, "error": str(exc), "type": type(exc).__name__})
+        conn.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
         return 1
-    send_message(conn, {"ok": True, "name": backend.name, "device": backend.device,
+    conn.send({"ok": True, "name": backend.name, "device": backend.device,
                         "pid": os.getpid()})
     while True:
         try:
-            request, inputs = recv_message(conn, from_agent)
+            request, inputs = conn.recv()
         except EOFError:
             break
         if request.get("op") == "close":
@@ -82,9 +78,9 @@ def serve(conn: socket.socket, from_agent: memoryview | None = None,
         try:
             outputs = backend.infer(inputs, 0)
         except Exception as exc:
-            send_message(conn, {"ok": False, "error": str(exc), "type": type(exc).__name__})
+            conn.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
             continue
-        send_message(conn, {"ok": True}, outputs, to_agent)
+        conn.send({"ok": True}, outputs)
     backend.close()
     return 0
 
@@ -105,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     # the socket or dies
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    with socket.socket(fileno=fd) as conn:
-        return serve(conn, from_agent, to_agent)
+    return serve(Channel(socket.socket(fileno=fd), outgoing=to_agent, incoming=from_agent))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from edge_agent.backends.ipc import WireError, recv_message, send_message
+from edge_agent.backends.ipc import Channel, WireError
 
 
 @pytest.fixture
@@ -32,12 +32,14 @@ def _memfd_region(size: int) -> mmap.mmap:
 
 def _roundtrip(pair, tensors, send_region=None, recv_region=None, copy=False):
     a, b = pair
+    sender = Channel(a, outgoing=send_region)
+    receiver = Channel(b, incoming=recv_region)
     got = {}
     # a large tensor does not fit the socket buffer: receive while sending
     reader = threading.Thread(target=lambda: got.update(
-        zip(("header", "tensors"), recv_message(b, recv_region, copy=copy), strict=True)))
+        zip(("header", "tensors"), receiver.recv(copy=copy), strict=True)))
     reader.start()
-    send_message(a, {"op": "infer", "n": 1}, tensors, send_region)
+    sender.send({"op": "infer", "n": 1}, tensors)
     reader.join(60)
     return got["header"], got["tensors"]
 
@@ -74,7 +76,32 @@ def test_tensors_larger_than_the_region_fall_back_to_the_socket(pair) -> None:
 def test_strings_do_not_cross_and_a_closed_peer_is_eof(pair) -> None:
     a, b = pair
     with pytest.raises(WireError, match="only numeric"):
-        send_message(a, {}, {"s": np.array(["x"], dtype=object)})
+        Channel(a).send({}, {"s": np.array(["x"], dtype=object)})
     a.close()
     with pytest.raises(EOFError):
-        recv_message(b)
+        Channel(b).recv()
+
+
+def test_a_small_inline_tensor_arriving_with_its_header_and_several_messages(pair) -> None:
+    a, b = pair
+    sender, receiver = Channel(a), Channel(b)
+    for i in range(3):  # inline tensors share the first read with the header
+        x = np.full((2, 3), i, np.int32)
+        sender.send({"i": i}, {"x": x, "y": x[:, :1] * 2})
+        header, out = receiver.recv()
+        assert header == {"i": i}
+        np.testing.assert_array_equal(out["x"], x)
+        np.testing.assert_array_equal(out["y"], x[:, :1] * 2)
+
+
+def test_a_header_larger_than_the_scratch_buffer(pair) -> None:
+    a, b = pair
+    big = {"blob": "x" * 200_000}
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(zip(
+        ("header", "tensors"), Channel(b).recv(), strict=True)))
+    reader.start()
+    Channel(a).send(dict(big), {"x": np.arange(5.0)})
+    reader.join(60)
+    assert got["header"] == big
+    np.testing.assert_array_equal(got["tensors"]["x"], np.arange(5.0))
