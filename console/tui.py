@@ -7,6 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from console.commands import read_token
 from console.config import load_settings
 from console.errors import ConsoleError
 
@@ -46,17 +47,6 @@ def build_tui_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read_token(path: Path) -> str:
-    try:
-        token = path.expanduser().read_text().strip()
-    except OSError as exc:
-        raise ConsoleError(f"--token-file: cannot read {path}: {exc.strerror or exc}") from None
-    if not token:
-        raise ConsoleError(f"--token-file: {path} is empty; on the agent run "
-                           "`edge-agent token --state-dir DIR` and save its output there")
-    return token
-
-
 def run_tui(argv: list[str] | None = None) -> int:
     """Parse the UI's options and run it until the operator quits; 1 on a setup error."""
     from dataclasses import replace
@@ -70,7 +60,7 @@ def run_tui(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config).with_overrides(
             agents=args.agent, interfaces=args.interface or None,
             discovery=False if args.no_discovery else None, read_only=args.read_only,
-            token=_read_token(args.token_file) if args.token_file else None)
+            token=read_token(args.token_file) if args.token_file else None)
         if args.poll is not None:
             settings = replace(settings, poll_interval_s=max(0.2, args.poll))
         if args.soak is not None:

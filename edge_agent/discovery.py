@@ -39,6 +39,18 @@ _TXT_VALUE_MAX = 200  # one TXT string is at most 255 bytes including "key="
 
 
 @dataclass(frozen=True, slots=True)
+
+def ipv4_interfaces(values: Sequence[str], where: str) -> tuple[str, ...]:
+    """``values`` as a tuple, each checked to be an IPv4 address (ConfigError naming ``where``)."""
+    for ip in values:
+        try:
+            if ipaddress.ip_address(ip).version != 4:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"{where}: {ip!r} is not an IPv4 address; give the address of "
+                              "an interface to advertise on (e.g. 192.168.1.20)") from None
+    return tuple(values)
+
 class AgentAdvert:
     """What the agent advertises about itself."""
 
@@ -90,13 +102,7 @@ class Advertiser:
     """
 
     def __init__(self, advert: AgentAdvert, *, interfaces: Sequence[str] | None = None) -> None:
-        for ip in interfaces or ():
-            try:
-                if ipaddress.ip_address(ip).version != 4:
-                    raise ValueError
-            except ValueError:
-                raise ConfigError(f"mDNS interface {ip!r} is not an IPv4 address; list the "
-                                  "IPv4 addresses of the interfaces to advertise on") from None
+        ipv4_interfaces(interfaces or (), "mDNS interface")
         self.advert = advert
         self.interfaces = list(interfaces) if interfaces else None
         self._zc: AsyncZeroconf | None = None

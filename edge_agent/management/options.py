@@ -27,11 +27,11 @@
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edge_agent.discovery import ipv4_interfaces
 from edge_agent.errors import ConfigError
 from edge_agent.management.auth import TlsFiles
 from edge_agent.management.runtime import ManagementOptions
@@ -68,17 +68,6 @@ def _address(value: str, where: str) -> str | None:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"{where}: expected HOST:PORT (e.g. 0.0.0.0:50051), got {value!r}")
     return value
-
-
-def _interfaces(values: Sequence[str], where: str) -> tuple[str, ...]:
-    for ip in values:
-        try:
-            if ipaddress.ip_address(ip).version != 4:
-                raise ValueError
-        except ValueError:
-            raise ConfigError(f"{where}: {ip!r} is not an IPv4 address; give the address of "
-                              "an interface to advertise on (e.g. 192.168.1.20)") from None
-    return tuple(values)
 
 
 def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
@@ -128,7 +117,7 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     if "enabled" in md:
         kw["mdns"] = _typed("mdns.enabled", md["enabled"], bool)
     if "interfaces" in md:
-        kw["mdns_interfaces"] = _interfaces(_typed("mdns.interfaces", md["interfaces"], list),
+        kw["mdns_interfaces"] = ipv4_interfaces(_typed("mdns.interfaces", md["interfaces"], list),
                                             "config key 'mdns.interfaces'")
     if "enabled" in mt:
         kw["metrics"] = _typed("metrics.enabled", mt["enabled"], bool)
@@ -143,7 +132,7 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     if allow_unsigned:
         flags["allow_unsigned"] = True
     if mdns_interfaces:
-        flags["mdns_interfaces"] = _interfaces(mdns_interfaces, "--mdns-interface")
+        flags["mdns_interfaces"] = ipv4_interfaces(mdns_interfaces, "--mdns-interface")
     if no_mdns:
         flags["mdns"] = False
     if no_metrics:
