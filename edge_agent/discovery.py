@@ -38,8 +38,6 @@ TXT_KEYS = ("id", "name", "arch", "profile", "api", "mgmt", "grpc", "models")
 _TXT_VALUE_MAX = 200  # one TXT string is at most 255 bytes including "key="
 
 
-@dataclass(frozen=True, slots=True)
-
 def ipv4_interfaces(values: Sequence[str], where: str) -> tuple[str, ...]:
     """``values`` as a tuple, each checked to be an IPv4 address (ConfigError naming ``where``)."""
     for ip in values:
@@ -51,6 +49,8 @@ def ipv4_interfaces(values: Sequence[str], where: str) -> tuple[str, ...]:
                               "an interface to advertise on (e.g. 192.168.1.20)") from None
     return tuple(values)
 
+
+@dataclass(frozen=True, slots=True)
 class AgentAdvert:
     """What the agent advertises about itself."""
 
