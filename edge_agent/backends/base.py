@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -26,6 +27,25 @@ class BackendOptions:
     instances: int = 1
     device: str | None = None
     state_dir: Path | None = None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_instance(threads: int, instances: int) -> int:
+    """Runtime threads for each instance: ``threads`` when set (> 0); otherwise the cores this
+    process may use split between ``instances`` when there are several, or 0 (the runtime's
+    default) for one. Instances then run in parallel on their own cores instead of each
+    spreading one execution over every core (docs/performance.md)."""
+    if threads > 0:
+        return threads
+    if instances > 1:
+        return max(1, _cores() // instances)
+    return 0
 
 
 @runtime_checkable

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_agent.backends.base import BackendOptions
+from edge_agent.backends.base import BackendOptions, threads_per_instance
 from edge_agent.backends.ipc import Channel, WireError
 from edge_agent.errors import BackendCrashedError, BackendError, RuntimeMissingError
 from packager.manifest import Manifest
@@ -268,9 +268,9 @@ class IsolatedBackend:
         self.closed = False
         self.load_timeout_s = load_timeout_s
         instances = max(1, options.instances)
-        threads = options.threads
-        if threads == 0 and instances > 1:  # share the cores like a runtime's parallel streams
-            threads = max(1, (os.cpu_count() or 1) // instances)
+        # each process holds one instance: split the cores here, as a runtime would between
+        # its parallel instances
+        threads = threads_per_instance(options.threads, instances)
         self.load_request = {
             "op": "load", "model_dir": str(Path(model_dir).resolve()),
             "manifest": manifest.to_dict(), "preferred": preferred,

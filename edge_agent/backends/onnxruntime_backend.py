@@ -14,12 +14,11 @@ for one caller with 2 threads (docs/performance.md).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from edge_agent.backends.base import BackendOptions, artifact_path
+from edge_agent.backends.base import BackendOptions, artifact_path, threads_per_instance
 from edge_agent.errors import BackendError, RuntimeMissingError
 from packager.manifest import Manifest
 
@@ -50,24 +49,6 @@ def _providers(ort, device: str | None) -> list[str]:
     return [p for p in wanted if p in present]
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def intra_op_threads(threads: int, instances: int) -> int:
-    """The session's intra-op thread count: ``threads`` when set (> 0); otherwise the cores
-    split between ``instances`` when there are several, or 0 (ONNX Runtime's default: one
-    per physical core) for one instance."""
-    if threads > 0:
-        return threads
-    if instances > 1:
-        return max(1, _cores() // instances)
-    return 0
-
-
 class OnnxRuntimeBackend:
     """A model version loaded into one shared ``onnxruntime.InferenceSession``."""
 
@@ -82,8 +63,8 @@ class OnnxRuntimeBackend:
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        threads = intra_op_threads(options.threads or manifest.batching.threads,
-                                   max(1, options.instances))
+        threads = threads_per_instance(options.threads or manifest.batching.threads,
+                                       max(1, options.instances))
         if threads > 0:
             so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1

@@ -19,7 +19,7 @@ from edge_agent.backends import (
     choose_backend,
     load_backend,
 )
-from edge_agent.backends.onnxruntime_backend import intra_op_threads
+from edge_agent.backends.base import threads_per_instance
 from edge_agent.backends.openvino_backend import compile_config
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError, RuntimeMissingError
@@ -205,10 +205,10 @@ def test_onnxruntime_splits_the_cores_between_instances(mlp_dir: Path) -> None:
     """Several instances without a thread count: one share of the cores each, so instances run
     side by side instead of each spreading one execution over every core."""
     cores = len(os.sched_getaffinity(0))
-    assert intra_op_threads(3, 2) == 3  # configured: kept
-    assert intra_op_threads(0, 1) == 0  # one instance: ONNX Runtime's default
-    assert intra_op_threads(0, 2) == max(1, cores // 2)
-    assert intra_op_threads(0, 4 * cores) == 1
+    assert threads_per_instance(3, 2) == 3  # configured: kept
+    assert threads_per_instance(0, 1) == 0  # one instance: ONNX Runtime's default
+    assert threads_per_instance(0, 2) == max(1, cores // 2)
+    assert threads_per_instance(0, 4 * cores) == 1
     manifest = load_manifest(mlp_dir)
     for options, expected in ((BackendOptions(instances=2), max(1, cores // 2)),
                               (BackendOptions(instances=2, threads=3), 3)):
