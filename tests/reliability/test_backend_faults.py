@@ -4,7 +4,6 @@ back to) serving, and callers of the other model see nothing."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import grpc
@@ -18,45 +17,7 @@ from packager.build import build_bundles
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import PROFILE, Bundles
 from tests.agent_management.models import make_fragile_model
-
-X = np.random.default_rng(4).uniform(-5, 5, (1, 64)).astype(np.float32)
-
-
-def _request(model: str, x: np.ndarray) -> pb.ModelInferRequest:
-    req = pb.ModelInferRequest(model_name=model)
-    req.inputs.add(name="input", datatype="FP32", shape=x.shape)
-    req.raw_input_contents.append(x.tobytes())
-    return req
-
-
-class Bystander:
-    """Calls ``mlp`` without pause on its own channel; every call must succeed."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with grpc.insecure_channel(self.address) as channel:
-            stub = pb_grpc.GRPCInferenceServiceStub(channel)
-            while not self._stop.is_set():
-                try:
-                    reply = stub.ModelInfer(_request("mlp", X), timeout=60)
-                    assert reply.model_name == "mlp"
-                    self.ok += 1
-                except grpc.RpcError as exc:
-                    self.failures.append(f"{exc.code()}: {exc.details()}")
-
-    def __enter__(self) -> Bystander:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
+from tests.reliability.helpers import Bystander, infer_request
 
 
 def _bundle(bundles: Bundles, tmp: Path, name: str, source: Path) -> Path:
@@ -67,7 +28,7 @@ def _bundle(bundles: Bundles, tmp: Path, name: str, source: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_backend_failing_inside_inference_fails_only_that_request(
+def test_a_backend_failing_inside_inference_fails_only_thatinfer_request(
         bundles: Bundles, tmp_path: Path) -> None:
     fragile = _bundle(bundles, tmp_path, "fragile", make_fragile_model(tmp_path / "f.onnx"))
     state = tmp_path / "state"
@@ -82,13 +43,13 @@ def test_a_backend_failing_inside_inference_fails_only_that_request(
             bad = np.full((1, 64), 50.0, np.float32)  # Gather index out of range in ORT
             for _ in range(5):
                 with pytest.raises(grpc.RpcError) as err:
-                    stub.ModelInfer(_request("fragile", bad), timeout=60)
+                    stub.ModelInfer(infer_request("fragile", bad), timeout=60)
                 assert err.value.code() is grpc.StatusCode.INTERNAL, err.value.details()
                 details = err.value.details() or ""
                 assert "inference failed" in details and "'fragile' version 1" in details, details
                 # the same instance serves the next good request
                 good = np.full((1, 64), 3.0, np.float32)
-                reply = stub.ModelInfer(_request("fragile", good), timeout=60)
+                reply = stub.ModelInfer(infer_request("fragile", good), timeout=60)
                 assert np.isfinite(np.frombuffer(reply.raw_output_contents[0],
                                                  np.float32)).all()
             stats = stub.ModelStatistics(pb.ModelStatisticsRequest(name="fragile"), timeout=30)

@@ -8,9 +8,11 @@ crashes (a real SIGSEGV) fails the execution in flight with UNAVAILABLE and is r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -24,27 +26,36 @@ from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.build import build_bundles
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles
+from tests.reliability.helpers import Bystander, infer_request
 from tests.reliability.models import HOT, make_hang_model
-from tests.reliability.test_backend_faults import Bystander, _request
+
+
+@contextlib.contextmanager
+def _serving_mlp_and_hang(bundles: Bundles, tmp_path: Path, profile: str,
+                          config_text: str) -> Iterator[AgentProcess]:
+    """A real agent process with ``config_text`` as agent.toml, serving ``mlp`` (ORT) and the
+    hang model built for ``profile``."""
+    (hang,) = build_bundles(make_hang_model(tmp_path / "h.onnx"), name="hang", version=1,
+                            profiles=[profile], out_dir=tmp_path / "out",
+                            key_path=bundles.private_key, dynamic_batch=True)
+    config = tmp_path / "agent.toml"
+    config.write_text(config_text)
+    state = tmp_path / "state"
+    with AgentProcess(state, trust=bundles.public_key,
+                      extra=["--no-mdns", "--config", str(config)]) as agent:
+        token = (state / "management.token").read_text().strip()
+        with AgentClient(agent.management, token=token) as client:
+            assert client.deploy(bundles.mlp[1]).ok
+            assert client.deploy(hang).ok
+        yield agent
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("profile", ["x86_64-cpu-onnxruntime", "x86_64-cpu-openvino"])
 def test_a_hung_inference_times_out_and_its_instance_is_replaced(
         bundles: Bundles, tmp_path: Path, profile: str) -> None:
-    (hang,) = build_bundles(make_hang_model(tmp_path / "h.onnx"), name="hang", version=1,
-                            profiles=[profile], out_dir=tmp_path / "out",
-                            key_path=bundles.private_key, dynamic_batch=True)
-    config = tmp_path / "agent.toml"
-    config.write_text("[models.hang]\ninstances = 1\nexecution_timeout_ms = 1500\n")
-    state = tmp_path / "state"
-    agent = AgentProcess(state, trust=bundles.public_key,
-                         extra=["--no-mdns", "--config", str(config)])
-    with agent:
-        token = (state / "management.token").read_text().strip()
-        with AgentClient(agent.management, token=token) as client:
-            assert client.deploy(bundles.mlp[1]).ok
-            assert client.deploy(hang).ok
+    with _serving_mlp_and_hang(bundles, tmp_path, profile, "[models.hang]\ninstances = 1\n"
+                               "execution_timeout_ms = 1500\n") as agent:
         with Bystander(agent.grpc) as bystander, \
                 grpc.insecure_channel(agent.grpc) as channel:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
@@ -53,11 +64,11 @@ def test_a_hung_inference_times_out_and_its_instance_is_replaced(
             calm = np.ones((1, 64), np.float32)
             for _ in range(3):  # more than the model's one instance
                 with pytest.raises(grpc.RpcError) as err:
-                    stub.ModelInfer(_request("hang", hot), timeout=120)  # far past 1.5 s
+                    stub.ModelInfer(infer_request("hang", hot), timeout=120)  # far past 1.5 s
                 assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
                 details = err.value.details() or ""
                 assert "hang" in details and "1.5 s" in details, details
-                reply = stub.ModelInfer(_request("hang", calm), timeout=120)
+                reply = stub.ModelInfer(infer_request("hang", calm), timeout=120)
                 assert np.frombuffer(reply.raw_output_contents[0], np.float32).shape == (10,)
         assert bystander.ok > 0 and not bystander.failures, bystander.failures[:3]
         with grpc.insecure_channel(agent.grpc) as channel:
@@ -75,21 +86,11 @@ def _runtime_processes(agent_pid: int, model: str) -> list[psutil.Process]:
 @pytest.mark.slow
 def test_a_crashed_runtime_process_fails_its_request_and_is_restarted(
         bundles: Bundles, tmp_path: Path) -> None:
-    (hang,) = build_bundles(make_hang_model(tmp_path / "h.onnx"), name="hang", version=1,
-                            profiles=["x86_64-cpu-openvino"], out_dir=tmp_path / "out",
-                            key_path=bundles.private_key, dynamic_batch=True)
-    config = tmp_path / "agent.toml"
     # every model in runtime processes ([models."*"]); hang's own section adds to that
-    config.write_text('[models."*"]\nisolation = "process"\n[models.hang]\ninstances = 1\n')
-    state = tmp_path / "state"
-    agent = AgentProcess(state, trust=bundles.public_key,
-                         extra=["--no-mdns", "--config", str(config)])
-    with agent:
+    with _serving_mlp_and_hang(bundles, tmp_path, "x86_64-cpu-openvino",
+                               '[models."*"]\nisolation = "process"\n'
+                               "[models.hang]\ninstances = 1\n") as agent:
         assert agent.proc is not None
-        token = (state / "management.token").read_text().strip()
-        with AgentClient(agent.management, token=token) as client:
-            assert client.deploy(bundles.mlp[1]).ok
-            assert client.deploy(hang).ok
         (runtime,) = _runtime_processes(agent.proc.pid, "hang")
         assert _runtime_processes(agent.proc.pid, "mlp")  # the ORT model is isolated too
         busy_before = sum(runtime.cpu_times()[:2])
@@ -98,7 +99,7 @@ def test_a_crashed_runtime_process_fails_its_request_and_is_restarted(
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
             hot = np.zeros((1, 64), np.float32)
             hot[0, 0] = HOT * 2
-            call = stub.ModelInfer.future(_request("hang", hot), timeout=120)
+            call = stub.ModelInfer.future(infer_request("hang", hot), timeout=120)
             deadline = time.monotonic() + 60
             while sum(runtime.cpu_times()[:2]) - busy_before < 0.5:  # inside the endless Loop
                 assert time.monotonic() < deadline and not call.done()
@@ -110,6 +111,6 @@ def test_a_crashed_runtime_process_fails_its_request_and_is_restarted(
             details = err.value.details() or ""
             assert "hang" in details and "SIGSEGV" in details and "retry" in details, details
             calm = np.ones((1, 64), np.float32)
-            reply = stub.ModelInfer(_request("hang", calm), timeout=120)
+            reply = stub.ModelInfer(infer_request("hang", calm), timeout=120)
             assert np.frombuffer(reply.raw_output_contents[0], np.float32).shape == (10,)
         assert bystander.ok > 0 and not bystander.failures, bystander.failures[:3]

@@ -5,7 +5,6 @@ alongside sees no failure."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import grpc
@@ -22,6 +21,7 @@ from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.agent_management.bundles import Bundles
 from tests.agent_management.inproc import InProcessAgent, trusted_agent
+from tests.reliability.helpers import Bystander
 
 settings.register_profile("edge-fuzz", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -40,41 +40,6 @@ def agent(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with trusted_agent(tmp_path_factory.mktemp("fuzz") / "state", bundles.public_key,
                        name="fuzz", deploy=bundles.mlp[1]) as running:
         yield running
-
-
-class Bystander:
-    """A well-behaved caller on its own channel: every request must succeed, correctly."""
-
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.insecure_channel(address)
-        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        req = pb.ModelInferRequest(model_name="mlp")
-        req.inputs.add(name="input", datatype="FP32", shape=[1, 64])
-        req.raw_input_contents.append(X.tobytes())
-        while not self._stop.is_set():
-            try:
-                reply = self.stub.ModelInfer(req, timeout=30)
-                out = np.frombuffer(reply.raw_output_contents[0], np.float32)
-                if out.shape != (10,) or not np.isfinite(out).all():
-                    self.failures.append(f"bad output {out!r}")
-                self.ok += 1
-            except grpc.RpcError as exc:
-                self.failures.append(f"{exc.code()}: {exc.details()}")
-
-    def __enter__(self) -> Bystander:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
-        self.channel.close()
 
 
 # -- ModelInfer --------------------------------------------------------------------------------
@@ -191,7 +156,7 @@ def _valid(model: str = "mlp") -> pb.ModelInferRequest:
 def test_model_infer_fuzz_never_crashes_and_bystanders_are_unaffected(
         agent: InProcessAgent) -> None:
     codes: dict[str, int] = {}
-    with grpc.insecure_channel(agent.grpc) as channel, Bystander(agent.grpc) as bystander:
+    with grpc.insecure_channel(agent.grpc) as channel, Bystander(agent.grpc, X) as bystander:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
 
         @FUZZ
@@ -265,7 +230,7 @@ deploy_parts = st.lists(st.one_of(
 
 def test_management_fuzz_never_crashes_and_changes_nothing(agent: InProcessAgent) -> None:
     with grpc.insecure_channel(agent.management) as channel, \
-            Bystander(agent.grpc) as bystander:
+            Bystander(agent.grpc, X) as bystander:
         stub = mpb_grpc.AgentManagementStub(channel)
         auth = bearer(agent.token)
 
