@@ -18,9 +18,11 @@ from onnx import TensorProto, helper, numpy_helper
 IN, OUT = 64, 10
 
 
-def _save(nodes: list, inits: list, path: Path) -> Path:
+def save_model(nodes: list, inits: list, path: Path, name: str = "misbehaving") -> Path:
+    """An ONNX model ``input`` FP32 [batch, 64] -> ``probs`` FP32 [batch, 10] of ``nodes``,
+    checked and saved to ``path``."""
     graph = helper.make_graph(
-        nodes, "misbehaving",
+        nodes, name,
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", IN])],
         [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", OUT])],
         initializer=inits)
@@ -40,7 +42,7 @@ def make_nan_model(path: Path) -> Path:
              helper.make_node("Add", ["a", "one"], ["p"]),
              helper.make_node("Neg", ["p"], ["n"]),
              helper.make_node("Sqrt", ["n"], ["probs"])]
-    return _save(nodes, [w, one], path)
+    return save_model(nodes, [w, one], path)
 
 
 def make_fragile_model(path: Path) -> Path:
@@ -51,4 +53,4 @@ def make_fragile_model(path: Path) -> Path:
     nodes = [helper.make_node("Cast", ["input"], ["idx"], to=TensorProto.INT64),
              helper.make_node("Gather", ["table", "idx"], ["g"], axis=0),
              helper.make_node("ReduceSum", ["g", "axes"], ["probs"], keepdims=0)]
-    return _save(nodes, [table, axes], path)
+    return save_model(nodes, [table, axes], path)

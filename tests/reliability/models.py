@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-IN, OUT = 64, 10
+from tests.agent_management.models import IN, OUT, save_model
+
 HOT = 100.0  # an input value at or above this hangs the model
 
 
@@ -44,12 +44,4 @@ def make_hang_model(path: Path) -> Path:
              helper.make_node("Mul", ["acc", "zero"], ["nil"]),
              helper.make_node("MatMul", ["input", "w"], ["m"]),
              helper.make_node("Add", ["m", "nil"], ["probs"])]
-    graph = helper.make_graph(
-        nodes, "hang", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", IN])],
-        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", OUT])],
-        initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return Path(path)
+    return save_model(nodes, inits, path, "hang")
