@@ -12,6 +12,7 @@ import tritonclient.grpc as triton
 from textual.widgets import DataTable, SelectionList
 from tritonclient.utils import InferenceServerException
 
+from console.app import EdgeConsoleApp
 from console.config import StaticAgent
 from console.fleet import AgentState
 from console.rollout import Phase
@@ -30,6 +31,25 @@ def _active(agent: RunningAgent, model: str = "mlp") -> int | None:
         return next((v.version for v in c.models(model) if v.active), None)
 
 
+def _two_agents_on_v1(agents: Callable[..., RunningAgent],
+                      bundles: BundleSet) -> tuple[RunningAgent, RunningAgent]:
+    """Agents ``alpha`` and ``beta`` (no mDNS), each serving mlp version 1."""
+    alpha, beta = agents("alpha", mdns=False), agents("beta", mdns=False)
+    for a in (alpha, beta):
+        with AgentClient(a.address, token=a.token) as c:
+            assert c.deploy(bundles.mlp[1]).ok
+    return alpha, beta
+
+
+def _app_for(*running: RunningAgent, tokens: dict[str, str] | None = None,
+             **settings: object) -> EdgeConsoleApp:
+    """The console app listing ``running`` (static addresses, their tokens, no discovery)."""
+    return console_app(
+        discovery=False, tokens=tokens or {a.address: a.token for a in running},
+        agents=tuple(StaticAgent("127.0.0.1", int(a.address.rsplit(":")[1]), a.name)
+                     for a in running), **settings)
+
+
 async def _pick_bundle(pilot, screen: DeployScreen, name: str) -> None:  # type: ignore[no-untyped-def]
     tree = screen.query_one(BundleTree)
     await wait_for(pilot, lambda: any(str(n.data.path).endswith(name) for n in
@@ -44,16 +64,10 @@ async def _pick_bundle(pilot, screen: DeployScreen, name: str) -> None:  # type:
 
 async def test_deploy_with_canary_then_roll_back(agents: Callable[..., RunningAgent],
                                                  bundles: BundleSet) -> None:
-    alpha, beta = agents("alpha", mdns=False), agents("beta", mdns=False)
-    for a in (alpha, beta):
-        with AgentClient(a.address, token=a.token) as c:
-            assert c.deploy(bundles.mlp[1]).ok
-    app = console_app(
-        discovery=False, bundle_dir=bundles.mlp[1].parent,
-        tokens={"alpha": alpha.token, "beta": beta.token,
-                alpha.address: alpha.token, beta.address: beta.token},
-        agents=tuple(StaticAgent("127.0.0.1", int(a.address.rsplit(":")[1]), a.name)
-                     for a in (alpha, beta)))
+    alpha, beta = _two_agents_on_v1(agents, bundles)
+    app = _app_for(alpha, beta, bundle_dir=bundles.mlp[1].parent,
+                   tokens={"alpha": alpha.token, "beta": beta.token,
+                           alpha.address: alpha.token, beta.address: beta.token})
     async with app.run_test(size=(150, 45)) as pilot:
         await wait_for(pilot, lambda: all(a.state is AgentState.ONLINE and a.models == ("mlp:1",)
                                           for a in app.fleet.agents()), "both online on v1")
@@ -108,13 +122,8 @@ async def test_deploy_with_canary_then_roll_back(agents: Callable[..., RunningAg
 
 async def test_a_failing_canary_stops_the_rollout(agents: Callable[..., RunningAgent],
                                                   bundles: BundleSet) -> None:
-    alpha, beta = agents("alpha", mdns=False), agents("beta", mdns=False)
-    for a in (alpha, beta):
-        with AgentClient(a.address, token=a.token) as c:
-            assert c.deploy(bundles.mlp[1]).ok
-    app = console_app(discovery=False, tokens={a.address: a.token for a in (alpha, beta)},
-                      agents=tuple(StaticAgent("127.0.0.1", int(a.address.rsplit(":")[1]),
-                                               a.name) for a in (alpha, beta)))
+    alpha, beta = _two_agents_on_v1(agents, bundles)
+    app = _app_for(alpha, beta)
     async with app.run_test(size=(150, 45)) as pilot:
         await wait_for(pilot, lambda: all(a.state is AgentState.ONLINE
                                           for a in app.fleet.agents()), "both online")
@@ -141,9 +150,7 @@ async def test_a_failing_canary_stops_the_rollout(agents: Callable[..., RunningA
 async def test_bundles_for_another_profile_are_refused_before_upload(
         agents: Callable[..., RunningAgent], bundles: BundleSet) -> None:
     alpha = agents("alpha", mdns=False)
-    app = console_app(discovery=False, tokens={alpha.address: alpha.token},
-                      agents=(StaticAgent("127.0.0.1", int(alpha.address.rsplit(":")[1]),
-                                          "alpha"),))
+    app = _app_for(alpha)
     async with app.run_test(size=(150, 45)) as pilot:
         await wait_for(pilot, lambda: app.fleet.find("alpha").state is AgentState.ONLINE,
                        "alpha online")
@@ -183,19 +190,14 @@ def _bad_traffic(address: str, stop: threading.Event) -> None:
 
 async def test_a_canary_that_turns_unhealthy_is_rolled_back(
         agents: Callable[..., RunningAgent], bundles: BundleSet) -> None:
-    alpha, beta = agents("alpha", mdns=False), agents("beta", mdns=False)
-    for a in (alpha, beta):
-        with AgentClient(a.address, token=a.token) as c:
-            assert c.deploy(bundles.mlp[1]).ok
+    alpha, beta = _two_agents_on_v1(agents, bundles)
     with AgentClient(alpha.address, token=alpha.token) as c:
         inference = c.info().inference_address
     stop = threading.Event()
     traffic = threading.Thread(target=_bad_traffic, args=(inference, stop), daemon=True)
     traffic.start()
     try:
-        app = console_app(discovery=False, tokens={a.address: a.token for a in (alpha, beta)},
-                          agents=tuple(StaticAgent("127.0.0.1", int(a.address.rsplit(":")[1]),
-                                                   a.name) for a in (alpha, beta)))
+        app = _app_for(alpha, beta)
         async with app.run_test(size=(150, 45)) as pilot:
             await wait_for(pilot, lambda: all(a.state is AgentState.ONLINE
                                               for a in app.fleet.agents()), "both online")
@@ -225,13 +227,8 @@ async def test_a_canary_that_turns_unhealthy_is_rolled_back(
 
 async def test_cancelling_during_the_canary_watch_rolls_it_back(
         agents: Callable[..., RunningAgent], bundles: BundleSet) -> None:
-    alpha, beta = agents("alpha", mdns=False), agents("beta", mdns=False)
-    for a in (alpha, beta):
-        with AgentClient(a.address, token=a.token) as c:
-            assert c.deploy(bundles.mlp[1]).ok
-    app = console_app(discovery=False, tokens={a.address: a.token for a in (alpha, beta)},
-                      agents=tuple(StaticAgent("127.0.0.1", int(a.address.rsplit(":")[1]),
-                                               a.name) for a in (alpha, beta)))
+    alpha, beta = _two_agents_on_v1(agents, bundles)
+    app = _app_for(alpha, beta)
     async with app.run_test(size=(150, 45)) as pilot:
         await wait_for(pilot, lambda: all(a.state is AgentState.ONLINE
                                           for a in app.fleet.agents()), "both online")
