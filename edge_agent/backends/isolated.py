@@ -75,7 +75,6 @@ class _RuntimeProcess:
         self._cancelled = False
         self._restart: threading.Thread | None = None
         self._restart_error: BaseException | None = None
-        self.started = 0  # how many processes this instance has had
         self.info: dict = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -117,7 +116,6 @@ class _RuntimeProcess:
             raise
         self.info = reply
         self.proc, self._conn, self._mem, self._cancelled = proc, conn, mem, False
-        self.started += 1
 
     def _load(self, conn: Channel, proc: subprocess.Popen[bytes]) -> dict:
         """Send the load request; the process's reply, or the load's error raised."""
@@ -277,7 +275,6 @@ class IsolatedBackend:
             "options": {"threads": threads, "device": options.device,
                         "state_dir": str(options.state_dir) if options.state_dir else None},
         }
-        self.name = "process"
         self._instances = [_RuntimeProcess(self, i) for i in range(instances)]
         t0 = time.monotonic()
         errors: list[BaseException] = []
