@@ -59,8 +59,10 @@ class BundleReader:
     """An open bundle. Use as a context manager; see :func:`open_bundle`."""
 
     def __init__(self, path: Path, *, max_member_bytes: int = MAX_MEMBER_BYTES,
-                 max_total_bytes: int = MAX_TOTAL_BYTES) -> None:
+                 max_total_bytes: int = MAX_TOTAL_BYTES, label: str | None = None) -> None:
         self.path = Path(path)
+        self.label = label or str(self.path)
+        """What messages call the bundle (the path, or e.g. the name a user uploaded it as)."""
         self.max_member_bytes = max_member_bytes
         self.max_total_bytes = max_total_bytes
         self._fh: BinaryIO | None = None
@@ -74,49 +76,49 @@ class BundleReader:
     # -- opening -----------------------------------------------------------------------------
     def _open(self) -> None:
         if not self.path.is_file():
-            raise BundleError(f"{self.path}: no such bundle file")
+            raise BundleError(f"{self.label}: no such bundle file")
         try:
             self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()
             self._tar = tarfile.open(fileobj=self._fh, mode="r:")  # noqa: SIM115
             members = self._tar.getmembers()
         except (tarfile.TarError, EOFError, OSError) as exc:
-            raise BundleError(f"{self.path}: not a bundle (unreadable or truncated tar: "
+            raise BundleError(f"{self.label}: not a bundle (unreadable or truncated tar: "
                               f"{exc})") from exc
         for m in members:  # before the end marker: a sparse member's size is its expanded one
             if m.issparse():
-                raise BundleError(f"{self.path}: member {m.name!r} is a sparse file (it would "
+                raise BundleError(f"{self.label}: member {m.name!r} is a sparse file (it would "
                                   f"expand to {m.size} bytes); bundles hold plain regular files "
                                   "only")
         self._check_end_marker(members)
         if not members or len(members) > MAX_MEMBERS:
-            raise BundleError(f"{self.path}: not a bundle (empty archive or more than "
+            raise BundleError(f"{self.label}: not a bundle (empty archive or more than "
                               f"{MAX_MEMBERS} members)")
         if members[0].name != MANIFEST_NAME:
-            raise BundleError(f"{self.path}: not a bundle ({MANIFEST_NAME} must be the first "
+            raise BundleError(f"{self.label}: not a bundle ({MANIFEST_NAME} must be the first "
                               f"member, found {members[0].name!r})")
         names: dict[str, tarfile.TarInfo] = {}
         total = 0
         for m in members:
             self._check_member(m)
             if m.name in names:
-                raise BundleError(f"{self.path}: member {m.name!r} appears twice")
+                raise BundleError(f"{self.label}: member {m.name!r} appears twice")
             names[m.name] = m
             total += m.size
             if total > self.max_total_bytes:
-                raise BundleError(f"{self.path}: members exceed the total size cap of "
+                raise BundleError(f"{self.label}: members exceed the total size cap of "
                                   f"{self.max_total_bytes} bytes")
         self._members = names
         raw = self._read_member(names[MANIFEST_NAME], MAX_MANIFEST_BYTES)
         self.manifest_bytes = raw
         self.manifest = Manifest.from_json(raw)
-        validate_manifest(self.manifest, str(self.path))
+        validate_manifest(self.manifest, self.label)
         self.signature: bytes | None = None
         if SIGNATURE_NAME in names:
             self.signature = self._read_member(names[SIGNATURE_NAME], SIGNATURE_SIZE)
         listed = {f.path for f in self.manifest.files} | {MANIFEST_NAME, SIGNATURE_NAME}
         extra = sorted(set(names) - listed)
         if extra:
-            raise BundleError(f"{self.path}: member {extra[0]!r} is not listed in the manifest")
+            raise BundleError(f"{self.label}: member {extra[0]!r} is not listed in the manifest")
 
     def _check_end_marker(self, members: list[tarfile.TarInfo]) -> None:
         """A complete tar ends with two zero blocks after the last member's padded data."""
@@ -128,40 +130,40 @@ class BundleReader:
         self._fh.seek(end)
         marker = self._fh.read(2 * tarfile.BLOCKSIZE)
         if len(marker) != 2 * tarfile.BLOCKSIZE or marker.strip(b"\0"):
-            raise BundleError(f"{self.path}: not a bundle (truncated: the tar end-of-archive "
+            raise BundleError(f"{self.label}: not a bundle (truncated: the tar end-of-archive "
                               "marker is missing)")
 
     def _check_member(self, m: tarfile.TarInfo) -> None:
         try:
             check_member_path(m.name)
         except BundleError as exc:
-            raise BundleError(f"{self.path}: unsafe member: {exc}") from exc
+            raise BundleError(f"{self.label}: unsafe member: {exc}") from exc
         if not m.isreg():
             kind = ("symlink" if m.issym() else "hard link" if m.islnk() else
                     "directory" if m.isdir() else "device or special file")
-            raise BundleError(f"{self.path}: member {m.name!r} is a {kind}; bundles hold "
+            raise BundleError(f"{self.label}: member {m.name!r} is a {kind}; bundles hold "
                               "regular files only")
         if m.size > self.max_member_bytes:
-            raise BundleError(f"{self.path}: member {m.name!r} is {m.size} bytes, past the cap "
+            raise BundleError(f"{self.label}: member {m.name!r} is {m.size} bytes, past the cap "
                               f"of {self.max_member_bytes}")
 
     def _read_member(self, m: tarfile.TarInfo, cap: int) -> bytes:
         if m.size > cap:
-            raise BundleError(f"{self.path}: member {m.name!r} is {m.size} bytes, more than "
+            raise BundleError(f"{self.label}: member {m.name!r} is {m.size} bytes, more than "
                               f"the {cap} allowed")
         try:
             f = self._tarfile.extractfile(m)
             data = f.read() if f is not None else b""
         except (tarfile.TarError, OSError, EOFError) as exc:
-            raise BundleError(f"{self.path}: cannot read member {m.name!r}: {exc}") from exc
+            raise BundleError(f"{self.label}: cannot read member {m.name!r}: {exc}") from exc
         if len(data) != m.size:
-            raise BundleError(f"{self.path}: member {m.name!r} is truncated")
+            raise BundleError(f"{self.label}: member {m.name!r} is truncated")
         return data
 
     @property
     def _tarfile(self) -> tarfile.TarFile:
         if self._tar is None:
-            raise BundleError(f"{self.path}: the bundle is closed")
+            raise BundleError(f"{self.label}: the bundle is closed")
         return self._tar
 
     # -- public API ------------------------------------------------------------------------
@@ -173,24 +175,24 @@ class BundleReader:
     def _stream(self, entry: FileEntry) -> Iterator[bytes]:
         m = self._members.get(entry.path)
         if m is None:
-            raise BundleError(f"{self.path}: file {entry.path!r} is listed in the manifest but "
+            raise BundleError(f"{self.label}: file {entry.path!r} is listed in the manifest but "
                               "missing from the bundle")
         if m.size != entry.size:
-            raise BundleError(f"{self.path}: file {entry.path!r} is {m.size} bytes, the "
+            raise BundleError(f"{self.label}: file {entry.path!r} is {m.size} bytes, the "
                               f"manifest says {entry.size}")
         try:
             f: IO[bytes] | None = self._tarfile.extractfile(m)
             if f is None:
-                raise BundleError(f"{self.path}: member {entry.path!r} is not a regular file")
+                raise BundleError(f"{self.label}: member {entry.path!r} is not a regular file")
             left = m.size
             while left > 0:
                 block = f.read(min(_CHUNK, left))
                 if not block:
-                    raise BundleError(f"{self.path}: file {entry.path!r} is truncated")
+                    raise BundleError(f"{self.label}: file {entry.path!r} is truncated")
                 left -= len(block)
                 yield block
         except (tarfile.TarError, OSError, EOFError) as exc:
-            raise BundleError(f"{self.path}: cannot read {entry.path!r}: {exc}") from exc
+            raise BundleError(f"{self.label}: cannot read {entry.path!r}: {exc}") from exc
 
     def verify_files(self) -> None:
         """Re-hash every file against the manifest; BundleError naming the first that differs."""
@@ -199,7 +201,7 @@ class BundleReader:
             for block in self._stream(entry):
                 h.update(block)
             if h.hexdigest() != entry.sha256:
-                raise BundleError(f"{self.path}: file {entry.path!r} does not match its manifest "
+                raise BundleError(f"{self.label}: file {entry.path!r} does not match its manifest "
                                   f"sha256 (bundle modified or corrupt)")
 
     def verify_signature(
@@ -211,24 +213,24 @@ class BundleReader:
         SignatureError unless ``allow_unsigned`` (then None is returned).
         """
         if self.manifest_bytes != self.manifest.canonical_bytes():
-            raise BundleError(f"{self.path}: manifest.json is not in canonical form (modified "
+            raise BundleError(f"{self.label}: manifest.json is not in canonical form (modified "
                               "after it was written)")
         keys = [k if isinstance(k, Ed25519PublicKey) else load_public_key(k)
                 for k in trusted_keys]
         if self.signature is None:
             if allow_unsigned:
                 return None
-            raise SignatureError(f"{self.path}: the bundle is unsigned (build it with --key, or "
+            raise SignatureError(f"{self.label}: the bundle is unsigned (build it with --key, or "
                                  "allow unsigned bundles explicitly)")
         if not keys:
             if allow_unsigned:
                 return None
-            raise SignatureError(f"{self.path}: the bundle is signed but no trusted public key "
+            raise SignatureError(f"{self.label}: the bundle is signed but no trusted public key "
                                  "was given to check manifest.sig")
         for key in keys:
             if verify_signature(key, self.signature, self.manifest_bytes):
                 return key_id(key)
-        raise SignatureError(f"{self.path}: manifest.sig is not a valid signature of "
+        raise SignatureError(f"{self.label}: manifest.sig is not a valid signature of "
                              "manifest.json by any trusted key (manifest or signature modified, "
                              "or signed by another key)")
 
@@ -274,7 +276,7 @@ class BundleReader:
         # resolve() must stay under root; check anyway.
         dest.parent.mkdir(parents=True, exist_ok=True)
         if not dest.parent.resolve().is_relative_to(root.resolve()):
-            raise BundleError(f"{self.path}: member {entry.path!r} would land outside the target")
+            raise BundleError(f"{self.label}: member {entry.path!r} would land outside the target")
         h = hashlib.sha256()
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
                      0o644)
@@ -283,7 +285,7 @@ class BundleReader:
                 h.update(block)
                 out.write(block)
         if h.hexdigest() != entry.sha256:
-            raise BundleError(f"{self.path}: file {entry.path!r} does not match its manifest "
+            raise BundleError(f"{self.label}: file {entry.path!r} does not match its manifest "
                               "sha256 (bundle modified or corrupt)")
 
     @staticmethod
@@ -309,10 +311,13 @@ class BundleReader:
 
 
 def open_bundle(path: Path, *, max_member_bytes: int = MAX_MEMBER_BYTES,
-                max_total_bytes: int = MAX_TOTAL_BYTES) -> BundleReader:
-    """Open a bundle and check its structure; BundleError on a non-bundle/corrupt/unsafe file."""
+                max_total_bytes: int = MAX_TOTAL_BYTES, label: str | None = None,
+                ) -> BundleReader:
+    """Open a bundle and check its structure; BundleError on a non-bundle/corrupt/unsafe file.
+
+    ``label`` is what error messages call the bundle (default: its path)."""
     return BundleReader(Path(path), max_member_bytes=max_member_bytes,
-                        max_total_bytes=max_total_bytes)
+                        max_total_bytes=max_total_bytes, label=label)
 
 
 def load_extracted(model_dir: Path, verify_hashes: bool = True) -> Manifest:

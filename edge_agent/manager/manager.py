@@ -64,15 +64,12 @@ _ACTIVATING = (DeploymentKind.DEPLOY, DeploymentKind.ROLLBACK, DeploymentKind.AC
                DeploymentKind.AUTO_ROLLBACK)
 
 
-def _display_name(source: str) -> str:
+def _display_name(source: str | None) -> str | None:
     """The user's file name, safe to put in a message (printable, at most 200 characters)."""
+    if not source:
+        return None
     name = "".join(ch for ch in Path(source).name if ch.isprintable())[:200]
-    return repr(name or "the upload")
-
-
-def _renamed(text: str, rename: tuple[str, str] | None) -> str:
-    """``text`` with the internal upload path replaced by the user's file name."""
-    return text.replace(*rename) if rename else text
+    return repr(name) if name else None
 
 
 @dataclass(frozen=True)
@@ -305,12 +302,10 @@ class ModelManager:
         of the agent's internal upload path. Raises only for a file that is not a bundle and
         for a model that is busy; step failures are outcomes.
         """
-        rename = (str(bundle_path), _display_name(source)) if source else None
         try:
-            reader = open_bundle(Path(bundle_path))
+            reader = open_bundle(Path(bundle_path), label=_display_name(source))
         except PackagerError as exc:
-            raise InvalidBundleError(_renamed(f"the upload is not a valid bundle: {exc}",
-                                              rename)) from None
+            raise InvalidBundleError(f"the upload is not a valid bundle: {exc}") from None
         with reader:
             m = reader.manifest
             with self._model_lock(m.name):
@@ -336,7 +331,7 @@ class ModelManager:
                     note = self._stage(reader, m.name, m.version, active, force)
                     self._reached(dep, Step.STAGED, note, on_event)
                 except (AgentError, PackagerError, OSError) as exc:
-                    return self._failed(dep, step, exc, on_event, rename=rename)
+                    return self._failed(dep, step, exc, on_event)
                 return self._switch(dep, m.name, m.version, active, on_event,
                                     reload=force and m.version == active)
 
@@ -547,9 +542,8 @@ class ModelManager:
         maybe_pause(step.value, self.state_dir)
 
     def _failed(self, dep: int, step: Step, exc: BaseException, on_event: EventSink | None,
-                name: str | None = None, version: int | None = None,
-                rename: tuple[str, str] | None = None) -> DeployOutcome:
-        text = _renamed(str(exc), rename)
+                name: str | None = None, version: int | None = None) -> DeployOutcome:
+        text = str(exc)
         reason = f"{step.value} failed: {text}"
         if name is not None and version is not None:
             with contextlib.suppress(StateStoreError):
