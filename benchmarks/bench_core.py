@@ -37,7 +37,7 @@ from edge_agent.core.repository import load_manifest
 from edge_agent.core.types import InferRequest
 from packager.build import build_bundles
 from packager.reader import open_bundle
-from tests.model_factory import light_model_path, make_mlp
+from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
 
 @dataclass
@@ -218,7 +218,7 @@ def main() -> None:
                                 out_dir=d / "out", dynamic_batch=True, max_batch=32)
         bundles += build_bundles(light_model_path("squeezenet"), name="squeezenet", version=1,
                                  profiles=["x86_64-cpu-openvino"], out_dir=d / "out",
-                                 dynamic_batch=True, max_batch=16)
+                                 dynamic_batch=True, max_batch=16, **LIGHT_BUILD)
         for b in bundles:
             with open_bundle(b) as r:
                 r.extract(state / "models" / r.manifest.name / "1")

@@ -31,7 +31,7 @@ from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError
 from packager.build import build_bundles
 from packager.reader import open_bundle
-from tests.model_factory import light_model_path, make_mlp
+from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
 PROFILE = "x86_64-cpu-openvino"
 
@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         (mb,) = build_bundles(mlp, name="mlp", version=1, profiles=[PROFILE],
                               out_dir=work / "out")
         (sb,) = build_bundles(light_model_path("squeezenet"), name="squeezenet", version=1,
-                              profiles=[PROFILE], out_dir=work / "out", dynamic_batch=True)
+                              profiles=[PROFILE], out_dir=work / "out", dynamic_batch=True,
+                              **LIGHT_BUILD)
         print("MLP (OpenVINO):")
         measure(_install(mb, work / "state"), (64,), (1,), args.rounds, args.seconds)
         print("squeezenet (OpenVINO):")

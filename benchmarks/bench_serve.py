@@ -47,16 +47,16 @@ def build_state(work: Path) -> tuple[Path, Path]:
     """Bundles for mlp (ORT), squeezenet (ORT) and squeezenet_ov (OV) installed in a state dir."""
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
-    from tests.model_factory import light_model_path, make_mlp
+    from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
     mlp = make_mlp(work / "mlp.onnx", seed=1)
     squeeze = light_model_path("squeezenet")
     out = work / "bundles"
     bundles = build_bundles(mlp, name="mlp", version=1, profiles=[ORT], out_dir=out)
     bundles += build_bundles(squeeze, name="squeezenet", version=1, profiles=[ORT],
-                             out_dir=out, dynamic_batch=True)
+                             out_dir=out, dynamic_batch=True, **LIGHT_BUILD)
     bundles += build_bundles(squeeze, name="squeezenet_ov", version=1, profiles=[OV],
-                             out_dir=out, dynamic_batch=True)
+                             out_dir=out, dynamic_batch=True, **LIGHT_BUILD)
     state = work / "state"
     for b in bundles:
         if agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned", str(b)]):

@@ -154,7 +154,7 @@ def build(work: Path) -> tuple[Path, Path, dict[int, Path], Path]:
     from packager.build import build_bundles
     from packager.samples import make_mlp
     from packager.signing import generate_keypair
-    from tests.model_factory import light_model_path
+    from tests.model_factory import LIGHT_BUILD, light_model_path
 
     profile = detect_device().profile
     private, public = generate_keypair(work / "keys")
@@ -165,7 +165,7 @@ def build(work: Path) -> tuple[Path, Path, dict[int, Path], Path]:
                                   out_dir=work / "b", key_path=private, dynamic_batch=True)
     (squeeze,) = build_bundles(light_model_path("squeezenet"), name="squeezenet", version=1,
                                profiles=[profile], out_dir=work / "b", key_path=private,
-                               dynamic_batch=True)
+                               dynamic_batch=True, **LIGHT_BUILD)
     print(f"bundles built for this device's profile {profile}")
     return private, public, mlp, squeeze
 

@@ -91,7 +91,8 @@ def build_variants(work: Path, names: list[str]) -> Path:
         v = VARIANTS[name]
         profile = OV if v.kind == "ov" else ORT
         (bundle,) = build_bundles(models[v.kind], name=name, version=1, profiles=[profile],
-                                  out_dir=work / "bundles", dynamic_batch=v.kind != "mlp")
+                                  out_dir=work / "bundles", dynamic_batch=v.kind != "mlp",
+                                  allow_parity_failure=v.kind != "mlp")  # tests/model_factory
         if agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned",
                       str(bundle)]):
             raise SystemExit(f"add-bundle {bundle} failed")

@@ -3,6 +3,13 @@
 The MLP has random weights, so its outputs depend on its inputs: right for parity checks and
 for "each caller gets its own rows". The light CNNs the onnx package ships are right for shapes,
 conversion coverage and speed (their weights are constant fills).
+
+Their constant fills also make them useless for parity: squeezenet's logits are ~6.8e9 and
+identical, so a runtime that differs from ONNX Runtime by a few ulps there (OpenVINO with
+AVX-512 kernels does) turns the uniform softmax into a peaked one. Tests that compare a
+CNN's served outputs with the source use ``conditioned_light_model`` (same graph, weights
+that keep activations small); builds of the shipped light CNNs pass ``LIGHT_BUILD``
+(``allow_parity_failure=True``); parity itself is tested on the MLP.
 """
 
 from __future__ import annotations
@@ -14,7 +21,10 @@ import onnx
 
 from packager.samples import make_mlp
 
-__all__ = ["LIGHT_MODELS", "light_model_path", "make_mlp"]
+__all__ = ["LIGHT_BUILD", "LIGHT_MODELS", "conditioned_light_model", "light_model_path", "make_mlp"]
+
+LIGHT_BUILD: dict[str, bool] = {"allow_parity_failure": True}
+"""``build_bundles`` keywords for a light CNN (see the module docstring)."""
 
 LIGHT_MODELS = ("squeezenet", "shufflenet", "resnet50", "inception_v1", "densenet121")
 
@@ -25,4 +35,30 @@ def light_model_path(name: str) -> Path:
     path = base / f"light_{name}.onnx"
     if not path.exists():
         raise FileNotFoundError(f"{path} is not in the installed onnx package")
+    return path
+
+
+def conditioned_light_model(name: str, out_dir: Path) -> Path:
+    """A copy of light CNN ``name`` whose conv weights average their inputs (1 / fan-in).
+
+    Same graph, ops and speed as the shipped model (its weights are ``ConstantOfShape`` fills of
+    0.02), but activations stay near the input's scale instead of reaching ~1e10, so runtimes
+    agree to float precision and outputs can be compared with the source (module docstring).
+    """
+    import numpy as np
+    from onnx import numpy_helper
+
+    model = onnx.load(str(light_model_path(name)))
+    weights = {n.input[1] for n in model.graph.node if n.op_type == "Conv" and len(n.input) > 1}
+    shapes = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "ConstantOfShape" and node.output[0] in weights:
+            fan_in = int(np.prod(shapes[node.input[0]][1:]))
+            value = numpy_helper.from_array(np.array([1.0 / fan_in], dtype=np.float32))
+            for attr in node.attribute:
+                if attr.name == "value":
+                    attr.t.CopyFrom(value)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"conditioned_{name}.onnx"
+    onnx.save(model, str(path))
     return path

@@ -61,6 +61,11 @@ def compile_config(device: str, instances: int, threads: int,
             config["INFERENCE_NUM_THREADS"] = str(threads)
         pinning = bool((options or {}).get("enable_cpu_pinning", False))
         config["ENABLE_CPU_PINNING"] = "YES" if pinning else "NO"
+    precision = (options or {}).get("inference_precision")
+    if precision and not device.startswith(("AUTO", "MULTI")):
+        # The precision parity was checked at; without it a CPU with bf16 (AVX-512 BF16,
+        # AMX) computes in bf16 by default and answers up to a few % off the source model.
+        config["INFERENCE_PRECISION_HINT"] = str(precision)
     return config
 
 

@@ -18,11 +18,12 @@ PROFILE = "x86_64-cpu-openvino"  # OpenVINO IR + ONNX Runtime fallback artifact
 
 def build(model_path: Path, out_dir: Path, name: str, version: int, *,
           dynamic_batch: bool = True, max_batch: int | None = 8,
-          profile: str = PROFILE) -> Path:
+          profile: str = PROFILE, allow_parity_failure: bool = False) -> Path:
     """Build one bundle of ``model_path`` for ``profile``; return its path."""
     (path,) = build_bundles(model_path, name=name, version=version, profiles=[profile],
                             out_dir=out_dir, dynamic_batch=dynamic_batch,
-                            max_batch=max_batch if dynamic_batch else None)
+                            max_batch=max_batch if dynamic_batch else None,
+                            allow_parity_failure=allow_parity_failure)
     return path
 
 

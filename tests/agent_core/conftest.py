@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent_core.bundles import build
-from tests.model_factory import light_model_path, make_mlp
+from tests.model_factory import conditioned_light_model, make_mlp
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> Bundles:
     v2 = make_mlp(d / "mlp_v2.onnx", seed=2)
     v3 = make_mlp(d / "mlp_v3.onnx", seed=3)
     fixed = make_mlp(d / "mlp_fixed.onnx", seed=4, dynamic_batch=False)
-    sq = light_model_path("squeezenet")
+    sq = conditioned_light_model("squeezenet", d)
     return Bundles(
         mlp_v1=build(v1, out, "mlp", 1),
         mlp_v2=build(v2, out, "mlp", 2),

@@ -149,6 +149,10 @@ def test_openvino_compile_settings_follow_instances(mlp_dir: Path) -> None:
     assert "NUM_STREAMS" not in compile_config("AUTO", 2, 0)
     assert "ENABLE_CPU_PINNING" not in compile_config("AUTO", 2, 0)
     manifest = load_manifest(mlp_dir)
+    # The bundle's inference precision (what parity was checked at) is what the device uses.
+    assert manifest.backend_options["openvino"]["inference_precision"] == "f32"
+    assert compile_config("CPU", 1, 0, manifest.backend_options["openvino"])[
+        "INFERENCE_PRECISION_HINT"] == "f32"
     backend = load_backend(mlp_dir, manifest, BackendOptions(instances=2), preferred="openvino")
     try:
         assert backend.device == "CPU"

@@ -25,7 +25,7 @@ from edge_agent.config import load_config
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.server import BoundAddresses, serve
 from packager.build import build_bundles
-from tests.model_factory import light_model_path, make_mlp
+from tests.model_factory import conditioned_light_model, make_mlp
 
 ORT = "x86_64-cpu-onnxruntime"
 OV = "x86_64-cpu-openvino"
@@ -70,7 +70,7 @@ def _session(path: Path) -> ort.InferenceSession:
 def sources(tmp_path_factory: pytest.TempPathFactory) -> Sources:
     root = tmp_path_factory.mktemp("bundles")
     mlp = make_mlp(root / "mlp.onnx", seed=3)
-    squeeze = light_model_path("squeezenet")
+    squeeze = conditioned_light_model("squeezenet", root)
     out = root / "out"
     paths = []
     paths += build_bundles(mlp, name="mlp", version=1, profiles=[ORT], out_dir=out)

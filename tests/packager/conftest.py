@@ -8,7 +8,7 @@ import pytest
 
 from packager.build import build_bundles
 from packager.signing import generate_keypair
-from tests.model_factory import light_model_path, make_mlp
+from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
 CPU_PROFILES = ("x86_64-cpu-openvino", "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime")
 
@@ -49,7 +49,7 @@ def squeezenet_bundles(pk_dir: Path) -> dict[str, Path]:
     profiles = [*CPU_PROFILES, "arm64-cpu-onnxruntime-int8", "jetson-orin-tensorrt"]
     paths = build_bundles(light_model_path("squeezenet"), name="squeezenet", version=1,
                           profiles=profiles, out_dir=pk_dir / "squeezenet-out",
-                          dynamic_batch=True)
+                          dynamic_batch=True, **LIGHT_BUILD)
     return dict(zip(profiles, paths, strict=True))
 
 
@@ -59,5 +59,5 @@ def shufflenet_bundles(pk_dir: Path) -> dict[str, Path]:
     profiles = ["x86_64-cpu-openvino", "x86_64-cpu-onnxruntime"]
     paths = build_bundles(light_model_path("shufflenet"), name="shufflenet", version=1,
                           profiles=profiles, out_dir=pk_dir / "shufflenet-out",
-                          dynamic_batch=True, max_batch=8)
+                          dynamic_batch=True, max_batch=8, **LIGHT_BUILD)
     return dict(zip(profiles, paths, strict=True))
