@@ -24,6 +24,13 @@ class AgentSnapshot:
     versions: tuple[VersionInfo, ...] = ()
     deployments: tuple[DeploymentInfo, ...] = ()
     error: str = ""
+    fetched_at: float | None = None  # when the data above was last fresh (wall clock)
+
+    def stale_for(self, now: float) -> float | None:
+        """Seconds since the data was fresh when the last poll failed, else None (live)."""
+        if not self.error or self.fetched_at is None:
+            return None
+        return max(0.0, now - self.fetched_at)
 
     def models(self) -> list[str]:
         """Model names on the agent, sorted."""
@@ -66,12 +73,17 @@ class LiveMetrics:
         self.last_ts = 0
 
     def add(self, sample: MetricsSample) -> None:
-        """Fold one WatchMetrics sample in (a sample for a second already seen replaces it)."""
+        """Fold one WatchMetrics sample in (a sample for a second already seen replaces it).
+
+        A model seen before that has no point in this sample had no requests in that second:
+        it gets zeros, so a plot falls to zero when traffic stops instead of freezing."""
         per_model: dict[str, tuple[float, float, float]] = {}
         for p in sample.points:
             rps, p95, err = per_model.get(p.model, (0.0, 0.0, 0.0))
             per_model[p.model] = (rps + p.requests_per_s, max(p95, p.p95_ms or 0.0),
                                   err + p.errors)
+        for model in self.series.keys() - per_model.keys():
+            per_model[model] = (0.0, 0.0, 0.0)  # an idle second is a zero, not a gap
         for model, (rps, p95, err) in per_model.items():
             s = self.series.setdefault(model, Series())
             if s.ts and s.ts[-1] == sample.ts:

@@ -40,7 +40,7 @@ def console_error(exc: Exception) -> ConsoleError:
     text = str(exc) or type(exc).__name__
     if isinstance(exc, mgmt.AuthenticationError):
         return AgentAuthError(f"{text} (set the agent's token in the console config [tokens] "
-                              "or pass --token)")
+                              "or pass --token-file F)")
     if isinstance(exc, mgmt.AgentUnreachableError):
         return AgentUnreachableError(text)
     if isinstance(exc, mgmt.ManagementError):

@@ -184,8 +184,18 @@ class Fleet:
 
     def log(self, agent: str, level: str, text: str) -> None:
         """Add a line to the event log."""
-        self.events.append(FleetEvent(self.clock(), agent, level, text))
+        self._event(agent, level, text)
         self._changed()
+
+    def _event(self, agent: str, level: str, text: str) -> None:
+        """Record an event stamped with the console's clock, keeping the log in time order."""
+        event = FleetEvent(self.clock(), agent, level, text)
+        if self.events and event.at < self.events[-1].at:  # a clock step back: re-sort
+            ordered = sorted([*self.events, event], key=lambda e: e.at)
+            self.events.clear()
+            self.events.extend(ordered)
+        else:
+            self.events.append(event)
 
     def _put(self, agent: FleetAgent) -> None:
         self._agents[agent.key] = agent
@@ -220,20 +230,20 @@ class Fleet:
         found = event.agent
         existing = self._by_id(found.id) or self._by_address(found.host, found.port,
                                                              found.addresses)
-        now = found.last_seen or self.clock()
         if event.kind == "removed":
             if existing is None:
                 return
-            self._put(replace(existing, state=AgentState.OFFLINE, last_seen=now, left=True,
-                              message="left the network (mDNS goodbye)"))
-            self.events.append(FleetEvent(now, existing.name, "warning", "went offline"))
+            # A goodbye is news from now: the record's own time is when it was last resolved.
+            self._put(replace(existing, state=AgentState.OFFLINE, last_seen=self.clock(),
+                              left=True, message="left the network (mDNS goodbye)"))
+            self._event(existing.name, "warning", "went offline")
             self._changed()
             return
+        now = found.last_seen or self.clock()
         agent = self._merge_discovered(existing, found, now)
         self._put(agent)
         if existing is None or existing.left:
-            self.events.append(FleetEvent(now, agent.name, "info",
-                                          f"discovered at {agent.address} ({agent.profile})"))
+            self._event(agent.name, "info", f"discovered at {agent.address} ({agent.profile})")
         self._changed()
 
     def _merge_discovered(self, existing: FleetAgent | None, found: DiscoveredAgent,
@@ -267,12 +277,11 @@ class Fleet:
             # it answered before: it went away without a goodbye (crash, power, network)
             state, message = AgentState.OFFLINE, f"stopped answering: {message}"
         if state is AgentState.OFFLINE and agent.state is not AgentState.OFFLINE:
-            self.events.append(FleetEvent(now, agent.name, "warning",
-                                          "went offline (stopped answering)"))
+            self._event(agent.name, "warning", "went offline (stopped answering)")
         elif not online and agent.state is AgentState.ONLINE:
-            self.events.append(FleetEvent(now, agent.name, "error", message))
+            self._event(agent.name, "error", message)
         elif online and agent.state in PROBLEM_STATES | {AgentState.OFFLINE}:
-            self.events.append(FleetEvent(now, agent.name, "info", "answering again"))
+            self._event(agent.name, "info", "answering again")
         updated = replace(
             agent, state=state, message=message, answered=agent.answered or online,
             last_seen=now if online else agent.last_seen,

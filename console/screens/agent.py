@@ -20,7 +20,7 @@ from textual.worker import get_current_worker
 
 from console.agent_view import AgentSnapshot, LiveMetrics, format_bytes, step_lines, system_line
 from console.errors import ConsoleError
-from console.fleet import FleetAgent
+from console.fleet import AgentState, FleetAgent, format_ago
 from console.messages import ActionFinished, AgentSnapshotReady, MetricsArrived
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
@@ -31,6 +31,9 @@ from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.types import DeployResult, MetricsSample
 
 WATCH_RETRY_S = 2.0
+
+
+STALE_STATES = frozenset({AgentState.OFFLINE, AgentState.UNREACHABLE, AgentState.AUTH_FAILED})
 
 
 def _clock(ts: float | None) -> str:
@@ -60,6 +63,7 @@ class AgentScreen(ConsoleScreen):
         self.metrics = LiveMetrics()
         self.busy = ""  # the change in flight, shown in the status line
         self._plots: dict[str, ModelPlot] = {}
+        self._last_sample_at: float | None = None
         self._refresh_now = asyncio.Event()
 
     # -- layout --------------------------------------------------------------------------------
@@ -110,8 +114,9 @@ class AgentScreen(ConsoleScreen):
             deployments = self._call(lambda c: c.deployments(limit=30))
         except ConsoleError as exc:
             return AgentSnapshot(self.snapshot.info, self.snapshot.versions,
-                                 self.snapshot.deployments, error=str(exc))
-        return AgentSnapshot(info, tuple(versions), tuple(deployments))
+                                 self.snapshot.deployments, error=str(exc),
+                                 fetched_at=self.snapshot.fetched_at)
+        return AgentSnapshot(info, tuple(versions), tuple(deployments), fetched_at=time.time())
 
     @work(exclusive=True, group="agent-refresh", exit_on_error=False)
     async def refresh_loop(self) -> None:
@@ -161,8 +166,11 @@ class AgentScreen(ConsoleScreen):
 
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
         if message.sample is None:
-            self.query_one("#agent-system", Static).update(
-                Text(f"live metrics stopped: {message.error}", style="red"))
+            text = f"live metrics stopped: {message.error}"
+            if self._last_sample_at is not None:
+                text += f" (plots below are from {format_ago(time.time() - self._last_sample_at)})"
+            self.query_one("#agent-system", Static).update(Text(text, style="red"))
+            self.query_one("#plots", VerticalScroll).add_class("stale")
             return
         assert isinstance(message.sample, MetricsSample)
         self.add_sample(message.sample)
@@ -178,8 +186,10 @@ class AgentScreen(ConsoleScreen):
     def add_sample(self, sample: MetricsSample) -> None:
         """Fold a live sample into the plots and the system line."""
         self.metrics.add(sample)
+        self._last_sample_at = time.time()
         self.query_one("#agent-system", Static).update(system_line(self.metrics.system))
         plots = self.query_one("#plots", VerticalScroll)
+        plots.remove_class("stale")
         if not self.metrics.models():
             for empty in plots.query("#plots-empty").results(Static):
                 empty.update("live metrics: no requests since this screen opened")
@@ -208,21 +218,38 @@ class AgentScreen(ConsoleScreen):
                      f"runtimes {', '.join(info.runtimes) or '-'}")
         if self.snapshot.error or agent.message:
             line += f"\n[red]{escape(self.snapshot.error or agent.message)}[/]"
+        age = self._stale_age()
+        if age is not None and (self.snapshot.versions or info is not None):
+            line += f"\n[dim]stale: the data below is from {format_ago(age)}[/]"
         self.query_one("#agent-summary", Static).update(line)
+
+    def _stale_age(self) -> float | None:
+        """How old the shown data is when the agent cannot be asked now (None: live)."""
+        now = time.time()
+        age = self.snapshot.stale_for(now)
+        agent = self.agent
+        if age is None and agent is not None and agent.state in STALE_STATES:
+            fetched = self.snapshot.fetched_at
+            age = None if fetched is None else max(0.0, now - fetched)
+        return age
 
     def _render_models(self) -> None:
         table = self.query_one("#models-table", DataTable)
         selected = self.selected_version()
         table.clear()
         rows = sorted(self.snapshot.versions, key=lambda v: (v.model, -v.version))
+        stale = self._stale_age() is not None  # shown dimmed: not what the agent says now
         for v in rows:
-            table.add_row(
+            cells: list[str | Text] = [
                 Text(v.model, style="bold"), str(v.version),
                 Text("● active", style="green") if v.active else "",
                 Text(v.state, style="red" if v.load_error or v.state == "failed" else ""),
                 v.backend or "-",
                 f"{v.load_ms:.0f} ms" if v.load_ms else "-", format_bytes(v.size_bytes),
-                _clock(v.added_at), key=f"{v.model}:{v.version}")
+                _clock(v.added_at)]
+            if stale:
+                cells = [Text(c.plain if isinstance(c, Text) else c, style="dim") for c in cells]
+            table.add_row(*cells, key=f"{v.model}:{v.version}")
         if selected is not None:
             keys = [f"{v.model}:{v.version}" for v in rows]
             wanted = f"{selected[0]}:{selected[1]}"

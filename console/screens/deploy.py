@@ -24,6 +24,7 @@ from textual.widgets import (
     SelectionList,
     Static,
 )
+from textual.widgets.selection_list import Selection
 from textual.worker import Worker, get_current_worker
 
 from console.commands import LocalBundle, read_bundles
@@ -142,7 +143,9 @@ class DeployScreen(ConsoleScreen):
             label = Text(f"{agent.name}  {agent.profile or '?'}")
             if why:
                 label.append(f"  refused: {why}", style="magenta")
-            targets.add_option((label, agent.key, agent.key in ticked and not why))
+            # a refused agent cannot be ticked: nothing would be sent to it
+            targets.add_option(Selection(label, agent.key, agent.key in ticked and not why,
+                                         id=agent.key, disabled=bool(why)))
         self._target_keys = keys
         self._refresh_canary()
 
@@ -156,7 +159,11 @@ class DeployScreen(ConsoleScreen):
         if current in targets.selected:
             select.value = current
 
-    def on_selection_list_selected_changed(self, _: SelectionList.SelectedChanged) -> None:
+    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
+        targets = event.selection_list
+        for key in list(targets.selected):  # "select all" included: refused stays unticked
+            if targets.get_option(key).disabled:
+                targets.deselect(key)
         self._refresh_canary()
 
     def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
@@ -207,8 +214,12 @@ class DeployScreen(ConsoleScreen):
     def action_deploy(self) -> None:
         if self.running:
             return
-        targets = [a for k in self.query_one("#target-list", SelectionList).selected
-                   if (a := self.console.fleet.get(k)) is not None]
+        picked = [a for k in self.query_one("#target-list", SelectionList).selected
+                  if (a := self.console.fleet.get(k)) is not None]
+        listed = [a for a in self._candidates() if a not in picked]
+        refused = {a.key: why for a in [*picked, *listed]
+                   if (why := profile_mismatch(self.bundles, a))}
+        targets = [a for a in picked if a.key not in refused]
         soak = self._soak_s()
         problem = ("pick at least one bundle" if not self.bundles else
                    "tick at least one target" if not targets else
@@ -225,6 +236,10 @@ class DeployScreen(ConsoleScreen):
         question = (f"Deploy {models} to {len(targets)} agent(s)? {canary_name} goes first "
                     f"and must stay healthy for {soak:g}s before the others; if it fails it "
                     "is rolled back and nothing else is touched.")
+        if refused:
+            names = {a.key: a.name for a in [*picked, *listed]}
+            question += " Not deployed (refused): " + "; ".join(
+                f"{names[k]}: {why}" for k, why in refused.items()) + "."
 
         def confirmed(yes: bool | None) -> None:
             if yes:

@@ -1,4 +1,4 @@
-"""Live throughput and latency of one model: two sparklines with their latest values."""
+"""Live throughput, latency and errors of one model: sparklines with their latest values."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from console.agent_view import Series
 
 
 class ModelPlot(Vertical):
-    """``req/s`` and ``p95 ms`` of one model over the live window."""
+    """``req/s``, ``p95 ms`` and ``err/s`` of one model over the live window."""
 
     def __init__(self, model: str, **kwargs: object) -> None:
         super().__init__(classes="model-plot", **kwargs)  # type: ignore[arg-type]
@@ -26,6 +26,9 @@ class ModelPlot(Vertical):
         with Horizontal(classes="plot-row"):
             yield Label("p95 ms  -", classes="plot-label", id="p95-label")
             yield Sparkline([], id="p95", summary_function=max)
+        with Horizontal(classes="plot-row"):
+            yield Label("err/s   -", classes="plot-label", id="err-label")
+            yield Sparkline([], id="err", summary_function=max)
 
     def on_mount(self) -> None:
         self._ready = True  # children are composed by now
@@ -37,9 +40,14 @@ class ModelPlot(Vertical):
         self._series = series
         if not self._ready:
             return
-        rps, p95 = list(series.rps), list(series.p95_ms)
+        rps, p95, err = list(series.rps), list(series.p95_ms), list(series.errors)
         self.query_one("#rps", Sparkline).data = rps
         self.query_one("#p95", Sparkline).data = p95
+        self.query_one("#err", Sparkline).data = err
         self.query_one("#rps-label", Label).update(f"req/s {rps[-1]:7.1f}" if rps else "req/s -")
+        idle = not rps or rps[-1] == 0
         self.query_one("#p95-label", Label).update(
-            f"p95 ms{p95[-1]:7.2f}" if p95 else "p95 ms -")
+            "p95 ms  -" if idle else f"p95 ms{p95[-1]:7.2f}")
+        errors = f"err/s {err[-1]:7.1f}" if err else "err/s   -"
+        self.query_one("#err-label", Label).update(
+            f"[bold red]{errors}[/]" if err and err[-1] > 0 else errors)

@@ -12,6 +12,7 @@ from console.rollout import Phase, TargetProgress
 PHASE_STYLES = {Phase.WAITING: "dim", Phase.REFUSED: "magenta", Phase.DEPLOYING: "cyan",
                 Phase.SOAKING: "yellow", Phase.DONE: "green", Phase.FAILED: "bold red",
                 Phase.ROLLED_BACK: "bold red", Phase.SKIPPED: "dim"}
+NO_BAR_PHASES = frozenset({Phase.REFUSED, Phase.FAILED, Phase.ROLLED_BACK, Phase.SKIPPED})
 
 
 class TargetRow(Horizontal):
@@ -37,6 +38,9 @@ class TargetRow(Horizontal):
         self.progress = progress
         self.query_one(".target-name", Label).update(self._title())
         bar = self.query_one(ProgressBar)
+        # A bar means bytes moving; a target that failed, was refused or skipped has no
+        # progress to show (a full bar and "100%" next to "failed" read as success).
+        bar.display = progress.phase not in NO_BAR_PHASES
         if progress.total:
             bar.update(total=progress.total, progress=min(progress.sent, progress.total))
         style = PHASE_STYLES[progress.phase]
