@@ -34,6 +34,14 @@ from console.screens.jump import JumpScreen
 PROBE_THREADS = 16
 
 
+# vi motions and the widget actions that perform them (a table, an option list, a scroll pane)
+MOTIONS: dict[str, tuple[str, ...]] = {
+    "down": ("cursor_down", "scroll_down"), "up": ("cursor_up", "scroll_up"),
+    "top": ("scroll_top", "first", "scroll_home"), "bottom": ("scroll_bottom", "last",
+                                                            "scroll_end"),
+    "page_down": ("page_down",), "page_up": ("page_up",)}
+
+
 class EdgeConsoleApp(App[None]):
     """The console. ``clock`` feeds every displayed time (fixed in snapshot tests);
     ``poll=False`` never contacts agents (the fleet shows only what discovery says)."""
@@ -45,6 +53,13 @@ class EdgeConsoleApp(App[None]):
         Binding("colon", "jump", "Jump", tooltip="Jump to a view: fleet, events, agent NAME..."),
         Binding("l", "events", "Events", tooltip="The console's event log"),
         Binding("q", "quit", "Quit", tooltip="Leave edge-console"),
+        Binding("j", "move('down')", "Down", show=False, tooltip="Next row (vi)"),
+        Binding("k", "move('up')", "Up", show=False, tooltip="Previous row (vi)"),
+        Binding("g", "move('top')", "Top", show=False, tooltip="First row (vi)"),
+        Binding("G", "move('bottom')", "Bottom", show=False, tooltip="Last row (vi)"),
+        Binding("ctrl+f", "move('page_down')", "Page down", show=False,
+                tooltip="One page down (vi)"),
+        Binding("ctrl+b", "move('page_up')", "Page up", show=False, tooltip="One page up (vi)"),
     ]
 
     def __init__(self, settings: ConsoleSettings | None = None, *,
@@ -162,35 +177,69 @@ class EdgeConsoleApp(App[None]):
         if not isinstance(self.screen, EventsScreen):
             self.push_screen(EventsScreen())
 
+    def action_move(self, where: str) -> None:
+        """vi motion for whatever has focus: a table, a list or a scrolling pane."""
+        widget = self.focused
+        if widget is None:
+            return
+        for name in MOTIONS.get(where, ()):
+            action = getattr(widget, f"action_{name}", None)
+            if callable(action):
+                action()
+                return
+
     def action_jump(self) -> None:
         names = [a.name for a in self.fleet.agents()]
         self.push_screen(JumpScreen(names), self.jump_to)
 
+    def _back_to_fleet(self) -> bool:
+        """Pop every view above the fleet (a jump replaces the view stack, k9s-style);
+        False, with a note, while a rollout runs in a view that would be closed."""
+        from console.screens.deploy import DeployScreen
+
+        if any(isinstance(s, DeployScreen) and s.running for s in self.screen_stack[2:]):
+            self.notify("A rollout is running in the deploy view; the jump opens on top of it",
+                        severity="warning")
+            return False
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+        return True
+
     def jump_to(self, target: str | None) -> None:
-        """Go to the view named by ``target`` (what was typed after ``:``)."""
+        """Go to the view named by ``target`` (what was typed after ``:``); the view replaces
+        the ones opened before it instead of stacking on them."""
         if not target:
             return
         word, _, rest = target.partition(" ")
         word = word.lower()
-        if word in ("fleet", "agents"):
-            while len(self.screen_stack) > 2:
-                self.pop_screen()
-        elif word in ("events", "log", "logs"):
-            self.action_events()
-        elif word == "help":
-            self.action_help()
-        elif word in ("quit", "q"):
+        if word in ("quit", "q"):
             self.exit()
+            return
+        if word == "help":
+            self.action_help()
+            return
+        agent: FleetAgent | None = None
+        if word in ("agent", "history"):
+            agent, names = self.fleet.find_prefix(rest.strip()) if rest.strip() else (None, [])
+            if agent is None:
+                why = (f"{rest.strip()!r} matches {', '.join(names)}: type more of the name"
+                       if len(names) > 1 else f"No agent named {rest.strip()!r}")
+                self.notify(why, severity="warning")
+                return
+        if word not in ("fleet", "agents", "events", "log", "logs", "deploy", "agent",
+                        "history"):
+            self.notify(f"Unknown view {target!r}: try fleet, events, deploy, agent NAME, "
+                        "history NAME, help", severity="warning")
+            return
+        self._back_to_fleet()
+        if word in ("events", "log", "logs"):
+            self.action_events()
         elif word == "deploy":
             self.open_deploy()
-        elif word in ("agent", "history"):
-            agent = self.fleet.find(rest.strip()) if rest.strip() else None
-            if agent is None:
-                self.notify(f"No agent named {rest.strip()!r}", severity="warning")
-            elif word == "agent":
-                self.open_agent(agent.key)
-            else:
-                self.open_history(agent.key)
+        elif agent is not None and word == "agent":
+            self.open_agent(agent.key)
+        elif agent is not None:
+            self.open_history(agent.key)
         else:
             self.notify(f"Unknown view {target!r}: try fleet, events, deploy, agent NAME, "
                         "history NAME, help", severity="warning")

@@ -16,6 +16,7 @@ from enum import StrEnum
 
 from console.config import StaticAgent
 from console.discovery import DiscoveredAgent, DiscoveryEvent
+from console.filtering import Filter, parse_filter
 
 SUPPORTED_API_VERSIONS = frozenset({"1"})
 MAX_EVENTS = 500
@@ -126,15 +127,20 @@ def _sort_value(agent: FleetAgent, column: str) -> tuple[object, ...]:
             return (agent.name.lower(), agent.key)
 
 
+def _is_offline(agent: FleetAgent) -> bool:
+    return agent.state is AgentState.OFFLINE
+
+
 SORT_COLUMNS = ("name", "status", "address", "arch", "profile", "models", "seen")
 
 
-def matches(agent: FleetAgent, query: str) -> bool:
-    """True when every word of ``query`` occurs (case-insensitively) in one of the agent's
-    name, id, address, arch, profile, state, source or models."""
+def matches(agent: FleetAgent, query: str | Filter) -> bool:
+    """True when the agent's name, id, address, arch, profile, state, source and models
+    satisfy ``query`` (:mod:`console.filtering`: all words, ``!word`` excludes, regexes)."""
+    filt = parse_filter(query) if isinstance(query, str) else query
     hay = " ".join((agent.name, agent.agent_id, agent.address, agent.arch, agent.profile,
-                    agent.state.value, agent.source, *agent.models)).lower()
-    return all(word in hay for word in query.lower().split())
+                    agent.state.value, agent.source, *agent.models))
+    return filt.matches(hay)
 
 
 class Fleet:
@@ -155,6 +161,29 @@ class Fleet:
         """The agent with this key, if listed."""
         return self._agents.get(key)
 
+    def find_prefix(self, text: str) -> tuple[FleetAgent | None, list[str]]:
+        """The agent ``text`` names exactly (key, name, id, address), else the one agent whose
+        name starts with it (case ignored); with no unique match, the names that start with
+        it (to say what was ambiguous)."""
+        exact = self.find(text)
+        if exact is not None:
+            return exact, [exact.name]
+        low = text.lower()
+        hits = sorted((a for a in self._agents.values() if a.name.lower().startswith(low)),
+                      key=lambda a: a.name)
+        return (hits[0] if len(hits) == 1 else None), [a.name for a in hits]
+
+    def forget(self, key: str) -> bool:
+        """Drop an offline agent from the list (it comes back if it announces itself again);
+        False when it is not offline (a live agent is never forgotten)."""
+        agent = self._agents.get(key)
+        if agent is None or not _is_offline(agent):
+            return False
+        del self._agents[key]
+        self._event(agent.name, "info", "forgotten (offline)")
+        self._changed()
+        return True
+
     def find(self, text: str) -> FleetAgent | None:
         """The agent whose key, name, id or address equals ``text`` (for ``:agent NAME``)."""
         for agent in self._agents.values():
@@ -166,9 +195,13 @@ class Fleet:
         """Every agent, by name."""
         return self.view()
 
-    def view(self, query: str = "", sort: str = "name", reverse: bool = False) -> list[FleetAgent]:
-        """The rows to show: those matching ``query``, sorted by column ``sort``."""
-        rows = [a for a in self._agents.values() if not query or matches(a, query)]
+    def view(self, query: str = "", sort: str = "name", reverse: bool = False, *,
+             show_offline: bool = True) -> list[FleetAgent]:
+        """The rows to show: those matching ``query`` (offline ones only with
+        ``show_offline``), sorted by column ``sort``."""
+        filt = parse_filter(query)
+        rows = [a for a in self._agents.values()
+                if (not filt or matches(a, filt)) and (show_offline or not _is_offline(a))]
         return sorted(rows, key=lambda a: _sort_value(a, sort), reverse=reverse)
 
     # -- change notification -------------------------------------------------------------------

@@ -33,6 +33,9 @@ class FleetScreen(ConsoleScreen):
         Binding("h", "history", "History", tooltip="Past throughput and latency of the "
                 "selected agent's models"),
         Binding("ctrl+r", "refresh", "Refresh", show=False, tooltip="Ask every agent now"),
+        Binding("o", "toggle_offline", "Offline", tooltip="Show or hide offline agents"),
+        Binding("x", "forget", "Forget", show=False,
+                tooltip="Drop the selected offline agent from the list"),
     ]
 
     def __init__(self) -> None:
@@ -40,6 +43,7 @@ class FleetScreen(ConsoleScreen):
         self.query_text = ""
         self.sort_column = "name"
         self.sort_reverse = False
+        self.show_offline = True
         self._unsubscribe = lambda: None
         self._seen_version = -1
         self._last_refresh = 0.0
@@ -49,7 +53,7 @@ class FleetScreen(ConsoleScreen):
         yield Header()
         yield FleetTable(id="fleet-table")
         yield Static("", id="fleet-status")
-        yield Input(placeholder="filter: words that must all appear (name, profile, state...)",
+        yield Input(placeholder="filter: words that must all match (regex), !word to exclude",
                     id="fleet-filter", classes="hidden")
         yield Footer()
 
@@ -91,12 +95,16 @@ class FleetScreen(ConsoleScreen):
         """Re-render the table from the fleet model (filtered and sorted)."""
         self._last_refresh = time.monotonic()
         fleet = self.console.fleet
-        rows = fleet.view(self.query_text, self.sort_column, self.sort_reverse)
+        rows = fleet.view(self.query_text, self.sort_column, self.sort_reverse,
+                          show_offline=self.show_offline)
         self.table.show(rows, self.console.clock())
         self._seen_version = fleet.version
         online = sum(a.state is AgentState.ONLINE for a in fleet.agents())
+        narrowed = self.query_text or not self.show_offline
         self.sub_title = (f"{len(fleet)} agents · {online} online"
-                          + (f" · showing {len(rows)}" if self.query_text else "")
+                          + (f" · showing {len(rows)}" if narrowed else "")
+                          + (f" · filter {self.query_text}" if self.query_text else "")
+                          + ("" if self.show_offline else " · offline hidden")
                           + (" · read-only" if self.console.read_only else ""))
         self._explain(self.selected_agent())
 
@@ -135,9 +143,8 @@ class FleetScreen(ConsoleScreen):
         self.refresh_fleet()
 
     def on_input_submitted(self, _: Input.Submitted) -> None:
-        box = self.query_one("#fleet-filter", Input)
-        if not box.value.strip():
-            box.add_class("hidden")
+        # the filter collapses into the header (sub-title) and the status line; / edits it
+        self.query_one("#fleet-filter", Input).add_class("hidden")
         self.table.focus()
 
     def action_clear_filter(self) -> None:
@@ -191,6 +198,18 @@ class FleetScreen(ConsoleScreen):
         agent = self.selected_agent()
         if agent is not None:
             self.console.open_history(agent.key)
+
+    def action_toggle_offline(self) -> None:
+        self.show_offline = not self.show_offline
+        self.refresh_fleet()
+
+    def action_forget(self) -> None:
+        agent = self.selected_agent()
+        if agent is None:
+            return
+        if not self.console.fleet.forget(agent.key):
+            self.notify(f"{agent.name} is {agent.state.value}: only offline agents can be "
+                        "forgotten", severity="warning")
 
     def action_refresh(self) -> None:
         self.console.poll_agents()

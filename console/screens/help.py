@@ -11,12 +11,14 @@ from textual.widgets import Label, Static
 from console.screens.base import ConsoleModal
 
 _KEY_NAMES = {"slash": "/", "question_mark": "?", "colon": ":", "escape": "Esc",
-              "enter": "Enter", "ctrl+r": "Ctrl+R", "ctrl+p": "Ctrl+P", "space": "Space"}
+              "enter": "Enter", "ctrl+r": "Ctrl+R", "ctrl+p": "Ctrl+P", "space": "Space",
+              "ctrl+f": "Ctrl+F", "ctrl+b": "Ctrl+B"}
 
 INTRO = ("edge-console lists the agents found by mDNS (and those given with --agent or in the "
-         "config file). Keys follow k9s/lazydocker: / filter, ? help, : jump to a view, "
-         "l events, d details. Every action is also in the command palette (Ctrl+P). Actions "
-         "that change an agent ask for confirmation and are hidden under --read-only.")
+         "config file). Keys follow k9s/lazydocker: / filter (regex words, !word excludes), "
+         "? help, : jump to a view, l events, d details, j/k/g/G and Ctrl+F/Ctrl+B to move. "
+         "Every action is also in the command palette (Ctrl+P). Actions that change an agent "
+         "ask for confirmation and are hidden under --read-only.")
 
 
 def key_label(key: str) -> str:

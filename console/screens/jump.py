@@ -28,4 +28,8 @@ class JumpScreen(ConsoleModal[str | None]):
                         suggester=SuggestFromList(self.choices, case_sensitive=False))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value.strip() or None)
+        """Enter takes the completion shown (what Tab or Right would accept), else the text."""
+        typed = event.value.strip()
+        shown = next((c for c in self.choices if typed and c.lower().startswith(typed.lower())),
+                     None)
+        self.dismiss(shown or typed or None)

@@ -27,6 +27,12 @@ def row_cells(agent: FleetAgent, now: float) -> Cells:
     style = STATE_STYLES[agent.state]
     models = ", ".join(agent.models) if agent.models else "-"
     seen = format_ago(None if agent.last_seen is None else max(0.0, now - agent.last_seen))
+    if agent.state is AgentState.OFFLINE:  # a row for the record, not a live agent: dimmed
+        return (Text(agent.name, style="dim bold"),
+                Text(f"{STATE_ICONS[agent.state]} {agent.state.value}", style=style),
+                *(Text(c, style="dim") for c in (
+                    agent.address, agent.arch or "-", agent.profile or "-",
+                    models if len(models) <= 40 else models[:39] + "…", seen)))
     return (Text(agent.name, style="bold"),
             Text(f"{STATE_ICONS[agent.state]} {agent.state.value}", style=style),
             agent.address, agent.arch or "-", agent.profile or "-",
