@@ -100,6 +100,17 @@ class LiveMetrics:
         """Models with samples, sorted."""
         return sorted(self.series)
 
+    def summary_line(self) -> str:
+        """The newest second of every model on one line (the plots of a compact screen)."""
+        parts = []
+        for model in self.models():
+            s = self.series[model]
+            if not s.ts:
+                continue
+            p95 = f"{s.p95_ms[-1]:.1f} ms" if s.rps[-1] else "-"
+            parts.append(f"{model} {s.rps[-1]:.0f} req/s p95 {p95} err {s.errors[-1]:.0f}/s")
+        return "live: " + (" · ".join(parts) if parts else "no requests since this opened")
+
 
 def format_bytes(n: float | None) -> str:
     """``1.5 MiB`` style."""

@@ -71,6 +71,7 @@ class AgentScreen(ConsoleScreen):
         yield Header()
         yield Static(id="agent-summary")
         yield Static(system_line(None), id="agent-system")
+        yield Static("live metrics: waiting for samples", id="plot-summary")
         with Horizontal(id="agent-main"):
             yield DataTable(id="models-table", cursor_type="row", zebra_stripes=True)
             yield VerticalScroll(Static("live metrics: waiting for samples", id="plots-empty"),
@@ -190,6 +191,7 @@ class AgentScreen(ConsoleScreen):
         self.query_one("#agent-system", Static).update(system_line(self.metrics.system))
         plots = self.query_one("#plots", VerticalScroll)
         plots.remove_class("stale")
+        self.query_one("#plot-summary", Static).update(self.metrics.summary_line())
         if not self.metrics.models():
             for empty in plots.query("#plots-empty").results(Static):
                 empty.update("live metrics: no requests since this screen opened")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,15 @@ def test_fleet_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(_app(), terminal_size=SIZE, run_before=setup)
 
 
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)], ids=["80x24", "160x45"])
+def test_fleet_screen_at_every_size(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    async def setup(pilot: Pilot[None]) -> None:
+        _fill_fleet(pilot.app)  # type: ignore[arg-type]
+        await pilot.pause()
+
+    assert snap_compare(_app(), terminal_size=size, run_before=setup)
+
+
 def test_fleet_screen_read_only_filtered(snap_compare) -> None:  # type: ignore[no-untyped-def]
     async def setup(pilot: Pilot[None]) -> None:
         _fill_fleet(pilot.app)  # type: ignore[arg-type]
@@ -97,32 +107,40 @@ def _sample(t: int) -> MetricsSample:
                                  "temp_c": 52.0})
 
 
-def test_agent_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
-    async def setup(pilot: Pilot[None]) -> None:
-        app: EdgeConsoleApp = pilot.app  # type: ignore[assignment]
-        _fill_fleet(app)
-        screen = AgentScreen("id-kitchen-pi", live=False)
-        await app.push_screen(screen)
-        steps = tuple(StepInfo(s, True, m, NOW - 1800 + i) for i, (s, m) in enumerate(
-            [("received", "20480 bytes"), ("verified", "signed by key 4593"),
-             ("probed", "one real inference ok"), ("committed", "version 3 is active")]))
-        screen.show_snapshot(screen.snapshot.__class__(
-            info=AgentInfo(agent_id="id-kitchen-pi", name="kitchen-pi", host="kitchen-pi",
-                           arch="aarch64", profile="arm64-cpu-onnxruntime",
-                           runtimes=("onnxruntime",), agent_version="0.1.0", uptime_s=7260.0,
-                           api_version="1", inference_address="127.0.0.1:8001",
-                           allow_unsigned=False, keep_versions=3),
-            versions=(_version(3, True), _version(2, False, "UNLOADED"),
-                      _version(1, False, "UNLOADED")),
-            deployments=(DeploymentInfo(7, "mlp", "deploy", 2, 3, "committed", "committed", "",
-                                        NOW - 1800, NOW - 1795, steps),
-                         DeploymentInfo(6, "mlp", "rollback", 3, 2, "failed", "probed",
-                                        "probe: NaN in output probs", NOW - 7200, NOW - 7190))))
-        for t in range(60):
-            screen.add_sample(_sample(t))
-        await pilot.pause()
+async def _agent_setup(pilot: Pilot[None]) -> None:
+    app: EdgeConsoleApp = pilot.app  # type: ignore[assignment]
+    _fill_fleet(app)
+    screen = AgentScreen("id-kitchen-pi", live=False)
+    await app.push_screen(screen)
+    steps = tuple(StepInfo(s, True, m, NOW - 1800 + i) for i, (s, m) in enumerate(
+        [("received", "20480 bytes"), ("verified", "signed by key 4593"),
+         ("probed", "one real inference ok"), ("committed", "version 3 is active")]))
+    screen.show_snapshot(screen.snapshot.__class__(
+        info=AgentInfo(agent_id="id-kitchen-pi", name="kitchen-pi", host="kitchen-pi",
+                       arch="aarch64", profile="arm64-cpu-onnxruntime",
+                       runtimes=("onnxruntime",), agent_version="0.1.0", uptime_s=7260.0,
+                       api_version="1", inference_address="127.0.0.1:8001",
+                       allow_unsigned=False, keep_versions=3),
+        versions=(_version(3, True), _version(2, False, "UNLOADED"),
+                  _version(1, False, "UNLOADED")),
+        deployments=(DeploymentInfo(7, "mlp", "deploy", 2, 3, "committed", "committed", "",
+                                    NOW - 1800, NOW - 1795, steps),
+                     DeploymentInfo(6, "mlp", "rollback", 3, 2, "failed", "probed",
+                                    "probe: NaN in output probs", NOW - 7200, NOW - 7190))))
+    for t in range(60):
+        screen.add_sample(_sample(t))
+    await pilot.pause()
 
-    assert snap_compare(_app(), terminal_size=SIZE, run_before=setup)
+
+
+def test_agent_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=_agent_setup)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)], ids=["80x24", "160x45"])
+def test_agent_screen_at_every_size(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    """80x24 drops the plots to a summary line and keeps the model table's key columns."""
+    assert snap_compare(_app(), terminal_size=size, run_before=_agent_setup)
 
 
 @pytest.fixture
@@ -136,7 +154,7 @@ def bundle_dir(bundles: BundleSet, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     return Path("bundles")
 
 
-def test_deploy_screen(snap_compare, bundle_dir: Path) -> None:  # type: ignore[no-untyped-def]
+def _deploy_setup(bundle_dir: Path) -> Callable[[Pilot[None]], Awaitable[None]]:
     async def setup(pilot: Pilot[None]) -> None:
         app: EdgeConsoleApp = pilot.app  # type: ignore[assignment]
         _fill_fleet(app)
@@ -158,4 +176,15 @@ def test_deploy_screen(snap_compare, bundle_dir: Path) -> None:  # type: ignore[
         screen.show_progress(TargetProgress("id-edge-x86-a", "edge-x86-a", total=20480))
         await pilot.pause()
 
-    assert snap_compare(_app(), terminal_size=SIZE, run_before=setup)
+    return setup
+
+
+def test_deploy_screen(snap_compare, bundle_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=_deploy_setup(bundle_dir))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)], ids=["80x24", "160x45"])
+def test_deploy_screen_at_every_size(snap_compare, bundle_dir: Path,  # type: ignore[no-untyped-def]
+                                     size: tuple[int, int]) -> None:
+    """80x24 keeps the Start button and the rollout rows on screen."""
+    assert snap_compare(_app(), terminal_size=size, run_before=_deploy_setup(bundle_dir))
