@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
@@ -55,10 +55,11 @@ class DataPlane:
         if autoload:
             self.load_all()
 
-    def load_all(self) -> list[ModelVersion]:
-        """Load every model version on disk (failed ones stay listed as UNAVAILABLE)."""
+    def load_all(self, only: Callable[[str, int], bool] | None = None) -> list[ModelVersion]:
+        """Load every model version on disk, or those ``only(name, version)`` accepts (failed
+        ones stay listed as UNAVAILABLE); then the data plane reports ready."""
         try:
-            return self.repository.load_all()
+            return self.repository.load_all(only)
         finally:
             self._startup_done.set()
 

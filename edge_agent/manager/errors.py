@@ -62,3 +62,9 @@ def disk_full(what: str, where: object) -> DiskFullError:
     """The one message for a full disk: what could not be written, where, what to do."""
     return DiskFullError(f"the agent's disk is full: no space left to {what} in {where}; "
                          "free space on the device (or remove old versions) and deploy again")
+
+
+class RepositoryControlDisabledError(ManagerError):
+    """Model load/unload over the inference protocol is turned off (the default)."""
+
+    code = ErrorCode.UNAVAILABLE

@@ -217,7 +217,7 @@ def test_same_version_with_other_content_is_refused(managed: Managed, bundles: B
 
 def test_a_second_change_while_one_runs_is_refused(managed: Managed, bundles: Bundles) -> None:
     assert managed.manager.deploy(bundles.mlp[1]).ok
-    with managed.manager._model_lock("mlp"), pytest.raises(DeploymentBusyError,
+    with managed.manager.locks.hold("mlp"), pytest.raises(DeploymentBusyError,
                                                            match="in progress"):
         managed.manager.rollback("mlp", 1)
 
@@ -262,6 +262,8 @@ def test_kserve_unload_and_load_keeps_the_active_version(managed: Managed,
                                                          bundles: Bundles) -> None:
     m = managed.manager
     assert m.deploy(bundles.mlp[1]).ok and m.deploy(bundles.mlp[2]).ok and m.rollback("mlp").ok
-    managed.dataplane.unload_model("mlp")  # what tritonclient.unload_model does
-    managed.dataplane.load_model("mlp")  # loads every version on disk
+    m.unload_model("mlp")  # what tritonclient.unload_model asks for
+    assert not managed.dataplane.model_ready("mlp")
+    m.load_model("mlp")
     assert managed.infer()[0] == 1  # still the committed active version, not the highest
+    assert not managed.dataplane.model_ready("mlp", 2)  # retained versions stay on disk only
