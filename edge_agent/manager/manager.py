@@ -148,10 +148,11 @@ class ModelManager:
     def activate(self, model: str, version: int, *, force: bool = False,
                  on_event: EventSink | None = None,
                  kind: DeploymentKind = DeploymentKind.ACTIVATE,
-                 reason: str = "") -> DeployOutcome:
+                 reason: str = "", note: str = "") -> DeployOutcome:
         """Make ``version`` (on disk) active through warm-up, probe and switch.
 
         ``force`` with the active version reloads it from disk (a fresh copy, swapped in).
+        ``reason`` replaces the commit message (automatic changes); ``note`` is added to it.
         """
         with self.locks.hold(model):
             active = self.store.active_version(model)
@@ -163,21 +164,26 @@ class ModelManager:
                 raise VersionInUseError(f"{model} version {version} is already active; pass "
                                         "force to reload it")
             return self.pipeline.activate(model, version, active, kind=kind, reason=reason,
-                                          on_event=on_event)
+                                          note=note, on_event=on_event)
 
     def rollback(self, model: str, to_version: int | None = None, *,
                  on_event: EventSink | None = None) -> DeployOutcome:
-        """Switch back to the rollback target (see :meth:`rollback_plan`) or ``to_version``."""
+        """Switch back to the rollback target (see :meth:`rollback_plan`) or ``to_version``.
+
+        The target and why it was chosen are the deployment's first step and part of its
+        message, so the caller's progress shows where it goes before anything is loaded.
+        """
         if to_version is not None:
             return self.activate(model, to_version, on_event=on_event,
-                                 kind=DeploymentKind.ROLLBACK)
+                                 kind=DeploymentKind.ROLLBACK,
+                                 note=f"rollback target: version {to_version}, as asked")
         plan = self.rollback_plan(model)
         if plan.target is None:
             if plan.active is None:
                 raise ModelNotFoundError(f"{model} has no active version to roll back from")
             raise ManagerError(plan.why)
         return self.activate(model, plan.target, on_event=on_event,
-                             kind=DeploymentKind.ROLLBACK)
+                             kind=DeploymentKind.ROLLBACK, note=f"rollback target: {plan.why}")
 
     def remove(self, model: str, version: int) -> DeployOutcome:
         """Delete a version that is not active from memory and disk."""

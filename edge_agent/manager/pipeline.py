@@ -109,18 +109,23 @@ class DeployPipeline:
                            reload=force and m.version == active)
 
     def activate(self, model: str, version: int, active: int | None, *,
-                 kind: DeploymentKind, reason: str,
-                 on_event: EventSink | None) -> DeployOutcome:
-        """Make ``version`` (on disk) active; ``version == active`` reloads it."""
+                 kind: DeploymentKind, reason: str, on_event: EventSink | None,
+                 note: str = "") -> DeployOutcome:
+        """Make ``version`` (on disk) active; ``version == active`` reloads it.
+
+        ``reason`` (automatic changes) is recorded first and is the commit message; ``note``
+        (e.g. why this is the rollback target) is recorded first and added to the message.
+        """
         dep = self.begin(model, kind, version, active)
-        if reason:
-            self.journal.reached(dep, Step.RECEIVED, reason, on_event)
+        if reason or note:
+            self.journal.reached(dep, Step.RECEIVED, reason or note, on_event)
         return self.switch(dep, model, version, active, on_event, reload=version == active,
-                           reason=reason)
+                           reason=reason, note=note)
 
     # ------------------------------------------------------------------ the shared tail
     def switch(self, dep: int, name: str, version: int, previous: int | None,
-               on_event: EventSink | None, *, reload: bool, reason: str = "") -> DeployOutcome:
+               on_event: EventSink | None, *, reload: bool, reason: str = "",
+               note: str = "") -> DeployOutcome:
         """Load, warm, probe, switch, drain, unload, commit."""
         settings, j, repo = self._settings(), self.journal, self.repository
         step = Step.LOADED
@@ -162,7 +167,8 @@ class DeployPipeline:
                 j.reached(dep, Step.DRAINED, "no previous version in memory", on_event)
                 j.reached(dep, Step.UNLOADED, "nothing to unload", on_event)
         message = reason or (f"version {version} is active" + (
-            f" (was {previous})" if previous is not None and previous != version else ""))
+            f" (was {previous})" if previous is not None and previous != version else "")
+            + (f"; {note}" if note else ""))
         done = j.commit(dep, message, on_event)
         if self._on_commit is not None:
             self._on_commit(done, previous)

@@ -1,4 +1,5 @@
-"""Read-only views of what the manager keeps: versions, history, and the rollback target."""
+"""Read-only views of what the manager keeps: versions, history, and the rollback target
+(the rule itself is :mod:`edge_agent.rollback_rule`, shared with the console)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from edge_agent.core.repository import ModelRepository
 from edge_agent.core.repository import VersionState as Serving
 from edge_agent.manager.outcome import VersionView
+from edge_agent.rollback_rule import rollback_target
 from edge_agent.state import (
     Deployment,
     DeploymentKind,
@@ -78,25 +80,16 @@ class VersionQueries:
                    for d in self.store.history(model, _HISTORY_DEPTH))
 
     def rollback_plan(self, model: str) -> RollbackPlan:
-        """The version a rollback of ``model`` goes to (see the module docstring), and why."""
+        """The version a rollback of ``model`` goes to (:mod:`edge_agent.rollback_rule`), and
+        why; changes nothing."""
         active = self.store.active_version(model)
         if active is None:
             return RollbackPlan(model, None, None, f"{model} has no active version")
         usable = {r.version for r in self.store.versions(model)
-                  if r.state is not VersionState.FAILED and r.version != active}
-        for d in self.store.history(model, _HISTORY_DEPTH):
-            if (d.status is DeploymentStatus.COMMITTED and d.kind in ACTIVATING
-                    and d.to_version == active):
-                if d.from_version in usable:
-                    return RollbackPlan(model, active, d.from_version,
-                                        f"version {d.from_version} was active before {active}")
-                break
-        older = sorted(v for v in usable if v < active)
-        if older:
-            return RollbackPlan(model, active, older[-1], f"version {older[-1]} is the highest "
-                                f"version below {active} on this device")
-        return RollbackPlan(model, active, None, f"{model} has no earlier version on this "
-                            f"device to roll back to (active: {active})")
+                  if r.state is not VersionState.FAILED}
+        target, why = rollback_target(active, usable, self.store.history(model, _HISTORY_DEPTH))
+        return RollbackPlan(model, active, target, why if target is not None
+                            else f"{model} has {why}")
 
     def rollback_target(self, model: str) -> int | None:
         """The version a rollback returns to (None: there is none)."""

@@ -15,6 +15,7 @@ from edge_agent.core.types import InferRequest
 from edge_agent.errors import AgentError
 from edge_agent.manager import (
     DeploymentBusyError,
+    ManagerError,
     ManagerSettings,
     ModelManager,
     VersionInUseError,
@@ -267,3 +268,51 @@ def test_kserve_unload_and_load_keeps_the_active_version(managed: Managed,
     m.load_model("mlp")
     assert managed.infer()[0] == 1  # still the committed active version, not the highest
     assert not managed.dataplane.model_ready("mlp", 2)  # retained versions stay on disk only
+
+
+def test_a_second_rollback_never_returns_to_the_version_rolled_back_from(
+        managed: Managed, bundles: Bundles) -> None:
+    m = managed.manager
+    assert m.deploy(bundles.mlp[1]).ok and m.deploy(bundles.mlp[2]).ok
+    plan = m.rollback_plan("mlp")
+    assert (plan.active, plan.target) == (2, 1) and "active before 2" in plan.why
+    back = m.rollback("mlp")
+    assert back.ok and managed.infer()[0] == 1
+    assert back.deployment.steps[0].step is Step.RECEIVED  # the target, before anything loads
+    assert "rollback target: version 1 was active before 2" in back.deployment.steps[0].message
+    assert "version 1 is active (was 2)" in back.message
+    plan = m.rollback_plan("mlp")
+    assert plan.target is None and "rolled back from" in plan.why, plan
+    with pytest.raises(ManagerError, match=r"no earlier version .* not going back to "
+                                           r"version\(s\) \[2\]"):
+        m.rollback("mlp")
+    assert managed.infer()[0] == 1 and managed.store.active_version("mlp") == 1
+    assert m.rollback("mlp", 2).ok  # an explicit target is always allowed
+    assert managed.infer()[0] == 2
+
+
+def test_rollbacks_walk_back_through_history(managed: Managed, bundles: Bundles) -> None:
+    m = managed.manager
+    for v in (1, 2, 3):
+        assert m.deploy(bundles.mlp[v]).ok
+    assert m.rollback("mlp").active_version == 2
+    assert m.rollback("mlp").active_version == 1  # not 3: it was rolled back from
+    assert m.rollback_target("mlp") is None
+    assert m.activate("mlp", 2).ok  # activated again on purpose: a target once more
+    assert m.deploy(bundles.mlp[3], force=True).ok  # 3 again, same content
+    assert m.rollback_plan("mlp").target == 2
+
+
+def test_auto_rollback_marks_the_bad_version_as_no_target(tmp_path: Path,
+                                                         bundles: Bundles) -> None:
+    m = _managed(tmp_path / "state", bundles)
+    try:
+        for v in (1, 2):
+            assert m.manager.deploy(bundles.mlp[v]).ok
+        assert m.manager.activate("mlp", 1, kind=DeploymentKind.AUTO_ROLLBACK,
+                                  reason="automatic rollback: test").ok
+        assert m.manager.rollback_target("mlp") is None
+    finally:
+        m.manager.close()
+        m.dataplane.close()
+        m.store.close()
