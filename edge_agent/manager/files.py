@@ -15,7 +15,7 @@ from pathlib import Path
 from edge_agent.manager.errors import VersionInUseError, disk_full, is_disk_full
 from packager.errors import PackagerError
 from packager.manifest import MANIFEST_NAME
-from packager.reader import BundleReader
+from packager.reader import BundleReader, load_extracted
 
 
 def manifest_sha(model_dir: Path) -> str:
@@ -71,30 +71,56 @@ class VersionFiles:
                         notes.append(f"removed a half-extracted {model_dir.name}/{p.name}")
         return notes
 
-    def stage(self, reader: BundleReader, *, active: int | None, force: bool) -> str:
-        """Extract the (verified) bundle to its version directory; returns a one-line note.
+    def damage(self, model: str, version: int) -> str | None:
+        """What is wrong with a version's files against its manifest (every size and sha256
+        re-checked), or None when they are whole."""
+        try:
+            load_extracted(self.path(model, version))
+        except (PackagerError, OSError) as exc:
+            return str(exc)
+        return None
 
-        An existing directory with the same manifest is kept; with another manifest the
-        version number is refused (the caller must build a higher version).
+    def stage(self, reader: BundleReader, *, active: int | None,
+              force: bool) -> tuple[str, bool]:
+        """Put the (verified) bundle in its version directory; returns a one-line note and
+        whether a damaged copy already there was replaced.
+
+        An existing directory with the same manifest and whole files is kept; one with missing
+        or altered files (left half on disk by anything) is extracted again from the bundle;
+        one with another manifest refuses the version number (build a higher version).
         """
         m = reader.manifest
         target = self.path(m.name, m.version)
-        if target.exists():
-            if manifest_sha(target) != bundle_manifest_sha(reader):
-                raise VersionInUseError(
-                    f"{m.name} version {m.version} is already on this device with different "
-                    "content; build the new model with a higher version number")
+        if not target.exists():
+            self._extract(reader, target)
+            return f"extracted to {target}", False
+        on_disk = manifest_sha(target)
+        if on_disk and on_disk != bundle_manifest_sha(reader):
+            raise VersionInUseError(
+                f"{m.name} version {m.version} is already on this device with different "
+                "content; build the new model with a higher version number")
+        damage = self.damage(m.name, m.version)
+        if damage is None:
             if m.version == active and not force:
                 raise VersionInUseError(f"{m.name} version {m.version} is already active; "
                                         "pass force to reload it")
-            return f"version {m.version} already on disk with the same content"
+            return f"version {m.version} already on disk with the same content", False
+        fresh = target.with_name(f".{m.version}.repair-{secrets.token_hex(4)}")
+        self._extract(reader, fresh)
+        self.delete(m.name, m.version)
+        fresh.rename(target)
+        return (f"version {m.version} was on disk with missing or altered files ({damage}); "
+                "extracted again from the bundle"), True
+
+    @staticmethod
+    def _extract(reader: BundleReader, target: Path) -> None:
+        m = reader.manifest
         try:
             reader.extract(target)
         except (PackagerError, OSError) as exc:
             if is_disk_full(exc):
                 raise disk_full(f"extract {m.name} version {m.version}", target.parent) from exc
             raise
-        return f"extracted to {target}"
 
     def delete(self, model: str, version: int) -> None:
         """Remove one version's directory (renamed out of the layout first: one atomic step)."""

@@ -97,7 +97,7 @@ class DeployPipeline:
             j.reached(dep, Step.VERIFIED, f"{signed}; every file hash matches; served by "
                       f"{backend}", on_event)
             step = Step.STAGED
-            note = self.files.stage(reader, active=active, force=force)
+            note, repaired = self.files.stage(reader, active=active, force=force)
             target = self.files.path(m.name, m.version)
             self.store.upsert_version(VersionRecord(
                 m.name, m.version, str(target), bundle_manifest_sha(reader), dir_size(target),
@@ -105,8 +105,9 @@ class DeployPipeline:
             j.reached(dep, Step.STAGED, note, on_event)
         except _STEP_ERRORS as exc:
             return j.fail(dep, step, exc, on_event)
-        return self.switch(dep, m.name, m.version, active, on_event,
-                           reload=force and m.version == active)
+        # the active version again: a fresh copy swapped in when it serves, else a plain load
+        reload = m.version == active and (force or repaired) and self.ready(m.name, m.version)
+        return self.switch(dep, m.name, m.version, active, on_event, reload=reload)
 
     def activate(self, model: str, version: int, active: int | None, *,
                  kind: DeploymentKind, reason: str, on_event: EventSink | None,

@@ -2,7 +2,8 @@
 
 Order: unfinished uploads and half-extracted versions removed -> deployments the store found in
 progress undone (a version staged by an interrupted deploy that never became active is
-deleted) -> versions on disk and in the store reconciled -> the active versions loaded (only
+deleted) -> versions on disk and in the store reconciled -> versions whose files no longer
+match their manifest (sizes and sha256) removed -> the active versions loaded (only
 those: retained older versions stay on disk) -> a model whose active version fails to load falls
 back to its rollback target through the ``fall_back`` hook.
 """
@@ -41,6 +42,7 @@ class StartupRecovery:
         notes = self.files.clean_partial()
         notes += self._undo_interrupted()
         notes += self._register_disk_versions()
+        notes += self._remove_damaged()
         active = self.store.active_versions()
         managed = {m for m, v in active.items() if v is not None}
         self.dataplane.load_all(
@@ -103,6 +105,23 @@ class StartupRecovery:
                 else:
                     self.store.remove_version(rec.model, rec.version)
                 notes.append(f"{rec.model} version {rec.version} is no longer on disk")
+        return notes
+
+    def _remove_damaged(self) -> list[str]:
+        """Versions whose files no longer match their manifest are removed, except an active
+        one: loading it fails on the same check and the model falls back (see run)."""
+        notes = []
+        for rec in self.store.versions():
+            if self.store.active_version(rec.model) == rec.version:
+                continue
+            if not self.files.path(rec.model, rec.version).is_dir():
+                continue
+            damage = self.files.damage(rec.model, rec.version)
+            if damage is not None:
+                self.files.delete(rec.model, rec.version)
+                self.store.remove_version(rec.model, rec.version)
+                notes.append(f"removed {rec.model} version {rec.version}: its files do not "
+                             f"match its manifest ({damage}); deploy it again to restore it")
         return notes
 
     def _first_activation(self, name: str) -> list[str]:

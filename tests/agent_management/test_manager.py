@@ -316,3 +316,95 @@ def test_auto_rollback_marks_the_bad_version_as_no_target(tmp_path: Path,
         m.manager.close()
         m.dataplane.close()
         m.store.close()
+
+
+def _model_file(state: Path, version: int) -> Path:
+    return next((state / "models" / "mlp" / str(version)).rglob("*.onnx"))
+
+
+def test_a_damaged_retained_version_is_removed_at_start_and_a_redeploy_restores_it(
+        tmp_path: Path, bundles: Bundles) -> None:
+    state = tmp_path / "state"
+    first = _managed(state, bundles)
+    try:
+        assert first.manager.deploy(bundles.mlp[1]).ok and first.manager.deploy(bundles.mlp[2]).ok
+    finally:
+        first.dataplane.close()
+        first.store.close()
+    _model_file(state, 1).unlink()  # a file of the retained version 1 is gone
+    again = _managed(state, bundles)
+    try:
+        assert again.version_dirs() == ["2"] and again.store.version("mlp", 1) is None
+        assert again.infer()[0] == 2
+        deployed = again.manager.deploy(bundles.mlp[1])
+        assert deployed.ok, deployed.message
+        version, out = again.infer()
+        assert version == 1
+        np.testing.assert_allclose(out, bundles.reference(1, X), rtol=1e-4, atol=1e-5)
+    finally:
+        again.dataplane.close()
+        again.store.close()
+
+
+def test_a_damaged_version_is_extracted_again_at_deploy(managed: Managed,
+                                                        bundles: Bundles) -> None:
+    m = managed.manager
+    assert m.deploy(bundles.mlp[1]).ok and m.deploy(bundles.mlp[2]).ok
+    model = _model_file(managed.state_dir, 1)
+    model.write_bytes(model.read_bytes()[:-16] + b"\0" * 16)  # altered while the agent runs
+    outcome = m.deploy(bundles.mlp[1])
+    assert outcome.ok, outcome.message
+    staged = next(s for s in outcome.deployment.steps if s.step is Step.STAGED)
+    assert "extracted again" in staged.message and "sha256" in staged.message
+    version, out = managed.infer()
+    assert version == 1
+    np.testing.assert_allclose(out, bundles.reference(1, X), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("force", [True, False])
+def test_a_damaged_active_version_is_never_served_and_a_redeploy_repairs_it(
+        tmp_path: Path, bundles: Bundles, force: bool) -> None:
+    state = tmp_path / "state"
+    first = _managed(state, bundles)
+    try:
+        assert first.manager.deploy(bundles.mlp[1]).ok
+    finally:
+        first.dataplane.close()
+        first.store.close()
+    _model_file(state, 1).unlink()  # the active version lost a file
+    again = _managed(state, bundles)
+    try:
+        assert not again.dataplane.model_ready("mlp")  # not served, and nothing to fall back to
+        outcome = again.manager.deploy(bundles.mlp[1], force=force)
+        assert outcome.ok, outcome.message
+        assert again.infer()[0] == 1
+        again.manager.deploy(bundles.mlp[2])
+        assert again.manager.deploy(bundles.mlp[1]).ok  # an ordinary deploy back works too
+    finally:
+        again.manager.close()
+        again.dataplane.close()
+        again.store.close()
+
+
+def test_a_damaged_active_version_that_fell_back_can_be_redeployed(tmp_path: Path,
+                                                                    bundles: Bundles) -> None:
+    state = tmp_path / "state"
+    first = _managed(state, bundles)
+    try:
+        assert first.manager.deploy(bundles.mlp[1]).ok and first.manager.deploy(bundles.mlp[2]).ok
+    finally:
+        first.dataplane.close()
+        first.store.close()
+    model = _model_file(state, 2)
+    model.write_bytes(model.read_bytes()[:-16] + b"\0" * 16)
+    again = _managed(state, bundles)
+    try:
+        assert again.infer()[0] == 1  # fell back at start
+        outcome = again.manager.deploy(bundles.mlp[2])
+        assert outcome.ok, outcome.message
+        version, out = again.infer()
+        assert version == 2
+        np.testing.assert_allclose(out, bundles.reference(2, X), rtol=1e-4, atol=1e-5)
+    finally:
+        again.dataplane.close()
+        again.store.close()
