@@ -7,12 +7,14 @@ renames it into place); removal renames a version out of the layout in one step,
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import os
 import secrets
 import shutil
 from pathlib import Path
 
-from edge_agent.manager.errors import VersionInUseError, disk_full, is_disk_full
+from edge_agent.manager.errors import VersionInUseError, disk_full, is_disk_full, storage_error
 from packager.errors import PackagerError
 from packager.manifest import MANIFEST_NAME
 from packager.reader import BundleReader, load_extracted
@@ -49,8 +51,17 @@ class VersionFiles:
         return self.models_dir / model / str(version)
 
     def new_upload_path(self) -> Path:
-        """A fresh file under ``STATE_DIR/incoming/`` to receive an upload into."""
-        self.incoming_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """A fresh file under ``STATE_DIR/incoming/`` to receive an upload into; refused at
+        once (before any byte is received) when the directory cannot be written."""
+        try:
+            self.incoming_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not os.access(self.incoming_dir, os.W_OK):
+                raise PermissionError(errno.EACCES, "not writable", str(self.incoming_dir))
+        except OSError as exc:
+            error = storage_error(exc, "receive an upload", self.incoming_dir)
+            if error is None:
+                raise
+            raise error from exc
         return self.incoming_dir / f"upload-{secrets.token_hex(8)}.edgepkg"
 
     def clean_partial(self) -> list[str]:

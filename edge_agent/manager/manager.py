@@ -27,7 +27,12 @@ from edge_agent.errors import ModelNotFoundError
 from edge_agent.manager.device import DeviceInfo, detect_device
 from edge_agent.manager.errors import InvalidBundleError, ManagerError, VersionInUseError
 from edge_agent.manager.files import VersionFiles
-from edge_agent.manager.journal import DeploymentJournal, EventSink, StepHook
+from edge_agent.manager.journal import (
+    DeploymentJournal,
+    EventSink,
+    RecordingFailed,
+    StepHook,
+)
 from edge_agent.manager.locks import ModelLocks
 from edge_agent.manager.outcome import DeployOutcome, VersionView
 from edge_agent.manager.pipeline import DeployPipeline
@@ -194,12 +199,16 @@ class ModelManager:
             if self.store.version(model, version) is None:
                 raise ModelNotFoundError(f"{model} has no version {version} on this device")
             dep = self.pipeline.begin(model, DeploymentKind.REMOVE, version, None)
-            if self.pipeline.loaded(model, version):
-                self.repository.unload_version(model, version,
-                                               drain_timeout_s=self.settings.drain_timeout_s)
-                self.journal.reached(dep, Step.UNLOADED, f"version {version} unloaded", None)
-            self.files.delete(model, version)
-            done = self.journal.commit(dep, f"version {version} removed from disk", None)
+            try:
+                if self.pipeline.loaded(model, version):
+                    self.repository.unload_version(
+                        model, version, drain_timeout_s=self.settings.drain_timeout_s)
+                    self.journal.reached(dep, Step.UNLOADED, f"version {version} unloaded",
+                                         None)
+                self.files.delete(model, version)
+                done = self.journal.commit(dep, f"version {version} removed from disk", None)
+            except RecordingFailed as failure:
+                return self.journal.abandon(dep, model, failure, None)
             return DeployOutcome(done, True, done.reason, self.store.active_version(model))
 
     def load_model(self, name: str) -> str:

@@ -10,6 +10,7 @@ deployment beginning (``on_begin(model)``) and committing (``on_commit(deploymen
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 
@@ -20,7 +21,7 @@ from edge_agent.errors import AgentError, StateStoreError
 from edge_agent.manager.device import DeviceInfo, check_compatible
 from edge_agent.manager.errors import InvalidBundleError
 from edge_agent.manager.files import VersionFiles, bundle_manifest_sha, dir_size
-from edge_agent.manager.journal import DeploymentJournal, EventSink
+from edge_agent.manager.journal import DeploymentJournal, EventSink, RecordingFailed
 from edge_agent.manager.outcome import DeployOutcome
 from edge_agent.manager.probe import probe_version
 from edge_agent.manager.settings import ManagerSettings
@@ -34,6 +35,8 @@ from edge_agent.state import (
 )
 from packager.errors import PackagerError
 from packager.reader import BundleReader
+
+log = logging.getLogger(__name__)
 
 BeginHook = Callable[[str], None]
 CommitHook = Callable[[Deployment, "int | None"], None]
@@ -78,9 +81,15 @@ class DeployPipeline:
     def deploy(self, reader: BundleReader, size: int, *, force: bool,
                on_event: EventSink | None) -> DeployOutcome:
         """Verify, stage and switch to the bundle ``reader`` holds."""
+        active = self.store.active_version(reader.manifest.name)
+        dep = self.begin(reader.manifest.name, DeploymentKind.DEPLOY, reader.manifest.version,
+                         active)
+        return self._guarded(dep, reader.manifest.name, active, on_event, lambda: self._deploy(
+            dep, reader, size, active, force=force, on_event=on_event))
+
+    def _deploy(self, dep: int, reader: BundleReader, size: int, active: int | None, *,
+                force: bool, on_event: EventSink | None) -> DeployOutcome:
         m, settings = reader.manifest, self._settings()
-        active = self.store.active_version(m.name)
-        dep = self.begin(m.name, DeploymentKind.DEPLOY, m.version, active)
         step = Step.RECEIVED
         j = self.journal
         try:
@@ -118,10 +127,42 @@ class DeployPipeline:
         (e.g. why this is the rollback target) is recorded first and added to the message.
         """
         dep = self.begin(model, kind, version, active)
-        if reason or note:
-            self.journal.reached(dep, Step.RECEIVED, reason or note, on_event)
-        return self.switch(dep, model, version, active, on_event, reload=version == active,
-                           reason=reason, note=note)
+
+        def run() -> DeployOutcome:
+            if reason or note:
+                self.journal.reached(dep, Step.RECEIVED, reason or note, on_event)
+            return self.switch(dep, model, version, active, on_event,
+                               reload=version == active, reason=reason, note=note)
+
+        return self._guarded(dep, model, active, on_event, run)
+
+    def _guarded(self, dep: int, model: str, previous: int | None, on_event: EventSink | None,
+                 run: Callable[[], DeployOutcome]) -> DeployOutcome:
+        """Run a deployment's steps; when the store cannot record one (disk full, read-only),
+        serve ``previous`` again (what the store still says is active) and end the deployment
+        (:meth:`DeploymentJournal.abandon`), so the model is never left "in progress"."""
+        try:
+            return run()
+        except RecordingFailed as failure:
+            self._serve_again(model, previous)
+            return self.journal.abandon(dep, model, failure, on_event)
+
+    def _serve_again(self, name: str, previous: int | None) -> None:
+        """Best effort: make ``previous`` the served version of ``name`` and unload others."""
+        if previous is None:
+            return
+        repo = self.repository
+        try:
+            if not self.ready(name, previous):
+                repo.load_version(name, previous)
+            repo.set_default(name, previous)
+        except (AgentError, PackagerError, OSError) as exc:
+            log.error("%s: version %s could not be served again: %s", name, previous, exc)
+            return
+        for mv in repo.versions(name):
+            if mv.version != previous:
+                with contextlib.suppress(AgentError):
+                    repo.unload_version(name, mv.version, drain_timeout_s=5)
 
     # ------------------------------------------------------------------ the shared tail
     def switch(self, dep: int, name: str, version: int, previous: int | None,
