@@ -40,6 +40,7 @@ class ModelConfigInfo:
     manifest: Manifest
     backend: str
     instances: int
+    device: str = ""  # the backend's device (CPUExecutionProvider, GPU, cuda:0 (...), ...)
 
 
 class DataPlaneAPI(Protocol):

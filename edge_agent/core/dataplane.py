@@ -72,8 +72,8 @@ class DataPlane:
         return not self._closed and self._startup_done.is_set()
 
     def server_metadata(self) -> ServerMetadata:
-        return ServerMetadata(name=self._server_name, version=__version__,
-                              extensions=("model_repository", "statistics", "binary_tensor_data"))
+        # the protocol edge lists the protocol extensions it serves (protocol/servicer.py)
+        return ServerMetadata(name=self._server_name, version=__version__, extensions=())
 
     def model_ready(self, name: str, version: int | None = None) -> bool:
         try:
@@ -96,7 +96,7 @@ class DataPlane:
         mv = self._described(name, version)
         assert mv.manifest is not None and mv.batching is not None
         return ModelConfigInfo(manifest=mv.manifest, backend=mv.backend_name,
-                               instances=mv.batching.instances)
+                               instances=mv.batching.instances, device=mv.device)
 
     def _described(self, name: str, version: int | None) -> ModelVersion:
         mv = self.repository.lookup(name, version)

@@ -53,6 +53,7 @@ class ModelVersion:
     reason: str = ""
     manifest: Manifest | None = None
     backend_name: str = ""
+    device: str = ""  # where the backend runs (its ``device``: CPUExecutionProvider, GPU, ...)
     batching: BatchingConfig | None = None
     signature: Signature | None = None
     batcher: DynamicBatcher | None = None
@@ -244,6 +245,7 @@ class ModelRepository:
             raise
         mv.manifest = dataclasses.replace(manifest, batching=batching)
         mv.backend_name = backend.name
+        mv.device = backend.device
         mv.batching = batching
 
     def reload_version(self, name: str, version: int, *,

@@ -7,6 +7,7 @@ every error goes through :mod:`edge_agent.protocol.status`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -76,6 +77,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, dataplane: DataPlaneAPI, control: RepositoryControl | None = None) -> None:
         self._dp = dataplane
         self._control = control
+        # the KServe/Triton protocol extensions served here: ModelConfig, ModelStatistics, and
+        # the model repository (index, load, unload) only when model control is on
+        self._extensions = ("model_configuration", "statistics") + (
+            ("model_repository",) if control is not None else ())
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -87,7 +92,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ServerMetadata(self, request: pb.ServerMetadataRequest,
                        context: _Ctx) -> pb.ServerMetadataResponse:
-        return converters.to_server_metadata(self._dp.server_metadata())
+        meta = dataclasses.replace(self._dp.server_metadata(), extensions=self._extensions)
+        return converters.to_server_metadata(meta)
 
     def ModelReady(self, request: pb.ModelReadyRequest, context: _Ctx) -> pb.ModelReadyResponse:
         try:
