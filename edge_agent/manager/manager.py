@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.errors import ModelNotFoundError
+from edge_agent.errors import AgentError, ModelNotFoundError
 from edge_agent.manager.device import DeviceInfo, detect_device
 from edge_agent.manager.errors import InvalidBundleError, ManagerError, VersionInUseError
 from edge_agent.manager.files import VersionFiles
@@ -229,9 +229,13 @@ class ModelManager:
         if done.kind is not DeploymentKind.DEPLOY:
             return
         version = done.to_version
-        pruned = prune(done.model, keep=self.settings.keep_versions, store=self.store,
-                       files=self.files, rollback_target=self.rollback_target(done.model),
-                       is_loaded=self.pipeline.loaded)
+        try:
+            pruned = prune(done.model, keep=self.settings.keep_versions, store=self.store,
+                           files=self.files, rollback_target=self.rollback_target(done.model),
+                           is_loaded=self.pipeline.loaded)
+        except (AgentError, OSError) as exc:  # the deploy is committed: pruning waits
+            log.warning("%s: old versions were not pruned: %s", done.model, exc)
+            pruned = []
         if pruned:
             log.info("pruned %s versions %s (keep_versions=%d)", done.model, pruned,
                      self.settings.keep_versions)

@@ -131,8 +131,10 @@ class DeployPipeline:
         def run() -> DeployOutcome:
             if reason or note:
                 self.journal.reached(dep, Step.RECEIVED, reason or note, on_event)
-            return self.switch(dep, model, version, active, on_event,
-                               reload=version == active, reason=reason, note=note)
+            # the active version again: a fresh copy when it serves, else a plain load
+            reload = version == active and self.ready(model, version)
+            return self.switch(dep, model, version, active, on_event, reload=reload,
+                               reason=reason, note=note)
 
         return self._guarded(dep, model, active, on_event, run)
 

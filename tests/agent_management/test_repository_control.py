@@ -180,3 +180,17 @@ def test_kserve_unload_racing_a_deploy_is_refused_and_changes_nothing(
     finally:
         gate.release.set()
         worker.join(120)
+
+
+def test_activate_force_after_a_kserve_unload_loads_the_active_version(
+        gated: tuple[ModelManager, _Gate, str], bundles: Bundles) -> None:
+    manager, gate, address = gated
+    gate.release.set()
+    assert manager.deploy(bundles.mlp[1]).ok
+    with tc.InferenceServerClient(address) as triton:
+        triton.unload_model("mlp")
+        assert not triton.is_model_ready("mlp")
+        outcome = manager.activate("mlp", 1, force=True)  # nothing in memory to reload
+        assert outcome.ok, outcome.message
+        assert _infer(triton) == "1"
+        assert manager.deploy(bundles.mlp[2]).ok and _infer(triton) == "2"
