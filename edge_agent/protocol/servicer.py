@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator, Mapping
-from typing import NoReturn, Protocol
+from typing import NoReturn, Protocol, TypeAlias
 
 import grpc
 
@@ -26,7 +26,7 @@ from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 _END = object()
-_Ctx = grpc.ServicerContext
+_Ctx: TypeAlias = grpc.ServicerContext
 
 
 def _model_name(name: str) -> str:
