@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from edge_agent.management.types import AgentInfo, DeploymentInfo, MetricsSample, VersionInfo
+from edge_agent.rollback_rule import rollback_target
 
 WINDOW = 120  # seconds of live metrics kept per model
 
@@ -41,17 +42,15 @@ class AgentSnapshot:
         return next((v.version for v in self.versions if v.model == model and v.active), None)
 
     def rollback_target(self, model: str) -> int | None:
-        """The version a rollback of ``model`` goes to by default: the one that was active
-        before the current one (from the deployment history), else the newest older version
-        still on disk."""
+        """The version a rollback of ``model`` goes to by default: the agent's rule
+        (:mod:`edge_agent.rollback_rule`), else the newest version on disk when none is active."""
         active = self.active_version(model)
-        on_disk = {v.version for v in self.versions if v.model == model and not v.active}
-        for d in self.deployments:  # newest first
-            if (d.model == model and d.status == "committed" and d.to_version == active
-                    and d.from_version in on_disk):
-                return d.from_version
-        older = sorted((v for v in on_disk if active is None or v < active), reverse=True)
-        return older[0] if older else (max(on_disk) if on_disk else None)
+        usable = {v.version for v in self.versions
+                  if v.model == model and v.stored_state != "failed"}
+        if active is None:
+            return max(usable) if usable else None
+        return rollback_target(active, usable,
+                               [d for d in self.deployments if d.model == model])[0]
 
 
 @dataclass

@@ -95,12 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="reload a version that is already active")
     deploy.add_argument("--json", action="store_true", help="print JSON results")
 
-    rollback = sub.add_parser("rollback", help="switch a model back to its previous version",
-                              formatter_class=raw)
+    rollback = sub.add_parser(
+        "rollback", formatter_class=raw,
+        help="switch a model back to the version active before the current one (never to a "
+             "version it was rolled back from)")
     rollback.add_argument("model")
     _common(rollback)
     rollback.add_argument("--to-version", type=int, metavar="N",
-                          help="the version to go back to (default: the previous one)")
+                          help="the version to go back to (default: the version active before "
+                               "the current one, skipping versions rolled back from)")
     rollback.add_argument("--json", action="store_true", help="print JSON results")
 
     sub.add_parser("ui", help="the terminal UI (the default; see edge-console ui --help)",

@@ -10,6 +10,8 @@ Example ``agent.toml``::
     uds_enabled = true
     max_message_bytes = 67108864
     workers = 8
+    repository_control = false        # true: KServe RepositoryModelLoad/Unload are allowed on
+                                      # the inference port, WITHOUT authentication (as Triton)
 
     [models."*"]                      # every model (a model's own section wins key by key)
     isolation = "process"
@@ -61,6 +63,7 @@ class GrpcConfig:
     uds_mode: int = 0o660
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     workers: int = 8  # handler threads; fewer cost less CPU per request (docs/performance.md)
+    repository_control: bool = False  # KServe RepositoryModelLoad/Unload (unauthenticated)
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:
             kw[key] = parse_address(_check_type(full, value, str), full)
         elif key == "uds":
             kw[key] = Path(_check_type(full, value, str)) if value else None
-        elif key == "uds_enabled":
+        elif key in ("uds_enabled", "repository_control"):
             kw[key] = _check_type(full, value, bool)
         elif key in ("max_message_bytes", "workers", "uds_mode"):
             kw[key] = _non_negative(full, value)

@@ -27,7 +27,7 @@ from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
 from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from edge_agent.protocol.servicer import InferenceServicer
+from edge_agent.protocol.servicer import InferenceServicer, RepositoryControl
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,11 @@ def _prepare_uds(path: Path) -> None:
 class AgentServer:
     """One gRPC server over one data plane: ``start()``, then ``stop(grace)`` in a finally."""
 
-    def __init__(self, dataplane: DataPlaneAPI, config: AgentConfig) -> None:
+    def __init__(self, dataplane: DataPlaneAPI, config: AgentConfig, *,
+                 model_control: RepositoryControl | None = None) -> None:
         self.dataplane = dataplane
+        # RepositoryModelLoad/Unload go to the model manager, only when the config allows it
+        self.model_control = model_control if config.grpc.repository_control else None
         self.config = config
         self.health = health.HealthServicer()
         self._server: grpc.Server | None = None
@@ -101,8 +104,8 @@ class AgentServer:
                                                         thread_name_prefix="grpc"),
                              options=options,
                              maximum_concurrent_rpcs=cfg.workers * CALLS_PER_WORKER)
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.dataplane),
-                                                           server)
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(self.dataplane, self.model_control), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         for name in ("", INFERENCE_SERVICE):
             self.health.set(name, _NOT_SERVING)

@@ -40,6 +40,7 @@ class ModelConfigInfo:
     manifest: Manifest
     backend: str
     instances: int
+    device: str = ""  # the backend's device (CPUExecutionProvider, GPU, cuda:0 (...), ...)
 
 
 class DataPlaneAPI(Protocol):
@@ -75,11 +76,5 @@ class DataPlaneAPI(Protocol):
     ) -> list[ModelStats]: ...
 
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]: ...
-
-    def load_model(self, name: str) -> None:
-        """(Re)load every version of ``name`` found in the repository on disk."""
-        ...
-
-    def unload_model(self, name: str) -> None: ...
 
     def close(self) -> None: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
@@ -55,10 +55,11 @@ class DataPlane:
         if autoload:
             self.load_all()
 
-    def load_all(self) -> list[ModelVersion]:
-        """Load every model version on disk (failed ones stay listed as UNAVAILABLE)."""
+    def load_all(self, only: Callable[[str, int], bool] | None = None) -> list[ModelVersion]:
+        """Load every model version on disk, or those ``only(name, version)`` accepts (failed
+        ones stay listed as UNAVAILABLE); then the data plane reports ready."""
         try:
-            return self.repository.load_all()
+            return self.repository.load_all(only)
         finally:
             self._startup_done.set()
 
@@ -71,8 +72,8 @@ class DataPlane:
         return not self._closed and self._startup_done.is_set()
 
     def server_metadata(self) -> ServerMetadata:
-        return ServerMetadata(name=self._server_name, version=__version__,
-                              extensions=("model_repository", "statistics", "binary_tensor_data"))
+        # the protocol edge lists the protocol extensions it serves (protocol/servicer.py)
+        return ServerMetadata(name=self._server_name, version=__version__, extensions=())
 
     def model_ready(self, name: str, version: int | None = None) -> bool:
         try:
@@ -95,7 +96,7 @@ class DataPlane:
         mv = self._described(name, version)
         assert mv.manifest is not None and mv.batching is not None
         return ModelConfigInfo(manifest=mv.manifest, backend=mv.backend_name,
-                               instances=mv.batching.instances)
+                               instances=mv.batching.instances, device=mv.device)
 
     def _described(self, name: str, version: int | None) -> ModelVersion:
         mv = self.repository.lookup(name, version)

@@ -53,6 +53,7 @@ class ModelVersion:
     reason: str = ""
     manifest: Manifest | None = None
     backend_name: str = ""
+    device: str = ""  # where the backend runs (its ``device``: CPUExecutionProvider, GPU, ...)
     batching: BatchingConfig | None = None
     signature: Signature | None = None
     batcher: DynamicBatcher | None = None
@@ -91,12 +92,6 @@ class ModelRepository:
         self._drain_timeout_s = drain_timeout_s
         self._models: dict[str, _Model] = {}
         self._lock = threading.RLock()
-        #: Optional filter for :meth:`load_all` (the model manager loads only active versions).
-        self.startup_filter: Callable[[str, int], bool] | None = None
-        #: Optional source of a model's committed active version (the model manager's store),
-        #: pinned as the default whenever the model is (re)created here, e.g. after a KServe
-        #: RepositoryModelUnload + Load. A configured default_version still wins.
-        self.active_version_of: Callable[[str], int | None] | None = None
 
     # ------------------------------------------------------------------ disk
     def scan(self) -> dict[str, list[int]]:
@@ -174,12 +169,13 @@ class ModelRepository:
         return model.default.version if model and model.default else None
 
     # ------------------------------------------------------------------ changes
-    def load_all(self) -> list[ModelVersion]:
-        """Load every version of every model on disk; failures leave versions UNAVAILABLE."""
+    def load_all(self, only: Callable[[str, int], bool] | None = None) -> list[ModelVersion]:
+        """Load every version on disk (or those ``only(name, version)`` accepts; the model
+        manager loads just the active ones); failures leave versions UNAVAILABLE."""
         loaded = []
         for name, versions in self.scan().items():
             for v in versions:
-                if self.startup_filter is None or self.startup_filter(name, v):
+                if only is None or only(name, v):
                     loaded.append(self.load_version(name, v, raise_on_error=False))
         return loaded
 
@@ -195,8 +191,6 @@ class ModelRepository:
             model = self._models.get(name)
             if model is None:
                 pinned = self.overrides_for(name).default_version
-                if pinned is None and self.active_version_of is not None:
-                    pinned = self.active_version_of(name)
                 model = self._models[name] = _Model(name, pinned=pinned)
             existing = model.versions.get(version)
             if existing is not None and existing.state in (VersionState.READY,
@@ -251,6 +245,7 @@ class ModelRepository:
             raise
         mv.manifest = dataclasses.replace(manifest, batching=batching)
         mv.backend_name = backend.name
+        mv.device = backend.device
         mv.batching = batching
 
     def reload_version(self, name: str, version: int, *,

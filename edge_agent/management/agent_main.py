@@ -45,7 +45,7 @@ def run_agent(config: Any, options: ManagementOptions, *,
     try:
         notifier.status("starting: opening state and loading models")
         dataplane = runtime.start_core()
-        server = AgentServer(dataplane, config)
+        server = AgentServer(dataplane, config, model_control=runtime.manager)
         addresses = server.start()
         runtime.start_models()
         if not stop.is_set():  # a SIGTERM during loading: never report ready

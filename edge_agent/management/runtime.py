@@ -3,7 +3,7 @@
 :class:`AgentRuntime` wires the libraries together; ``edge_agent.server.serve`` drives it::
 
     runtime = AgentRuntime(state_dir, options, observer_enabled=True)
-    runtime.start_core()                 # state store, token, metrics, data plane
+    runtime.start_core()                 # state store, token, metrics, data plane, manager
     ...                                  # the inference server binds here (it needs the plane)
     runtime.start_models()               # crash recovery + load the active versions
     runtime.start_management(inference_address="127.0.0.1:8001")   # gRPC + mDNS
@@ -29,6 +29,7 @@ from edge_agent.management.identity import AgentIdentity, load_or_create_agent_i
 from edge_agent.management.server import ManagementServer
 from edge_agent.management.servicer import ManagementServicer
 from edge_agent.manager import ManagerSettings, ModelManager
+from edge_agent.manager.pause import hooks_from_environment
 from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
 from edge_agent.state import StateStore, TokenFile
 
@@ -112,7 +113,8 @@ class AgentRuntime:
 
     # -- start ---------------------------------------------------------------------------------
     def start_core(self) -> DataPlane:
-        """Open the state store, the token, the metrics, and build the (empty) data plane."""
+        """Open the state store, the token, the metrics; build the (empty) data plane and the
+        model manager (nothing loaded until :meth:`start_models`)."""
         self.store = StateStore.open(self.state_dir)
         self._token_file = TokenFile(self.state_dir)
         if self.options.metrics:
@@ -123,13 +125,14 @@ class AgentRuntime:
                                    overrides=self.overrides,
                                    default_overrides=self.default_overrides, autoload=False,
                                    drain_timeout_s=self.drain_timeout_s)
+        self.manager = ModelManager(self.dataplane, self.store,
+                                    self.options.manager_settings(self.drain_timeout_s),
+                                    step_hooks=hooks_from_environment(self.state_dir))
         return self.dataplane
 
     def start_models(self) -> list[str]:
         """Recover from an interrupted deploy and load the active versions."""
-        assert self.dataplane is not None and self.store is not None
-        self.manager = ModelManager(self.dataplane, self.store,
-                                    self.options.manager_settings(self.drain_timeout_s))
+        assert self.manager is not None
         notes = self.manager.start()
         for note in notes:
             log.warning("start-up: %s", note)

@@ -95,7 +95,10 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         if header.size_bytes > MAX_TOTAL_BYTES:
             abort(context, QueueFullError(f"the bundle is {header.size_bytes} bytes, more than "
                                           f"the {MAX_TOTAL_BYTES} an agent accepts"))
-        path = self.manager.new_upload_path()
+        try:
+            path = self.manager.new_upload_path()
+        except AgentError as exc:  # e.g. a full disk or a read-only state dir: refused at once
+            abort(context, exc)
         try:
             yield from self._receive(request_iterator, path, header, context)
         except BaseException:

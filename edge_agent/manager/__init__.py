@@ -1,6 +1,6 @@
 """The model manager: deploy, activate, roll back and remove model versions (protocol-free).
 
-The pipeline (see :mod:`edge_agent.manager.manager`) runs verify -> stage -> load and warm up ->
+The pipeline (see :mod:`edge_agent.manager.pipeline`) runs verify -> stage -> load and warm up ->
 health probe -> atomic switch -> drain -> unload, records each step durably in the
 :class:`edge_agent.state.StateStore`, and leaves the previous version serving on any failure.
 """
@@ -14,12 +14,14 @@ from edge_agent.manager.errors import (
     ManagerError,
     VersionInUseError,
 )
-from edge_agent.manager.manager import ManagerSettings, ModelManager
+from edge_agent.manager.manager import ModelManager
 from edge_agent.manager.outcome import DeployOutcome, StepEvent, VersionView
+from edge_agent.manager.queries import RollbackPlan
+from edge_agent.manager.settings import ManagerSettings
 
 __all__ = [
     "DeployOutcome", "DeploymentBusyError", "DeploymentFailedError", "DeviceInfo",
     "IncompatibleBundleError", "InvalidBundleError", "ManagerError", "ManagerSettings",
-    "ModelManager", "StepEvent", "VersionInUseError", "VersionView", "check_compatible",
-    "detect_device",
+    "ModelManager", "RollbackPlan", "StepEvent", "VersionInUseError", "VersionView",
+    "check_compatible", "detect_device",
 ]

@@ -186,6 +186,19 @@ def _dims(spec: TensorSpec, batched: bool) -> list[int]:
     return list(spec.shape[1:] if batched else spec.shape)
 
 
+_GPU_DEVICES = ("cuda", "tensorrt", "gpu")
+
+
+def _instance_group(name: str, info: ModelConfigInfo) -> mc.ModelInstanceGroup:
+    """KIND_GPU (GPU 0) when the backend runs on a GPU (CUDA or TensorRT execution provider,
+    OpenVINO GPU, the TensorRT backend's ``cuda:0``), else KIND_CPU."""
+    if info.device.lower().startswith(_GPU_DEVICES):
+        return mc.ModelInstanceGroup(name=f"{name}_0", count=info.instances,
+                                     kind=mc.ModelInstanceGroup.KIND_GPU, gpus=[0])
+    return mc.ModelInstanceGroup(name=f"{name}_0", count=info.instances,
+                                 kind=mc.ModelInstanceGroup.KIND_CPU)
+
+
 def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
     """Encode what ModelConfig reports: IO without the batch dim, batching, instances."""
     m = info.manifest
@@ -200,8 +213,7 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
                              dims=_dims(s, batched)) for s in m.inputs],
         output=[mc.ModelOutput(name=s.name, data_type=config_data_type(s.datatype),
                                dims=_dims(s, batched)) for s in m.outputs],
-        instance_group=[mc.ModelInstanceGroup(name=f"{m.name}_0", count=info.instances,
-                                              kind=mc.ModelInstanceGroup.KIND_CPU)],
+        instance_group=[_instance_group(m.name, info)],
         default_model_filename=m.artifacts.get(info.backend, ""),
     )
     if batched:

@@ -7,16 +7,18 @@ every error goes through :mod:`edge_agent.protocol.status`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
-from collections.abc import Iterator
-from typing import NoReturn
+from collections.abc import Iterator, Mapping
+from typing import NoReturn, Protocol, TypeAlias
 
 import grpc
 
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import AgentError, InvalidInputError
+from edge_agent.manager.errors import RepositoryControlDisabledError
 from edge_agent.protocol import converters, status
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
@@ -24,7 +26,7 @@ from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 _END = object()
-_Ctx = grpc.ServicerContext
+_Ctx: TypeAlias = grpc.ServicerContext
 
 
 def _model_name(name: str) -> str:
@@ -33,11 +35,52 @@ def _model_name(name: str) -> str:
     return name
 
 
-class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """Serves the inference protocol from one data plane (thread-safe, stateless itself)."""
+class RepositoryControl(Protocol):
+    """Who changes what is loaded on RepositoryModelLoad/Unload: the model manager, the one
+    writer (so these calls take its per-model lock and never race a deploy)."""
 
-    def __init__(self, dataplane: DataPlaneAPI) -> None:
+    def load_model(self, name: str) -> str:
+        """Load the active version of ``name``; returns a one-line summary for the log."""
+        ...
+
+    def unload_model(self, name: str) -> str:
+        """Unload every version of ``name``; returns a one-line summary for the log."""
+        ...
+
+
+def _refuse_parameters(call: str, parameters: Mapping[str, object],
+                       allowed: tuple[str, ...]) -> None:
+    unknown = sorted(k for k in parameters if k not in allowed)
+    if unknown:
+        raise InvalidInputError(
+            f"{call}: parameter(s) {', '.join(repr(k) for k in unknown)} are not supported: "
+            "this agent serves only versions deployed through its management API (no "
+            "'config' or 'file:' overrides); send the request without them")
+
+
+def _log_control(call: str, name: str, context: _Ctx, result: str | BaseException) -> None:
+    """Every model-control call is logged with its peer (they change what is served)."""
+    if isinstance(result, BaseException):
+        log.warning("%s of %r from %s refused: %s", call, name, context.peer(),
+                    status.error_message(result))
+    else:
+        log.warning("%s of %r from %s: %s", call, name, context.peer(), result)
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Serves the inference protocol from one data plane (thread-safe, stateless itself).
+
+    ``control`` handles RepositoryModelLoad/Unload; None (the default, and the agent's unless
+    ``[grpc] repository_control = true``) answers them UNAVAILABLE, naming the setting.
+    """
+
+    def __init__(self, dataplane: DataPlaneAPI, control: RepositoryControl | None = None) -> None:
         self._dp = dataplane
+        self._control = control
+        # the KServe/Triton protocol extensions served here: ModelConfig, ModelStatistics, and
+        # the model repository (index, load, unload) only when model control is on
+        self._extensions = ("model_configuration", "statistics") + (
+            ("model_repository",) if control is not None else ())
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -49,7 +92,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ServerMetadata(self, request: pb.ServerMetadataRequest,
                        context: _Ctx) -> pb.ServerMetadataResponse:
-        return converters.to_server_metadata(self._dp.server_metadata())
+        meta = dataclasses.replace(self._dp.server_metadata(), extensions=self._extensions)
+        return converters.to_server_metadata(meta)
 
     def ModelReady(self, request: pb.ModelReadyRequest, context: _Ctx) -> pb.ModelReadyResponse:
         try:
@@ -149,19 +193,39 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
                             context: _Ctx) -> pb.RepositoryModelLoadResponse:
+        """Load the model's ACTIVE version again (the manager decides which; off by default)."""
         try:
-            self._dp.load_model(_model_name(request.model_name))
-            return pb.RepositoryModelLoadResponse()
+            control = self._control_or_refuse("RepositoryModelLoad")
+            _refuse_parameters("RepositoryModelLoad", request.parameters, allowed=())
+            summary = control.load_model(_model_name(request.model_name))
         except Exception as exc:
+            _log_control("RepositoryModelLoad", request.model_name, context, exc)
             self._fail(context, exc)
+        _log_control("RepositoryModelLoad", request.model_name, context, summary)
+        return pb.RepositoryModelLoadResponse()
 
     def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest,
                               context: _Ctx) -> pb.RepositoryModelUnloadResponse:
+        """Unload every version of the model, through the manager (off by default)."""
         try:
-            self._dp.unload_model(_model_name(request.model_name))
-            return pb.RepositoryModelUnloadResponse()
+            control = self._control_or_refuse("RepositoryModelUnload")
+            _refuse_parameters("RepositoryModelUnload", request.parameters,
+                               allowed=("unload_dependents",))  # tritonclient always sends it
+            summary = control.unload_model(_model_name(request.model_name))
         except Exception as exc:
+            _log_control("RepositoryModelUnload", request.model_name, context, exc)
             self._fail(context, exc)
+        _log_control("RepositoryModelUnload", request.model_name, context, summary)
+        return pb.RepositoryModelUnloadResponse()
+
+    def _control_or_refuse(self, call: str) -> RepositoryControl:
+        if self._control is None:
+            raise RepositoryControlDisabledError(
+                f"{call} is turned off on this agent: model control over the inference port "
+                "is unauthenticated, so it is off unless agent.toml sets "
+                "'[grpc] repository_control = true'; deploy, activate and roll back through "
+                "the management API (edge-console) instead")
+        return self._control
 
     @staticmethod
     def _fail(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:

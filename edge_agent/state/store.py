@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from edge_agent.errors import StateStoreError
@@ -156,15 +156,26 @@ class StateStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (BEGIN IMMEDIATE ... COMMIT, rolled back on error)."""
+        """One write transaction (BEGIN IMMEDIATE ... COMMIT, rolled back on error).
+
+        A database error (disk full, read-only file system, I/O error) becomes a
+        StateStoreError whose ``__cause__`` is the sqlite3 error; nothing stays half-written
+        and the connection is left usable."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                raise StateStoreError(f"the state database {self.path} could not be written: "
+                                      f"{exc}") from exc
 
     def _recover_interrupted(self) -> tuple[Deployment, ...]:
         now = time.time()

@@ -35,6 +35,7 @@ AGENT_TOML = """
 [grpc]
 max_message_bytes = {max_bytes}
 workers = 48
+repository_control = true
 
 [models.squeeze_tinyq]
 max_queue_size = 1

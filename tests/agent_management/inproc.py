@@ -45,11 +45,12 @@ class InProcessAgent:
 
 
 def start_agent(state_dir: Path, options: ManagementOptions, *,
-                workers: int = 24) -> InProcessAgent:
+                workers: int = 24, repository_control: bool = False) -> InProcessAgent:
     """Start an agent on ``state_dir`` and wait until it serves."""
     config = AgentConfig(state_dir=state_dir,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False,
-                                         workers=workers))
+                                         workers=workers,
+                                         repository_control=repository_control))
     agent = InProcessAgent(state_dir)
 
     def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:

@@ -15,6 +15,7 @@ from edge_agent.core.types import InferRequest
 from edge_agent.errors import AgentError
 from edge_agent.manager import (
     DeploymentBusyError,
+    ManagerError,
     ManagerSettings,
     ModelManager,
     VersionInUseError,
@@ -217,7 +218,7 @@ def test_same_version_with_other_content_is_refused(managed: Managed, bundles: B
 
 def test_a_second_change_while_one_runs_is_refused(managed: Managed, bundles: Bundles) -> None:
     assert managed.manager.deploy(bundles.mlp[1]).ok
-    with managed.manager._model_lock("mlp"), pytest.raises(DeploymentBusyError,
+    with managed.manager.locks.hold("mlp"), pytest.raises(DeploymentBusyError,
                                                            match="in progress"):
         managed.manager.rollback("mlp", 1)
 
@@ -262,6 +263,148 @@ def test_kserve_unload_and_load_keeps_the_active_version(managed: Managed,
                                                          bundles: Bundles) -> None:
     m = managed.manager
     assert m.deploy(bundles.mlp[1]).ok and m.deploy(bundles.mlp[2]).ok and m.rollback("mlp").ok
-    managed.dataplane.unload_model("mlp")  # what tritonclient.unload_model does
-    managed.dataplane.load_model("mlp")  # loads every version on disk
+    m.unload_model("mlp")  # what tritonclient.unload_model asks for
+    assert not managed.dataplane.model_ready("mlp")
+    m.load_model("mlp")
     assert managed.infer()[0] == 1  # still the committed active version, not the highest
+    assert not managed.dataplane.model_ready("mlp", 2)  # retained versions stay on disk only
+
+
+def test_a_second_rollback_never_returns_to_the_version_rolled_back_from(
+        managed: Managed, bundles: Bundles) -> None:
+    m = managed.manager
+    assert m.deploy(bundles.mlp[1]).ok and m.deploy(bundles.mlp[2]).ok
+    plan = m.rollback_plan("mlp")
+    assert (plan.active, plan.target) == (2, 1) and "active before 2" in plan.why
+    back = m.rollback("mlp")
+    assert back.ok and managed.infer()[0] == 1
+    assert back.deployment.steps[0].step is Step.RECEIVED  # the target, before anything loads
+    assert "rollback target: version 1 was active before 2" in back.deployment.steps[0].message
+    assert "version 1 is active (was 2)" in back.message
+    plan = m.rollback_plan("mlp")
+    assert plan.target is None and "rolled back from" in plan.why, plan
+    with pytest.raises(ManagerError, match=r"no earlier version .* not going back to "
+                                           r"version\(s\) \[2\]"):
+        m.rollback("mlp")
+    assert managed.infer()[0] == 1 and managed.store.active_version("mlp") == 1
+    assert m.rollback("mlp", 2).ok  # an explicit target is always allowed
+    assert managed.infer()[0] == 2
+
+
+def test_rollbacks_walk_back_through_history(managed: Managed, bundles: Bundles) -> None:
+    m = managed.manager
+    for v in (1, 2, 3):
+        assert m.deploy(bundles.mlp[v]).ok
+    assert m.rollback("mlp").active_version == 2
+    assert m.rollback("mlp").active_version == 1  # not 3: it was rolled back from
+    assert m.rollback_target("mlp") is None
+    assert m.activate("mlp", 2).ok  # activated again on purpose: a target once more
+    assert m.deploy(bundles.mlp[3], force=True).ok  # 3 again, same content
+    assert m.rollback_plan("mlp").target == 2
+
+
+def test_auto_rollback_marks_the_bad_version_as_no_target(tmp_path: Path,
+                                                         bundles: Bundles) -> None:
+    m = _managed(tmp_path / "state", bundles)
+    try:
+        for v in (1, 2):
+            assert m.manager.deploy(bundles.mlp[v]).ok
+        assert m.manager.activate("mlp", 1, kind=DeploymentKind.AUTO_ROLLBACK,
+                                  reason="automatic rollback: test").ok
+        assert m.manager.rollback_target("mlp") is None
+    finally:
+        m.manager.close()
+        m.dataplane.close()
+        m.store.close()
+
+
+def _model_file(state: Path, version: int) -> Path:
+    return next((state / "models" / "mlp" / str(version)).rglob("*.onnx"))
+
+
+def test_a_damaged_retained_version_is_removed_at_start_and_a_redeploy_restores_it(
+        tmp_path: Path, bundles: Bundles) -> None:
+    state = tmp_path / "state"
+    first = _managed(state, bundles)
+    try:
+        assert first.manager.deploy(bundles.mlp[1]).ok and first.manager.deploy(bundles.mlp[2]).ok
+    finally:
+        first.dataplane.close()
+        first.store.close()
+    _model_file(state, 1).unlink()  # a file of the retained version 1 is gone
+    again = _managed(state, bundles)
+    try:
+        assert again.version_dirs() == ["2"] and again.store.version("mlp", 1) is None
+        assert again.infer()[0] == 2
+        deployed = again.manager.deploy(bundles.mlp[1])
+        assert deployed.ok, deployed.message
+        version, out = again.infer()
+        assert version == 1
+        np.testing.assert_allclose(out, bundles.reference(1, X), rtol=1e-4, atol=1e-5)
+    finally:
+        again.dataplane.close()
+        again.store.close()
+
+
+def test_a_damaged_version_is_extracted_again_at_deploy(managed: Managed,
+                                                        bundles: Bundles) -> None:
+    m = managed.manager
+    assert m.deploy(bundles.mlp[1]).ok and m.deploy(bundles.mlp[2]).ok
+    model = _model_file(managed.state_dir, 1)
+    model.write_bytes(model.read_bytes()[:-16] + b"\0" * 16)  # altered while the agent runs
+    outcome = m.deploy(bundles.mlp[1])
+    assert outcome.ok, outcome.message
+    staged = next(s for s in outcome.deployment.steps if s.step is Step.STAGED)
+    assert "extracted again" in staged.message and "sha256" in staged.message
+    version, out = managed.infer()
+    assert version == 1
+    np.testing.assert_allclose(out, bundles.reference(1, X), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("force", [True, False])
+def test_a_damaged_active_version_is_never_served_and_a_redeploy_repairs_it(
+        tmp_path: Path, bundles: Bundles, force: bool) -> None:
+    state = tmp_path / "state"
+    first = _managed(state, bundles)
+    try:
+        assert first.manager.deploy(bundles.mlp[1]).ok
+    finally:
+        first.dataplane.close()
+        first.store.close()
+    _model_file(state, 1).unlink()  # the active version lost a file
+    again = _managed(state, bundles)
+    try:
+        assert not again.dataplane.model_ready("mlp")  # not served, and nothing to fall back to
+        outcome = again.manager.deploy(bundles.mlp[1], force=force)
+        assert outcome.ok, outcome.message
+        assert again.infer()[0] == 1
+        again.manager.deploy(bundles.mlp[2])
+        assert again.manager.deploy(bundles.mlp[1]).ok  # an ordinary deploy back works too
+    finally:
+        again.manager.close()
+        again.dataplane.close()
+        again.store.close()
+
+
+def test_a_damaged_active_version_that_fell_back_can_be_redeployed(tmp_path: Path,
+                                                                    bundles: Bundles) -> None:
+    state = tmp_path / "state"
+    first = _managed(state, bundles)
+    try:
+        assert first.manager.deploy(bundles.mlp[1]).ok and first.manager.deploy(bundles.mlp[2]).ok
+    finally:
+        first.dataplane.close()
+        first.store.close()
+    model = _model_file(state, 2)
+    model.write_bytes(model.read_bytes()[:-16] + b"\0" * 16)
+    again = _managed(state, bundles)
+    try:
+        assert again.infer()[0] == 1  # fell back at start
+        outcome = again.manager.deploy(bundles.mlp[2])
+        assert outcome.ok, outcome.message
+        version, out = again.infer()
+        assert version == 2
+        np.testing.assert_allclose(out, bundles.reference(2, X), rtol=1e-4, atol=1e-5)
+    finally:
+        again.dataplane.close()
+        again.store.close()

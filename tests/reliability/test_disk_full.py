@@ -3,19 +3,30 @@ chosen number of free bytes (skipped, with the reason, where mounting is not all
 
 The upload or the extraction runs out of space: the deploy fails with a message that says the
 disk is full, no upload or half-extracted version is left, the active version keeps serving,
-and once space is freed the same deploy succeeds."""
+and once space is freed the same deploy succeeds. The disk filling up at any later step (the
+state database can no longer be written) fails the deployment too and never leaves the model
+"in progress"; a rollback on a full disk, and changes on a read-only state dir, get one clean
+line each."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from edge_agent.core.dataplane import DataPlane
+from edge_agent.core.types import InferRequest
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.runtime import ManagementOptions
+from edge_agent.manager import ManagerSettings, ModelManager
+from edge_agent.manager.errors import DiskFullError
+from edge_agent.state import StateStore, Step
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from tests.agent_management.bundles import PROFILE, Bundles
@@ -23,6 +34,7 @@ from tests.agent_management.inproc import start_agent
 from tests.reliability.helpers import integrity, served_version
 
 SIZE = 24 << 20
+X = np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)
 
 
 @pytest.fixture
@@ -105,3 +117,110 @@ def test_disk_full_fails_the_deploy_cleanly_and_a_retry_succeeds(
     finally:
         agent.stop()
     assert integrity(small_disk) == {"state.db": "ok", "metrics.db": "ok"}
+
+
+def _fill_up(mount: Path) -> Path:
+    """Write a filler file until the file system has no byte left."""
+    filler = mount / "filler-all"
+    with open(filler, "ab", buffering=0) as f:
+        for chunk in (1 << 20, 1 << 12, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * chunk)
+    return filler
+
+
+def _state_db_check(state_dir: Path) -> str:
+    with contextlib.closing(sqlite3.connect(state_dir / "state.db")) as db:
+        return str(db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+class _FillAt:
+    """A step hook that fills the disk right after one step of the next deployment."""
+
+    def __init__(self, mount: Path, step: Step) -> None:
+        self.mount, self.step = mount, step
+        self.armed = False
+        self.filler: Path | None = None
+
+    def __call__(self, deployment_id: int, step: Step) -> None:
+        if self.armed and step is self.step:
+            self.armed = False
+            self.filler = _fill_up(self.mount)
+
+
+@pytest.mark.parametrize("step", [Step.RECEIVED, Step.STAGED, Step.PROBED, Step.SWITCHED,
+                                  Step.UNLOADED])
+def test_a_full_disk_at_any_step_never_leaves_the_model_in_progress(
+        small_disk: Path, bundles: Bundles, step: Step) -> None:
+    hook = _FillAt(small_disk, step)
+    dataplane = DataPlane(small_disk, autoload=False)
+    store = StateStore.open(small_disk)
+    manager = ModelManager(dataplane, store, ManagerSettings(
+        trusted_keys=(bundles.public_key,), watch_window_s=0.0), step_hooks=[hook])
+    try:
+        manager.start()
+        assert manager.deploy(bundles.mlp[1]).ok
+        hook.armed = True
+        try:
+            outcome = manager.deploy(bundles.mlp[2])
+            assert not outcome.ok
+            message = outcome.message
+        except DiskFullError as exc:
+            message = str(exc)
+        assert "the agent's disk is full" in message and str(small_disk) in message, message
+        # what the store says is what is served, and the model is free for the next change
+        assert store.active_version("mlp") == 1
+        assert dataplane.infer(InferRequest("mlp", {"input": X})).version == 1
+        with pytest.raises(DiskFullError, match="disk is full"):
+            manager.deploy(bundles.mlp[3])  # still full: the clean message, not "in progress"
+        assert hook.filler is not None
+        hook.filler.unlink()
+        deployed = manager.deploy(bundles.mlp[2])
+        assert deployed.ok, deployed.message
+        assert dataplane.infer(InferRequest("mlp", {"input": X})).version == 2
+        assert store.in_progress() == []
+        assert manager.rollback("mlp").ok
+        statuses = [d.status.value for d in store.history("mlp")]
+        assert statuses[:3] == ["committed", "committed", "failed"], statuses
+    finally:
+        manager.close()
+        dataplane.close()
+        store.close()
+    assert _state_db_check(small_disk) == "ok"
+
+
+def test_full_and_read_only_state_dir_answer_clean_errors_over_the_api(
+        small_disk: Path, bundles: Bundles) -> None:
+    options = ManagementOptions(address="127.0.0.1:0", name="disk-full",
+                                trusted_keys=(bundles.public_key,), mdns=False,
+                                watch_window_s=0.0, metrics=False)
+    agent = start_agent(small_disk, options)
+    try:
+        with AgentClient(agent.management, token=agent.token) as client:
+            assert client.deploy(bundles.mlp[1]).ok and client.deploy(bundles.mlp[2]).ok
+            filler = _fill_up(small_disk)
+            with pytest.raises(ManagementError) as err:
+                client.rollback("mlp")
+            assert err.value.status == "RESOURCE_EXHAUSTED"
+            assert "the agent's disk is full" in str(err.value)
+            filler.unlink()
+            # a read-only view of the state dir (a read-only bind mount over it): files the
+            # agent already holds open stay writable, anything new is refused with EROFS
+            subprocess.run(["mount", "--bind", str(small_disk), str(small_disk)], check=True)
+            try:
+                subprocess.run(["mount", "-o", "remount,bind,ro", str(small_disk)], check=True)
+                with pytest.raises(ManagementError) as err:
+                    client.deploy(bundles.mlp[3])
+                assert err.value.status == "FAILED_PRECONDITION", err.value
+                assert "state directory is read-only" in str(err.value)
+                assert served_version(agent.grpc)[0] == "2"
+            finally:
+                subprocess.run(["umount", str(small_disk)], check=True)
+            assert client.rollback("mlp").ok
+            assert served_version(agent.grpc)[0] == "1"
+            assert client.deploy(bundles.mlp[3]).ok
+            assert served_version(agent.grpc)[0] == "3"
+    finally:
+        agent.stop()
+    assert _state_db_check(small_disk) == "ok"

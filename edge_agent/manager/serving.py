@@ -1,0 +1,72 @@
+"""Take a model out of memory, or bring its active version back (KServe repository control).
+
+These are changes like any other: they take the model's lock (so they never interleave with a
+deploy), bring back only the version the state store says is active (never a retained older
+one, which may have been rolled back from), and record each version's stored state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+from edge_agent.core.repository import ModelRepository
+from edge_agent.errors import AgentError, ModelNotFoundError, StateStoreError
+from edge_agent.manager.errors import ManagerError
+from edge_agent.manager.journal import DeploymentJournal
+from edge_agent.manager.locks import ModelLocks
+from edge_agent.manager.settings import ManagerSettings
+from edge_agent.state import StateStore, VersionState
+
+
+class ServingControl:
+    """Loads and unloads whole models on request, through the manager's lock."""
+
+    def __init__(self, repository: ModelRepository, store: StateStore,
+                 journal: DeploymentJournal, locks: ModelLocks,
+                 settings: Callable[[], ManagerSettings], *,
+                 on_unload: Callable[[str], None] | None = None) -> None:
+        self.repository = repository
+        self.store = store
+        self.journal = journal
+        self.locks = locks
+        self._settings = settings
+        self._on_unload = on_unload
+
+    def load(self, name: str) -> str:
+        """Load the active version of ``name`` (a no-op when it serves); returns a summary."""
+        with self.locks.hold(name):
+            active = self.store.active_version(name)
+            if active is None:
+                if self.store.versions(name):
+                    raise ManagerError(f"{name} has no active version; activate one through "
+                                       "the management API (edge-console)")
+                raise ModelNotFoundError(f"model {name!r} is not on this device")
+            with contextlib.suppress(AgentError):
+                self.repository.resolve(name, active)
+                return f"{name} version {active} is already loaded"
+            if any(mv.version == active for mv in self.repository.versions(name)):
+                self.repository.unload_version(name, active, drain_timeout_s=0)  # failed copy
+            t0 = time.perf_counter()
+            mv = self.repository.load_version(name, active)
+            self.journal.record_load(mv, (time.perf_counter() - t0) * 1000, None)
+            self.repository.set_default(name, active)
+            return f"{name} version {active} loaded"
+
+    def unload(self, name: str) -> str:
+        """Unload every version of ``name`` (draining in-flight requests); files stay."""
+        with self.locks.hold(name):
+            versions = [mv.version for mv in self.repository.versions(name)]
+            if not versions:
+                if self.store.versions(name):
+                    return f"{name} was not loaded"
+                raise ModelNotFoundError(f"model {name!r} is not on this device")
+            if self._on_unload is not None:
+                self._on_unload(name)
+            for v in versions:
+                self.repository.unload_version(name, v,
+                                               drain_timeout_s=self._settings().drain_timeout_s)
+                with contextlib.suppress(StateStoreError):
+                    self.store.set_version_state(name, v, VersionState.UNLOADED)
+            return f"{name} unloaded (version(s) {versions}); files kept"
