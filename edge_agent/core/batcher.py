@@ -180,7 +180,7 @@ class DynamicBatcher:
         instance = self._admit(item, True)
         if instance >= 0:
             return self._run_inline(item, instance)
-        future: Future[InferResult] = item.future  # type: ignore[assignment]
+        future: Future[InferResult] = item.future  # type: ignore[assignment]  # _admit set it
         try:
             return future.result(wait_s)
         except FutureTimeoutError:
@@ -391,7 +391,7 @@ class DynamicBatcher:
                 if p.outputs is not None:
                     part = {n: part[n] for n in p.outputs}
                 try:  # noqa: SIM105 - hot path: try is free, suppress() is not
-                    p.future.set_result(InferResult(model, version, part, p.id))
+                    p.future.set_result(InferResult(model, version, part, p.id))  # type: ignore[union-attr]  # queued: has a future
                 except InvalidStateError:  # the caller cancelled its future
                     pass
         else:
@@ -497,7 +497,7 @@ class DynamicBatcher:
                 self._drained.notify_all()
         for p in expired if self._observer is not None else ():
             try:
-                self._observer.record_request(self.model, self.version, ok=False, rows=p.rows,
+                self._observer.record_request(self.model, self.version, ok=False, rows=p.rows,  # type: ignore[union-attr]  # the loop runs only with one
                                               queue_ns=now - p.enqueued, compute_ns=0,
                                               total_ns=now - p.enqueued)
             except Exception:

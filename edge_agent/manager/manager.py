@@ -55,7 +55,7 @@ from edge_agent.state import (
 )
 from packager.errors import PackagerError
 from packager.manifest import MANIFEST_NAME
-from packager.reader import load_extracted, open_bundle
+from packager.reader import BundleReader, load_extracted, open_bundle
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,8 @@ class ModelManager:
                 return self._switch(dep, m.name, m.version, active, on_event,
                                     reload=force and m.version == active)
 
-    def _stage(self, reader, name: str, version: int, active: int | None, force: bool) -> str:
+    def _stage(self, reader: BundleReader, name: str, version: int, active: int | None,
+               force: bool) -> str:
         target = self.models_dir / name / str(version)
         sha = hashlib.sha256(reader.manifest_bytes).hexdigest()
         if target.exists():

@@ -22,6 +22,7 @@ Wiring::
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import queue
@@ -159,7 +160,7 @@ class MetricsRecorder:
         next_maintenance = time.monotonic() + self.maintenance_every_s
         while not self._stop.wait(max(0.0, next_wake - time.time())):
             ts = int(next_wake) - 1  # the second that just ended
-            self._safe(lambda ts=ts: self.flush(ts))
+            self._safe(functools.partial(self.flush, ts))
             if self.store is not None and time.monotonic() >= next_maintenance:
                 self._safe(self.store.maintain)
                 next_maintenance = time.monotonic() + self.maintenance_every_s
