@@ -12,9 +12,12 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from console.errors import ConsoleError
+
+if TYPE_CHECKING:
+    from console.config import ConsoleSettings
 
 EPILOG = textwrap.dedent("""\
     examples:
@@ -114,7 +117,7 @@ def _targets(args: argparse.Namespace) -> list[str]:
     return [parse_target(a) for a in args.agent]
 
 
-def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _settings(args: argparse.Namespace) -> ConsoleSettings:
     from console.config import load_settings
 
     return load_settings(args.config)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from textual.screen import ModalScreen, Screen
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 MUTATING_ACTIONS = frozenset({"deploy", "rollback", "activate", "remove", "deploy_here"})
 
 
-def console_app(screen: Screen[object]) -> EdgeConsoleApp:
+def console_app(screen: Screen[Any]) -> EdgeConsoleApp:
     """The running console app, typed."""
     return cast("EdgeConsoleApp", screen.app)
 

@@ -147,7 +147,7 @@ class DeployScreen(ConsoleScreen):
         self._refresh_canary()
 
     def _refresh_canary(self) -> None:
-        targets = self.query_one("#target-list", SelectionList)
+        targets: SelectionList[str] = self.query_one("#target-list", SelectionList)
         select = self.query_one("#canary-select", Select)
         names = {a.key: a.name for a in self.console.fleet.agents()}
         current = select.value
