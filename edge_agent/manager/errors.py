@@ -47,14 +47,14 @@ class DiskFullError(ManagerError):
     code = ErrorCode.RESOURCE_EXHAUSTED
 
 
-def is_disk_full(exc: BaseException) -> bool:
+def is_disk_full(exc: BaseException | None) -> bool:
     """True for ENOSPC / EDQUOT, also when wrapped (``__cause__``) by another error."""
     import errno
 
     while exc is not None:
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
-        exc = exc.__cause__  # type: ignore[assignment]
+        exc = exc.__cause__
     return False
 
 

@@ -251,7 +251,7 @@ class ModelManager:
             manifest = mv.manifest if mv is not None else None
             profile = backend = ""
             if manifest is not None:
-                profile, backend = manifest.profile, mv.backend_name  # type: ignore[union-attr]
+                profile, backend = manifest.profile, mv.backend_name  # type: ignore[union-attr]  # a manifest means mv is set
             else:
                 with contextlib.suppress(PackagerError, OSError):
                     m = load_extracted(Path(rec.path), verify_hashes=False)
@@ -626,7 +626,7 @@ class ModelManager:
             mv = self.repository.resolve(model, version)
         except AgentError:
             return None
-        s = mv.batcher.snapshot_stats()  # type: ignore[union-attr]
+        s = mv.batcher.snapshot_stats()  # type: ignore[union-attr]  # resolve() gives a READY version
         return s.success.count, s.fail.count
 
     def _watch_loop(self, model: str, version: int, previous: int, dep: int,

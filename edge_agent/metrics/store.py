@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlite_utils
 
@@ -176,9 +177,9 @@ class MetricsStore:
                 "so deleting it (with the agent stopped) is safe") from exc
 
     @classmethod
-    def open(cls, state_dir: str | os.PathLike[str], **kwargs: object) -> MetricsStore:
+    def open(cls, state_dir: str | os.PathLike[str], **kwargs: Any) -> MetricsStore:
         """Open ``<state_dir>/metrics.db`` (keyword arguments as for the constructor)."""
-        return cls(Path(state_dir) / DB_NAME, **kwargs)  # type: ignore[arg-type]
+        return cls(Path(state_dir) / DB_NAME, **kwargs)
 
     def close(self) -> None:
         """Close the connection."""
