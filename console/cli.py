@@ -18,6 +18,7 @@ from console.errors import ConsoleError
 
 if TYPE_CHECKING:
     from console.config import ConsoleSettings
+    from edge_agent.management.types import DeploymentInfo
 
 EPILOG = textwrap.dedent("""\
     examples:
@@ -185,7 +186,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def deployments_table(deployments: list) -> Any:  # list[DeploymentInfo]
+def deployments_table(deployments: list[DeploymentInfo]) -> Any:
     """A rich table of deployment history (used by status and the demo)."""
     from rich.table import Table
 

@@ -3,7 +3,7 @@ canary, then watch a staged rollout with a progress bar and per-step results per
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.markup import escape
@@ -74,7 +74,7 @@ class DeployScreen(ConsoleScreen):
         self.rows: dict[str, TargetRow] = {}
         self._target_keys: list[str] = []
         self._shown_targets: list[tuple[str, str | None]] | None = None
-        self._unsubscribe = lambda: None
+        self._unsubscribe: Callable[[], None] = lambda: None
         self._worker: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
@@ -156,7 +156,7 @@ class DeployScreen(ConsoleScreen):
         if current in targets.selected:
             select.value = current
 
-    def on_selection_list_selected_changed(self, _: SelectionList.SelectedChanged) -> None:
+    def on_selection_list_selected_changed(self, _: SelectionList.SelectedChanged[str]) -> None:
         self._refresh_canary()
 
     def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:

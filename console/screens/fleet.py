@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from rich.markup import escape
 from textual.app import ComposeResult
@@ -40,7 +41,7 @@ class FleetScreen(ConsoleScreen):
         self.query_text = ""
         self.sort_column = "name"
         self.sort_reverse = False
-        self._unsubscribe = lambda: None
+        self._unsubscribe: Callable[[], None] = lambda: None
         self._seen_version = -1
         self._last_refresh = 0.0
         self._refresh_pending = False

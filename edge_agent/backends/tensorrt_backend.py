@@ -173,7 +173,7 @@ class TensorRtBackend:
     def _engine_bytes(trt: Any, model_dir: Path, manifest: Manifest, onnx_path: Path,
                       spec: dict[str, Any], gpu: str, state_dir: Path | None, logger: Any) -> bytes:
         prebuilt = manifest.backend_options.get(NAME, {}).get("engines", {})
-        rel = prebuilt.get(_prebuilt_key(trt.__version__, gpu))
+        rel: str | None = prebuilt.get(_prebuilt_key(trt.__version__, gpu))
         if rel and (Path(model_dir) / rel).is_file():
             return (Path(model_dir) / rel).read_bytes()
         key = cache_key(trt.__version__, gpu, _sha256(onnx_path), spec)

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import Any
 
 import numpy as np
 
@@ -141,7 +142,7 @@ class DynamicBatcher:
         # those past the execution timeout (a hung backend) and answers their callers
         self._exec_timeout_s = execution_timeout_s if execution_timeout_s > 0 else 0.0
         self._exec_timeout_ns = int(self._exec_timeout_s * 1e9)
-        self._running: dict[int, list] = {}
+        self._running: dict[int, list[Any]] = {}
         self._stop_watch = threading.Event()
         if self._exec_timeout_ns:
             threading.Thread(target=self._watchdog, daemon=True,
@@ -365,7 +366,7 @@ class DynamicBatcher:
         parts: list[dict[str, np.ndarray]] = []
         rows = [p.rows for p in batch]
         watch = self._exec_timeout_ns
-        running: list | None = None
+        running: list[Any] | None = None
         try:
             merged = merge_inputs([p.inputs for p in batch], self._input_names)
             t1 = _now()

@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 
@@ -91,7 +91,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                          context: _Ctx) -> Iterator[pb.ModelStreamInferResponse]:
         """Pipelined: a reader thread submits each request as it arrives; answers go back in
         arrival order. A failed request yields an error_message and the stream goes on."""
-        pending: queue.SimpleQueue = queue.SimpleQueue()
+        pending: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         def read() -> None:
             try:
