@@ -181,7 +181,7 @@ class DynamicBatcher:
         instance = self._admit(item, True)
         if instance >= 0:
             return self._run_inline(item, instance)
-        future: Future[InferResult] = item.future  # type: ignore[assignment]  # _admit set it
+        future: Future[InferResult] = item.future  # type: ignore[assignment]  # _admit gave it a future
         try:
             return future.result(wait_s)
         except FutureTimeoutError:

@@ -73,7 +73,7 @@ def _denying(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[
     return make(deny, **kw)
 
 
-class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  # not generic at run time
+class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  # generic only in grpc-stubs
     """Refuses every call whose bearer token is not ``token`` (UNAUTHENTICATED).
 
     ``token`` may be a callable returning the current token (a rotated token file).
