@@ -18,6 +18,7 @@ from functools import partial
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.dom import DOMNode
 from textual.screen import Screen
 
 from console.config import ConsoleSettings
@@ -262,5 +263,5 @@ class EdgeConsoleApp(App[None]):
                 yield SystemCommand(b.description or action, b.tooltip or b.description,
                                     partial(self._run_on, node, b.action))
 
-    async def _run_on(self, node: object, action: str) -> None:
-        await self.run_action(action, node)  # type: ignore[arg-type]
+    async def _run_on(self, node: DOMNode, action: str) -> None:
+        await self.run_action(action, node)

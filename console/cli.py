@@ -12,9 +12,13 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from console.errors import ConsoleError
+
+if TYPE_CHECKING:
+    from console.config import ConsoleSettings
+    from edge_agent.management.types import DeploymentInfo
 
 EPILOG = textwrap.dedent("""\
     examples:
@@ -117,7 +121,7 @@ def _targets(args: argparse.Namespace) -> list[str]:
     return [parse_target(a) for a in args.agent]
 
 
-def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _settings(args: argparse.Namespace) -> ConsoleSettings:
     from console.config import load_settings
 
     return load_settings(args.config)
@@ -185,7 +189,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def deployments_table(deployments: list) -> Any:  # list[DeploymentInfo]
+def deployments_table(deployments: list[DeploymentInfo]) -> Any:
     """A rich table of deployment history (used by status and the demo)."""
     from rich.table import Table
 

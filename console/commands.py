@@ -218,11 +218,9 @@ def deploy(bundle_paths: Sequence[Path], agents: Sequence[str], settings: Consol
         reports += _deploy_to(canary, groups, settings, token_file, force, on_step,
                               on_progress)
         if not all(r.ok for r in reports):
-            aborted = RolloutAbortedError(
+            raise RolloutAbortedError(
                 f"canary {canary} failed ({_first_failure(reports)}); not deploying to "
-                f"the other {len(rest)} agent(s)")
-            aborted.reports = reports  # type: ignore[attr-defined]
-            raise aborted
+                f"the other {len(rest)} agent(s)", reports)
     # the rest in parallel (each agent's own pipeline runs its models one after another)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(rest)))) as pool:
         for agent_reports in pool.map(lambda t: _deploy_to(t, groups, settings, token_file,

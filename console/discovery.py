@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from zeroconf import IPVersion, ServiceStateChange, Zeroconf
+from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from edge_agent.discovery import SERVICE_TYPE
@@ -99,8 +99,8 @@ class AgentBrowser:
         """Start listening."""
         if self._zc is not None:
             return
-        kwargs = {"interfaces": self.interfaces} if self.interfaces else {}
-        self._zc = AsyncZeroconf(ip_version=IPVersion.V4Only, **kwargs)  # type: ignore[arg-type]
+        self._zc = AsyncZeroconf(interfaces=self.interfaces or InterfaceChoice.All,
+                                 ip_version=IPVersion.V4Only)
         self._browser = AsyncServiceBrowser(self._zc.zeroconf, [SERVICE_TYPE],
                                             handlers=[self._on_change])
 

@@ -7,6 +7,8 @@ line. Shared by the TUI and the scripting subcommands: add classes, do not renam
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ConsoleError(Exception):
     """Base of every error the console reports to the operator."""
@@ -37,12 +39,17 @@ class BundleRejectedError(ConsoleError):
 
 
 class RolloutAbortedError(ConsoleError):
-    """A staged rollout stopped (the canary failed or did not stay healthy)."""
+    """A staged rollout stopped (the canary failed or did not stay healthy); ``reports`` says
+    what the canary did."""
+
+    def __init__(self, message: str, reports: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.reports = reports or []
 
 
 class DeploymentFailedError(ConsoleError):
     """A deploy or rollback did not commit on some agent; ``reports`` says what happened."""
 
-    def __init__(self, message: str, reports: list | None = None) -> None:
+    def __init__(self, message: str, reports: list[Any] | None = None) -> None:
         super().__init__(message)
         self.reports = reports or []

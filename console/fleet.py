@@ -149,7 +149,7 @@ class Fleet:
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self._agents: dict[str, FleetAgent] = {}
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[], object]] = []
         self.events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
         self.version = 0  # bumped on every change
 
@@ -205,7 +205,7 @@ class Fleet:
         return sorted(rows, key=lambda a: _sort_value(a, sort), reverse=reverse)
 
     # -- change notification -------------------------------------------------------------------
-    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+    def subscribe(self, listener: Callable[[], object]) -> Callable[[], None]:
         """Call ``listener`` after every change; returns the function that unsubscribes."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None

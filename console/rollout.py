@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import partial
+from typing import Any
 
 from console.commands import LocalBundle, pick_bundle
 from console.connections import Connections
@@ -93,9 +95,9 @@ class Rollout:
         self._chosen: dict[str, list[LocalBundle]] = {}
         self._lock = threading.Lock()
 
-    def _update(self, key: str, **changes: object) -> None:
+    def _update(self, key: str, **changes: Any) -> None:
         with self._lock:
-            self.progress[key] = replace(self.progress[key], **changes)  # type: ignore[arg-type]
+            self.progress[key] = replace(self.progress[key], **changes)
             current = self.progress[key]
         self._report(current)
 
@@ -135,8 +137,9 @@ class Rollout:
                              f"{step.message}")
 
             try:
-                result = self.connections.call(agent, lambda c, b=bundle: c.deploy(
-                    b.path, on_progress=on_progress, on_step=on_step))
+                result = self.connections.call(agent, partial(
+                    AgentClient.deploy, bundle=bundle.path, on_progress=on_progress,
+                    on_step=on_step))
             except ConsoleError as exc:
                 self._update(agent.key, phase=Phase.FAILED, message=str(exc))
                 return False
@@ -159,8 +162,9 @@ class Rollout:
                     return f"{name} v{version} is no longer active (the agent switched back)"
                 if mine[0].state.upper() != "READY":
                     return f"{name} v{version} is {mine[0].state}"
-                points = self.connections.call(agent, lambda c, n=name: c.query_metrics(
-                    n, start=since, end=time.time() + 1, step_s=1))
+                points = self.connections.call(agent, partial(
+                    AgentClient.query_metrics, model=name, start=since, end=time.time() + 1,
+                    step_s=1))
                 requests = sum(p.requests for p in points)
                 errors = sum(p.errors for p in points)
                 if requests >= MIN_REQUESTS and errors / requests > MAX_ERROR_RATE:
@@ -191,11 +195,11 @@ class Rollout:
         for bundle in self._chosen[agent.key]:
             name, version = bundle.manifest.name, bundle.manifest.version
             try:
-                versions = self.connections.call(agent, lambda c, n=name: c.models(n))
+                versions = self.connections.call(agent, partial(AgentClient.models, model=name))
                 if not any(v.version == version and v.active for v in versions):
                     notes.append(f"{name} already off v{version}")
                     continue
-                result = self.connections.call(agent, lambda c, n=name: c.rollback(n))
+                result = self.connections.call(agent, partial(AgentClient.rollback, model=name))
                 notes.append(result.message)
             except ConsoleError as exc:
                 notes.append(f"rollback of {name} failed: {exc}")

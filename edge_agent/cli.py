@@ -9,9 +9,15 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge_agent.errors import AgentError
 from edge_agent.management import cli_extras
+
+if TYPE_CHECKING:
+    from edge_agent.core.api import DataPlaneAPI
+    from edge_agent.management.runtime import ManagementOptions
+    from edge_agent.server import BoundAddresses
 
 EPILOG = textwrap.dedent("""\
     examples:
@@ -117,12 +123,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     flags = dict(config=args.config, state_dir=args.state_dir, grpc_address=args.grpc,
                  uds=args.uds, no_uds=args.no_uds, max_message_bytes=args.max_message_bytes,
                  management=cli_extras.management_flag_values(args))
-    config = load_config(flags.pop("config"), **flags)  # type: ignore[arg-type]
+    config = load_config(flags.pop("config"), **flags)
     if not config.state_dir.is_dir():
         raise AgentError(f"state directory {config.state_dir} does not exist; create it and "
                          "add a bundle with `edge-agent add-bundle`")
 
-    def ready(addresses, dataplane) -> None:
+    def ready(addresses: BoundAddresses, dataplane: DataPlaneAPI) -> None:
         entries = dataplane.repository_index()
         models = ", ".join(f"{e.name}:{e.version}({e.state})" for e in entries) or "none"
         listen = ", ".join(addresses.targets())
@@ -130,8 +136,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             else "management off"
         print(f"edge-agent ready: listening on {listen}; {mgmt}; models: {models}", flush=True)
 
-    def reload():  # SIGHUP: the file again, with the same flags on top
-        return load_config(args.config, **flags).management  # type: ignore[arg-type]
+    def reload() -> ManagementOptions:  # SIGHUP: the file again, with the same flags on top
+        return load_config(args.config, **flags).management
 
     return serve(config, on_ready=ready, reload=reload if args.config else None)
 

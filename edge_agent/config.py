@@ -116,7 +116,7 @@ def _non_negative(key: str, value: Any) -> int:
     _check_type(key, value, int)
     if value < 0:
         raise ConfigError(f"config key '{key}': must be >= 0, got {value}")
-    return value
+    return int(value)
 
 
 def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:

@@ -23,9 +23,10 @@ import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
-from zeroconf import IPVersion, NonUniqueNameException
+from zeroconf import InterfaceChoice, IPVersion, NonUniqueNameException
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 from edge_agent.errors import ConfigError
@@ -124,8 +125,8 @@ class Advertiser:
         """Register the service (probing the name first, as mDNS requires)."""
         if self._zc is not None:
             return
-        kwargs = {"interfaces": self.interfaces} if self.interfaces else {}
-        self._zc = AsyncZeroconf(ip_version=IPVersion.V4Only, **kwargs)  # type: ignore[arg-type]
+        self._zc = AsyncZeroconf(interfaces=self.interfaces or InterfaceChoice.All,
+                                 ip_version=IPVersion.V4Only)
         self._info = self._service_info()
         try:
             # The call returns an awaitable that completes once the announcements are sent.
@@ -138,9 +139,9 @@ class Advertiser:
                 "unique id or name") from None
         log.info("advertising %s on port %d", self.service_name, self.advert.mgmt_port)
 
-    async def update(self, advert: AgentAdvert | None = None, **changes: object) -> None:
+    async def update(self, advert: AgentAdvert | None = None, **changes: Any) -> None:
         """Change what is advertised (a new advert, or fields to replace) and re-announce."""
-        new = advert if advert is not None else dataclasses.replace(self.advert, **changes)  # type: ignore[arg-type]
+        new = advert if advert is not None else dataclasses.replace(self.advert, **changes)
         if new.id != self.advert.id or new.name != self.advert.name:
             raise ConfigError("the agent's id and name cannot change while it is advertised; "
                               "stop and start the advertiser")

@@ -60,7 +60,7 @@ def check_version(version: object) -> int:
     if isinstance(version, bool):
         raise UsageError(f"version {version!r} must be a positive integer (1, 2, 3, ...)")
     try:
-        v = int(str(version).strip()) if isinstance(version, str) else int(version)  # type: ignore[call-overload]
+        v = int(str(version).strip()) if isinstance(version, str) else int(version)  # type: ignore[call-overload]  # int() of any object; TypeError is caught
     except (TypeError, ValueError):
         raise UsageError(f"version {version!r} must be a positive integer (1, 2, 3, ...)") from None
     if v < 1 or (isinstance(version, float) and version != v):
@@ -185,7 +185,7 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         steps.advance(f"{profile.name}: converted to {backend} ({precision})")
 
     source = onnxruntime_runner(prepared.path)
-    batch_sizes: list[int | None]
+    batch_sizes: Sequence[int | None]
     if prepared.batched:
         batch_sizes = sorted({1, min(PARITY_BATCH, batching.max_batch_size)})
     else:

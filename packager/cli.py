@@ -133,7 +133,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     if args.quiet or not console.is_terminal:
-        paths = build_bundles(args.model, **kwargs)  # type: ignore[arg-type]
+        paths = build_bundles(args.model, **kwargs)
     else:
         from rich.progress import (
             BarColumn,
@@ -147,7 +147,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                       MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                       transient=True) as progress:
-            paths = build_bundles(args.model, progress=progress, **kwargs)  # type: ignore[arg-type]
+            paths = build_bundles(args.model, progress=progress, **kwargs)
     for p in paths:
         print(p)
     if args.key is None:

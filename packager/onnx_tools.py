@@ -16,7 +16,7 @@ from packager.manifest import TensorSpec
 BATCH_DIM_NAME = "batch"
 
 # ONNX element type -> KServe v2 datatype name
-_ONNX_TO_KSERVE = {
+_ONNX_TO_KSERVE: dict[int, str] = {
     TensorProto.BOOL: "BOOL",
     TensorProto.UINT8: "UINT8",
     TensorProto.UINT16: "UINT16",

@@ -35,6 +35,7 @@ def seeded_inputs(inputs: Sequence[TensorSpec], batch: int | None,
             shape[0] = batch
         shape = [1 if d < 0 else d for d in shape]
         dtype = KSERVE_TO_NUMPY[spec.datatype]
+        arr: np.ndarray
         if spec.datatype in ("FP16", "FP32", "FP64"):
             arr = rng.standard_normal(shape).astype(dtype)
         elif spec.datatype == "BOOL":

@@ -13,6 +13,7 @@ from typing import Any
 
 from packager.converters import Artifact
 from packager.errors import ConversionError
+from packager.parity import Runner
 
 
 def tensorrt_available() -> tuple[bool, str]:
@@ -107,7 +108,7 @@ def to_tensorrt(src: Path, out_dir: Path, precision: str, options: dict[str, Any
     return Artifact("tensorrt", precision, "artifacts/tensorrt/model.onnx", spec, notes)
 
 
-def engine_runner(engine_path: Path):  # pragma: no cover - needs TensorRT and a GPU
+def engine_runner(engine_path: Path) -> Runner:  # pragma: no cover - needs TensorRT and a GPU
     """A parity runner for a serialized engine (TensorRT 10 tensor API, pycuda buffers)."""
     import numpy as np
     import pycuda.autoinit  # noqa: F401  (creates a CUDA context)

@@ -15,6 +15,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
@@ -198,8 +199,8 @@ class AgentScreen(ConsoleScreen):
         for model in self.metrics.models():
             plot = self._plots.get(model)
             if plot is None:
-                for empty in plots.query("#plots-empty"):
-                    empty.remove()
+                for placeholder in plots.query("#plots-empty"):
+                    placeholder.remove()
                 plot = self._plots[model] = ModelPlot(model)
                 plot.show(self.metrics.series[model])
                 plots.mount(plot)
@@ -288,7 +289,7 @@ class AgentScreen(ConsoleScreen):
         table = self.query_one("#models-table", DataTable)
         if not table.row_count:
             return None
-        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value or ""
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value or ""
         model, _, version = key.rpartition(":")
         return (model, int(version)) if version.isdigit() else None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from textual import events
 from textual.screen import ModalScreen, Screen
@@ -17,7 +17,7 @@ MUTATING_ACTIONS = frozenset({"deploy", "rollback", "activate", "remove", "deplo
 COMPACT_BELOW = (100, 30)
 
 
-def console_app(screen: Screen[object]) -> EdgeConsoleApp:
+def console_app(screen: Screen[Any]) -> EdgeConsoleApp:
     """The running console app, typed."""
     return cast("EdgeConsoleApp", screen.app)
 

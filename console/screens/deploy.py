@@ -3,7 +3,7 @@ canary, then watch a staged rollout with a progress bar and per-step results per
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.markup import escape
@@ -75,7 +75,7 @@ class DeployScreen(ConsoleScreen):
         self.rows: dict[str, TargetRow] = {}
         self._target_keys: list[str] = []
         self._shown_targets: list[tuple[str, str | None]] | None = None
-        self._unsubscribe = lambda: None
+        self._unsubscribe: Callable[[], None] = lambda: None
         self._worker: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
@@ -150,7 +150,7 @@ class DeployScreen(ConsoleScreen):
         self._refresh_canary()
 
     def _refresh_canary(self) -> None:
-        targets = self.query_one("#target-list", SelectionList)
+        targets: SelectionList[str] = self.query_one("#target-list", SelectionList)
         select = self.query_one("#canary-select", Select)
         names = {a.key: a.name for a in self.console.fleet.agents()}
         current = select.value
@@ -159,7 +159,7 @@ class DeployScreen(ConsoleScreen):
         if current in targets.selected:
             select.value = current
 
-    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
+    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged[str]) -> None:
         targets = event.selection_list
         for key in list(targets.selected):  # "select all" included: refused stays unticked
             if targets.get_option(key).disabled:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -27,7 +28,7 @@ class EventsScreen(ConsoleScreen):
     def __init__(self, agent: str | None = None) -> None:
         super().__init__()
         self.agent = agent
-        self._unsubscribe = lambda: None
+        self._unsubscribe: Callable[[], None] = lambda: None
         self._shown = -1
         self.query_text = ""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from rich.markup import escape
 from textual.app import ComposeResult
@@ -44,7 +45,7 @@ class FleetScreen(ConsoleScreen):
         self.sort_column = "name"
         self.sort_reverse = False
         self.show_offline = True
-        self._unsubscribe = lambda: None
+        self._unsubscribe: Callable[[], None] = lambda: None
         self._seen_version = -1
         self._last_refresh = 0.0
         self._refresh_pending = False

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rich.markup import escape
 from textual import work
@@ -15,7 +17,10 @@ from textual.widgets import DataTable, Footer, Header, Label, Select, Sparkline,
 
 from console.errors import ConsoleError
 from console.screens.base import ConsoleScreen
+from edge_agent.management.client import AgentClient
 from edge_agent.management.types import MetricPoint
+
+T = TypeVar("T")
 
 # (label, seconds back, rollup step in seconds)
 RANGES = (("last 15 min", 900, 10), ("last hour", 3600, 60), ("last 6 hours", 21600, 300),
@@ -80,7 +85,7 @@ class HistoryScreen(ConsoleScreen):
         if self.console.poll_enabled:
             self.load_models()
 
-    def _call(self, fn):  # type: ignore[no-untyped-def]
+    def _call(self, fn: Callable[[AgentClient], T]) -> T:
         agent = self.console.fleet.get(self.key)
         if agent is None:
             raise ConsoleError("the agent is no longer listed")

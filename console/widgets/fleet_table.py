@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -42,8 +43,8 @@ def row_cells(agent: FleetAgent, now: float) -> Cells:
 class FleetTable(DataTable[str | Text]):
     """Shows :class:`FleetAgent` rows; :meth:`show` diffs against what is on screen."""
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._shown: dict[str, Cells] = {}
         self._order: list[str] = []
 
@@ -93,8 +94,9 @@ class FleetTable(DataTable[str | Text]):
         never depends on when the table last went idle."""
         for index, (key, column) in enumerate(self.columns.items()):
             title = COLUMN_TITLES[str(key.value)] + " ▲"
-            widths = [len(title)] + [Text(c[index]).cell_len if isinstance(c[index], str)
-                                     else c[index].cell_len for c in rows]
+            cells = [c[index] for c in rows]
+            widths = [len(title)] + [Text(x).cell_len if isinstance(x, str) else x.cell_len
+                                     for x in cells]
             column.auto_width = False
             column.width = max(widths)
         self.refresh()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Sparkline
@@ -12,8 +14,8 @@ from console.agent_view import Series
 class ModelPlot(Vertical):
     """``req/s``, ``p95 ms`` and ``err/s`` of one model over the live window."""
 
-    def __init__(self, model: str, **kwargs: object) -> None:
-        super().__init__(classes="model-plot", **kwargs)  # type: ignore[arg-type]
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        super().__init__(classes="model-plot", **kwargs)
         self.model = model
         self._series: Series | None = None
         self._ready = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.markup import escape
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -18,8 +20,8 @@ NO_BAR_PHASES = frozenset({Phase.REFUSED, Phase.FAILED, Phase.ROLLED_BACK, Phase
 class TargetRow(Horizontal):
     """Shows one :class:`TargetProgress`."""
 
-    def __init__(self, progress: TargetProgress, **kwargs: object) -> None:
-        super().__init__(classes="target-row", **kwargs)  # type: ignore[arg-type]
+    def __init__(self, progress: TargetProgress, **kwargs: Any) -> None:
+        super().__init__(classes="target-row", **kwargs)
         self.progress = progress
 
     def compose(self) -> ComposeResult:

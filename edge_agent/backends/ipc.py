@@ -75,7 +75,7 @@ class Channel:
                 if dtype.kind in "OUS":
                     raise WireError(f"tensor {name!r} has dtype {dtype}: only numeric tensors "
                                     "cross the process boundary")
-                if shared:
+                if shared and region is not None:
                     dst = np.frombuffer(region, dtype, array.size, pos)
                     np.copyto(dst.reshape(array.shape), array)
                     listing.append((name, dtype.str, array.shape, pos))
@@ -84,7 +84,7 @@ class Channel:
                 array = np.ascontiguousarray(array)
                 listing.append((name, dtype.str, array.shape, -1))
                 if array.nbytes:
-                    buffers.append(memoryview(array.reshape(-1).view(np.uint8)))
+                    buffers.append(array.reshape(-1).view(np.uint8).data)
         header["tensors"] = listing
         head = marshal.dumps(header)
         parts: list[Any] = [_LEN.pack(len(head)) + head, *buffers]
@@ -114,7 +114,7 @@ class Channel:
         if length > MAX_HEADER_BYTES:
             raise WireError(f"message header of {length} bytes is over the limit")
         if end > _SCRATCH:
-            head = bytearray(length)
+            head: bytearray | memoryview = bytearray(length)
             head[:got - _LEN.size] = view[_LEN.size:got]
             _recv_exactly(sock, memoryview(head)[got - _LEN.size:])
             extra = memoryview(b"")
@@ -139,7 +139,7 @@ class Channel:
                 continue
             array = np.empty(shape, dtype)
             if array.nbytes:
-                target = memoryview(array.reshape(-1).view(np.uint8))
+                target = array.reshape(-1).view(np.uint8).data
                 take = min(len(extra), len(target))
                 target[:take] = extra[:take]
                 extra = extra[take:]

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,7 @@ class _RuntimeProcess:
         self._cancelled = False
         self._restart: threading.Thread | None = None
         self._restart_error: BaseException | None = None
-        self.info: dict = {}
+        self.info: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -117,7 +118,7 @@ class _RuntimeProcess:
         self.info = reply
         self.proc, self._conn, self._mem, self._cancelled = proc, conn, mem, False
 
-    def _load(self, conn: Channel, proc: subprocess.Popen[bytes]) -> dict:
+    def _load(self, conn: Channel, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
         """Send the load request; the process's reply, or the load's error raised."""
         owner = self._owner
         try:

@@ -15,6 +15,7 @@ for one caller with 2 threads (docs/performance.md).
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -32,11 +33,11 @@ _DEVICE_PROVIDERS = {
 }
 
 
-def _providers(ort, device: str | None) -> list[str]:
+def _providers(ort: ModuleType, device: str | None) -> list[str]:
     present = set(ort.get_available_providers())
     if device is None:
-        wanted = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
-        return [p for p in wanted if p in present]
+        auto = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [p for p in auto if p in present]
     wanted = _DEVICE_PROVIDERS.get(device.lower())
     if wanted is None:
         raise BackendError(

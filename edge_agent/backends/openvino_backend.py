@@ -25,7 +25,7 @@ from packager.manifest import Manifest
 NAME = "openvino"
 
 
-def _pick_device(core, wanted: str | None) -> str:
+def _pick_device(core: Any, wanted: str | None) -> str:
     present = list(core.available_devices)
     if wanted is None:
         return "AUTO" if any(d.startswith("GPU") for d in present) else "CPU"

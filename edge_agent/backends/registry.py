@@ -115,7 +115,8 @@ def load_backend(model_dir: Path, manifest: Manifest, options: BackendOptions,
             continue
         module = importlib.import_module(_BACKENDS[name][0])
         try:
-            return module.load(Path(model_dir), manifest, options)
+            backend: Backend = module.load(Path(model_dir), manifest, options)
+            return backend
         except RuntimeMissingError as exc:
             errors.append(f"{name}: {exc}")
     if not errors:

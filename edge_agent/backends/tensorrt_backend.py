@@ -67,7 +67,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _import_runtime():
+def _import_runtime() -> tuple[Any, Any]:
     try:
         import pycuda.driver as cuda
         import tensorrt as trt
@@ -82,7 +82,7 @@ def _import_runtime():
     return trt, cuda
 
 
-def build_engine(trt, onnx_path: Path, spec: dict[str, Any], logger) -> bytes:
+def build_engine(trt: Any, onnx_path: Path, spec: dict[str, Any], logger: Any) -> bytes:
     """Build a serialized engine: explicit-batch network, ONNX parser, one optimization profile
     on the batch dim, fp16 flag and workspace limit from ``spec``."""
     builder = trt.Builder(logger)
@@ -119,7 +119,7 @@ def build_engine(trt, onnx_path: Path, spec: dict[str, Any], logger) -> bytes:
 class _Instance:
     """One execution context with its stream and max-batch sized buffers."""
 
-    def __init__(self, trt, cuda, engine, names: list[str], max_batch: int) -> None:
+    def __init__(self, trt: Any, cuda: Any, engine: Any, names: list[str], max_batch: int) -> None:
         self.context = engine.create_execution_context()
         self.stream = cuda.Stream()
         self.host: dict[str, np.ndarray] = {}
@@ -170,10 +170,10 @@ class TensorRtBackend:
         self._lock = threading.Lock()
 
     @staticmethod
-    def _engine_bytes(trt, model_dir: Path, manifest: Manifest, onnx_path: Path,
-                      spec: dict[str, Any], gpu: str, state_dir: Path | None, logger) -> bytes:
+    def _engine_bytes(trt: Any, model_dir: Path, manifest: Manifest, onnx_path: Path,
+                      spec: dict[str, Any], gpu: str, state_dir: Path | None, logger: Any) -> bytes:
         prebuilt = manifest.backend_options.get(NAME, {}).get("engines", {})
-        rel = prebuilt.get(_prebuilt_key(trt.__version__, gpu))
+        rel: str | None = prebuilt.get(_prebuilt_key(trt.__version__, gpu))
         if rel and (Path(model_dir) / rel).is_file():
             return (Path(model_dir) / rel).read_bytes()
         key = cache_key(trt.__version__, gpu, _sha256(onnx_path), spec)
@@ -218,14 +218,14 @@ class TensorRtBackend:
 
     def close(self) -> None:
         with self._lock:
-            if getattr(self, "_instances", None) is None:
+            if not getattr(self, "_instances", None):  # never loaded, or closed
                 return
             self._ctx.push()
             try:
                 for inst in self._instances:
                     for dev in inst.device.values():
                         dev.free()
-                self._instances = None
+                self._instances = []
                 self._engine = None
             finally:
                 self._ctx.pop()

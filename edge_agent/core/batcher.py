@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import Any
 
 import numpy as np
 
@@ -141,7 +142,7 @@ class DynamicBatcher:
         # those past the execution timeout (a hung backend) and answers their callers
         self._exec_timeout_s = execution_timeout_s if execution_timeout_s > 0 else 0.0
         self._exec_timeout_ns = int(self._exec_timeout_s * 1e9)
-        self._running: dict[int, list] = {}
+        self._running: dict[int, list[Any]] = {}
         self._stop_watch = threading.Event()
         if self._exec_timeout_ns:
             threading.Thread(target=self._watchdog, daemon=True,
@@ -180,7 +181,7 @@ class DynamicBatcher:
         instance = self._admit(item, True)
         if instance >= 0:
             return self._run_inline(item, instance)
-        future: Future[InferResult] = item.future  # type: ignore[assignment]
+        future: Future[InferResult] = item.future  # type: ignore[assignment]  # _admit gave it a future
         try:
             return future.result(wait_s)
         except FutureTimeoutError:
@@ -365,7 +366,7 @@ class DynamicBatcher:
         parts: list[dict[str, np.ndarray]] = []
         rows = [p.rows for p in batch]
         watch = self._exec_timeout_ns
-        running: list | None = None
+        running: list[Any] | None = None
         try:
             merged = merge_inputs([p.inputs for p in batch], self._input_names)
             t1 = _now()
@@ -391,7 +392,7 @@ class DynamicBatcher:
                 if p.outputs is not None:
                     part = {n: part[n] for n in p.outputs}
                 try:  # noqa: SIM105 - hot path: try is free, suppress() is not
-                    p.future.set_result(InferResult(model, version, part, p.id))
+                    p.future.set_result(InferResult(model, version, part, p.id))  # type: ignore[union-attr]  # queued: has a future
                 except InvalidStateError:  # the caller cancelled its future
                     pass
         else:
@@ -497,7 +498,7 @@ class DynamicBatcher:
                 self._drained.notify_all()
         for p in expired if self._observer is not None else ():
             try:
-                self._observer.record_request(self.model, self.version, ok=False, rows=p.rows,
+                self._observer.record_request(self.model, self.version, ok=False, rows=p.rows,  # type: ignore[union-attr]  # the loop runs only with one
                                               queue_ns=now - p.enqueued, compute_ns=0,
                                               total_ns=now - p.enqueued)
             except Exception:

@@ -146,12 +146,12 @@ class DataPlane:
 
     def _route(self, request: InferRequest) -> tuple[DynamicBatcher, int, int]:
         mv = self.repository.resolve(request.model, request.version)
-        rows = mv.signature.validate(request)  # type: ignore[union-attr]
+        rows = mv.signature.validate(request)  # type: ignore[union-attr]  # resolve() gives a READY version: all set
         batching = mv.batching
         timeout = request.timeout_us
-        if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]
-            timeout = batching.default_timeout_us  # type: ignore[union-attr]
-        return mv.batcher, rows, timeout  # type: ignore[return-value]
+        if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]  # resolve() gives a READY version: all set
+            timeout = batching.default_timeout_us  # type: ignore[union-attr]  # resolve() gives a READY version: all set
+        return mv.batcher, rows, timeout  # type: ignore[return-value]  # resolve() gives a READY version: all set
 
     # ------------------------------------------------------------------ statistics & repo
     def statistics(self, name: str | None = None,

@@ -311,7 +311,7 @@ class ModelRepository:
         with self._lock:
             model = self._models.get(name)
             mv = model.versions.get(version) if model else None
-            if mv is None:
+            if model is None or mv is None:
                 raise ModelNotFoundError(f"model {name!r} has no version {version}")
             if mv.state is VersionState.UNLOADING:
                 return False

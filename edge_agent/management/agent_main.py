@@ -33,7 +33,7 @@ def run_agent(config: Any, options: ManagementOptions, *,
 
     stop = stop_event or threading.Event()
     hup = threading.Event()
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())

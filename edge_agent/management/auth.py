@@ -55,13 +55,13 @@ def _presented(metadata: Any) -> str | None:
     return None
 
 
-def _denying(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def _denying(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
     def deny(request: Any, context: grpc.ServicerContext) -> Any:
         context.abort(grpc.StatusCode.UNAUTHENTICATED, DENIED)
 
     kw = {"request_deserializer": handler.request_deserializer,
           "response_serializer": handler.response_serializer}
-    make: Callable[..., grpc.RpcMethodHandler]
+    make: Callable[..., grpc.RpcMethodHandler[Any, Any]]
     if handler.request_streaming and handler.response_streaming:
         make = grpc.stream_stream_rpc_method_handler
     elif handler.request_streaming:
@@ -73,7 +73,7 @@ def _denying(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return make(deny, **kw)
 
 
-class TokenAuthInterceptor(grpc.ServerInterceptor):
+class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  # generic only in grpc-stubs
     """Refuses every call whose bearer token is not ``token`` (UNAUTHENTICATED).
 
     ``token`` may be a callable returning the current token (a rotated token file).

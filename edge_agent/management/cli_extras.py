@@ -55,7 +55,7 @@ def management_flag_values(args: argparse.Namespace) -> dict[str, object]:
             "no_mdns": args.no_mdns, "no_metrics": args.no_metrics, "profile": args.profile}
 
 
-def add_subcommands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``token``, ``metrics`` and ``install-service``."""
     raw = argparse.RawDescriptionHelpFormatter
     token = sub.add_parser("token", help="print the management token of a state directory",

@@ -84,7 +84,7 @@ class AgentClient:
         self.timeout_s = timeout_s
         self.deploy_timeout_s = deploy_timeout_s
         self._metadata = bearer(token) if token else ()
-        options = [("grpc.max_send_message_length", 8 << 20),
+        options: list[tuple[str, Any]] = [("grpc.max_send_message_length", 8 << 20),
                    ("grpc.max_receive_message_length", 8 << 20)]
         if tls is not None:
             if tls.server_name:

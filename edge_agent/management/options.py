@@ -140,8 +140,8 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     if profile is not None:
         flags["profile"] = profile
     options = dataclasses.replace(options, **flags)
-    for key in options.trusted_keys:
-        if not key.is_file():
-            raise ConfigError(f"trusted public key {key} does not exist (--trust / "
+    for pub in options.trusted_keys:
+        if not pub.is_file():
+            raise ConfigError(f"trusted public key {pub} does not exist (--trust / "
                               "management.trust)")
     return options

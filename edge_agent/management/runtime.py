@@ -18,9 +18,10 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.overrides import ModelOverrides
@@ -33,7 +34,11 @@ from edge_agent.manager.pause import hooks_from_environment
 from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
 from edge_agent.state import StateStore, TokenFile
 
+if TYPE_CHECKING:
+    from edge_agent.discovery import Advertiser, AgentAdvert
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ManagementOptions:
@@ -71,7 +76,7 @@ class _LoopThread:
                                         daemon=True)
         self._thread.start()
 
-    def run(self, coro, timeout: float = 15.0):  # type: ignore[no-untyped-def]
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 15.0) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def close(self) -> None:
@@ -102,7 +107,7 @@ class AgentRuntime:
         self.management_address: str | None = None
         self.identity: AgentIdentity | None = None
         self._token_file: TokenFile | None = None
-        self._advertiser = None
+        self._advertiser: Advertiser | None = None
         self._loop: _LoopThread | None = None
         self._inference_port = 0
 
@@ -162,7 +167,7 @@ class AgentRuntime:
             self._start_mdns()
         return self.management_address
 
-    def _advert(self):  # type: ignore[no-untyped-def]
+    def _advert(self) -> AgentAdvert:
         from edge_agent.discovery import AgentAdvert
         from edge_agent.manager.manager import names_of
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent import futures
+from typing import Any
 
 import grpc
 
@@ -40,7 +41,8 @@ class ManagementServer:
 
     def start(self) -> str:
         """Bind and serve; returns HOST:PORT with the real port."""
-        interceptors = [] if self.mtls else [TokenAuthInterceptor(self.token)]
+        interceptors: list[grpc.ServerInterceptor[Any, Any]] = (
+            [] if self.mtls else [TokenAuthInterceptor(self.token)])
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="mgmt"),
             interceptors=interceptors,

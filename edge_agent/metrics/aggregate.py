@@ -22,11 +22,12 @@ REQUEST_FIELDS = 5  # ok, rows, queue_ns, compute_ns, total_ns
 
 
 def _hist(values: np.ndarray) -> list[int]:
-    return np.bincount(hist.buckets_of(values), minlength=hist.NUM_BUCKETS).tolist()
+    counts: list[int] = np.bincount(hist.buckets_of(values), minlength=hist.NUM_BUCKETS).tolist()
+    return counts
 
 
-def aggregate(requests: dict[tuple[str, int], list[array]],
-              batches: dict[tuple[str, int], list[array]]) -> list[SecondRow]:
+def aggregate(requests: dict[tuple[str, int], list[array[int]]],
+              batches: dict[tuple[str, int], list[array[int]]]) -> list[SecondRow]:
     """One row per model version, sorted by key, from copied request and batch buffers."""
     rows = []
     for key in sorted(set(requests) | set(batches)):

@@ -22,6 +22,7 @@ Wiring::
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import queue
@@ -68,11 +69,11 @@ class MetricsRecorder:
         self.maintenance_every_s = maintenance_every_s
         self._lock = threading.Lock()  # guards buffer creation and the swap, not appends
         self._flush_lock = threading.Lock()
-        self._req: dict[_Key, array] = {}
-        self._bat: dict[_Key, array] = {}
+        self._req: dict[_Key, array[int]] = {}
+        self._bat: dict[_Key, array[int]] = {}
         # The previous generation's buffers and how much of each was consumed.
-        self._prev_req: dict[_Key, tuple[array, int]] = {}
-        self._prev_bat: dict[_Key, tuple[array, int]] = {}
+        self._prev_req: dict[_Key, tuple[array[int], int]] = {}
+        self._prev_bat: dict[_Key, tuple[array[int], int]] = {}
         self._subs_lock = threading.Lock()
         self._subs: list[Callable[[LiveSample], None]] = []
         self._stop = threading.Event()
@@ -104,7 +105,7 @@ class MetricsRecorder:
             except (TypeError, OverflowError):
                 pass
 
-    def _buffer(self, batch: bool, model: str, version: int) -> array:
+    def _buffer(self, batch: bool, model: str, version: int) -> array[int]:
         """The current generation's buffer for a key (created under the lock)."""
         with self._lock:
             return (self._bat if batch else self._req).setdefault((model, version), array("q"))
@@ -159,7 +160,7 @@ class MetricsRecorder:
         next_maintenance = time.monotonic() + self.maintenance_every_s
         while not self._stop.wait(max(0.0, next_wake - time.time())):
             ts = int(next_wake) - 1  # the second that just ended
-            self._safe(lambda ts=ts: self.flush(ts))
+            self._safe(functools.partial(self.flush, ts))
             if self.store is not None and time.monotonic() >= next_maintenance:
                 self._safe(self.store.maintain)
                 next_maintenance = time.monotonic() + self.maintenance_every_s
@@ -208,13 +209,13 @@ class MetricsRecorder:
         return q, self.subscribe(put)
 
 
-def _take(current: dict[_Key, array], previous: dict[_Key, tuple[array, int]]
-          ) -> tuple[dict[_Key, list[array]], dict[_Key, tuple[array, int]]]:
+def _take(current: dict[_Key, array[int]], previous: dict[_Key, tuple[array[int], int]]
+          ) -> tuple[dict[_Key, list[array[int]]], dict[_Key, tuple[array[int], int]]]:
     """Copy what the swapped-out buffers hold, plus late appends to the generation before.
 
     Returns the copies per key and the new "previous generation" (buffer, consumed length).
     """
-    taken: dict[_Key, list[array]] = {}
+    taken: dict[_Key, list[array[int]]] = {}
     for key, (buf, used) in previous.items():
         if len(buf) > used:
             taken.setdefault(key, []).append(buf[used:])

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlite_utils
 
@@ -176,9 +177,9 @@ class MetricsStore:
                 "so deleting it (with the agent stopped) is safe") from exc
 
     @classmethod
-    def open(cls, state_dir: str | os.PathLike[str], **kwargs: object) -> MetricsStore:
+    def open(cls, state_dir: str | os.PathLike[str], **kwargs: Any) -> MetricsStore:
         """Open ``<state_dir>/metrics.db`` (keyword arguments as for the constructor)."""
-        return cls(Path(state_dir) / DB_NAME, **kwargs)  # type: ignore[arg-type]
+        return cls(Path(state_dir) / DB_NAME, **kwargs)
 
     def close(self) -> None:
         """Close the connection."""
@@ -200,12 +201,12 @@ class MetricsStore:
         c.execute("PRAGMA synchronous=NORMAL")  # history: losing the last second is fine
         c.execute("PRAGMA journal_size_limit=4194304")
         ints = {name: int for name in ("version", "ts", "res", *_COUNTERS)}
-        self.db["samples"].create(
+        self.db.table("samples").create(
             {"model": str, **ints, **{h: bytes for h in _HISTS}},
             pk=("model", "ts", "version", "res"), not_null={"model", *ints},
             if_not_exists=True)
-        self.db["samples"].create_index(["res", "ts"], if_not_exists=True)
-        self.db["system"].create(
+        self.db.table("samples").create_index(["res", "ts"], if_not_exists=True)
+        self.db.table("system").create(
             {"ts": int, "res": int, "cpu_percent": float, "mem_percent": float,
              "rss_bytes": int, "temp_c": float, "disk_free_bytes": int},
             pk=("ts", "res"), if_not_exists=True)
@@ -360,7 +361,8 @@ class MetricsStore:
                now: float | None = None) -> list[MetricPoint]:
         """The newest per-second row of each model version seen in the last ``within_s``."""
         now = time.time() if now is None else now
-        where, args = "res = 1 AND ts >= ?", [int(now) - within_s]
+        where = "res = 1 AND ts >= ?"
+        args: list[int | str] = [int(now) - within_s]
         if model is not None:
             where += " AND model = ?"
             args.append(model)

@@ -7,7 +7,7 @@ Per-request work is parsing plus at most one copy: raw input bytes are viewed in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def parse_version(version: str, model: str) -> int | None:
     return value
 
 
-def _timeout_us(params) -> int | None:
+def _timeout_us(params: Mapping[str, pb.InferParameter]) -> int | None:
     if "timeout" not in params:
         return None
     p = params["timeout"]
@@ -60,7 +60,7 @@ def _timeout_us(params) -> int | None:
     return value or None
 
 
-def _shape(tensor) -> list[int]:
+def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> list[int]:
     shape = tensor.shape[:]  # slicing a repeated field is cheaper than iterating it
     if shape and min(shape) < 0:
         raise InvalidInputError(
@@ -69,7 +69,7 @@ def _shape(tensor) -> list[int]:
     return shape
 
 
-def _from_raw(tensor, raw: bytes) -> np.ndarray:
+def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.ndarray:
     dtype = wire_dtype(tensor.datatype, tensor.name)
     shape = _shape(tensor)
     expected = math.prod(shape) * dtype.itemsize
@@ -80,7 +80,7 @@ def _from_raw(tensor, raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
 
-def _from_typed(tensor) -> np.ndarray:
+def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> np.ndarray:
     dtype = wire_dtype(tensor.datatype, tensor.name)
     shape = _shape(tensor)
     field = CONTENTS_FIELDS.get(tensor.datatype)

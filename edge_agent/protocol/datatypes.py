@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from edge_agent.errors import InvalidInputError
@@ -75,6 +77,8 @@ def datatype_of(dtype: np.dtype) -> str:
     return name
 
 
-def config_data_type(datatype: str) -> int:
+def config_data_type(datatype: str) -> model_config_pb2.DataType:
     """The model_config DataType enum value (TYPE_FP32, ...) of a KServe datatype name."""
-    return _CONFIG_ENUM.get(datatype, model_config_pb2.DataType.TYPE_INVALID)
+    # protoc's .pyi types enum values as DataType; at run time they are the ints held here
+    return cast(model_config_pb2.DataType,
+                _CONFIG_ENUM.get(datatype, model_config_pb2.DataType.TYPE_INVALID))

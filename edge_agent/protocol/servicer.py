@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator, Mapping
-from typing import NoReturn, Protocol, TypeAlias
+from typing import Any, NoReturn, Protocol, TypeAlias
 
 import grpc
 
@@ -135,7 +135,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                          context: _Ctx) -> Iterator[pb.ModelStreamInferResponse]:
         """Pipelined: a reader thread submits each request as it arrives; answers go back in
         arrival order. A failed request yields an error_message and the stream goes on."""
-        pending: queue.SimpleQueue = queue.SimpleQueue()
+        pending: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         def read() -> None:
             try:
