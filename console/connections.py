@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from console.commands import client_tls
 from console.config import ConsoleSettings
 from console.errors import (
     AgentAuthError,
@@ -27,6 +26,7 @@ from console.fleet import (
     ProbeResult,
     api_mismatch_message,
 )
+from console.known_agents import open_client
 from edge_agent.management import client as mgmt
 
 T = TypeVar("T")
@@ -62,6 +62,15 @@ def probe_state(error: ConsoleError) -> AgentState:
     return AgentState.UNREACHABLE
 
 
+def _transport(client: mgmt.AgentClient) -> str:
+    """How the console talks to the agent, for the details view."""
+    if isinstance(client.tls, mgmt.PinnedTls):
+        return f"TLS, pinned certificate {client.tls.fingerprint}"
+    if client.tls is not None:
+        return f"TLS, certificate signed by {client.tls.ca}"
+    return "PLAINTEXT (--insecure)"
+
+
 class Connections:
     """One management client per agent address (channels are reused across polls)."""
 
@@ -79,9 +88,8 @@ class Connections:
             if found is None:
                 token = self.settings.token_for(agent_id=agent.agent_id, name=agent.name,
                                                 address=agent.address)
-                found = pool[agent.address] = mgmt.AgentClient(
-                    agent.address, token=token, timeout_s=timeout_s,
-                    tls=client_tls(self.settings.tls_for(agent.address)))
+                found = pool[agent.address] = open_client(agent.address, self.settings, token,
+                                                          timeout_s=timeout_s)
             return found
 
     def client(self, agent: FleetAgent) -> mgmt.AgentClient:
@@ -115,7 +123,8 @@ class Connections:
                    "uptime": f"{info.uptime_s:.0f}s",
                    "inference address": info.inference_address or "-",
                    "keep versions": str(info.keep_versions),
-                   "unsigned bundles": "allowed" if info.allow_unsigned else "refused"}
+                   "unsigned bundles": "allowed" if info.allow_unsigned else "refused",
+                   "connection": _transport(client)}
         return ProbeResult(AgentState.ONLINE, "", agent_id=info.agent_id, name=info.name,
                            arch=info.arch, profile=info.profile, api=info.api_version,
                            models=active, details=details)
