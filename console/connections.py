@@ -26,7 +26,7 @@ from console.fleet import (
     ProbeResult,
     api_mismatch_message,
 )
-from console.known_agents import open_client
+from console.known_agents import KnownAgents, UntrustedAgentError, open_client
 from edge_agent.management import client as mgmt
 
 T = TypeVar("T")
@@ -80,6 +80,7 @@ class Connections:
         self._clients: dict[str, mgmt.AgentClient] = {}
         self._probe_clients: dict[str, mgmt.AgentClient] = {}
         self._lock = threading.Lock()
+        self.untrusted: dict[str, str] = {}  # first contacts waiting for the operator: fp
 
     def _get(self, pool: dict[str, mgmt.AgentClient], agent: FleetAgent,
              timeout_s: float) -> mgmt.AgentClient:
@@ -113,6 +114,9 @@ class Connections:
                     info.api_version), api=info.api_version)
             versions = client.models()
         except (mgmt.ManagementError, ConsoleError) as exc:
+            if isinstance(exc, UntrustedAgentError) and exc.fingerprint:
+                with self._lock:
+                    self.untrusted[agent.address] = exc.fingerprint
             error = console_error(exc)
             return ProbeResult(probe_state(error), str(error))
         except Exception as exc:  # a probe must never take the UI down
@@ -128,6 +132,12 @@ class Connections:
         return ProbeResult(AgentState.ONLINE, "", agent_id=info.agent_id, name=info.name,
                            arch=info.arch, profile=info.profile, api=info.api_version,
                            models=active, details=details)
+
+    def trust(self, address: str, fingerprint: str) -> None:
+        """Pin ``fingerprint`` for ``address`` (the operator said yes at first contact)."""
+        KnownAgents(self.settings.known_agents).add(address, fingerprint)
+        with self._lock:
+            self.untrusted.pop(address, None)
 
     def forget(self, address: str) -> None:
         """Drop the clients of ``address`` (e.g. after its token changed)."""

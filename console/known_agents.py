@@ -37,7 +37,10 @@ class UntrustedAgentError(ConsoleError, mgmt.ManagementError):
     """An agent seen for the first time, and nobody accepted its certificate.
 
     Also a ManagementError, so code that reports failed management calls per agent reports
-    this one the same way."""
+    this one the same way. ``address`` and ``fingerprint`` say what to ask the operator."""
+
+    address: str = ""
+    fingerprint: str = ""
 
 
 class AgentIdentityChangedError(ConsoleError, mgmt.ManagementError):
@@ -169,11 +172,13 @@ def client_tls(address: str, settings: ConsoleSettings, *, timeout_s: float = 10
                                and settings.ask_new(address, fp, known.path)):
         known.add(address, fp)
         return mgmt.PinnedTls(fp, cert=cert, key=key)
-    raise UntrustedAgentError(
+    untrusted = UntrustedAgentError(
         f"agent {address} is not known yet (no pin in {known.path}); its certificate "
         f"fingerprint is {fp}. Compare it with `edge-agent token --state-dir DIR` on the "
         "device, then accept it: rerun with --accept-new (or answer yes on a terminal)",
         "FAILED_PRECONDITION")
+    untrusted.address, untrusted.fingerprint = address, fp
+    raise untrusted
 
 
 def open_client(address: str, settings: ConsoleSettings, token: str | None, *,

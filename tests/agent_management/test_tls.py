@@ -23,6 +23,8 @@ from console.discovery import AgentBrowser
 from console.errors import ConsoleConfigError
 from console.fleet import AgentState, Fleet, FleetAgent
 from console.known_agents import KnownAgents, ask_on_terminal
+from console.screens.details import detail_rows
+from edge_agent.discovery import AgentAdvert
 from edge_agent.errors import ConfigError
 from edge_agent.management.client import AgentClient, PinnedTls, TransportMismatchError
 from edge_agent.management.options import management_options
@@ -181,9 +183,12 @@ def test_mdns_advert_carries_the_fingerprint(tmp_path: Path) -> None:
 
     try:
         found = asyncio.run(find())
-        assert found.fingerprint == agent.fingerprint  # what the TUI's details show
+        assert found.fingerprint == agent.fingerprint
+        assert ("certificate (mDNS)", agent.fingerprint) in detail_rows(found, 0.0)  # TUI `d`
     finally:
         agent.stop()
+    plain = AgentAdvert(id="x", name="x", arch="x86_64", profile="p", mgmt_port=1, grpc_port=2)
+    assert plain.txt()["tls"] == "off" and "fp" not in plain.txt()
 
 
 def test_the_tui_connections_pin_and_show_the_certificate(tls_agent: InProcessAgent,
