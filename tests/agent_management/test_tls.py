@@ -26,7 +26,13 @@ from console.known_agents import KnownAgents, ask_on_terminal
 from console.screens.details import detail_rows
 from edge_agent.discovery import AgentAdvert
 from edge_agent.errors import ConfigError
-from edge_agent.management.client import AgentClient, PinnedTls, TransportMismatchError
+from edge_agent.management.client import (
+    AgentClient,
+    CertificateChangedError,
+    ManagementError,
+    PinnedTls,
+    TransportMismatchError,
+)
 from edge_agent.management.options import management_options
 from edge_agent.management.runtime import ManagementOptions
 from edge_agent.management.tls import fingerprint
@@ -107,7 +113,7 @@ def test_a_swapped_certificate_is_refused(tmp_path: Path) -> None:
         assert old in run.stderr and second.fingerprint in run.stderr
         assert f"remove line 1 of {known}" in run.stderr and "edge-agent token" in run.stderr
         assert known.read_text() == before
-        with pytest.raises(Exception, match="CHANGED"):  # the library refuses it too
+        with pytest.raises(CertificateChangedError, match="CHANGED"):  # the library too
             AgentClient(address, token=second.token, tls=PinnedTls(old))
     finally:
         second.stop()
@@ -239,3 +245,30 @@ def test_library_client_names_the_side_to_change(tls_agent: InProcessAgent) -> N
     with AgentClient(tls_agent.management, token=tls_agent.token) as plain, \
             pytest.raises(TransportMismatchError, match="requires TLS"):
         plain.info()
+
+
+def test_mtls_with_the_agents_own_certificate(tmp_path: Path) -> None:
+    """tls_client_ca alone: the self-signed (pinned) server certificate plus client
+    certificates; the console's [tls] cert/key without a CA pins and presents its certificate."""
+    from tests.agent_management.test_mtls import _ca, _leaf
+
+    ca = _ca(tmp_path, "fleet-ca")
+    _leaf(tmp_path, "console", ca)
+    agent = start_agent(tmp_path / "state", _options(name="mtls-pinned",
+                                                     client_ca=tmp_path / "fleet-ca.pem"),
+                        workers=4)
+    try:
+        config = tmp_path / "console.toml"
+        config.write_text(f'[tls]\ncert = "{tmp_path}/console.pem"\n'
+                          f'key = "{tmp_path}/console.key"\n')
+        home = tmp_path / "home"
+        home.mkdir()
+        run = _run("console.cli", "status", "--agent", agent.management, "--json",
+                   "--accept-new", "--config", str(config), home=home)
+        assert run.returncode == 0, run.stderr
+        assert '"name": "mtls-pinned"' in run.stdout
+        with AgentClient(agent.management, tls=PinnedTls(agent.fingerprint), timeout_s=5) as c, \
+                pytest.raises(ManagementError):  # no client certificate: no answer
+            c.info()
+    finally:
+        agent.stop()
