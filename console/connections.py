@@ -26,7 +26,7 @@ from console.fleet import (
     ProbeResult,
     api_mismatch_message,
 )
-from console.known_agents import KnownAgents, UntrustedAgentError, open_client
+from console.known_agents import KnownAgents, UntrustedAgentError, changed_error, open_client
 from edge_agent.management import client as mgmt
 
 T = TypeVar("T")
@@ -86,12 +86,26 @@ class Connections:
              timeout_s: float) -> mgmt.AgentClient:
         with self._lock:
             found = pool.get(agent.address)
-            if found is None:
-                token = self.settings.token_for(agent_id=agent.agent_id, name=agent.name,
-                                                address=agent.address)
-                found = pool[agent.address] = open_client(agent.address, self.settings, token,
-                                                          timeout_s=timeout_s)
+        if found is not None:
             return found
+        token = self.settings.token_for(agent_id=agent.agent_id, name=agent.name,
+                                        address=agent.address)
+        # outside the lock: opening a TLS client fetches the agent's certificate first
+        made = open_client(agent.address, self.settings, token, timeout_s=timeout_s)
+        with self._lock:
+            found = pool.setdefault(agent.address, made)
+        if found is not made:  # another thread was quicker
+            made.close()
+        return found
+
+    def _error(self, exc: Exception, agent: FleetAgent) -> ConsoleError:
+        """``exc`` as a console error; a changed certificate names its known_agents line."""
+        if isinstance(exc, mgmt.CertificateChangedError) and not isinstance(exc, ConsoleError):
+            return changed_error(exc, KnownAgents(self.settings.known_agents), agent.address)
+        if isinstance(exc, UntrustedAgentError) and exc.fingerprint:
+            with self._lock:
+                self.untrusted[agent.address] = exc.fingerprint
+        return console_error(exc)
 
     def client(self, agent: FleetAgent) -> mgmt.AgentClient:
         """The management client of ``agent`` (shared; do not close it)."""
@@ -102,7 +116,7 @@ class Connections:
         try:
             return fn(self.client(agent))
         except (mgmt.ManagementError, ConsoleError) as exc:
-            raise console_error(exc) from None
+            raise self._error(exc, agent) from None
 
     def probe(self, agent: FleetAgent) -> ProbeResult:
         """Ask ``agent`` who it is and which versions are active; never raises."""
@@ -114,10 +128,7 @@ class Connections:
                     info.api_version), api=info.api_version)
             versions = client.models()
         except (mgmt.ManagementError, ConsoleError) as exc:
-            if isinstance(exc, UntrustedAgentError) and exc.fingerprint:
-                with self._lock:
-                    self.untrusted[agent.address] = exc.fingerprint
-            error = console_error(exc)
+            error = self._error(exc, agent)
             return ProbeResult(probe_state(error), str(error))
         except Exception as exc:  # a probe must never take the UI down
             return ProbeResult(AgentState.UNREACHABLE, f"{type(exc).__name__}: {exc}")

@@ -96,16 +96,21 @@ def test_first_contact_pins_the_certificate(tls_agent: InProcessAgent, tmp_path:
 def test_a_swapped_certificate_is_refused(tmp_path: Path) -> None:
     state, home = tmp_path / "state", tmp_path / "home"
     first = start_agent(state, _options(name="swap"), workers=4, tls=True)
+    known = home / "edge-console" / "known_agents"
+    tui = Connections(ConsoleSettings(default_token=first.token, known_agents=known,
+                                      discovery=False))
     try:
         address, old = first.management, first.fingerprint
         assert _status(first, home, "--accept-new").returncode == 0
+        host, port = address.rsplit(":", 1)
+        row = FleetAgent(key=address, name="swap", host=host, port=int(port))
+        assert tui.probe(row).state is AgentState.ONLINE  # the TUI holds a pinned channel
     finally:
         first.stop()
     shutil.rmtree(state / "tls")  # a new identity on the same address (or an impostor)
     second = start_agent(state, _options(name="swap", address=address), workers=4, tls=True)
     try:
         assert second.management == address and second.fingerprint != old
-        known = home / "edge-console" / "known_agents"
         before = known.read_text()
         run = _status(second, home, "--accept-new")  # --accept-new never overrides a pin
         assert run.returncode == 1
@@ -115,7 +120,12 @@ def test_a_swapped_certificate_is_refused(tmp_path: Path) -> None:
         assert known.read_text() == before
         with pytest.raises(CertificateChangedError, match="CHANGED"):  # the library too
             AgentClient(address, token=second.token, tls=PinnedTls(old))
+        probed = tui.probe(row)  # the TUI's open channel reconnects to the new certificate
+        assert probed.state is AgentState.UNREACHABLE
+        assert "AGENT IDENTIFICATION HAS CHANGED" in probed.message
+        assert f"remove line 1 of {known}" in probed.message
     finally:
+        tui.close()
         second.stop()
 
 
