@@ -256,6 +256,11 @@ class AgentClient:
             if presented != pinned:
                 return CertificateChangedError(changed_message(self.target, pinned, presented),
                                                pinned=pinned, presented=presented)
+            return AgentUnreachableError(
+                f"agent {self.target} presents the pinned certificate, but it cannot be its own "
+                f"trust anchor (signed by a CA, or not naming '{SERVER_NAME}'): an agent with "
+                "its own tls_cert needs that CA in the console config ([tls] ca or tls_ca)",
+                "UNAVAILABLE")
         return None
 
     def info(self) -> AgentInfo:
