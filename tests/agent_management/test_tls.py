@@ -282,3 +282,38 @@ def test_mtls_with_the_agents_own_certificate(tmp_path: Path) -> None:
             c.info()
     finally:
         agent.stop()
+
+
+def test_first_contact_on_a_terminal_asks(tls_agent: InProcessAgent, tmp_path: Path) -> None:
+    """`edge-console status` with a terminal: the fingerprint is shown, `yes` pins it."""
+    import pty
+    import select
+    import time
+
+    home = tmp_path / "home"
+    home.mkdir()
+    token = home / "agent.token"
+    token.write_text(tls_agent.token + "\n")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "console.cli", "status", "--agent", tls_agent.management,
+         "--token-file", str(token), "--json"], cwd=ROOT, stdin=slave, stderr=slave,
+        stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(home)})
+    os.close(slave)
+    try:
+        seen, deadline = b"", time.monotonic() + 120
+        while b"(yes/no)?" not in seen:
+            assert time.monotonic() < deadline and proc.poll() is None, seen
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 4096)
+        assert tls_agent.fingerprint.encode() in seen
+        os.write(master, b"yes\n")
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        os.close(master)
+    assert proc.returncode == 0 and '"name": "tls-agent"' in out
+    assert KnownAgents(home / "edge-console" / "known_agents").lookup(tls_agent.management)
