@@ -196,7 +196,6 @@ def main() -> int:
     args = parser.parse_args()
 
     from benchmarks.bench_swap import Agent
-    from edge_agent.management.client import AgentClient
     from edge_agent.manager.device import detect_device
     from packager.build import build_bundles
     from packager.samples import make_mlp
@@ -215,7 +214,7 @@ def main() -> int:
         agent = Agent(work / "state", public)
         agent.start()
         try:
-            with AgentClient(agent.mgmt, token=agent.token) as client:
+            with agent.client() as client:
                 first = client.deploy(bundles[1])
                 if not first.ok:
                     raise SystemExit(f"the first deploy failed: {first.message}")

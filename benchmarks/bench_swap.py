@@ -74,6 +74,14 @@ class Agent:
     def token(self) -> str:
         return (self.state / "management.token").read_text().strip()
 
+    def client(self):  # type: ignore[no-untyped-def]
+        """A management client over TLS, the agent's certificate pinned (as a console does)."""
+        from edge_agent.management.client import AgentClient, PinnedTls
+        from edge_agent.management.tls import fingerprint_of
+
+        return AgentClient(self.mgmt, token=self.token,
+                           tls=PinnedTls(fingerprint_of(self.state)))
+
     def rss(self) -> int:
         assert self.proc is not None
         return psutil.Process(self.proc.pid).memory_info().rss
@@ -171,23 +179,18 @@ def build(work: Path) -> tuple[Path, Path, dict[int, Path], Path]:
 
 
 def deploy(agent: Agent, bundle: Path) -> None:
-    from edge_agent.management.client import AgentClient
-
-    with AgentClient(agent.mgmt, token=agent.token) as c:
+    with agent.client() as c:
         result = c.deploy(bundle)
         if not result.ok:
             raise SystemExit(f"deploy failed: {result.message}")
 
 
 def bench_swaps(agent: Agent, mlp: dict[int, Path], swaps: int, concurrency: int) -> None:
-    from edge_agent.management.client import AgentClient
-
     windows: list[tuple[float, float]] = []
     steady: list[tuple[float, float]] = []
     to_serving: list[float] = []
     call_s: list[float] = []
-    with AgentClient(agent.mgmt, token=agent.token) as client, Load(agent.grpc,
-                                                                    concurrency) as load:
+    with agent.client() as client, Load(agent.grpc, concurrency) as load:
         time.sleep(1.5)  # warm the clients and the agent
         for i in range(swaps):
             target = 2 if i % 2 == 0 else 1

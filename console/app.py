@@ -76,6 +76,7 @@ class EdgeConsoleApp(App[None]):
         self.poll_rounds = 0  # finished poll rounds (tests wait on it)
         self.polling = False  # a round is in flight
         self._poll_now = asyncio.Event()
+        self._asked_trust: set[str] = set()  # first contacts already put to the operator
 
     # -- lifecycle -----------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -135,6 +136,28 @@ class EdgeConsoleApp(App[None]):
         for agent, result in zip(agents, results, strict=True):
             self.fleet.apply_probe(agent.key, result)
         self.poll_rounds += 1
+        self._ask_trust()
+
+    def _ask_trust(self) -> None:
+        """First contact with a TLS agent: show its fingerprint and ask to pin it (once)."""
+        from console.screens.confirm import ConfirmScreen
+
+        for address, fp in list(self.connections.untrusted.items()):
+            if address in self._asked_trust:
+                continue
+            self._asked_trust.add(address)
+
+            async def answered(yes: bool | None, address: str = address, fp: str = fp) -> None:
+                if yes:
+                    await asyncio.to_thread(self.connections.trust, address, fp)
+                    self.fleet.log("", "info", f"pinned the certificate of {address}: {fp}")
+                    self.poll_agents()
+
+            self.push_screen(ConfirmScreen(
+                "New agent", f"The authenticity of agent {address} can't be established.\n"
+                f"Its certificate fingerprint is\n{fp}\nCompare it with `edge-agent token "
+                "--state-dir DIR` on the device. Trust it and remember it in known_agents?",
+                yes="Trust"), answered)
 
     @staticmethod
     def _worth_probing(agent: FleetAgent) -> bool:

@@ -29,8 +29,8 @@ EPILOG = textwrap.dedent("""\
       edge-console rollback mlp --agent 192.168.1.20:50051 --to-version 1
 
     tokens: on each device `edge-agent token --state-dir DIR` prints the agent's management
-    token; pass it with --token-file F, or put it in the console config file
-    (~/.config/edge-console/config.toml):
+    token (and its certificate fingerprint); pass the token with --token-file F, or put it in
+    the console config file (~/.config/edge-console/config.toml):
 
       [[agents]]
       address = "192.168.1.20:50051"
@@ -38,6 +38,10 @@ EPILOG = textwrap.dedent("""\
 
       [tokens]                      # by agent id, name or HOST:PORT
       default = "..."
+
+    TLS: the first contact with an agent shows its certificate fingerprint and, once you
+    accept it (yes on a terminal, or --accept-new), pins it in
+    ~/.config/edge-console/known_agents; a changed certificate is refused.
     """)
 
 NO_TERMINAL = ("edge-console: the terminal UI needs a terminal; in scripts use the "
@@ -52,6 +56,11 @@ def _common(p: argparse.ArgumentParser, *, many: bool = True, required: bool = T
                    help="file holding the management token (else the console config)")
     p.add_argument("--config", type=Path, metavar="TOML",
                    help="console config file (default ~/.config/edge-console/config.toml)")
+    p.add_argument("--accept-new", action="store_true",
+                   help="pin the certificate of an agent seen for the first time without "
+                        "asking (scripts); a changed certificate is still refused")
+    p.add_argument("--insecure", action="store_true",
+                   help="talk plaintext to agents started with --insecure (no TLS)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,9 +131,15 @@ def _targets(args: argparse.Namespace) -> list[str]:
 
 
 def _settings(args: argparse.Namespace) -> ConsoleSettings:
-    from console.config import load_settings
+    from dataclasses import replace
 
-    return load_settings(args.config)
+    from console.config import load_settings
+    from console.known_agents import ask_on_terminal
+
+    settings = load_settings(args.config).with_overrides(insecure=args.insecure,
+                                                         accept_new=args.accept_new)
+    interactive = sys.stdin.isatty() and sys.stderr.isatty()
+    return replace(settings, ask_new=ask_on_terminal) if interactive else settings
 
 
 def _dump(data: Any) -> None:

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from console.config import ConsoleSettings, TlsFiles, parse_address
+from console.config import ConsoleSettings, parse_address
 from console.discovery import AgentBrowser
 from console.errors import (
     BundleRejectedError,
@@ -17,7 +17,8 @@ from console.errors import (
     DeploymentFailedError,
     RolloutAbortedError,
 )
-from edge_agent.management.client import AgentClient, ClientTls, ManagementError
+from console.known_agents import open_client
+from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.types import (
     AgentInfo,
     DeploymentInfo,
@@ -50,20 +51,13 @@ def read_token(path: Path) -> str:
     return token
 
 
-def client_tls(files: TlsFiles | None) -> ClientTls | None:
-    """The management client's TLS settings from the console's (None: plaintext + token)."""
-    if files is None:
-        return None
-    return ClientTls(ca=files.ca, cert=files.cert, key=files.key, server_name=files.server_name)
-
-
 def connect(target: str, settings: ConsoleSettings, token_file: Path | None,
             timeout_s: float = 10.0) -> AgentClient:
-    """A client for ``target``: the token from ``--token-file``, else the console config."""
+    """A client for ``target``: the token from ``--token-file``, else the console config; TLS
+    with the agent's pinned certificate (console.known_agents), a CA, or --insecure."""
     token = read_token(token_file) if token_file is not None else settings.token_for(
         address=target)
-    return AgentClient(target, token=token, timeout_s=timeout_s,
-                       tls=client_tls(settings.tls_for(target)))
+    return open_client(target, settings, token, timeout_s=timeout_s)
 
 
 # -- agents ------------------------------------------------------------------------------------

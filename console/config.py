@@ -4,6 +4,8 @@ The file is TOML, by default ``$XDG_CONFIG_HOME/edge-console/config.toml``
 (``~/.config/edge-console/config.toml``)::
 
     read_only = false            # hide every action that changes an agent
+    insecure = false             # plaintext to every agent (only agents run with --insecure)
+    known_agents = "~/.config/edge-console/known_agents"   # pinned agent certificates
     poll_interval_s = 2.0        # how often each agent is asked for its state
     canary_soak_s = 30           # staged rollout: how long the canary must stay healthy
 
@@ -16,7 +18,9 @@ The file is TOML, by default ``$XDG_CONFIG_HOME/edge-console/config.toml``
     name = "line-3"                 # optional display name
     token = "..."                   # or: token_file = "~/.config/edge-console/line-3.token"
 
-    tls_ca = "fleet-ca.pem"         # optional, per agent: TLS/mTLS for this agent only
+    # TLS needs no settings: the console pins each agent's self-signed certificate on first
+    # contact (known_agents). With a CA of your own instead (optional, per agent):
+    tls_ca = "fleet-ca.pem"
     tls_cert = "console.pem"        # (tls_cert + tls_key: a client certificate, mTLS)
     tls_key = "console.key"
     tls_server_name = "line-3"      # when the agent's certificate names another host
@@ -26,8 +30,8 @@ The file is TOML, by default ``$XDG_CONFIG_HOME/edge-console/config.toml``
     default = "..."                 # used when nothing more specific matches
 
     [tls]                           # TLS/mTLS for every agent without its own tls_* keys
-    ca = "fleet-ca.pem"             # paths relative to this file
-    cert = "console.pem"
+    ca = "fleet-ca.pem"             # paths relative to this file; without ca: pinning
+    cert = "console.pem"            # a client certificate (mTLS), with or without ca
     key = "console.key"
     server_name = "edge-agent"
 """
@@ -37,7 +41,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -64,9 +68,10 @@ def parse_address(text: str, *, where: str = "--agent") -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class TlsFiles:
-    """TLS for a management channel: the agent's CA and, for mTLS, a client cert and key."""
+    """TLS for a management channel: the agent's CA (None: pin the agent's certificate) and,
+    for mTLS, a client cert and key."""
 
-    ca: Path
+    ca: Path | None
     cert: Path | None = None
     key: Path | None = None
     server_name: str | None = None
@@ -102,6 +107,11 @@ class ConsoleSettings:
     canary_soak_s: float = DEFAULT_CANARY_SOAK_S
     bundle_dir: Path | None = None  # where the deploy file picker starts
     tls: TlsFiles | None = None  # for every agent without TLS settings of its own
+    insecure: bool = False  # plaintext to every agent (--insecure)
+    accept_new: bool = False  # pin an agent's certificate at first contact without asking
+    known_agents: Path | None = None  # the pins; None: known_agents beside the config file
+    # asked at a first contact when accept_new is off: (address, fingerprint, file) -> trust?
+    ask_new: Callable[[str, str, Path], bool] | None = field(default=None, compare=False)
 
     def tls_for(self, address: str) -> TlsFiles | None:
         """TLS settings for the agent at ``address``: its own entry's, else the fleet's."""
@@ -122,7 +132,8 @@ class ConsoleSettings:
 
     def with_overrides(self, *, agents: Sequence[str] = (), interfaces: Sequence[str] | None = None,
                        discovery: bool | None = None, read_only: bool | None = None,
-                       token: str | None = None) -> ConsoleSettings:
+                       token: str | None = None, insecure: bool = False,
+                       accept_new: bool = False) -> ConsoleSettings:
         """These settings with command-line values applied on top."""
         extra = tuple(StaticAgent(*parse_address(a), token=token) for a in agents)
         known = {a.address for a in self.agents}
@@ -133,7 +144,8 @@ class ConsoleSettings:
             self.interfaces,
             discovery=self.discovery if discovery is None else discovery,
             read_only=self.read_only or bool(read_only),
-            default_token=self.default_token if token is None else token)
+            default_token=self.default_token if token is None else token,
+            insecure=self.insecure or insecure, accept_new=self.accept_new or accept_new)
 
 
 def _check_interfaces(values: object, where: str) -> tuple[str, ...]:
@@ -185,13 +197,15 @@ def _tls_files(table: Mapping[str, object], prefix: str, where: str,
         return path
 
     ca = path_of("ca")
-    if ca is None:
-        raise ConsoleConfigError(f"{where}: {keys['ca']} (the CA that signed the agents' "
-                                 "certificates) is required with TLS settings")
     cert, key = path_of("cert"), path_of("key")
     if (cert is None) != (key is None):
         raise ConsoleConfigError(f"{where}: give both {keys['cert']} and {keys['key']} "
                                  "(a client certificate for mTLS) or neither")
+    if ca is None and cert is None:
+        raise ConsoleConfigError(f"{where}: {keys['ca']} (the CA that signed the agents' "
+                                 f"certificates) or {keys['cert']} + {keys['key']} (a client "
+                                 "certificate, with pinned agent certificates) is required "
+                                 "with TLS settings")
     server_name = table.get(keys["server_name"])
     if server_name is not None and not isinstance(server_name, str):
         raise ConsoleConfigError(f"{where}: {keys['server_name']} must be a host name")
@@ -208,7 +222,7 @@ def _number(data: Mapping[str, object], key: str, default: float, path: Path) ->
 def parse_settings(data: Mapping[str, object], path: Path) -> ConsoleSettings:
     """Settings from the parsed TOML of ``path`` (used for messages and relative paths)."""
     known = {"read_only", "poll_interval_s", "canary_soak_s", "discovery", "agents", "tokens",
-             "bundle_dir", "tls"}
+             "bundle_dir", "tls", "insecure", "known_agents"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConsoleConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; known keys: "
@@ -239,6 +253,12 @@ def parse_settings(data: Mapping[str, object], path: Path) -> ConsoleSettings:
     tokens = dict(tokens)
     default_token = tokens.pop("default", None)
     bundle_dir = data.get("bundle_dir")
+    known_agents = data.get("known_agents")
+    if known_agents is not None and not isinstance(known_agents, str):
+        raise ConsoleConfigError(f"{path}: known_agents must be a file path")
+    insecure = data.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise ConsoleConfigError(f"{path}: insecure must be true or false")
     tls_table = data.get("tls", {})
     if not isinstance(tls_table, dict):
         raise ConsoleConfigError(f"{path}: [tls] must be a table (ca, cert, key, server_name)")
@@ -251,7 +271,9 @@ def parse_settings(data: Mapping[str, object], path: Path) -> ConsoleSettings:
         read_only=bool(data.get("read_only", False)),
         poll_interval_s=_number(data, "poll_interval_s", DEFAULT_POLL_INTERVAL_S, path),
         canary_soak_s=_number(data, "canary_soak_s", DEFAULT_CANARY_SOAK_S, path),
-        bundle_dir=Path(str(bundle_dir)).expanduser() if bundle_dir else None)
+        bundle_dir=Path(str(bundle_dir)).expanduser() if bundle_dir else None,
+        insecure=insecure, known_agents=path.parent / Path(known_agents).expanduser()
+        if known_agents else None)
 
 
 def load_settings(path: Path | None = None) -> ConsoleSettings:

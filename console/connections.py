@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from console.commands import client_tls
 from console.config import ConsoleSettings
 from console.errors import (
     AgentAuthError,
@@ -27,6 +26,7 @@ from console.fleet import (
     ProbeResult,
     api_mismatch_message,
 )
+from console.known_agents import KnownAgents, UntrustedAgentError, changed_error, open_client
 from edge_agent.management import client as mgmt
 
 T = TypeVar("T")
@@ -62,6 +62,15 @@ def probe_state(error: ConsoleError) -> AgentState:
     return AgentState.UNREACHABLE
 
 
+def _transport(client: mgmt.AgentClient) -> str:
+    """How the console talks to the agent, for the details view."""
+    if isinstance(client.tls, mgmt.PinnedTls):
+        return f"TLS, pinned certificate {client.tls.fingerprint}"
+    if client.tls is not None:
+        return f"TLS, certificate signed by {client.tls.ca}"
+    return "PLAINTEXT (--insecure)"
+
+
 class Connections:
     """One management client per agent address (channels are reused across polls)."""
 
@@ -71,18 +80,32 @@ class Connections:
         self._clients: dict[str, mgmt.AgentClient] = {}
         self._probe_clients: dict[str, mgmt.AgentClient] = {}
         self._lock = threading.Lock()
+        self.untrusted: dict[str, str] = {}  # first contacts waiting for the operator: fp
 
     def _get(self, pool: dict[str, mgmt.AgentClient], agent: FleetAgent,
              timeout_s: float) -> mgmt.AgentClient:
         with self._lock:
             found = pool.get(agent.address)
-            if found is None:
-                token = self.settings.token_for(agent_id=agent.agent_id, name=agent.name,
-                                                address=agent.address)
-                found = pool[agent.address] = mgmt.AgentClient(
-                    agent.address, token=token, timeout_s=timeout_s,
-                    tls=client_tls(self.settings.tls_for(agent.address)))
+        if found is not None:
             return found
+        token = self.settings.token_for(agent_id=agent.agent_id, name=agent.name,
+                                        address=agent.address)
+        # outside the lock: opening a TLS client fetches the agent's certificate first
+        made = open_client(agent.address, self.settings, token, timeout_s=timeout_s)
+        with self._lock:
+            found = pool.setdefault(agent.address, made)
+        if found is not made:  # another thread was quicker
+            made.close()
+        return found
+
+    def _error(self, exc: Exception, agent: FleetAgent) -> ConsoleError:
+        """``exc`` as a console error; a changed certificate names its known_agents line."""
+        if isinstance(exc, mgmt.CertificateChangedError) and not isinstance(exc, ConsoleError):
+            return changed_error(exc, KnownAgents(self.settings.known_agents), agent.address)
+        if isinstance(exc, UntrustedAgentError) and exc.fingerprint:
+            with self._lock:
+                self.untrusted[agent.address] = exc.fingerprint
+        return console_error(exc)
 
     def client(self, agent: FleetAgent) -> mgmt.AgentClient:
         """The management client of ``agent`` (shared; do not close it)."""
@@ -93,7 +116,7 @@ class Connections:
         try:
             return fn(self.client(agent))
         except (mgmt.ManagementError, ConsoleError) as exc:
-            raise console_error(exc) from None
+            raise self._error(exc, agent) from None
 
     def probe(self, agent: FleetAgent) -> ProbeResult:
         """Ask ``agent`` who it is and which versions are active; never raises."""
@@ -105,7 +128,7 @@ class Connections:
                     info.api_version), api=info.api_version)
             versions = client.models()
         except (mgmt.ManagementError, ConsoleError) as exc:
-            error = console_error(exc)
+            error = self._error(exc, agent)
             return ProbeResult(probe_state(error), str(error))
         except Exception as exc:  # a probe must never take the UI down
             return ProbeResult(AgentState.UNREACHABLE, f"{type(exc).__name__}: {exc}")
@@ -115,10 +138,17 @@ class Connections:
                    "uptime": f"{info.uptime_s:.0f}s",
                    "inference address": info.inference_address or "-",
                    "keep versions": str(info.keep_versions),
-                   "unsigned bundles": "allowed" if info.allow_unsigned else "refused"}
+                   "unsigned bundles": "allowed" if info.allow_unsigned else "refused",
+                   "connection": _transport(client)}
         return ProbeResult(AgentState.ONLINE, "", agent_id=info.agent_id, name=info.name,
                            arch=info.arch, profile=info.profile, api=info.api_version,
                            models=active, details=details)
+
+    def trust(self, address: str, fingerprint: str) -> None:
+        """Pin ``fingerprint`` for ``address`` (the operator said yes at first contact)."""
+        KnownAgents(self.settings.known_agents).add(address, fingerprint)
+        with self._lock:
+            self.untrusted.pop(address, None)
 
     def forget(self, address: str) -> None:
         """Drop the clients of ``address`` (e.g. after its token changed)."""

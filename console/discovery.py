@@ -43,6 +43,8 @@ class DiscoveredAgent:
     addresses: tuple[str, ...] = ()
     service_name: str = ""
     last_seen: float = 0.0
+    fingerprint: str = ""  # the management certificate's, as advertised (TXT fp); unverified
+    plaintext: bool = False  # advertised tls=off: the agent runs with --insecure
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,8 @@ def _agent_from(info: AsyncServiceInfo, name: str) -> DiscoveredAgent | None:
         host=addresses[0], port=int(info.port), arch=txt.get("arch", ""),
         profile=txt.get("profile", ""), api=txt.get("api", ""),
         grpc_port=int(grpc) if grpc.isdigit() else None, txt=txt, addresses=addresses,
-        service_name=name, last_seen=time.time())
+        service_name=name, last_seen=time.time(), fingerprint=txt.get("fp", ""),
+        plaintext=txt.get("tls") == "off")
 
 
 class AgentBrowser:

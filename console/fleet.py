@@ -66,6 +66,7 @@ class FleetAgent:
     details: Mapping[str, str] = field(default_factory=dict)
     answered: bool = False  # has answered a probe at least once
     left: bool = False  # said goodbye over mDNS (and has not come back)
+    fingerprint: str = ""  # certificate fingerprint from the mDNS advert ("plaintext": none)
 
     @property
     def address(self) -> str:
@@ -294,7 +295,8 @@ class Fleet:
             host=found.host, port=found.port, agent_id=found.id, arch=found.arch,
             profile=found.profile, api=found.api, state=state, message=message,
             last_seen=now, models=models or base.models, discovered=True, left=False,
-            grpc_port=found.grpc_port)
+            grpc_port=found.grpc_port,
+            fingerprint="plaintext" if found.plaintext else found.fingerprint)
 
     def apply_probe(self, key: str, result: ProbeResult) -> None:
         """Fold the outcome of asking agent ``key`` for its state into the fleet."""

@@ -42,6 +42,11 @@ def build_tui_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=float, metavar="S", help="seconds between polls (default 2)")
     p.add_argument("--soak", type=float, metavar="S",
                    help="how long a canary must stay healthy before the rest (default 30)")
+    p.add_argument("--accept-new", action="store_true",
+                   help="pin the certificate of agents seen for the first time (else they "
+                        "show as not trusted, with their fingerprint)")
+    p.add_argument("--insecure", action="store_true",
+                   help="talk plaintext to agents started with --insecure (no TLS)")
     p.add_argument("--bundle-dir", type=Path, metavar="DIR",
                    help="where the deploy file picker starts (default: current directory)")
     return p
@@ -60,7 +65,8 @@ def run_tui(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config).with_overrides(
             agents=args.agent, interfaces=args.interface or None,
             discovery=False if args.no_discovery else None, read_only=args.read_only,
-            token=read_token(args.token_file) if args.token_file else None)
+            token=read_token(args.token_file) if args.token_file else None,
+            insecure=args.insecure, accept_new=args.accept_new)
         if args.poll is not None:
             settings = replace(settings, poll_interval_s=max(0.2, args.poll))
         if args.soak is not None:

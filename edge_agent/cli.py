@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     """``edge-agent serve``."""
     from edge_agent.config import load_config
+    from edge_agent.management.tls import describe_tls
     from edge_agent.server import serve
 
     flags = dict(config=args.config, state_dir=args.state_dir, grpc_address=args.grpc,
@@ -132,8 +133,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         entries = dataplane.repository_index()
         models = ", ".join(f"{e.name}:{e.version}({e.state})" for e in entries) or "none"
         listen = ", ".join(addresses.targets())
-        mgmt = f"management on {addresses.management}" if addresses.management \
-            else "management off"
+        mgmt = (f"management on {addresses.management}; "
+                f"{describe_tls(config.management, config.state_dir)}"
+                if addresses.management else "management off")
         print(f"edge-agent ready: listening on {listen}; {mgmt}; models: {models}", flush=True)
 
     def reload() -> ManagementOptions:  # SIGHUP: the file again, with the same flags on top

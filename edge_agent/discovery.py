@@ -2,7 +2,9 @@
 
 The SRV record points at the management port; the TXT record carries what the console shows
 before connecting: ``id``, ``name``, ``arch``, ``profile``, ``api`` (management API version),
-``mgmt`` and ``grpc`` ports, and optionally ``models`` (``name:version`` pairs, truncated to fit).
+``mgmt`` and ``grpc`` ports, ``fp`` (the SHA-256 fingerprint of the management certificate, so
+an operator can compare it before the first contact; ``tls=off`` instead when the agent serves
+plaintext), and optionally ``models`` (``name:version`` pairs, truncated to fit).
 
 Wiring (inside the agent's asyncio loop)::
 
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_TYPE = "_edge-agent._tcp.local."
 MANAGEMENT_API_VERSION = "1"
-TXT_KEYS = ("id", "name", "arch", "profile", "api", "mgmt", "grpc", "models")
+TXT_KEYS = ("id", "name", "arch", "profile", "api", "mgmt", "grpc", "fp", "tls", "models")
 _TXT_VALUE_MAX = 200  # one TXT string is at most 255 bytes including "key="
 
 
@@ -63,11 +65,16 @@ class AgentAdvert:
     grpc_port: int
     api: str = MANAGEMENT_API_VERSION
     models: tuple[str, ...] = ()
+    fingerprint: str = ""  # SHA256:... of the management certificate; "": plaintext
 
     def txt(self) -> dict[str, str]:
         """The TXT record as text key/values."""
         txt = {"id": self.id, "name": self.name, "arch": self.arch, "profile": self.profile,
                "api": self.api, "mgmt": str(self.mgmt_port), "grpc": str(self.grpc_port)}
+        if self.fingerprint:
+            txt["fp"] = self.fingerprint
+        else:
+            txt["tls"] = "off"
         if self.models:
             txt["models"] = _fit(",".join(self.models))
         return txt
@@ -86,7 +93,7 @@ def _label(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]+", "-", text).strip("-")[:40] or "edge-agent"
 
 
-def _addresses(interfaces: Sequence[str] | None) -> list[str]:
+def advertised_addresses(interfaces: Sequence[str] | None) -> list[str]:
     """IPv4 addresses to advertise: the given interface IPs, or every non-loopback IPv4."""
     if interfaces:
         return list(interfaces)
@@ -119,7 +126,7 @@ class Advertiser:
         return AsyncServiceInfo(
             SERVICE_TYPE, self.service_name, port=self.advert.mgmt_port,
             properties=self.advert.txt(), server=server,
-            addresses=[socket.inet_aton(ip) for ip in _addresses(self.interfaces)])
+            addresses=[socket.inet_aton(ip) for ip in advertised_addresses(self.interfaces)])
 
     async def start(self) -> None:
         """Register the service (probing the name first, as mDNS requires)."""

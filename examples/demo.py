@@ -239,11 +239,15 @@ def main(argv: list[str] | None = None) -> int:
         step(4, "start a local agent (loopback only, mDNS off)")
         agent = LocalAgent(workdir / "agent-state", public)
         agent.start()
-        console.print(f"  inference {agent.grpc}, management {agent.management}, token in "
-                      f"{agent.state_dir / 'management.token'} (mode 0600)")
-        from edge_agent.management.client import AgentClient
+        from edge_agent.management.client import AgentClient, PinnedTls
+        from edge_agent.management.tls import fingerprint_of
 
-        with AgentClient(agent.management, token=agent.token) as client:
+        pin = fingerprint_of(agent.state_dir)  # what `edge-agent token` prints on the device
+        console.print(f"  inference {agent.grpc}, management {agent.management} over TLS, "
+                      f"token in {agent.state_dir / 'management.token'} (mode 0600), "
+                      f"certificate {pin[:23]}... pinned")
+
+        with AgentClient(agent.management, token=agent.token, tls=PinnedTls(pin)) as client:
             step(5, "deploy version 1 (verify, stage, load + warm up, probe, switch)")
             deploy(client, bundles, 1)
             step(6, "run inference with tritonclient (KServe v2 gRPC)")

@@ -21,7 +21,8 @@ def detail_rows(agent: FleetAgent, now: float) -> list[tuple[str, str]]:
             ("why", agent.message or "-"), ("management", agent.address),
             ("inference port", str(agent.grpc_port or "-")), ("arch", agent.arch or "-"),
             ("profile", agent.profile or "-"), ("management API", agent.api or "-"),
-            ("found by", agent.source or "-"), ("last seen", seen),
+            ("found by", agent.source or "-"),
+            ("certificate (mDNS)", agent.fingerprint or "-"), ("last seen", seen),
             ("models", ", ".join(agent.models) or "-")]
     rows += [(k, v) for k, v in sorted(agent.details.items())]
     return rows

@@ -1,6 +1,7 @@
 """Access to the management API: a bearer token (constant-time compare) or mutual TLS.
 
-Clients send ``authorization: Bearer <token>`` metadata on every call. With mTLS configured
+Clients send ``authorization: Bearer <token>`` metadata on every call (inside TLS unless the
+agent runs with ``--insecure``; see :mod:`edge_agent.management.tls`). With mTLS configured
 (``client_ca`` set), the TLS handshake already proved the client's certificate, so the token is
 not asked for. A wrong or missing token ends the call with UNAUTHENTICATED before the servicer
 runs, so nothing changes.

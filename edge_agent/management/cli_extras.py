@@ -18,6 +18,9 @@ SERVE_FLAGS_EPILOG = textwrap.dedent("""\
       name = "line-3"                # --name
       trust = ["release.pub"]        # --trust (repeatable)
       allow_unsigned = false         # --allow-unsigned
+      insecure = false               # --insecure (default: TLS, self-signed in STATE_DIR/tls)
+      tls_cert = "agent.pem"         # your own certificate instead (and tls_key)
+      tls_client_ca = "ca.pem"       # mTLS: client certificates replace the token
       keep_versions = 3
       [mdns]
       interfaces = ["192.168.1.20"]  # --mdns-interface (repeatable); enabled = false: --no-mdns
@@ -32,8 +35,13 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     g = serve.add_argument_group("management")
     g.add_argument("--management", metavar="HOST:PORT",
                    help="turn on the management API (and the mDNS advert) on HOST:PORT, e.g. "
-                        "0.0.0.0:50051 (port 0 = any free port; default: off). Every call "
-                        "needs the token (edge-agent token)")
+                        "0.0.0.0:50051 (port 0 = any free port; default: off). TLS with the "
+                        "agent's own certificate (created in STATE_DIR/tls/); every call needs "
+                        "the token. `edge-agent token` prints both the token and the "
+                        "certificate's fingerprint")
+    g.add_argument("--insecure", action="store_true",
+                   help="serve the management API in plaintext (no TLS): the token crosses "
+                        "the network in the clear. Consoles must pass --insecure too")
     g.add_argument("--name", help="the agent's name in the console and mDNS (default: host)")
     g.add_argument("--trust", type=Path, action="append", default=[], metavar="PUBKEY",
                    help="public key (PEM) whose signed bundles may be deployed; repeatable")
@@ -52,21 +60,33 @@ def management_flag_values(args: argparse.Namespace) -> dict[str, object]:
     """The serve flags as keyword arguments of :func:`management_options`."""
     return {"address": args.management, "name": args.name, "trust": args.trust,
             "allow_unsigned": args.allow_unsigned, "mdns_interfaces": args.mdns_interface,
-            "no_mdns": args.no_mdns, "no_metrics": args.no_metrics, "profile": args.profile}
+            "no_mdns": args.no_mdns, "no_metrics": args.no_metrics, "profile": args.profile,
+            "insecure": args.insecure}
 
 
 def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``token``, ``metrics`` and ``install-service``."""
     raw = argparse.RawDescriptionHelpFormatter
-    token = sub.add_parser("token", help="print the management token of a state directory",
+    token = sub.add_parser("token", help="print the management token and certificate "
+                                         "fingerprint of a state directory",
                            description="Print the management API token (created on the "
                                        "agent's first start, STATE_DIR/management.token, mode "
-                                       "0600). Give it to edge-console with --token-file.",
+                                       "0600) on stdout, and the SHA-256 fingerprint of the "
+                                       "agent's TLS certificate (STATE_DIR/tls/cert.pem) on "
+                                       "stderr. Give the token to edge-console with "
+                                       "--token-file; compare the fingerprint with the one "
+                                       "edge-console shows at first contact.",
+                           epilog="examples:\n"
+                                  "  edge-agent token --state-dir /var/lib/edge-agent > pi.token"
+                                  "\n  edge-agent token --state-dir /var/lib/edge-agent "
+                                  "--fingerprint",
                            formatter_class=raw)
     token.add_argument("--state-dir", type=Path, required=True, help="agent state directory")
     token.add_argument("--rotate", action="store_true",
                        help="replace the token with a new one and print it; a running agent "
                             "refuses the old token from its next call (no restart)")
+    token.add_argument("--fingerprint", action="store_true",
+                       help="print only the certificate fingerprint (on stdout)")
 
     metrics = sub.add_parser("metrics", help="print a summary table of recent metrics",
                              description="Read STATE_DIR/metrics.db (safe while the agent "
@@ -103,12 +123,21 @@ def cmd_token(args: argparse.Namespace) -> int:
     if not args.state_dir.is_dir():
         raise AgentError(f"state directory {args.state_dir} does not exist; start the agent "
                          "once or create it")
+    from edge_agent.management.tls import fingerprint_of
+
+    fp = fingerprint_of(args.state_dir)
+    if args.fingerprint:
+        print(fp)
+        return 0
     if args.rotate:
         print(rotate_token(args.state_dir))
         print("the old token is no longer accepted; update the consoles' token files",
               file=sys.stderr)
-        return 0
-    print(load_or_create_token(args.state_dir))
+    else:
+        print(load_or_create_token(args.state_dir))
+    print(f"certificate fingerprint {fp}\n(edge-console shows it at the first contact: it "
+          "must match; unless the agent runs with --insecure or its own tls_cert)",
+          file=sys.stderr)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Usage::
 
-    with AgentClient("192.168.1.20:50051", token=token) as agent:
+    tls = PinnedTls(fingerprint)           # from `edge-agent token` (or a known_agents file)
+    with AgentClient("192.168.1.20:50051", token=token, tls=tls) as agent:
         print(agent.info().profile)
         result = agent.deploy(Path("mlp-2-x86_64-cpu-openvino.edgepkg"),
                               on_step=lambda s: print(s.step, s.message))
@@ -12,10 +13,17 @@ Usage::
 
 Every method raises :class:`ManagementError` (a subclass per cause) with one line a user can act
 on; it never returns protobuf messages.
+
+Transport: ``tls=PinnedTls(...)`` (the agent's self-signed certificate, checked against a pinned
+SHA-256 fingerprint), ``tls=ClientTls(...)`` (a CA, optionally a client certificate: mTLS), or
+``tls=None``: plaintext, only for an agent started with ``--insecure``. A client and an agent
+that disagree about TLS get a message that says which side to change.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +36,7 @@ from edge_agent.management import convert
 from edge_agent.management.auth import bearer
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
+from edge_agent.management.tls import SERVER_NAME, fingerprint, normalize_fingerprint
 from edge_agent.management.types import (
     AgentInfo,
     DeploymentInfo,
@@ -59,6 +68,18 @@ class AgentUnreachableError(ManagementError):
     """No agent answered at the address (down, wrong port, firewall, TLS mismatch)."""
 
 
+class TransportMismatchError(AgentUnreachableError):
+    """One side speaks TLS and the other plaintext (``--insecure`` on one side only)."""
+
+
+class CertificateChangedError(ManagementError):
+    """The agent presented a certificate other than the pinned one."""
+
+    def __init__(self, message: str, *, pinned: str, presented: str) -> None:
+        super().__init__(message, "UNAVAILABLE")
+        self.pinned, self.presented = pinned, presented
+
+
 @dataclass(frozen=True)
 class ClientTls:
     """TLS for the management channel: the agent's CA, and a client cert/key for mTLS."""
@@ -75,18 +96,94 @@ class ClientTls:
             certificate_chain=self.cert.read_bytes() if self.cert else None)
 
 
+@dataclass(frozen=True)
+class PinnedTls:
+    """TLS to an agent's self-signed certificate, trusted because its SHA-256 fingerprint is
+    ``fingerprint`` (``SHA256:AB:CD:...``); ``cert``/``key``: a client certificate (mTLS)."""
+
+    fingerprint: str
+    cert: Path | None = None
+    key: Path | None = None
+
+
+def _host_port(target: str) -> tuple[str, int]:
+    host, _, port = target.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None = None,
+                      key: Path | None = None) -> str:
+    """The PEM certificate the agent at ``target`` presents (not verified: compare its
+    :func:`~edge_agent.management.tls.fingerprint` with a pin before trusting it).
+
+    Raises AgentUnreachableError (nothing answers) or TransportMismatchError (it answers in
+    plaintext: an agent started with ``--insecure``).
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    if cert is not None and key is not None:
+        context.load_cert_chain(cert, key)
+    try:
+        host, port = _host_port(target)
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            try:
+                with context.wrap_socket(sock, server_hostname=SERVER_NAME) as tls:
+                    der = tls.getpeercert(binary_form=True)
+            except (ssl.SSLError, ConnectionResetError, EOFError) as exc:
+                reason = getattr(exc, "reason", None) or str(exc)
+                raise TransportMismatchError(
+                    f"agent {target} does not answer TLS ({reason}): it serves plaintext "
+                    "(started with --insecure?); use --insecure on the console too, or "
+                    "restart the agent without --insecure", "UNAVAILABLE") from None
+    except TimeoutError:
+        raise AgentUnreachableError(f"cannot reach an agent at {target}: no answer within "
+                                    f"{timeout_s:g} s", "UNAVAILABLE") from None
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise AgentUnreachableError(f"cannot reach an agent at {target}: {why}",
+                                    "UNAVAILABLE") from None
+    if not der:
+        raise AgentUnreachableError(f"agent {target} presented no certificate", "UNAVAILABLE")
+    return ssl.DER_cert_to_PEM_cert(der)
+
+
+def changed_message(target: str, pinned: str, presented: str) -> str:
+    """What to say when ``target`` presents another certificate than the pinned one."""
+    return (f"the certificate of agent {target} has CHANGED since it was pinned: pinned "
+            f"{pinned}, presented {presented}. Someone may be impersonating the agent, or its "
+            "state directory (tls/) was recreated. Check on the device with `edge-agent token "
+            "--state-dir DIR`; only if it shows the new fingerprint, remove the old pin")
+
+
 class AgentClient:
     """A connection to one agent's management API. Thread-safe; close it (or use ``with``)."""
 
-    def __init__(self, target: str, *, token: str | None = None, tls: ClientTls | None = None,
+    def __init__(self, target: str, *, token: str | None = None,
+                 tls: ClientTls | PinnedTls | None = None,
                  timeout_s: float = 30.0, deploy_timeout_s: float = 600.0) -> None:
         self.target = target
         self.timeout_s = timeout_s
         self.deploy_timeout_s = deploy_timeout_s
+        self.tls = tls
         self._metadata = bearer(token) if token else ()
         options: list[tuple[str, Any]] = [("grpc.max_send_message_length", 8 << 20),
                    ("grpc.max_receive_message_length", 8 << 20)]
-        if tls is not None:
+        if isinstance(tls, PinnedTls):
+            pinned = normalize_fingerprint(tls.fingerprint)
+            pem = fetch_certificate(target, timeout_s=min(timeout_s, 10.0), cert=tls.cert,
+                                    key=tls.key)
+            if fingerprint(pem) != pinned:
+                raise CertificateChangedError(changed_message(target, pinned, fingerprint(pem)),
+                                              pinned=pinned, presented=fingerprint(pem))
+            options.append(("grpc.ssl_target_name_override", SERVER_NAME))
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=pem.encode(),
+                private_key=tls.key.read_bytes() if tls.key else None,
+                certificate_chain=tls.cert.read_bytes() if tls.cert else None)
+            self._channel = grpc.secure_channel(target, creds, options=options)
+        elif tls is not None:
             if tls.server_name:
                 options.append(("grpc.ssl_target_name_override", tls.server_name))
             self._channel = grpc.secure_channel(target, tls.credentials(), options=options)
@@ -115,6 +212,10 @@ class AgentClient:
         code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
         details = (exc.details() if hasattr(exc, "details") else "") or str(code)
         name = code.name if code is not None else "UNKNOWN"
+        if code is grpc.StatusCode.UNAVAILABLE:
+            mismatch = self._transport_mismatch(details)
+            if mismatch is not None:
+                return mismatch
         if code is grpc.StatusCode.UNAUTHENTICATED:
             return AuthenticationError(f"agent {self.target} refused {what}: {details}", name)
         if code is grpc.StatusCode.UNAVAILABLE and ("connect" in details.lower()
@@ -126,6 +227,41 @@ class AgentClient:
             return AgentUnreachableError(f"agent {self.target} did not answer {what} in time",
                                          name)
         return ManagementError(f"agent {self.target}: {what} failed: {details}", name)
+
+    def _transport_mismatch(self, details: str) -> ManagementError | None:
+        """Why a call could not connect when TLS is the reason (asks the agent again)."""
+        low = details.lower()
+        if self.tls is None and "socket closed" in low:
+            try:
+                pem = fetch_certificate(self.target, timeout_s=min(self.timeout_s, 5.0))
+            except ManagementError:
+                return None
+            return TransportMismatchError(
+                f"agent {self.target} requires TLS (certificate {fingerprint(pem)}) and this "
+                "client connected in plaintext: drop --insecure (the console then pins the "
+                "agent's certificate)", "UNAVAILABLE")
+        if self.tls is not None and "wrong_version_number" in low:
+            return TransportMismatchError(
+                f"agent {self.target} serves plaintext (started with --insecure?) and this "
+                "client requires TLS: use --insecure on the console too, or restart the agent "
+                "without --insecure", "UNAVAILABLE")
+        if isinstance(self.tls, PinnedTls) and "certificate_verify_failed" in low:
+            pinned = normalize_fingerprint(self.tls.fingerprint)
+            try:
+                presented = fingerprint(fetch_certificate(self.target, timeout_s=5.0,
+                                                          cert=self.tls.cert,
+                                                          key=self.tls.key))
+            except ManagementError as exc:
+                return exc
+            if presented != pinned:
+                return CertificateChangedError(changed_message(self.target, pinned, presented),
+                                               pinned=pinned, presented=presented)
+            return AgentUnreachableError(
+                f"agent {self.target} presents the pinned certificate, but it cannot be its own "
+                f"trust anchor (signed by a CA, or not naming '{SERVER_NAME}'): an agent with "
+                "its own tls_cert needs that CA in the console config ([tls] ca or tls_ca)",
+                "UNAVAILABLE")
+        return None
 
     def info(self) -> AgentInfo:
         """Who the agent is: id, name, host, arch, profile, runtimes, version, uptime."""

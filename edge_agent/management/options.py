@@ -12,9 +12,13 @@
     watch_window_s = 60
     error_threshold = 0.5
     min_requests = 20
-    tls_cert = "agent.pem"          # TLS; with tls_client_ca: mTLS instead of the token
+    # TLS is on by default: a self-signed certificate created in STATE_DIR/tls/ (consoles pin
+    # its fingerprint). Your own certificate instead (tls_cert + tls_key), and/or client
+    # certificates signed by tls_client_ca (mTLS: they replace the token).
+    tls_cert = "agent.pem"
     tls_key = "agent.key"
     tls_client_ca = "ca.pem"
+    insecure = false                # --insecure: plaintext (trusted networks and tests only)
 
     [mdns]
     enabled = true                  # --no-mdns
@@ -39,7 +43,7 @@ from edge_agent.management.runtime import ManagementOptions
 SECTIONS = ("management", "mdns", "metrics")
 _MGMT_KEYS = {"address", "name", "trust", "allow_unsigned", "profile", "keep_versions",
               "watch_window_s", "error_threshold", "min_requests", "tls_cert", "tls_key",
-              "tls_client_ca"}
+              "tls_client_ca", "insecure"}
 
 
 def _table(data: Mapping[str, Any], key: str, known: set[str]) -> dict[str, Any]:
@@ -74,8 +78,8 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
                        address: str | None = None, name: str | None = None,
                        trust: Sequence[Path] = (), allow_unsigned: bool = False,
                        mdns_interfaces: Sequence[str] = (), no_mdns: bool = False,
-                       no_metrics: bool = False, profile: str | None = None
-                       ) -> ManagementOptions:
+                       no_metrics: bool = False, profile: str | None = None,
+                       insecure: bool = False) -> ManagementOptions:
     """ManagementOptions from the parsed TOML ``data`` with the flags (when given) on top."""
     mg = _table(data, "management", _MGMT_KEYS)
     md = _table(data, "mdns", {"enabled", "interfaces"})
@@ -112,8 +116,10 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
                              key=path("management.tls_key", mg["tls_key"]),
                              client_ca=path("management.tls_client_ca", mg["tls_client_ca"])
                              if "tls_client_ca" in mg else None)
-    elif "tls_client_ca" in mg:
-        raise ConfigError("config key 'management.tls_client_ca' needs tls_cert and tls_key")
+    elif "tls_client_ca" in mg:  # client certificates, the agent's own self-signed cert
+        kw["client_ca"] = path("management.tls_client_ca", mg["tls_client_ca"])
+    if "insecure" in mg:
+        kw["insecure"] = _typed("management.insecure", mg["insecure"], bool)
     if "enabled" in md:
         kw["mdns"] = _typed("mdns.enabled", md["enabled"], bool)
     if "interfaces" in md:
@@ -139,7 +145,12 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
         flags["metrics"] = False
     if profile is not None:
         flags["profile"] = profile
+    if insecure:
+        flags["insecure"] = True
     options = dataclasses.replace(options, **flags)
+    if options.insecure and (options.tls is not None or options.client_ca is not None):
+        raise ConfigError("--insecure (management.insecure) turns TLS off, but TLS files are "
+                          "configured (management.tls_cert / tls_client_ca); drop one of them")
     for pub in options.trusted_keys:
         if not pub.is_file():
             raise ConfigError(f"trusted public key {pub} does not exist (--trust / "

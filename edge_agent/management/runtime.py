@@ -29,6 +29,7 @@ from edge_agent.management.auth import TlsFiles
 from edge_agent.management.identity import AgentIdentity, load_or_create_agent_id
 from edge_agent.management.server import ManagementServer
 from edge_agent.management.servicer import ManagementServicer
+from edge_agent.management.tls import fingerprint, load_or_create
 from edge_agent.manager import ManagerSettings, ModelManager
 from edge_agent.manager.pause import hooks_from_environment
 from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
@@ -52,7 +53,9 @@ class ManagementOptions:
     watch_window_s: float = 60.0
     error_threshold: float = 0.5
     min_requests: int = 20
-    tls: TlsFiles | None = None
+    tls: TlsFiles | None = None  # your own certificate; None: the self-signed one in STATE_DIR/tls
+    client_ca: Path | None = None  # mTLS with the self-signed certificate
+    insecure: bool = False  # plaintext management API (--insecure)
     mdns: bool = True
     mdns_interfaces: tuple[str, ...] = ()  # empty: every interface
     metrics: bool = True
@@ -110,6 +113,7 @@ class AgentRuntime:
         self._advertiser: Advertiser | None = None
         self._loop: _LoopThread | None = None
         self._inference_port = 0
+        self.fingerprint = ""  # of the management certificate ("" while plaintext or off)
 
     @property
     def token(self) -> str:
@@ -155,10 +159,12 @@ class AgentRuntime:
             return None
         servicer = ManagementServicer(self.manager, self.identity, metrics=self.metrics,
                                       recorder=self.recorder, on_change=self._advert_changed)
+        tls = self._server_tls()
+        self.fingerprint = fingerprint(tls.cert.read_bytes()) if tls is not None else ""
         self.management = ManagementServer(servicer, self.options.address,
                                            token=self._token_file.current
                                            if self._token_file else "",
-                                           tls=self.options.tls)
+                                           tls=tls)
         self.management_address = self.management.start()
         if not self.options.trusted_keys and not self.options.allow_unsigned:
             log.warning("no trusted public key (--trust): every deploy will be refused until "
@@ -166,6 +172,23 @@ class AgentRuntime:
         if self.options.mdns:
             self._start_mdns()
         return self.management_address
+
+    def _server_tls(self) -> TlsFiles | None:
+        """The management TLS files: none (--insecure), the configured ones, or the agent's
+        self-signed identity in the state dir (created on first start)."""
+        if self.options.insecure:
+            log.warning("management API in PLAINTEXT (--insecure): anyone on the network who "
+                        "sees a call can take the token")
+            return None
+        if self.options.tls is not None:
+            return self.options.tls
+        from edge_agent.discovery import advertised_addresses
+
+        host = (self.options.address or "").rpartition(":")[0].strip("[]")
+        hosts = [*advertised_addresses(self.options.mdns_interfaces or None),
+                 *([host] if host and host not in ("0.0.0.0", "::") else [])]
+        cert, key = load_or_create(self.state_dir, hosts)
+        return TlsFiles(cert=cert, key=key, client_ca=self.options.client_ca)
 
     def _advert(self) -> AgentAdvert:
         from edge_agent.discovery import AgentAdvert
@@ -176,6 +199,7 @@ class AgentRuntime:
         return AgentAdvert(id=self.identity.agent_id, name=self.identity.name,
                            arch=self.manager.device.arch, profile=self.manager.device.profile,
                            mgmt_port=self.management.port, grpc_port=self._inference_port,
+                           fingerprint=self.fingerprint,
                            models=tuple(names_of(self.manager.versions())))
 
     def _start_mdns(self) -> None:

@@ -19,6 +19,8 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # deploy chunks are 1 MiB
 class ManagementServer:
     """Serves :class:`ManagementServicer` on ``address`` (HOST:PORT, port 0: any free port).
 
+    ``tls``: the certificate and key to serve (the agent's own, from
+    :mod:`edge_agent.management.tls`, unless configured); None serves plaintext (``--insecure``).
     With ``tls`` holding a client CA, client certificates replace the token; otherwise every
     call needs ``token`` (or the token a callable returns now: rotation without restart).
     """

@@ -1,7 +1,9 @@
 """A real agent process for tests: started in its own process group, stopped or SIGKILLed.
 
 Runs ``python -m edge_agent.cli serve`` on 127.0.0.1 port 0 (inference and management), no
-Unix socket, mDNS off unless asked, and reads the ready line for the real ports.
+Unix socket, mDNS off unless asked, and reads the ready line for the real ports. The management
+API is plaintext (``--insecure``) unless ``tls=True``: the tests that use this helper are about
+crashes and recovery, not transport; :meth:`AgentProcess.client` picks the right client.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge_agent.management.client import AgentClient
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"edge-agent ready: listening on (?P<listen>.*?); management on "
@@ -26,7 +32,7 @@ class AgentProcess:
 
     def __init__(self, state_dir: Path, *, trust: Path | None = None,
                  allow_unsigned: bool = False, env: dict[str, str] | None = None,
-                 extra: list[str] | None = None) -> None:
+                 extra: list[str] | None = None, tls: bool = False) -> None:
         self.state_dir = Path(state_dir)
         self.args = [sys.executable, "-m", "edge_agent.cli", "serve",
                      "--state-dir", str(self.state_dir), "--grpc", "127.0.0.1:0", "--no-uds",
@@ -35,6 +41,9 @@ class AgentProcess:
             self.args += ["--trust", str(trust)]
         if allow_unsigned:
             self.args.append("--allow-unsigned")
+        self.tls = tls
+        if not tls:
+            self.args.append("--insecure")
         self.args += extra if extra is not None else ["--no-mdns"]
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         self.proc: subprocess.Popen[str] | None = None
@@ -63,6 +72,22 @@ class AgentProcess:
                 return self
         self.kill()
         raise AssertionError("agent did not become ready:\n" + "".join(self.output))
+
+    @property
+    def fingerprint(self) -> str:
+        """The management certificate's fingerprint (the agent creates it at first start)."""
+        from edge_agent.management.tls import fingerprint_of
+
+        return fingerprint_of(self.state_dir)
+
+    def client(self, token: str | None = None, **kw: Any) -> AgentClient:
+        """A management client: the certificate pinned when TLS is on; the token from the
+        state directory unless given."""
+        from edge_agent.management.client import AgentClient, PinnedTls
+
+        token = token or (self.state_dir / "management.token").read_text().strip()
+        tls = PinnedTls(self.fingerprint) if self.tls else None
+        return AgentClient(self.management, token=token, tls=tls, **kw)
 
     def _pump(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

@@ -1,9 +1,15 @@
 """A real agent (edge_agent.management.agent_main.run_agent) on a thread of the test process:
-inference gRPC and management gRPC on 127.0.0.1 port 0, no Unix socket."""
+inference gRPC and management gRPC on 127.0.0.1 port 0, no Unix socket.
+
+The management API is plaintext (``insecure``) unless ``start_agent(..., tls=True)`` or the
+options name TLS files: most tests here are about deploys, faults and tokens, where TLS would
+only cost time. :meth:`InProcessAgent.client` returns a client that fits either way (TLS: the
+agent's certificate pinned by fingerprint)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -12,6 +18,7 @@ from typing import Any
 
 from edge_agent.config import AgentConfig, GrpcConfig
 from edge_agent.management.agent_main import run_agent
+from edge_agent.management.client import AgentClient, PinnedTls
 from edge_agent.management.runtime import AgentRuntime, ManagementOptions
 
 
@@ -37,6 +44,17 @@ class InProcessAgent:
         assert self.runtime is not None
         return self.runtime.token
 
+    @property
+    def fingerprint(self) -> str:
+        """The management certificate's fingerprint ("" when plaintext)."""
+        assert self.runtime is not None
+        return self.runtime.fingerprint
+
+    def client(self, **kw: Any) -> AgentClient:
+        """A management client with the agent's token (and its certificate pinned)."""
+        tls = PinnedTls(self.fingerprint) if self.fingerprint else None
+        return AgentClient(self.management, token=self.token, tls=tls, **kw)
+
     def stop(self) -> None:
         self.stop_event.set()
         if self.thread is not None:
@@ -45,8 +63,12 @@ class InProcessAgent:
 
 
 def start_agent(state_dir: Path, options: ManagementOptions, *,
-                workers: int = 24, repository_control: bool = False) -> InProcessAgent:
-    """Start an agent on ``state_dir`` and wait until it serves."""
+                workers: int = 24, repository_control: bool = False,
+                tls: bool = False) -> InProcessAgent:
+    """Start an agent on ``state_dir`` and wait until it serves; plaintext management unless
+    ``tls`` (or TLS files in ``options``)."""
+    if not tls and options.tls is None and options.client_ca is None:
+        options = dataclasses.replace(options, insecure=True)
     config = AgentConfig(state_dir=state_dir,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False,
                                          workers=workers,
@@ -76,17 +98,15 @@ def start_agent(state_dir: Path, options: ManagementOptions, *,
 
 @contextlib.contextmanager
 def trusted_agent(state_dir: Path, public_key: Path, *, name: str = "test-agent",
-                  deploy: Path | None = None) -> Iterator[InProcessAgent]:
+                  deploy: Path | None = None, tls: bool = False) -> Iterator[InProcessAgent]:
     """A running agent that trusts ``public_key`` (mDNS off, no auto-rollback watch window),
     with ``deploy`` deployed first when given; stopped on exit."""
-    from edge_agent.management.client import AgentClient
-
     options = ManagementOptions(address="127.0.0.1:0", name=name, trusted_keys=(public_key,),
                                 mdns=False, watch_window_s=0.0)
-    running = start_agent(state_dir, options)
+    running = start_agent(state_dir, options, tls=tls)
     try:
         if deploy is not None:
-            with AgentClient(running.management, token=running.token) as client:
+            with running.client() as client:
                 result = client.deploy(deploy)
                 assert result.ok, result
         yield running

@@ -1,5 +1,8 @@
-"""Two real agents (in-process threads, management on 127.0.0.1 port 0; one advertised over
-mDNS on 127.0.0.1 only) and a runner for edge-console subprocesses."""
+"""Two real agents (in-process threads, management over TLS on 127.0.0.1 port 0; one
+advertised over mDNS on 127.0.0.1 only) and a runner for edge-console subprocesses.
+
+The consoles find both agents' certificates pinned in ``HOME/edge-console/known_agents`` (as an
+operator's console would after the first contact), so every subcommand here runs over TLS."""
 
 from __future__ import annotations
 
@@ -41,10 +44,10 @@ def fleet(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     common = {"address": "127.0.0.1:0", "trusted_keys": (bundles.public_key,),
               "watch_window_s": 0.0, "mdns_interfaces": ("127.0.0.1",)}
     a = start_agent(root / "a", ManagementOptions(name="agent-a", mdns=True, **common),
-                    workers=4)
+                    workers=4, tls=True)
     try:
         b = start_agent(root / "b", ManagementOptions(name="agent-b", mdns=False, **common),
-                        workers=4)
+                        workers=4, tls=True)
     except BaseException:
         a.stop()
         raise
@@ -53,7 +56,9 @@ def fleet(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         token_a.write_text(a.token + "\n")
         token_b.write_text(b.token + "\n")
         home = root / "home"
-        home.mkdir()
+        (home / "edge-console").mkdir(parents=True)
+        (home / "edge-console" / "known_agents").write_text(
+            f"{a.management} {a.fingerprint} agent-a\n{b.management} {b.fingerprint} agent-b\n")
         yield Fleet(a, b, token_a, token_b, home)
     finally:
         b.stop()

@@ -1,5 +1,9 @@
 """Real agents for the console tests: ``edge-agent serve`` processes (inference gRPC,
-management gRPC with a token, mDNS bound to 127.0.0.1 only), ports from the OS."""
+management gRPC with a token, mDNS bound to 127.0.0.1 only), ports from the OS.
+
+Management is plaintext (``--insecure``; the console apps in these tests pass ``insecure``
+too) unless ``tls=True``: these tests are about the UI. TLS and pinning through the console's
+connections are tested in tests/agent_management/test_tls.py."""
 
 from __future__ import annotations
 
@@ -95,7 +99,7 @@ class RunningAgent:
 
 
 def start_agent(root: Path, name: str, public_key: Path, *, mdns: bool = True,
-                profile: str = PROFILE) -> RunningAgent:
+                profile: str = PROFILE, tls: bool = False) -> RunningAgent:
     """Start ``edge-agent serve`` called ``name`` with its state under ``root / name``,
     inference and management on 127.0.0.1 port 0, mDNS (if asked) on 127.0.0.1 only."""
     state_dir = root / name
@@ -104,6 +108,7 @@ def start_agent(root: Path, name: str, public_key: Path, *, mdns: bool = True,
             "--grpc", "127.0.0.1:0", "--no-uds", "--management", "127.0.0.1:0",
             "--name", name, "--trust", str(public_key), "--profile", profile]
     args += ["--mdns-interface", LOOPBACK[0]] if mdns else ["--no-mdns"]
+    args += [] if tls else ["--insecure"]
     proc = subprocess.Popen(args, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)

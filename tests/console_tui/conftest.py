@@ -43,6 +43,7 @@ def console_app(*, tokens: dict[str, str] | None = None, discovery: bool = True,
                 poll: bool = True, **kw: object) -> EdgeConsoleApp:
     """The console as the tests run it: mDNS on 127.0.0.1 only, fast polls."""
     kw.setdefault("interfaces", LOOPBACK)
+    kw.setdefault("insecure", True)  # the agents run with --insecure (tests/console_tui/agents)
     settings = ConsoleSettings(tokens=tokens or {}, discovery=discovery, poll_interval_s=0.3,
                                canary_soak_s=1.0, **kw)  # type: ignore[arg-type]
     return EdgeConsoleApp(settings, poll=poll)
