@@ -23,9 +23,12 @@ import ssl
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 SERVER_NAME = "edge-agent"  # the DNS name in every agent certificate; clients ask for it
 TLS_DIR = "tls"
@@ -65,10 +68,10 @@ def tls_dir(state_dir: str | os.PathLike[str]) -> Path:
     return Path(state_dir) / TLS_DIR
 
 
-def _san_names(hosts: Iterable[str]) -> list[object]:
+def _san_names(hosts: Iterable[str]) -> list[x509.GeneralName]:
     from cryptography import x509
 
-    names: list[object] = [x509.DNSName(SERVER_NAME)]
+    names: list[x509.GeneralName] = [x509.DNSName(SERVER_NAME)]
     seen: set[str] = {SERVER_NAME}
     for host in (socket.gethostname(), "localhost", "127.0.0.1", *hosts):
         if not host or host in seen:
@@ -97,7 +100,7 @@ def _generate(directory: Path, hosts: Iterable[str]) -> None:
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
-            .add_extension(x509.SubjectAlternativeName(_san_names(hosts)),  # type: ignore[arg-type]
+            .add_extension(x509.SubjectAlternativeName(_san_names(hosts)),
                            critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
