@@ -9,9 +9,17 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge_agent.errors import AgentError
 from edge_agent.management import cli_extras
+from edge_agent.state.lock import PRIVATE_UMASK
+
+if TYPE_CHECKING:
+    from packager.reader import BundleReader
+
+#: Commands that create files in the state directory (they run with umask 077).
+WRITERS = ("serve", "add-bundle", "token")
 
 EPILOG = textwrap.dedent("""\
     examples:
@@ -118,9 +126,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                  uds=args.uds, no_uds=args.no_uds, max_message_bytes=args.max_message_bytes,
                  management=cli_extras.management_flag_values(args))
     config = load_config(flags.pop("config"), **flags)  # type: ignore[arg-type]
-    if not config.state_dir.is_dir():
-        raise AgentError(f"state directory {config.state_dir} does not exist; create it and "
-                         "add a bundle with `edge-agent add-bundle`")
+    # A missing state directory is created (0700) when the agent locks it, before any write.
 
     def ready(addresses, dataplane) -> None:
         entries = dataplane.repository_index()
@@ -137,7 +143,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_add_bundle(args: argparse.Namespace) -> int:
-    """``edge-agent add-bundle``."""
+    """``edge-agent add-bundle``: the deploy's compatibility and signature checks, then an
+    atomic install, with the state directory locked (refused while an agent serves it)."""
+    from edge_agent.manager import check_compatible, detect_device
+    from edge_agent.state.lock import claim_state_dir
     from packager.reader import open_bundle
 
     if not args.bundle.is_file():
@@ -146,27 +155,37 @@ def cmd_add_bundle(args: argparse.Namespace) -> int:
         raise AgentError("give --pubkey KEY to verify the bundle's signature, or "
                          "--allow-unsigned to accept it without one")
     with open_bundle(args.bundle) as bundle:
-        bundle.verify(trusted_keys=args.pubkey, allow_unsigned=args.allow_unsigned)
         m = bundle.manifest
-        model_dir = args.state_dir / "models" / m.name
-        target = model_dir / str(m.version)
-        existed = target.exists()
-        if existed and not args.replace:
-            raise AgentError(f"{m.name} version {m.version} is already installed at {target}; "
-                             "pass --replace to overwrite it")
-        incoming = model_dir / f".{m.version}.incoming"
-        shutil.rmtree(incoming, ignore_errors=True)  # left over from an interrupted run
-        staged = bundle.extract(incoming if existed else target)
+        check_compatible(m, detect_device())  # the rule (and message) deploy applies
+        bundle.verify(trusted_keys=args.pubkey, allow_unsigned=args.allow_unsigned)
         signed = "signed" if bundle.signed else "unsigned"
+        with claim_state_dir(args.state_dir, role="add-bundle"):
+            target, existed = _install(bundle, args.state_dir, replace=args.replace)
+    print(f"{'replaced' if existed else 'installed'} {m.name} version {m.version} "
+          f"({m.profile}, {m.backend}, {signed}) at {target}")
+    return 0
+
+
+def _install(bundle: BundleReader, state_dir: Path, *, replace: bool) -> tuple[Path, bool]:
+    """Extract ``bundle`` to STATE_DIR/models/NAME/VERSION (swapping it in when ``replace``);
+    returns the target and whether a version was replaced."""
+    m = bundle.manifest
+    model_dir = state_dir / "models" / m.name
+    target = model_dir / str(m.version)
+    existed = target.exists()
+    if existed and not replace:
+        raise AgentError(f"{m.name} version {m.version} is already installed at {target}; "
+                         "pass --replace to overwrite it")
+    incoming = model_dir / f".{m.version}.incoming"
+    shutil.rmtree(incoming, ignore_errors=True)  # left over from an interrupted run
+    staged = bundle.extract(incoming if existed else target)
     if existed:
         old = model_dir / f".{m.version}.old"
         shutil.rmtree(old, ignore_errors=True)
         target.rename(old)
         staged.rename(target)
         shutil.rmtree(old, ignore_errors=True)
-    print(f"{'replaced' if existed else 'installed'} {m.name} version {m.version} "
-          f"({m.profile}, {m.backend}, {signed}) at {target}")
-    return 0
+    return target, existed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from packager.errors import PackagerError
 
+    if args.command in WRITERS:
+        # Whatever the caller's umask: the state, its databases and models are private.
+        os.umask(PRIVATE_UMASK)
     handlers = {"serve": cmd_serve, "add-bundle": cmd_add_bundle, **cli_extras.HANDLERS}
     try:
         return handlers[args.command](args)

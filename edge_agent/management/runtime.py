@@ -3,7 +3,7 @@
 :class:`AgentRuntime` wires the libraries together; ``edge_agent.server.serve`` drives it::
 
     runtime = AgentRuntime(state_dir, options, observer_enabled=True)
-    runtime.start_core()                 # state store, token, metrics, data plane
+    runtime.start_core()                 # state dir lock, state store, token, metrics, data plane
     ...                                  # the inference server binds here (it needs the plane)
     runtime.start_models()               # crash recovery + load the active versions
     runtime.start_management(inference_address="127.0.0.1:8001")   # gRPC + mDNS
@@ -31,6 +31,7 @@ from edge_agent.management.servicer import ManagementServicer
 from edge_agent.manager import ManagerSettings, ModelManager
 from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
 from edge_agent.state import StateStore, TokenFile
+from edge_agent.state.lock import StateLock, claim_state_dir
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class AgentRuntime:
         self.management_address: str | None = None
         self.identity: AgentIdentity | None = None
         self._token_file: TokenFile | None = None
+        self._state_lock: StateLock | None = None
         self._advertiser = None
         self._loop: _LoopThread | None = None
         self._inference_port = 0
@@ -112,7 +114,13 @@ class AgentRuntime:
 
     # -- start ---------------------------------------------------------------------------------
     def start_core(self) -> DataPlane:
-        """Open the state store, the token, the metrics, and build the (empty) data plane."""
+        """Lock the state directory (creating it, 0700), then open the state store, the token,
+        the metrics, and build the (empty) data plane.
+
+        The lock comes first: a second agent on the same directory stops here, before any
+        recovery or write (StateDirInUseError names the holder's PID).
+        """
+        self._state_lock = claim_state_dir(self.state_dir, role="serve")
         self.store = StateStore.open(self.state_dir)
         self._token_file = TokenFile(self.state_dir)
         if self.options.metrics:
@@ -220,3 +228,5 @@ class AgentRuntime:
             self.metrics.close()
         if self.store is not None:
             self.store.close()
+        if self._state_lock is not None:
+            self._state_lock.release()
