@@ -201,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from packager.errors import PackagerError
 
-    if args.command in WRITERS:
-        # Whatever the caller's umask: the state, its databases and models are private.
-        os.umask(PRIVATE_UMASK)
     handlers = {"serve": cmd_serve, "add-bundle": cmd_add_bundle, **cli_extras.HANDLERS}
+    # Whatever the caller's umask: the state, its databases and models are private (restored
+    # on return for callers that run main() in their own process, such as tests).
+    umask = os.umask(PRIVATE_UMASK) if args.command in WRITERS else None
     try:
         return handlers[args.command](args)
     except (AgentError, PackagerError) as exc:
@@ -214,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edge-agent {args.command}: error:{where}: {exc.strerror or exc}", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"edge-agent {args.command}: interrupted", file=sys.stderr)
+    finally:
+        if umask is not None:
+            os.umask(umask)
     return 1
 
 
