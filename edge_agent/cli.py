@@ -41,7 +41,8 @@ SERVE_HELP = textwrap.dedent("""\
     Serve every model version in STATE_DIR/models/NAME/VERSION/ over KServe v2 gRPC
     (tritonclient.grpc works unmodified) plus the standard grpc.health.v1 service.
     Prints one line when ready; SIGTERM or Ctrl-C drains in-flight requests and exits 0.
-    Flags override agent.toml.""")
+    Flags override agent.toml. A missing STATE_DIR is created (mode 0700); one agent per
+    STATE_DIR (a second is refused, naming the PID that holds STATE_DIR/agent.lock).""")
 
 SERVE_EPILOG = textwrap.dedent("""\
     examples:
@@ -62,9 +63,10 @@ SERVE_EPILOG = textwrap.dedent("""\
     """)
 
 ADD_HELP = textwrap.dedent("""\
-    Verify a bundle (signature by a trusted key, every file hash) and extract it safely into
-    STATE_DIR/models/NAME/VERSION/. Refuses an existing version unless --replace. A running
-    agent picks it up on RepositoryModelLoad (tritonclient: load_model(NAME)) or restart.""")
+    Verify a bundle (fits this device as a deploy requires, signature by a trusted key, every
+    file hash) and extract it safely into STATE_DIR/models/NAME/VERSION/. Refuses an existing
+    version unless --replace. For a device whose agent is stopped: refused while an agent
+    serves STATE_DIR (deploy to it with edge-console deploy instead).""")
 
 ADD_EPILOG = textwrap.dedent("""\
     examples:

@@ -66,7 +66,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     token.add_argument("--state-dir", type=Path, required=True, help="agent state directory")
     token.add_argument("--rotate", action="store_true",
                        help="replace the token with a new one and print it; a running agent "
-                            "refuses the old token from its next call (no restart)")
+                            "refuses the old token from its next call (no restart; safe "
+                            "beside it: the file is replaced atomically)")
 
     metrics = sub.add_parser("metrics", help="print a summary table of recent metrics",
                              description="Read STATE_DIR/metrics.db (safe while the agent "
