@@ -31,6 +31,7 @@ def test_serve_creates_a_missing_state_dir_and_keeps_everything_private_under_um
     agent = AgentProcess(tmp_path / "unused", trust=bundles.public_key)
     # start() creates its state_dir ("unused"); the agent is told the missing one instead
     agent.args[agent.args.index("--state-dir") + 1] = str(state)
+    agent.args.remove("--no-uds")  # the default socket, STATE_DIR/run/inference.sock
     assert not state.parent.exists()
     old = os.umask(0o000)  # the agent inherits it, as from a careless shell
     try:
@@ -47,7 +48,12 @@ def test_serve_creates_a_missing_state_dir_and_keeps_everything_private_under_um
             assert _mode(state / name) == 0o600, name
         model = state / "models" / "mlp" / "1"
         assert (model / "manifest.json").is_file()
+        # the socket's own mode admits its group's apps; its directory lets them reach it
+        sock = state / "run" / "inference.sock"
+        assert sock.is_socket() and _mode(sock) == 0o660 and _mode(sock.parent) == 0o755
         for p in [state / "models", *state.rglob("*")]:
+            if p.parent.name == "run" or p.name == "run":
+                continue
             if p.is_dir():
                 assert _mode(p) == 0o700, p
             else:
