@@ -9,6 +9,7 @@ keep working beside a running agent.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -128,7 +129,9 @@ def test_a_second_agent_is_refused_during_a_deploy_and_takes_over_after_kill_9(
         assert [r.ok for r in upload.results] == [True], upload.results
         _serves(first, bundles, 1)
         assert (state / "agent.lock").read_text().split() == [str(first.proc.pid), "serve"]
-        first.kill()
+        os.kill(first.proc.pid, signal.SIGKILL)  # kill -9 of the lock holder itself
+        first.proc.wait(60)
+        first.kill()  # anything else left in its process group
     with AgentProcess(state, trust=bundles.public_key) as successor, \
             AgentClient(successor.management, token=_token(state)) as client:
         assert successor.proc is not None
