@@ -65,8 +65,8 @@ SERVE_EPILOG = textwrap.dedent("""\
 ADD_HELP = textwrap.dedent("""\
     Verify a bundle (fits this device as a deploy requires, signature by a trusted key, every
     file hash) and extract it safely into STATE_DIR/models/NAME/VERSION/. Refuses an existing
-    version unless --replace. For a device whose agent is stopped: refused while an agent
-    serves STATE_DIR (deploy to it with edge-console deploy instead).""")
+    version unless --replace. Refused while an agent serves STATE_DIR: deploy to a running
+    agent with edge-console deploy.""")
 
 ADD_EPILOG = textwrap.dedent("""\
     examples:
