@@ -1,9 +1,10 @@
 """The agent's main loop: inference server + :class:`AgentRuntime`, signals and systemd.
 
-``edge_agent.server.serve`` calls :func:`run_agent`. Order at start: the state dir's lock, state, token and metrics ->
-inference listeners bound (health NOT_SERVING) -> crash recovery and the active versions loaded
--> management API and mDNS -> health SERVING, ``READY=1``. SIGTERM/SIGINT: ``STOPPING=1``, the
-advert withdrawn, in-flight requests drained, exit 0. SIGHUP: ``reload()`` re-reads the config.
+``edge_agent.server.serve`` calls :func:`run_agent`. Order at start: the state dir's lock,
+state, token and metrics -> inference listeners bound (health NOT_SERVING) -> crash recovery
+and the active versions loaded -> management API and mDNS -> health SERVING, ``READY=1``.
+SIGTERM/SIGINT: ``STOPPING=1``, the advert withdrawn, in-flight requests drained, exit 0.
+SIGHUP: ``reload()`` re-reads the config.
 """
 
 from __future__ import annotations
