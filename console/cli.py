@@ -27,6 +27,7 @@ EPILOG = textwrap.dedent("""\
       edge-console deploy out/mlp-2-*.edgepkg --agent 192.168.1.20:50051 \\
           --agent 192.168.1.21:50051 --canary 192.168.1.20:50051
       edge-console rollback mlp --agent 192.168.1.20:50051 --to-version 1
+      edge-console remove mlp --version 1 --agent 192.168.1.20:50051   # free its disk space
 
     tokens: on each device `edge-agent token --state-dir DIR` prints the agent's management
     token (and its certificate fingerprint); pass the token with --token-file F, or put it in
@@ -118,6 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the version to go back to (default: the version active before "
                                "the current one, skipping versions rolled back from)")
     rollback.add_argument("--json", action="store_true", help="print JSON results")
+
+    remove = sub.add_parser(
+        "remove", help="delete an inactive model version from agents' disks",
+        description="Unload and delete MODEL version N on every --agent, without asking "
+                    "(scripts; the terminal UI asks first). The active version is refused: "
+                    "roll back or deploy another version first. Exits 1 if any agent refused.",
+        epilog="example:\n  edge-console remove mlp --version 1 --agent 192.168.1.20:50051 "
+               "--token-file pi.token",
+        formatter_class=raw)
+    remove.add_argument("model")
+    remove.add_argument("--version", type=int, required=True, metavar="N",
+                        help="the version to delete (not the active one)")
+    _common(remove)
+    remove.add_argument("--json", action="store_true", help="print JSON results")
 
     sub.add_parser("ui", help="the terminal UI (the default; see edge-console ui --help)",
                    add_help=False)
@@ -280,6 +295,25 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_remove(args: argparse.Namespace) -> int:
+    from console.commands import remove
+
+    try:
+        reports = remove(args.model, args.version, _targets(args), _settings(args),
+                         args.token_file)
+    except ConsoleError as exc:
+        if args.json:
+            _dump(getattr(exc, "reports", []))
+        raise
+    if args.json:
+        _dump(reports)
+    else:
+        for r in reports:
+            assert r.result is not None
+            print(f"{r.agent}: {r.result.message}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-console`` command."""
     argv = sys.argv[1:] if argv is None else argv
@@ -297,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     from edge_agent.errors import AgentError
 
     handlers = {"agents": cmd_agents, "status": cmd_status, "deploy": cmd_deploy,
-                "rollback": cmd_rollback}
+                "rollback": cmd_rollback, "remove": cmd_remove}
     try:
         return handlers[args.command](args)
     except (ConsoleError, AgentError) as exc:

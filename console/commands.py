@@ -291,3 +291,24 @@ def rollback(model: str, agents: Sequence[str], settings: ConsoleSettings,
         raise DeploymentFailedError(f"rollback of {model} failed on {failed[0].agent}: "
                                     f"{_first_failure(failed)}", reports)
     return reports
+
+
+# -- remove ------------------------------------------------------------------------------------
+
+def remove(model: str, version: int, agents: Sequence[str], settings: ConsoleSettings,
+           token_file: Path | None) -> list[DeployReport]:
+    """Delete ``model`` ``version`` (not the active one) from every agent's disk, without a
+    question; DeploymentFailedError when any agent refused (the active version, no such
+    version) or could not be reached."""
+    reports = []
+    for target in agents:
+        try:
+            with connect(target, settings, token_file) as c:
+                reports.append(DeployReport(target, model, c.remove(model, version)))
+        except ManagementError as exc:
+            reports.append(DeployReport(target, model, None, str(exc)))
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        raise DeploymentFailedError(f"remove of {model} version {version} failed on "
+                                    f"{failed[0].agent}: {_first_failure(failed)}", reports)
+    return reports

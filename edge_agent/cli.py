@@ -13,11 +13,16 @@ from typing import TYPE_CHECKING
 
 from edge_agent.errors import AgentError
 from edge_agent.management import cli_extras
+from edge_agent.state.lock import PRIVATE_UMASK
 
 if TYPE_CHECKING:
     from edge_agent.core.api import DataPlaneAPI
     from edge_agent.management.runtime import ManagementOptions
     from edge_agent.server import BoundAddresses
+    from packager.reader import BundleReader
+
+#: Commands that create files in the state directory (they run with umask 077).
+WRITERS = ("serve", "add-bundle", "token")
 
 EPILOG = textwrap.dedent("""\
     examples:
@@ -39,7 +44,8 @@ SERVE_HELP = textwrap.dedent("""\
     Serve every model version in STATE_DIR/models/NAME/VERSION/ over KServe v2 gRPC
     (tritonclient.grpc works unmodified) plus the standard grpc.health.v1 service.
     Prints one line when ready; SIGTERM or Ctrl-C drains in-flight requests and exits 0.
-    Flags override agent.toml.""")
+    Flags override agent.toml. A missing STATE_DIR is created (mode 0700); one agent per
+    STATE_DIR (a second is refused, naming the PID that holds STATE_DIR/agent.lock).""")
 
 SERVE_EPILOG = textwrap.dedent("""\
     examples:
@@ -60,9 +66,10 @@ SERVE_EPILOG = textwrap.dedent("""\
     """)
 
 ADD_HELP = textwrap.dedent("""\
-    Verify a bundle (signature by a trusted key, every file hash) and extract it safely into
-    STATE_DIR/models/NAME/VERSION/. Refuses an existing version unless --replace. A running
-    agent picks it up on RepositoryModelLoad (tritonclient: load_model(NAME)) or restart.""")
+    Verify a bundle (fits this device as a deploy requires, signature by a trusted key, every
+    file hash) and extract it safely into STATE_DIR/models/NAME/VERSION/. Refuses an existing
+    version unless --replace. Refused while an agent serves STATE_DIR: deploy to a running
+    agent with edge-console deploy.""")
 
 ADD_EPILOG = textwrap.dedent("""\
     examples:
@@ -125,9 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                  uds=args.uds, no_uds=args.no_uds, max_message_bytes=args.max_message_bytes,
                  management=cli_extras.management_flag_values(args))
     config = load_config(flags.pop("config"), **flags)
-    if not config.state_dir.is_dir():
-        raise AgentError(f"state directory {config.state_dir} does not exist; create it and "
-                         "add a bundle with `edge-agent add-bundle`")
+    # A missing state directory is created (0700) when the agent locks it, before any write.
 
     def ready(addresses: BoundAddresses, dataplane: DataPlaneAPI) -> None:
         entries = dataplane.repository_index()
@@ -145,7 +150,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_add_bundle(args: argparse.Namespace) -> int:
-    """``edge-agent add-bundle``."""
+    """``edge-agent add-bundle``: the deploy's compatibility and signature checks, then an
+    atomic install, with the state directory locked (refused while an agent serves it)."""
+    from edge_agent.manager import check_compatible, detect_device
+    from edge_agent.state.lock import claim_state_dir
     from packager.reader import open_bundle
 
     if not args.bundle.is_file():
@@ -154,27 +162,37 @@ def cmd_add_bundle(args: argparse.Namespace) -> int:
         raise AgentError("give --pubkey KEY to verify the bundle's signature, or "
                          "--allow-unsigned to accept it without one")
     with open_bundle(args.bundle) as bundle:
-        bundle.verify(trusted_keys=args.pubkey, allow_unsigned=args.allow_unsigned)
         m = bundle.manifest
-        model_dir = args.state_dir / "models" / m.name
-        target = model_dir / str(m.version)
-        existed = target.exists()
-        if existed and not args.replace:
-            raise AgentError(f"{m.name} version {m.version} is already installed at {target}; "
-                             "pass --replace to overwrite it")
-        incoming = model_dir / f".{m.version}.incoming"
-        shutil.rmtree(incoming, ignore_errors=True)  # left over from an interrupted run
-        staged = bundle.extract(incoming if existed else target)
+        check_compatible(m, detect_device())  # the rule (and message) deploy applies
+        bundle.verify(trusted_keys=args.pubkey, allow_unsigned=args.allow_unsigned)
         signed = "signed" if bundle.signed else "unsigned"
+        with claim_state_dir(args.state_dir, role="add-bundle"):
+            target, existed = _install(bundle, args.state_dir, replace=args.replace)
+    print(f"{'replaced' if existed else 'installed'} {m.name} version {m.version} "
+          f"({m.profile}, {m.backend}, {signed}) at {target}")
+    return 0
+
+
+def _install(bundle: BundleReader, state_dir: Path, *, replace: bool) -> tuple[Path, bool]:
+    """Extract ``bundle`` to STATE_DIR/models/NAME/VERSION (swapping it in when ``replace``);
+    returns the target and whether a version was replaced."""
+    m = bundle.manifest
+    model_dir = state_dir / "models" / m.name
+    target = model_dir / str(m.version)
+    existed = target.exists()
+    if existed and not replace:
+        raise AgentError(f"{m.name} version {m.version} is already installed at {target}; "
+                         "pass --replace to overwrite it")
+    incoming = model_dir / f".{m.version}.incoming"
+    shutil.rmtree(incoming, ignore_errors=True)  # left over from an interrupted run
+    staged = bundle.extract(incoming if existed else target)
     if existed:
         old = model_dir / f".{m.version}.old"
         shutil.rmtree(old, ignore_errors=True)
         target.rename(old)
         staged.rename(target)
         shutil.rmtree(old, ignore_errors=True)
-    print(f"{'replaced' if existed else 'installed'} {m.name} version {m.version} "
-          f"({m.profile}, {m.backend}, {signed}) at {target}")
-    return 0
+    return target, existed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     from packager.errors import PackagerError
 
     handlers = {"serve": cmd_serve, "add-bundle": cmd_add_bundle, **cli_extras.HANDLERS}
+    # Whatever the caller's umask: the state, its databases and models are private (restored
+    # on return for callers that run main() in their own process, such as tests).
+    umask = os.umask(PRIVATE_UMASK) if args.command in WRITERS else None
     try:
         return handlers[args.command](args)
     except (AgentError, PackagerError) as exc:
@@ -200,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edge-agent {args.command}: error:{where}: {exc.strerror or exc}", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"edge-agent {args.command}: interrupted", file=sys.stderr)
+    finally:
+        if umask is not None:
+            os.umask(umask)
     return 1
 
 

@@ -1,9 +1,10 @@
 """The agent's main loop: inference server + :class:`AgentRuntime`, signals and systemd.
 
-``edge_agent.server.serve`` calls :func:`run_agent`. Order at start: state, token and metrics ->
-inference listeners bound (health NOT_SERVING) -> crash recovery and the active versions loaded
--> management API and mDNS -> health SERVING, ``READY=1``. SIGTERM/SIGINT: ``STOPPING=1``, the
-advert withdrawn, in-flight requests drained, exit 0. SIGHUP: ``reload()`` re-reads the config.
+``edge_agent.server.serve`` calls :func:`run_agent`. Order at start: the state dir's lock,
+state, token and metrics -> inference listeners bound (health NOT_SERVING) -> crash recovery
+and the active versions loaded -> management API and mDNS -> health SERVING, ``READY=1``.
+SIGTERM/SIGINT: ``STOPPING=1``, the advert withdrawn, in-flight requests drained, exit 0.
+SIGHUP: ``reload()`` re-reads the config.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from edge_agent.management.runtime import AgentRuntime, ManagementOptions
@@ -45,6 +47,8 @@ def run_agent(config: Any, options: ManagementOptions, *,
     try:
         notifier.status("starting: opening state and loading models")
         dataplane = runtime.start_core()
+        if config.uds_path is not None:
+            _socket_dir(config.uds_path.parent)
         server = AgentServer(dataplane, config, model_control=runtime.manager)
         addresses = server.start()
         runtime.start_models()
@@ -72,6 +76,15 @@ def run_agent(config: Any, options: ManagementOptions, *,
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def _socket_dir(directory: Path) -> None:
+    """Create the Unix socket's directory 0755 (the agent runs with umask 077): the socket's
+    own mode (0660) is what admits the apps of its group."""
+    if directory.exists():
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o755)
 
 
 def _reload(runtime: AgentRuntime, reload: Callable[[], ManagementOptions] | None,

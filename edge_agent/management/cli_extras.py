@@ -84,7 +84,8 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     token.add_argument("--state-dir", type=Path, required=True, help="agent state directory")
     token.add_argument("--rotate", action="store_true",
                        help="replace the token with a new one and print it; a running agent "
-                            "refuses the old token from its next call (no restart)")
+                            "refuses the old token from its next call (no restart; safe "
+                            "beside it: the file is replaced atomically)")
     token.add_argument("--fingerprint", action="store_true",
                        help="print only the certificate fingerprint (on stdout)")
 

@@ -3,7 +3,8 @@
 :class:`AgentRuntime` wires the libraries together; ``edge_agent.server.serve`` drives it::
 
     runtime = AgentRuntime(state_dir, options, observer_enabled=True)
-    runtime.start_core()                 # state store, token, metrics, data plane, manager
+    runtime.start_core()                 # state dir lock, state store, token, metrics, data
+                                         # plane, manager
     ...                                  # the inference server binds here (it needs the plane)
     runtime.start_models()               # crash recovery + load the active versions
     runtime.start_management(inference_address="127.0.0.1:8001")   # gRPC + mDNS
@@ -34,6 +35,7 @@ from edge_agent.manager import ManagerSettings, ModelManager
 from edge_agent.manager.pause import hooks_from_environment
 from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
 from edge_agent.state import StateStore, TokenFile
+from edge_agent.state.lock import StateLock, claim_state_dir
 
 if TYPE_CHECKING:
     from edge_agent.discovery import Advertiser, AgentAdvert
@@ -110,6 +112,7 @@ class AgentRuntime:
         self.management_address: str | None = None
         self.identity: AgentIdentity | None = None
         self._token_file: TokenFile | None = None
+        self._state_lock: StateLock | None = None
         self._advertiser: Advertiser | None = None
         self._loop: _LoopThread | None = None
         self._inference_port = 0
@@ -122,8 +125,14 @@ class AgentRuntime:
 
     # -- start ---------------------------------------------------------------------------------
     def start_core(self) -> DataPlane:
-        """Open the state store, the token, the metrics; build the (empty) data plane and the
-        model manager (nothing loaded until :meth:`start_models`)."""
+        """Lock the state directory (creating it, 0700), then open the state store, the token,
+        the metrics; build the (empty) data plane and the model manager (nothing loaded until
+        :meth:`start_models`).
+
+        The lock comes first: a second agent on the same directory stops here, before any
+        recovery or write (StateDirInUseError names the holder's PID).
+        """
+        self._state_lock = claim_state_dir(self.state_dir, role="serve")
         self.store = StateStore.open(self.state_dir)
         self._token_file = TokenFile(self.state_dir)
         if self.options.metrics:
@@ -252,3 +261,5 @@ class AgentRuntime:
             self.metrics.close()
         if self.store is not None:
             self.store.close()
+        if self._state_lock is not None:
+            self._state_lock.release()

@@ -28,6 +28,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from edge_agent.errors import StateStoreError
+from edge_agent.state.lock import PRIVATE_FILE_MODE, make_private_dirs, not_writable
 from edge_agent.state.records import (
     Deployment,
     DeploymentKind,
@@ -100,10 +101,18 @@ class StateStore:
         self.path = Path(path)
         self._lock = threading.RLock()
         try:
+            _create_private(self.path)
             self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=10,
                                          check_same_thread=False)
             self._setup()
+        except OSError as exc:
+            if not _writable(self.path):
+                raise not_writable(self.path.parent, exc) from None
+            raise StateStoreError(f"cannot create the state database {self.path}: "
+                                  f"{exc.strerror or exc}") from None
         except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and not _writable(self.path):
+                raise not_writable(self.path.parent) from None
             raise StateStoreError(
                 f"cannot open the state database {self.path}: {exc}; if it is corrupt, move it "
                 "aside and restart the agent (models on disk are then re-registered)") from exc
@@ -115,7 +124,7 @@ class StateStore:
         """Open (creating if needed) the state database in ``state_dir``."""
         directory = Path(state_dir)
         try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_private_dirs(directory)
         except OSError as exc:
             raise StateStoreError(f"cannot create the state directory {directory}: "
                                   f"{exc.strerror or exc}") from exc
@@ -422,3 +431,24 @@ class StateStore:
         """``PRAGMA integrity_check`` result (``"ok"`` when healthy)."""
         with self._lock:
             return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file 0600 (whatever the umask) so SQLite's WAL and SHM files,
+    which take the database's mode, are private too."""
+    if path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                     PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def _writable(path: Path) -> bool:
+    """Whether this process may write the database file and create files beside it."""
+    directory = path.parent
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    return not path.exists() or os.access(path, os.W_OK)
