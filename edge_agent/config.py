@@ -39,12 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_agent.backends.registry import ISOLATION_MODES
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
 from edge_agent.management.options import management_options
-from edge_agent.management.runtime import ManagementOptions
+from edge_agent.settings import ISOLATION_MODES, ManagementOptions
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:8001"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024

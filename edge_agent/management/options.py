@@ -31,10 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from edge_agent.discovery import ipv4_interfaces
 from edge_agent.errors import ConfigError
-from edge_agent.management.auth import TlsFiles
-from edge_agent.management.runtime import ManagementOptions
+from edge_agent.settings import ManagementOptions, TlsFiles, ipv4_interfaces
 
 SECTIONS = ("management", "mdns", "metrics")
 _MGMT_KEYS = {"address", "name", "trust", "allow_unsigned", "profile", "keep_versions",

@@ -1,8 +1,11 @@
 """The model manager: deploy, activate, roll back and remove model versions (protocol-free).
 
-The pipeline (see :mod:`edge_agent.manager.manager`) runs verify -> stage -> load and warm up ->
-health probe -> atomic switch -> drain -> unload, records each step durably in the
-:class:`edge_agent.state.StateStore`, and leaves the previous version serving on any failure.
+The package holds light values the console imports too (device compatibility, errors,
+outcomes); the manager itself is :class:`edge_agent.manager.manager.ModelManager`, imported
+from its module so that ``import edge_agent.manager.device`` loads no repository or backend.
+Its pipeline runs verify -> stage -> load and warm up -> health probe -> atomic switch -> drain
+-> unload, records each step durably in the :class:`edge_agent.state.StateStore`, and leaves
+the previous version serving on any failure.
 """
 
 from edge_agent.manager.device import DeviceInfo, check_compatible, detect_device
@@ -14,12 +17,10 @@ from edge_agent.manager.errors import (
     ManagerError,
     VersionInUseError,
 )
-from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.manager.outcome import DeployOutcome, StepEvent, VersionView
 
 __all__ = [
     "DeployOutcome", "DeploymentBusyError", "DeploymentFailedError", "DeviceInfo",
-    "IncompatibleBundleError", "InvalidBundleError", "ManagerError", "ManagerSettings",
-    "ModelManager", "StepEvent", "VersionInUseError", "VersionView", "check_compatible",
-    "detect_device",
+    "IncompatibleBundleError", "InvalidBundleError", "ManagerError", "StepEvent",
+    "VersionInUseError", "VersionView", "check_compatible", "detect_device",
 ]
