@@ -23,11 +23,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from edge_agent.errors import StateStoreError
+from edge_agent.sqlite_tx import write_transaction
 from edge_agent.state.records import (
     Deployment,
     DeploymentKind,
@@ -154,17 +154,9 @@ class StateStore:
                     c.execute(statement)
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (BEGIN IMMEDIATE ... COMMIT, rolled back on error)."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One write transaction (:func:`edge_agent.sqlite_tx.write_transaction`)."""
+        return write_transaction(self._conn, self._lock)
 
     def _recover_interrupted(self) -> tuple[Deployment, ...]:
         now = time.time()
