@@ -50,6 +50,18 @@ class ManagementOptions:
     profile: str | None = None
 
 
+def parse_address(value: str, where: str, example: str = "127.0.0.1:8001") -> str | None:
+    """Validate HOST:PORT (port 0 = any free port); "", "none" or "off" mean no listener (None).
+
+    ``where`` names the setting in the ConfigError (a config key or a flag)."""
+    if value.strip().lower() in ("", "none", "off"):
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{where}: expected HOST:PORT (e.g. {example}), got {value!r}")
+    return value
+
+
 def ipv4_interfaces(values: Sequence[str], where: str) -> tuple[str, ...]:
     """``values`` as a tuple, each checked to be an IPv4 address (ConfigError naming ``where``)."""
     for ip in values:

@@ -23,7 +23,7 @@ import onnx
 
 from packager import __version__
 from packager.artifact import Artifact
-from packager.bundle_format import bundle_filename, check_model_name
+from packager.bundle_format import bundle_filename, check_model_name, sha256_file
 from packager.bundle_writer import write_bundle
 from packager.converters import convert
 from packager.errors import BundleError, ModelError, ParityError, UsageError
@@ -33,7 +33,6 @@ from packager.onnx_tools import (
     leading_dim_state,
     load_model,
     make_batch_dynamic,
-    sha256_file,
 )
 from packager.parity import Runner, check_parity, onnxruntime_runner, openvino_runner
 from packager.profiles import DeviceProfile, load_profile

@@ -27,6 +27,7 @@ import numpy as np
 
 from edge_agent.backends.base import BackendOptions, artifact_path
 from edge_agent.errors import BackendError, RuntimeMissingError
+from packager.bundle_format import sha256_file
 from packager.errors import PackagerError
 from packager.manifest import Manifest
 from packager.tensorrt_engine import (
@@ -59,14 +60,6 @@ def cache_key(trt_version: str, gpu_name: str, onnx_sha256: str, spec: dict[str,
     blob = json.dumps([trt_version, gpu_name, onnx_sha256, {k: spec[k] for k in SPEC_KEYS}],
                       sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _load_runtime() -> TensorRt:
@@ -137,7 +130,7 @@ class TensorRtBackend:
         rel = prebuilt.get(engine_key(runtime.version, runtime.gpu_name))
         if rel and (Path(model_dir) / rel).is_file():
             return (Path(model_dir) / rel).read_bytes()
-        key = cache_key(runtime.version, runtime.gpu_name, _sha256(onnx_path), spec)
+        key = cache_key(runtime.version, runtime.gpu_name, sha256_file(onnx_path), spec)
         cache_dir = Path(state_dir or model_dir) / "engines"
         cached = cache_dir / f"{key}.engine"
         if cached.is_file():
