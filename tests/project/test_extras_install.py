@@ -2,7 +2,8 @@
 ``edge-toolkit[console]`` into fresh virtual environments, then the commands run there.
 
 - ``[agent]``: ``edge-agent serve --help`` works and every agent module imports; no Textual,
-  no ONNX toolchain (onnx), no OpenVINO; the commands of other extras refuse in one line.
+  no ONNX toolchain (onnx), no OpenVINO; the bundle reader and ``edge-pack profiles`` work;
+  the commands of other extras refuse in one line.
 - ``[console]``: ``edge-console --help`` works and every console module imports; no inference
   runtime (onnxruntime, openvino, onnx).
 
@@ -54,8 +55,9 @@ class Venv:
         return json.loads(out.stdout)
 
     def site_packages_mib(self) -> float:
+        """Disk use of site-packages, as ``du`` counts it (allocated blocks)."""
         sp = next(self.root.glob("lib/python3*/site-packages"))
-        return sum(p.stat().st_size for p in sp.rglob("*") if p.is_file()) / 2**20
+        return sum(p.lstat().st_blocks * 512 for p in sp.rglob("*")) / 2**20
 
 
 def _registry_unreachable(venv: Venv, scratch: Path) -> str | None:
@@ -120,6 +122,13 @@ def test_agent_install_serves_without_the_toolchain_or_the_console(agent_venv: V
                     "onnx": False, "openvino": False, "sqlite-utils": False, "tensorrt": False}
     imported = _import_all(agent_venv, "edge_agent")
     assert imported.returncode == 0, imported.stderr
+    # the bundle reader and the profiles need no ONNX toolchain
+    profiles = agent_venv.run(str(agent_venv.bin / "edge-pack"), "profiles", "--json")
+    assert profiles.returncode == 0, profiles.stderr
+    assert "jetson-orin-tensorrt" in profiles.stdout
+    reader = agent_venv.run(str(agent_venv.bin / "python"), "-c",
+                            "import sys, packager.reader; print('onnx' in sys.modules)")
+    assert reader.stdout.strip() == "False", reader.stderr
     # the other machines' commands say what to install, in one line
     _one_line_refusal(agent_venv.run(str(agent_venv.bin / "edge-pack"), "build", "m.onnx",
                                      "--name", "m", "--version", "1", "--profile", "p",
