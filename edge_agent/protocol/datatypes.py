@@ -50,9 +50,8 @@ def wire_dtype(datatype: str, tensor: str) -> np.dtype:
         f"{', '.join(WIRE_DTYPES)}")
 
 
-def datatype_of(dtype: np.dtype) -> str:
-    """The KServe datatype name of a numpy dtype (any byte order)."""
-    return kserve_datatype(dtype)
+datatype_of = kserve_datatype
+"""The KServe datatype name of a numpy dtype (any byte order); InvalidInputError if none."""
 
 
 def config_data_type(datatype: str) -> int:
