@@ -18,8 +18,9 @@ from edge_agent.errors import ConfigError
 
 ISOLATION_MODES = ("auto", "process", "thread")
 """``process``: each instance in a runtime process of its own (edge_agent.backends.isolated);
-``thread``: in the agent's process; ``auto``: a process for runtimes that cannot cancel a
-running inference (OpenVINO, TensorRT), the agent's process for ONNX Runtime."""
+``thread``: in the agent's process; ``auto``: a process for backends that cannot cancel a
+running inference (``Cancellation.NONE``: OpenVINO, TensorRT), the agent's process for the
+others (ONNX Runtime)."""
 
 
 @dataclass(frozen=True)
