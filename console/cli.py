@@ -316,8 +316,17 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-console`` command."""
+    from packager.extras import refusal
+
     argv = sys.argv[1:] if argv is None else argv
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    # the command about to run (none for --help and the like, which run everywhere)
+    command = (argv[0] if not argv[0].startswith("-") else None) if argv else (
+        "ui" if interactive else None)
+    wants_help = any(a in ("-h", "--help") for a in argv)
+    if command and not wants_help and (refused := refusal("console", f"edge-console {command}")):
+        print(f"edge-console {command}: error: {refused}", file=sys.stderr)
+        return 1
     if (argv and argv[0] == "ui") or (not argv and interactive):
         from console.tui import run_tui  # the terminal UI (its own options)
 

@@ -125,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     """``edge-agent serve``."""
     from edge_agent.config import load_config
+    from edge_agent.management.agent_main import serve
     from edge_agent.management.tls import describe_tls
-    from edge_agent.server import serve
 
     flags = dict(config=args.config, state_dir=args.state_dir, grpc_address=args.grpc,
                  uds=args.uds, no_uds=args.no_uds, max_message_bytes=args.max_message_bytes,
@@ -195,6 +195,10 @@ def _install(bundle: BundleReader, state_dir: Path, *, replace: bool) -> tuple[P
     return target, existed
 
 
+_NEEDS_AGENT = ("serve", "metrics")
+"""Commands that need edge-toolkit[agent]; the others run in any installation."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-agent`` command: one clear line and exit 1 on failure."""
     parser = build_parser()
@@ -207,7 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from packager.errors import PackagerError
+    from packager.extras import refusal
 
+    if args.command in _NEEDS_AGENT and (
+            refused := refusal("agent", f"edge-agent {args.command}")):
+        print(f"edge-agent {args.command}: error: {refused}", file=sys.stderr)
+        return 1
     handlers = {"serve": cmd_serve, "add-bundle": cmd_add_bundle, **cli_extras.HANDLERS}
     # Whatever the caller's umask: the state, its databases and models are private (restored
     # on return for callers that run main() in their own process, such as tests).

@@ -41,12 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_agent.backends.registry import ISOLATION_MODES
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
 from edge_agent.management.options import management_options
-from edge_agent.management.runtime import ManagementOptions
+from edge_agent.settings import ISOLATION_MODES, ManagementOptions, parse_address
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:8001"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -101,17 +100,6 @@ def _check_type(key: str, value: Any, expected: type | tuple[type, ...]) -> Any:
     return value
 
 
-def parse_address(value: str, key: str = "grpc.address") -> str | None:
-    """Validate HOST:PORT (port 0 = any free port); "" or "none" means no TCP listener."""
-    if value.strip().lower() in ("", "none", "off"):
-        return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"config key '{key}': expected HOST:PORT (e.g. 127.0.0.1:8001), "
-                          f"got {value!r}")
-    return value
-
-
 def _non_negative(key: str, value: Any) -> int:
     _check_type(key, value, int)
     if value < 0:
@@ -127,7 +115,7 @@ def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:
         if key not in known:
             raise ConfigError(f"config key '{full}' is unknown; known keys: {sorted(known)}")
         if key == "address":
-            kw[key] = parse_address(_check_type(full, value, str), full)
+            kw[key] = parse_address(_check_type(full, value, str), f"config key '{full}'")
         elif key == "uds":
             kw[key] = Path(_check_type(full, value, str)) if value else None
         elif key in ("uds_enabled", "repository_control"):

@@ -19,7 +19,6 @@ Wiring (inside the agent's asyncio loop)::
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import logging
 import re
 import socket
@@ -32,6 +31,7 @@ from zeroconf import InterfaceChoice, IPVersion, NonUniqueNameException
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 from edge_agent.errors import ConfigError
+from edge_agent.settings import ipv4_interfaces
 
 log = logging.getLogger(__name__)
 
@@ -39,18 +39,6 @@ SERVICE_TYPE = "_edge-agent._tcp.local."
 MANAGEMENT_API_VERSION = "1"
 TXT_KEYS = ("id", "name", "arch", "profile", "api", "mgmt", "grpc", "fp", "tls", "models")
 _TXT_VALUE_MAX = 200  # one TXT string is at most 255 bytes including "key="
-
-
-def ipv4_interfaces(values: Sequence[str], where: str) -> tuple[str, ...]:
-    """``values`` as a tuple, each checked to be an IPv4 address (ConfigError naming ``where``)."""
-    for ip in values:
-        try:
-            if ipaddress.ip_address(ip).version != 4:
-                raise ValueError
-        except ValueError:
-            raise ConfigError(f"{where}: {ip!r} is not an IPv4 address; give the address of "
-                              "an interface to advertise on (e.g. 192.168.1.20)") from None
-    return tuple(values)
 
 
 @dataclass(frozen=True, slots=True)

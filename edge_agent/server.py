@@ -12,12 +12,9 @@ import contextlib
 import logging
 import os
 import socket
-import threading
-from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,7 +22,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.protocol.servicer import InferenceServicer, RepositoryControl
 
@@ -153,26 +149,3 @@ class AgentServer:
             with contextlib.suppress(FileNotFoundError):
                 self._uds.unlink()
             self._uds = None
-
-
-def serve(config: AgentConfig, *, on_ready: Callable[[BoundAddresses, DataPlaneAPI], None]
-          | None = None, stop_event: threading.Event | None = None, grace: float = 5.0,
-          reload: Callable[[], ManagementOptions] | None = None) -> int:
-    """Run the agent until SIGTERM/SIGINT (or ``stop_event``): state, models, the inference and
-    (when configured) management servers, metrics, mDNS, systemd notifications; then drain.
-
-    The wiring is :func:`edge_agent.management.agent_main.run_agent`. ``on_ready`` gets the
-    bound addresses (``management`` set when the API is on) and the data plane. ``reload``
-    returns fresh management options on SIGHUP.
-    """
-    import dataclasses
-
-    from edge_agent.management.agent_main import run_agent
-
-    def ready(addresses: BoundAddresses, dataplane: DataPlaneAPI, runtime: Any) -> None:
-        if on_ready is not None:
-            on_ready(dataclasses.replace(addresses, management=runtime.management_address),
-                     dataplane)
-
-    return run_agent(config, config.management, on_ready=ready, stop_event=stop_event,
-                     grace=grace, reload=reload)

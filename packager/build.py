@@ -22,9 +22,10 @@ from typing import Any
 import onnx
 
 from packager import __version__
-from packager.bundle_format import bundle_filename, check_model_name
+from packager.artifact import Artifact
+from packager.bundle_format import bundle_filename, check_model_name, sha256_file
 from packager.bundle_writer import write_bundle
-from packager.converters import Artifact, convert
+from packager.converters import convert
 from packager.errors import BundleError, ModelError, ParityError, UsageError
 from packager.manifest import BatchingConfig, Manifest, TensorSpec
 from packager.onnx_tools import (
@@ -32,7 +33,6 @@ from packager.onnx_tools import (
     leading_dim_state,
     load_model,
     make_batch_dynamic,
-    sha256_file,
 )
 from packager.parity import Runner, check_parity, onnxruntime_runner, openvino_runner
 from packager.profiles import DeviceProfile, load_profile
@@ -113,8 +113,7 @@ def _batching(profile: DeviceProfile, batched: bool, max_batch: int | None) -> B
     return dataclasses.replace(b, max_batch_size=mb, preferred_batch_sizes=preferred)
 
 
-def _tensorrt_options(profile: DeviceProfile, batching: BatchingConfig,
-                      prepared: PreparedModel) -> dict[str, Any]:
+def _tensorrt_options(profile: DeviceProfile, batching: BatchingConfig) -> dict[str, Any]:
     opts = profile.options.get("tensorrt", {})
     max_b = max(batching.max_batch_size, 1)
     opt_b = int(opts.get("opt_batch", max(batching.preferred_batch_sizes, default=1)))
@@ -123,7 +122,6 @@ def _tensorrt_options(profile: DeviceProfile, batching: BatchingConfig,
         "opt_batch": min(max(opt_b, 1), max_b),
         "max_batch": max_b,
         "workspace_mb": int(opts.get("workspace_mb", 1024)),
-        "input_shapes": {s.name: s.shape for s in prepared.inputs},
     }
 
 
@@ -176,7 +174,7 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         steps.start(f"{profile.name}: convert to {backend} ({precision})")
         opts = dict(profile.options.get(backend, {}))
         if backend == "tensorrt":
-            opts = _tensorrt_options(profile, batching, prepared)
+            opts = _tensorrt_options(profile, batching)
         art = convert(backend, precision, prepared.path, prepared.model, root, opts,
                       prepared.source_name)
         if backend == "openvino":
@@ -217,7 +215,6 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
     steps.start(f"{profile.name}: write bundle")
     created, mtime = _created()
     backend_options = {a.backend: dict(a.options) for a in artifacts}
-    backend_options.get("tensorrt", {}).pop("input_shapes", None)
     manifest = Manifest(
         name=name, version=version, profile=profile.name, arch=profile.arch,
         backend=profile.backend, precision=profile.precision,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+from pathlib import Path
 
 from packager.errors import BundleError
 
@@ -45,3 +47,12 @@ def check_member_path(path: str) -> str:
             raise BundleError(f"member path {path!r} has an unsafe segment {seg!r} "
                               "(no '..', '.', empty or hidden segments)")
     return path
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()

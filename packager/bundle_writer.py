@@ -9,9 +9,8 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from packager.bundle_format import check_member_path
+from packager.bundle_format import check_member_path, sha256_file
 from packager.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
-from packager.onnx_tools import sha256_file
 from packager.signing import sign
 
 

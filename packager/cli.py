@@ -10,6 +10,7 @@ from pathlib import Path
 
 from packager import __version__
 from packager.errors import PackagerError
+from packager.extras import refusal
 
 _EPILOG_MAIN = """\
 examples:
@@ -213,6 +214,9 @@ _COMMANDS = {"keygen": _cmd_keygen, "build": _cmd_build, "inspect": _cmd_inspect
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``edge-pack`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    if args.command == "build" and (refused := refusal("pack", "edge-pack build")):
+        print(f"edge-pack: error: {refused}", file=sys.stderr)
+        return 1
     try:
         return _COMMANDS[args.command](args)
     except PackagerError as exc:

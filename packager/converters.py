@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx
 
+from packager.artifact import Artifact
 from packager.errors import ConversionError
 from packager.onnx_tools import custom_domain_nodes
+from packager.tensorrt_build import to_tensorrt
+
+__all__ = ["Artifact", "check_ops", "convert"]
 
 # op domains each backend understands besides standard ONNX
 _EXTRA_DOMAINS = {
@@ -24,18 +27,6 @@ _EXTRA_DOMAINS = {
     "tensorrt": (),
 }
 _QUANT_MIN_OPSET = 13
-
-
-@dataclass
-class Artifact:
-    """One converted artifact: backend, entry file (relative to the bundle root), options."""
-
-    backend: str
-    precision: str
-    entry: str
-    options: dict[str, Any] = field(default_factory=dict)
-    # extra files written next to the entry (relative paths), e.g. prebuilt TensorRT engines
-    notes: list[str] = field(default_factory=list)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -65,8 +56,6 @@ def convert(backend: str, precision: str, src: Path, model: onnx.ModelProto, sta
         if backend == "onnxruntime":
             return _to_onnxruntime(src, model, out_dir, precision, options)
         if backend == "tensorrt":
-            from packager.tensorrt_build import to_tensorrt
-
             return to_tensorrt(src, out_dir, precision, options)
     except ConversionError:
         raise

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
-import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
@@ -32,21 +30,6 @@ _ONNX_TO_KSERVE: dict[int, str] = {
     TensorProto.STRING: "BYTES",
 }
 
-KSERVE_TO_NUMPY = {
-    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
-    "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
-    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
-    "BYTES": np.object_,
-}
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load_model(path: Path) -> onnx.ModelProto:

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from packager.datatypes import NUMPY_DTYPES
 from packager.errors import ConversionError
 from packager.manifest import TensorSpec
-from packager.onnx_tools import KSERVE_TO_NUMPY
 from packager.profiles import ParityTolerance
 
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -34,7 +34,7 @@ def seeded_inputs(inputs: Sequence[TensorSpec], batch: int | None,
         if batch is not None and shape:
             shape[0] = batch
         shape = [1 if d < 0 else d for d in shape]
-        dtype = KSERVE_TO_NUMPY[spec.datatype]
+        dtype = NUMPY_DTYPES[spec.datatype]
         arr: np.ndarray
         if spec.datatype in ("FP16", "FP32", "FP64"):
             arr = rng.standard_normal(shape).astype(dtype)

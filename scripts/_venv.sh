@@ -1,19 +1,25 @@
-# Sourced by scripts/demo.sh and scripts/test.sh: create .venv on first use and install the project.
+# Sourced by scripts/demo.sh and scripts/test.sh: create .venv on first use and install the project
+# with the extra the caller names in EDGE_EXTRA: "all" (the demo: agent, OpenVINO, console,
+# packager) or "dev" (the tests: all of that plus the test tools). See README "Install".
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${EDGE_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
-stamp="$VENV/.edge-installed"
+EXTRA="${EDGE_EXTRA:-dev}"
+stamp="$VENV/.edge-installed"  # holds the extra installed last
 if [ ! -x "$VENV/bin/python" ]; then
     echo "==> creating virtual environment in $VENV"
     "$PY" -m venv "$VENV"
 fi
-# Reinstall when pyproject.toml changed since the last install.
-if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
-    echo "==> installing edge-toolkit and its dependencies (first run takes a minute)"
+installed="$(cat "$stamp" 2>/dev/null || true)"
+# Reinstall when pyproject.toml changed since the last install, or when the caller needs more
+# than is installed (dev holds all).
+if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ] \
+        || { [ "$installed" != "$EXTRA" ] && [ "$installed" != dev ]; }; then
+    echo "==> installing edge-toolkit[$EXTRA] and its dependencies (first run takes a minute)"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"
-    touch "$stamp"
+    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$EXTRA]"
+    echo "$EXTRA" > "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"
 cd "$ROOT"

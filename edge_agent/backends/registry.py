@@ -12,6 +12,7 @@ from pathlib import Path
 
 from edge_agent.backends.base import Backend, BackendOptions
 from edge_agent.errors import BackendError, RuntimeMissingError
+from edge_agent.settings import ISOLATION_MODES
 from packager.manifest import Manifest
 
 # backend name -> (module holding ``load``, python modules its runtime needs)
@@ -66,11 +67,6 @@ def choose_backend(manifest: Manifest, preferred: str | None = None) -> str:
         f"(installed: {', '.join(available_backends()) or 'none'}); install the runtime "
         f"(e.g. pip install edge-toolkit[tensorrt]) or deploy the bundle built for this profile")
 
-
-ISOLATION_MODES = ("auto", "process", "thread")
-"""``process``: each instance in a runtime process of its own (edge_agent.backends.isolated);
-``thread``: in the agent's process; ``auto``: a process for runtimes that cannot cancel a
-running inference (OpenVINO, TensorRT), the agent's process for ONNX Runtime."""
 
 # runtimes whose backend can stop a running inference from another thread (``cancel``)
 _CANCELLABLE = frozenset({"onnxruntime"})

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,19 @@ import numpy as np
 
 from edge_agent.backends.base import BackendOptions, artifact_path
 from edge_agent.errors import BackendError, RuntimeMissingError
+from packager.bundle_format import sha256_file
+from packager.errors import PackagerError
 from packager.manifest import Manifest
+from packager.tensorrt_engine import (
+    SPEC_KEYS,
+    TensorRt,
+    TensorRtUnavailableError,
+    build_engine,
+    engine_key,
+    load_tensorrt,
+)
 
 NAME = "tensorrt"
-SPEC_KEYS = ("precision", "min_batch", "opt_batch", "max_batch", "workspace_mb")
 
 
 def build_spec(manifest: Manifest) -> dict[str, Any]:
@@ -54,66 +62,11 @@ def cache_key(trt_version: str, gpu_name: str, onnx_sha256: str, spec: dict[str,
     return hashlib.sha256(blob).hexdigest()
 
 
-def _prebuilt_key(trt_version: str, gpu_name: str) -> str:
-    gpu = re.sub(r"[^A-Za-z0-9_.-]+", "_", gpu_name).strip("_") or "gpu"
-    return f"{trt_version}-{gpu}"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _import_runtime() -> tuple[Any, Any]:
+def _load_runtime() -> TensorRt:
     try:
-        import pycuda.driver as cuda
-        import tensorrt as trt
-    except ImportError as exc:
-        raise RuntimeMissingError(f"TensorRT backend needs tensorrt and pycuda: {exc}") from exc
-    try:
-        cuda.init()
-        if cuda.Device.count() < 1:
-            raise RuntimeMissingError("TensorRT backend: no CUDA GPU is present")
-    except cuda.Error as exc:
-        raise RuntimeMissingError(f"TensorRT backend: no usable CUDA GPU ({exc})") from exc
-    return trt, cuda
-
-
-def build_engine(trt: Any, onnx_path: Path, spec: dict[str, Any], logger: Any) -> bytes:
-    """Build a serialized engine: explicit-batch network, ONNX parser, one optimization profile
-    on the batch dim, fp16 flag and workspace limit from ``spec``."""
-    builder = trt.Builder(logger)
-    flags = 0
-    if int(trt.__version__.split(".")[0]) < 10:
-        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-    network = builder.create_network(flags)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(onnx_path)):
-        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise BackendError(f"TensorRT cannot parse {onnx_path}: {errors}")
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, spec["workspace_mb"] << 20)
-    if spec["precision"] == "fp16":
-        if not builder.platform_has_fast_fp16:
-            raise BackendError("this GPU has no fast fp16; deploy an fp32 TensorRT bundle")
-        config.set_flag(trt.BuilderFlag.FP16)
-    profile = builder.create_optimization_profile()
-    for i in range(network.num_inputs):
-        tensor = network.get_input(i)
-        rest = tuple(int(d) for d in tensor.shape)[1:]
-        if any(d < 0 for d in rest):
-            raise BackendError(f"TensorRT input {tensor.name!r} has dynamic non-batch dims "
-                               f"{rest}; export the model with fixed non-batch dims")
-        profile.set_shape(tensor.name, (spec["min_batch"], *rest), (spec["opt_batch"], *rest),
-                          (spec["max_batch"], *rest))
-    config.add_optimization_profile(profile)
-    serialized = builder.build_serialized_network(network, config)
-    if serialized is None:
-        raise BackendError(f"TensorRT failed to build an engine from {onnx_path}")
-    return bytes(serialized)
+        return load_tensorrt()
+    except TensorRtUnavailableError as exc:
+        raise RuntimeMissingError(f"TensorRT backend: {exc}") from exc
 
 
 class _Instance:
@@ -139,7 +92,8 @@ class TensorRtBackend:
     name = NAME
 
     def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
-        trt, cuda = _import_runtime()
+        runtime = _load_runtime()
+        trt, cuda = runtime.trt, runtime.cuda
         self._cuda = cuda
         rel = manifest.artifacts.get(NAME)
         onnx_path = artifact_path(model_dir, manifest, NAME if rel else "onnxruntime")
@@ -151,8 +105,8 @@ class TensorRtBackend:
         self._ctx.push()
         try:
             logger = trt.Logger(trt.Logger.WARNING)
-            data = self._engine_bytes(trt, model_dir, manifest, onnx_path, spec,
-                                      str(device.name()), options.state_dir, logger)
+            data = self._engine_bytes(runtime, model_dir, manifest, onnx_path, spec,
+                                      options.state_dir)
             self._engine = trt.Runtime(logger).deserialize_cuda_engine(data)
             if self._engine is None:
                 raise BackendError(f"TensorRT cannot deserialize the engine for "
@@ -170,18 +124,21 @@ class TensorRtBackend:
         self._lock = threading.Lock()
 
     @staticmethod
-    def _engine_bytes(trt: Any, model_dir: Path, manifest: Manifest, onnx_path: Path,
-                      spec: dict[str, Any], gpu: str, state_dir: Path | None, logger: Any) -> bytes:
+    def _engine_bytes(runtime: TensorRt, model_dir: Path, manifest: Manifest, onnx_path: Path,
+                      spec: dict[str, Any], state_dir: Path | None) -> bytes:
         prebuilt = manifest.backend_options.get(NAME, {}).get("engines", {})
-        rel: str | None = prebuilt.get(_prebuilt_key(trt.__version__, gpu))
+        rel: str | None = prebuilt.get(engine_key(runtime.version, runtime.gpu_name))
         if rel and (Path(model_dir) / rel).is_file():
             return (Path(model_dir) / rel).read_bytes()
-        key = cache_key(trt.__version__, gpu, _sha256(onnx_path), spec)
+        key = cache_key(runtime.version, runtime.gpu_name, sha256_file(onnx_path), spec)
         cache_dir = Path(state_dir or model_dir) / "engines"
         cached = cache_dir / f"{key}.engine"
         if cached.is_file():
             return cached.read_bytes()
-        data = build_engine(trt, onnx_path, spec, logger)
+        try:
+            data = build_engine(runtime, onnx_path, spec)
+        except PackagerError as exc:
+            raise BackendError(str(exc)) from exc
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(data)

@@ -22,12 +22,14 @@ from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
-from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
+from edge_agent.core.types import (
+    InferRequest,
+    InferResult,
+    ModelMetadata,
+    ModelStats,
+    triton_platform,
+)
 from edge_agent.errors import ModelNotFoundError, ModelUnavailableError, RequestTimeoutError
-
-# Triton platform names for ModelMetadata.platform
-PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
-             "tensorrt": "tensorrt_plan"}
 
 _running_loop = asyncio._get_running_loop  # C fast path: None on a thread without a loop
 
@@ -88,7 +90,7 @@ class DataPlane:
         versions = tuple(v.version for v in self.repository.versions(name)
                          if v.state is VersionState.READY)
         return ModelMetadata(name=name, versions=versions or (mv.version,),
-                             platform=PLATFORMS.get(mv.backend_name, mv.backend_name),
+                             platform=triton_platform(mv.backend_name),
                              inputs=mv.manifest.inputs, outputs=mv.manifest.outputs,
                              max_batch_size=mv.manifest.batching.max_batch_size)
 

@@ -8,6 +8,15 @@ import numpy as np
 
 from packager.manifest import TensorSpec
 
+TRITON_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
+                    "tensorrt": "tensorrt_plan"}
+"""Backend name -> the platform string Triton reports for the same kind of model."""
+
+
+def triton_platform(backend: str) -> str:
+    """What ModelMetadata/ModelConfig report as ``platform`` for ``backend``."""
+    return TRITON_PLATFORMS.get(backend, backend)
+
 
 @dataclass(slots=True)
 class InferRequest:

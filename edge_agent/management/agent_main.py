@@ -1,41 +1,68 @@
 """The agent's main loop: inference server + :class:`AgentRuntime`, signals and systemd.
 
-``edge_agent.server.serve`` calls :func:`run_agent`. Order at start: the state dir's lock,
-state, token and metrics -> inference listeners bound (health NOT_SERVING) -> crash recovery
-and the active versions loaded -> management API and mDNS -> health SERVING, ``READY=1``.
-SIGTERM/SIGINT: ``STOPPING=1``, the advert withdrawn, in-flight requests drained, exit 0.
-SIGHUP: ``reload()`` re-reads the config.
+:func:`serve` (``edge-agent serve``) calls :func:`run_agent`. Order at start: the state dir's
+lock, state, token and metrics -> inference listeners bound (health NOT_SERVING) -> crash
+recovery and the active versions loaded -> management API and mDNS -> health SERVING,
+``READY=1``. SIGTERM/SIGINT: ``STOPPING=1``, the advert withdrawn, in-flight requests drained,
+exit 0. SIGHUP: ``reload()`` re-reads the config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
+from edge_agent.config import AgentConfig
+from edge_agent.core.api import DataPlaneAPI
 from edge_agent.management.runtime import AgentRuntime, ManagementOptions
+from edge_agent.server import AgentServer, BoundAddresses
 from edge_agent.systemd_notify import SystemdNotifier
 
 log = logging.getLogger(__name__)
 
 
-def run_agent(config: Any, options: ManagementOptions, *,
-              on_ready: Callable[[Any, Any, AgentRuntime], None] | None = None,
+def serve(config: AgentConfig, *, on_ready: Callable[[BoundAddresses, DataPlaneAPI], None]
+          | None = None, stop_event: threading.Event | None = None, grace: float = 5.0,
+          reload: Callable[[], ManagementOptions] | None = None) -> int:
+    """Run the agent until SIGTERM/SIGINT (or ``stop_event``): state, models, the inference and
+    (when configured) management servers, metrics, mDNS, systemd notifications; then drain.
+
+    ``on_ready`` gets the bound addresses (``management`` set when the API is on) and the data
+    plane. ``reload`` returns fresh management options on SIGHUP.
+    """
+
+    def ready(addresses: BoundAddresses, dataplane: DataPlaneAPI, runtime: AgentRuntime) -> None:
+        if on_ready is not None:
+            on_ready(dataclasses.replace(addresses, management=runtime.management_address),
+                     dataplane)
+
+    return run_agent(config, config.management, on_ready=ready, stop_event=stop_event,
+                     grace=grace, reload=reload)
+
+
+SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
+def run_agent(config: AgentConfig, options: ManagementOptions, *,
+              on_ready: Callable[[BoundAddresses, DataPlaneAPI, AgentRuntime], None]
+              | None = None,
               stop_event: threading.Event | None = None, grace: float = 5.0,
               reload: Callable[[], ManagementOptions] | None = None) -> int:
-    """Serve until SIGTERM/SIGINT (or ``stop_event``). ``config`` is an AgentConfig.
+    """Serve until SIGTERM/SIGINT (or ``stop_event``) with ``config``'s listeners and models and
+    the management ``options``.
 
     ``on_ready(addresses, dataplane, runtime)`` runs once everything listens. ``reload``
     (optional) returns fresh options on SIGHUP.
     """
-    from edge_agent.server import AgentServer
-
     stop = stop_event or threading.Event()
     hup = threading.Event()
-    previous: dict[signal.Signals, Any] = {}
+    previous: dict[int, SignalHandler] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
@@ -73,8 +100,8 @@ def run_agent(config: Any, options: ManagementOptions, *,
         if server is not None:
             server.stop(grace)
         runtime.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return 0
 
 

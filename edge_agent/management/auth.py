@@ -10,13 +10,12 @@ runs, so nothing changes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
 
 from edge_agent.errors import ConfigError
+from edge_agent.settings import TlsFiles
 from edge_agent.state.token import tokens_equal
 
 AUTH_HEADER = "authorization"
@@ -24,24 +23,19 @@ DENIED = ("missing or wrong management token; pass the agent's token "
           "(on the device: edge-agent token --state-dir DIR)")
 
 
-@dataclass(frozen=True)
-class TlsFiles:
-    """Server certificate and key (PEM), and the CA that signs client certificates (mTLS)."""
+__all__ = ["TlsFiles", "TokenAuthInterceptor", "bearer", "server_credentials"]
 
-    cert: Path
-    key: Path
-    client_ca: Path | None = None
 
-    def server_credentials(self) -> grpc.ServerCredentials:
-        """gRPC server credentials; client certificates required when ``client_ca`` is set."""
-        try:
-            cert, key = self.cert.read_bytes(), self.key.read_bytes()
-            ca = self.client_ca.read_bytes() if self.client_ca else None
-        except OSError as exc:
-            raise ConfigError(f"cannot read the management TLS file {exc.filename}: "
-                              f"{exc.strerror}") from None
-        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
-                                           require_client_auth=ca is not None)
+def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
+    """gRPC server credentials; client certificates required when ``tls.client_ca`` is set."""
+    try:
+        cert, key = tls.cert.read_bytes(), tls.key.read_bytes()
+        ca = tls.client_ca.read_bytes() if tls.client_ca else None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the management TLS file {exc.filename}: "
+                          f"{exc.strerror}") from None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                       require_client_auth=ca is not None)
 
 
 def bearer(token: str) -> tuple[tuple[str, str]]:

@@ -1,6 +1,13 @@
-"""Translation between the manager's values and edge.agent.v1 messages (both directions)."""
+"""Translation between the manager's values and edge.agent.v1 messages (both directions).
+
+The client (and so the console) uses only the messages -> values direction: the agent's
+types are imported for annotations only, so importing this module loads no manager, metrics
+store or state store.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.types import (
@@ -12,9 +19,11 @@ from edge_agent.management.types import (
     StepInfo,
     VersionInfo,
 )
-from edge_agent.manager.outcome import DeployOutcome, StepEvent, VersionView
-from edge_agent.metrics.store import MetricPoint as StoredPoint
-from edge_agent.state.records import Deployment, StepRecord
+
+if TYPE_CHECKING:
+    from edge_agent.manager.outcome import DeployOutcome, StepEvent, VersionView
+    from edge_agent.metrics.store import MetricPoint as StoredPoint
+    from edge_agent.state.records import Deployment, StepRecord
 
 NONE = -1
 NO_TEMP = -1000.0

@@ -35,12 +35,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from edge_agent.discovery import ipv4_interfaces
 from edge_agent.errors import ConfigError
-from edge_agent.management.auth import TlsFiles
-from edge_agent.management.runtime import ManagementOptions
+from edge_agent.settings import ManagementOptions, TlsFiles, ipv4_interfaces, parse_address
 
 SECTIONS = ("management", "mdns", "metrics")
+_MGMT_EXAMPLE = "0.0.0.0:50051"
 _MGMT_KEYS = {"address", "name", "trust", "allow_unsigned", "profile", "keep_versions",
               "watch_window_s", "error_threshold", "min_requests", "tls_cert", "tls_key",
               "tls_client_ca", "insecure"}
@@ -65,15 +64,6 @@ def _typed(key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
-def _address(value: str, where: str) -> str | None:
-    if value.strip().lower() in ("", "none", "off"):
-        return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{where}: expected HOST:PORT (e.g. 0.0.0.0:50051), got {value!r}")
-    return value
-
-
 def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
                        address: str | None = None, name: str | None = None,
                        trust: Sequence[Path] = (), allow_unsigned: bool = False,
@@ -91,8 +81,8 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
 
     kw: dict[str, Any] = {}
     if "address" in mg:
-        kw["address"] = _address(_typed("management.address", mg["address"], str),
-                                 "config key 'management.address'")
+        kw["address"] = parse_address(_typed("management.address", mg["address"], str),
+                                      "config key 'management.address'", _MGMT_EXAMPLE)
     for key in ("name", "profile"):
         if key in mg:
             kw[key] = _typed(f"management.{key}", mg[key], str)
@@ -130,7 +120,7 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     options = ManagementOptions(**kw)
     flags: dict[str, Any] = {}
     if address is not None:
-        flags["address"] = _address(address, "--management")
+        flags["address"] = parse_address(address, "--management", _MGMT_EXAMPLE)
     if name is not None:
         flags["name"] = name
     if trust:

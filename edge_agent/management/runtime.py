@@ -1,6 +1,7 @@
 """One running agent: data plane, model manager, metrics, management server, mDNS, systemd.
 
-:class:`AgentRuntime` wires the libraries together; ``edge_agent.server.serve`` drives it::
+:class:`AgentRuntime` wires the libraries together;
+:func:`edge_agent.management.agent_main.run_agent` drives it::
 
     runtime = AgentRuntime(state_dir, options, observer_enabled=True)
     runtime.start_core()                 # state dir lock, state store, token, metrics, data
@@ -17,23 +18,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import threading
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.overrides import ModelOverrides
-from edge_agent.management.auth import TlsFiles
 from edge_agent.management.identity import AgentIdentity, load_or_create_agent_id
 from edge_agent.management.server import ManagementServer
 from edge_agent.management.servicer import ManagementServicer
 from edge_agent.management.tls import fingerprint, load_or_create
-from edge_agent.manager import ManagerSettings, ModelManager
+from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.manager.pause import hooks_from_environment
 from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
+from edge_agent.settings import ManagementOptions, TlsFiles
 from edge_agent.state import StateStore, TokenFile
 from edge_agent.state.lock import StateLock, claim_state_dir
 
@@ -43,33 +42,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-@dataclass(frozen=True)
-class ManagementOptions:
-    """The management side of the agent (config sections [management], [mdns], [metrics])."""
+__all__ = ["AgentRuntime", "ManagementOptions", "manager_settings"]
 
-    address: str | None = None  # None: no management API (and no mDNS advert)
-    name: str = field(default_factory=socket.gethostname)
-    trusted_keys: tuple[Path, ...] = ()
-    allow_unsigned: bool = False
-    keep_versions: int = 3
-    watch_window_s: float = 60.0
-    error_threshold: float = 0.5
-    min_requests: int = 20
-    tls: TlsFiles | None = None  # your own certificate; None: the self-signed one in STATE_DIR/tls
-    client_ca: Path | None = None  # mTLS with the self-signed certificate
-    insecure: bool = False  # plaintext management API (--insecure)
-    mdns: bool = True
-    mdns_interfaces: tuple[str, ...] = ()  # empty: every interface
-    metrics: bool = True
-    profile: str | None = None
 
-    def manager_settings(self, drain_timeout_s: float = 30.0) -> ManagerSettings:
-        """The model manager's part of these options."""
-        return ManagerSettings(
-            trusted_keys=self.trusted_keys, allow_unsigned=self.allow_unsigned,
-            keep_versions=self.keep_versions, watch_window_s=self.watch_window_s,
-            error_threshold=self.error_threshold, min_requests=self.min_requests,
-            drain_timeout_s=drain_timeout_s, profile=self.profile)
+def manager_settings(options: ManagementOptions, drain_timeout_s: float = 30.0) -> ManagerSettings:
+    """The model manager's part of the management ``options``."""
+    return ManagerSettings(
+        trusted_keys=options.trusted_keys, allow_unsigned=options.allow_unsigned,
+        keep_versions=options.keep_versions, watch_window_s=options.watch_window_s,
+        error_threshold=options.error_threshold, min_requests=options.min_requests,
+        drain_timeout_s=drain_timeout_s, profile=options.profile)
 
 
 class _LoopThread:
@@ -144,7 +126,7 @@ class AgentRuntime:
                                    default_overrides=self.default_overrides, autoload=False,
                                    drain_timeout_s=self.drain_timeout_s)
         self.manager = ModelManager(self.dataplane, self.store,
-                                    self.options.manager_settings(self.drain_timeout_s),
+                                    manager_settings(self.options, self.drain_timeout_s),
                                     step_hooks=hooks_from_environment(self.state_dir))
         return self.dataplane
 
@@ -232,7 +214,7 @@ class AgentRuntime:
         """Apply what a config reload (SIGHUP) may change: trust, retention, watch settings."""
         self.options = options
         if self.manager is not None:
-            self.manager.settings = options.manager_settings(self.drain_timeout_s)
+            self.manager.settings = manager_settings(options, self.drain_timeout_s)
 
     # -- stop ----------------------------------------------------------------------------------
     def stop_management(self) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from edge_agent.errors import ConfigError
-from edge_agent.management.auth import TlsFiles, TokenAuthInterceptor
+from edge_agent.management.auth import TlsFiles, TokenAuthInterceptor, server_credentials
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.servicer import ManagementServicer
 
@@ -54,7 +54,7 @@ class ManagementServer:
         pb_grpc.add_AgentManagementServicer_to_server(self.servicer, server)
         try:
             if self.tls is not None:
-                port = server.add_secure_port(self.address, self.tls.server_credentials())
+                port = server.add_secure_port(self.address, server_credentials(self.tls))
             else:
                 port = server.add_insecure_port(self.address)
         except RuntimeError as exc:

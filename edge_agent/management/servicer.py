@@ -24,8 +24,8 @@ from edge_agent.management import convert
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.identity import AgentIdentity
-from edge_agent.manager import ModelManager
 from edge_agent.manager.errors import disk_full, is_disk_full
+from edge_agent.manager.manager import ModelManager
 from edge_agent.manager.outcome import DeployOutcome, StepEvent
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore

@@ -1,6 +1,9 @@
 """The model manager: deploy, activate, roll back and remove model versions (protocol-free).
 
-The pipeline (see :mod:`edge_agent.manager.pipeline`) runs verify -> stage -> load and warm up ->
+The package holds light values the console imports too (device compatibility, errors,
+outcomes); the manager itself is :class:`edge_agent.manager.manager.ModelManager`, imported
+from its module so that ``import edge_agent.manager.device`` loads no repository or backend.
+Its pipeline (:mod:`edge_agent.manager.pipeline`) runs verify -> stage -> load and warm up ->
 health probe -> atomic switch -> drain -> unload, records each step durably in the
 :class:`edge_agent.state.StateStore`, and leaves the previous version serving on any failure.
 """
@@ -14,14 +17,11 @@ from edge_agent.manager.errors import (
     ManagerError,
     VersionInUseError,
 )
-from edge_agent.manager.manager import ModelManager
 from edge_agent.manager.outcome import DeployOutcome, StepEvent, VersionView
-from edge_agent.manager.queries import RollbackPlan
 from edge_agent.manager.settings import ManagerSettings
 
 __all__ = [
     "DeployOutcome", "DeploymentBusyError", "DeploymentFailedError", "DeviceInfo",
     "IncompatibleBundleError", "InvalidBundleError", "ManagerError", "ManagerSettings",
-    "ModelManager", "RollbackPlan", "StepEvent", "VersionInUseError", "VersionView",
-    "check_compatible", "detect_device",
+    "StepEvent", "VersionInUseError", "VersionView", "check_compatible", "detect_device",
 ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 
-from edge_agent.backends.registry import available_backends
 from edge_agent.manager.errors import IncompatibleBundleError
 from packager.manifest import Manifest
 
@@ -53,6 +52,9 @@ def _default_profile(arch: str, runtimes: tuple[str, ...]) -> str:
 def detect_device(profile: str | None = None) -> DeviceInfo:
     """This machine: ``platform.machine()``, the installed runtimes, and ``profile`` (or the
     best installed profile for the arch when None)."""
+    # imported here: the console imports this module (check_compatible) and has no backends
+    from edge_agent.backends.registry import available_backends
+
     arch = normalize_arch(platform.machine())
     runtimes = available_backends()
     return DeviceInfo(arch=arch, runtimes=runtimes,

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from edge_agent.errors import StateStoreError
 from edge_agent.metrics import histogram as hist
 from edge_agent.metrics.system import SystemSample
+from edge_agent.sqlite_tx import write_transaction
 
 DB_NAME = "metrics.db"
 DAY_S = 86_400
@@ -41,6 +40,16 @@ _UPSERT_SAMPLE = (
     + ", ".join(f"{c} = {c} + excluded.{c}" for c in _COUNTERS) + ", "
     + ", ".join(f"{h} = CAST(COALESCE({h}, X'') || COALESCE(excluded.{h}, X'') AS BLOB)"
                 for h in _HISTS))
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS samples (model TEXT NOT NULL, "
+    + ", ".join(f"{c} INTEGER NOT NULL" for c in ("version", "ts", "res", *_COUNTERS)) + ", "
+    + ", ".join(f"{h} BLOB" for h in _HISTS)
+    + ", PRIMARY KEY (model, ts, version, res))",
+    "CREATE INDEX IF NOT EXISTS idx_samples_res_ts ON samples (res, ts)",
+    "CREATE TABLE IF NOT EXISTS system (ts INTEGER, res INTEGER, cpu_percent REAL, "
+    "mem_percent REAL, rss_bytes INTEGER, temp_c REAL, disk_free_bytes INTEGER, "
+    "PRIMARY KEY (ts, res))",
+)
 _UPSERT_SYSTEM = (
     f"INSERT OR REPLACE INTO system ({', '.join(_SYSTEM_COLS)}) "
     f"VALUES ({', '.join('?' * len(_SYSTEM_COLS))})")
@@ -168,7 +177,6 @@ class MetricsStore:
                 conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout=5000")
             self._conn = conn
-            self.db = sqlite_utils.Database(conn)
             if not readonly:
                 self._setup()
         except sqlite3.DatabaseError as exc:
@@ -195,21 +203,14 @@ class MetricsStore:
     def _setup(self) -> None:
         c = self._conn
         # auto_vacuum must be chosen before the first table exists.
-        if not self.db.table_names():
+        if c.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] == 0:
             c.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        self.db.enable_wal()
+        c.execute("PRAGMA journal_mode=WAL")
         c.execute("PRAGMA synchronous=NORMAL")  # history: losing the last second is fine
         c.execute("PRAGMA journal_size_limit=4194304")
-        ints = {name: int for name in ("version", "ts", "res", *_COUNTERS)}
-        self.db.table("samples").create(
-            {"model": str, **ints, **{h: bytes for h in _HISTS}},
-            pk=("model", "ts", "version", "res"), not_null={"model", *ints},
-            if_not_exists=True)
-        self.db.table("samples").create_index(["res", "ts"], if_not_exists=True)
-        self.db.table("system").create(
-            {"ts": int, "res": int, "cpu_percent": float, "mem_percent": float,
-             "rss_bytes": int, "temp_c": float, "disk_free_bytes": int},
-            pk=("ts", "res"), if_not_exists=True)
+        with write_transaction(c, self._lock):
+            for statement in _SCHEMA:
+                c.execute(statement)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -220,20 +221,13 @@ class MetricsStore:
                    r.batch_rows, r.queue_ns_sum, r.compute_ns_sum, r.total_ns_sum,
                    hist.encode(r.h_queue) or None, hist.encode(r.h_compute) or None,
                    hist.encode(r.h_total) or None) for r in rows]
-        with self._lock:
-            c = self._conn
-            c.execute("BEGIN")
-            try:
-                if params:
-                    c.executemany(_UPSERT_SAMPLE, params)
-                if system is not None:
-                    c.execute(_UPSERT_SYSTEM, (ts, res, system.cpu_percent, system.mem_percent,
-                                               system.rss_bytes, system.temp_c,
-                                               system.disk_free_bytes))
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
-            c.execute("COMMIT")
+        with write_transaction(self._conn, self._lock) as c:
+            if params:
+                c.executemany(_UPSERT_SAMPLE, params)
+            if system is not None:
+                c.execute(_UPSERT_SYSTEM, (ts, res, system.cpu_percent, system.mem_percent,
+                                           system.rss_bytes, system.temp_c,
+                                           system.disk_free_bytes))
         return len(params)
 
     # -- maintenance ---------------------------------------------------------------------------
@@ -258,8 +252,7 @@ class MetricsStore:
         c = self._conn
         sums = ", ".join(f"SUM({n})" for n in _COUNTERS)
         blobs = ", ".join(f"CAST(group_concat({h}, '') AS BLOB)" for h in _HISTS)
-        c.execute("BEGIN")
-        try:
+        with write_transaction(c, self._lock):
             n = c.execute("SELECT COUNT(*) FROM samples WHERE res = 1 AND ts < ?",
                           (cutoff,)).fetchone()[0]
             if n:
@@ -277,10 +270,6 @@ class MetricsStore:
                     "FROM system WHERE res = 1 AND ts < ? GROUP BY m", (cutoff,)).fetchall()
                 c.executemany(_UPSERT_SYSTEM, [(g[0], 60, *g[1:]) for g in sys_avgs])
                 c.execute("DELETE FROM system WHERE res = 1 AND ts < ?", (cutoff,))
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        c.execute("COMMIT")
         return int(n)
 
     def _delete_before(self, ts: int) -> int:

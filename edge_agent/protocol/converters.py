@@ -12,7 +12,14 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
-from edge_agent.core.types import DurationStat, InferRequest, InferResult, ModelMetadata, ModelStats
+from edge_agent.core.types import (
+    DurationStat,
+    InferRequest,
+    InferResult,
+    ModelMetadata,
+    ModelStats,
+    triton_platform,
+)
 from edge_agent.errors import InvalidInputError
 from edge_agent.protocol.datatypes import (
     CONTENTS_FIELDS,
@@ -23,13 +30,6 @@ from edge_agent.protocol.datatypes import (
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import model_config_pb2 as mc
 from packager.manifest import TensorSpec
-
-# Backend name -> the platform string Triton reports for the same kind of model.
-PLATFORMS = {
-    "onnxruntime": "onnxruntime_onnx",
-    "openvino": "openvino",
-    "tensorrt": "tensorrt_plan",
-}
 
 
 def parse_version(version: str, model: str) -> int | None:
@@ -206,7 +206,7 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
     batched = b.max_batch_size > 0
     config = mc.ModelConfig(
         name=m.name,
-        platform=PLATFORMS.get(info.backend, info.backend),
+        platform=triton_platform(info.backend),
         backend=info.backend,
         max_batch_size=b.max_batch_size,
         input=[mc.ModelInput(name=s.name, data_type=config_data_type(s.datatype),

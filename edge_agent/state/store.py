@@ -23,11 +23,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from edge_agent.errors import StateStoreError
+from edge_agent.sqlite_tx import write_transaction
 from edge_agent.state.lock import PRIVATE_FILE_MODE, make_private_dirs, not_writable
 from edge_agent.state.records import (
     Deployment,
@@ -163,28 +163,14 @@ class StateStore:
                     c.execute(statement)
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (BEGIN IMMEDIATE ... COMMIT, rolled back on error).
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One write transaction (:func:`edge_agent.sqlite_tx.write_transaction`).
 
         A database error (disk full, read-only file system, I/O error) becomes a
         StateStoreError whose ``__cause__`` is the sqlite3 error; nothing stays half-written
         and the connection is left usable."""
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._conn
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if self._conn.in_transaction:
-                    with suppress(sqlite3.Error):
-                        self._conn.execute("ROLLBACK")
-                raise StateStoreError(f"the state database {self.path} could not be written: "
-                                      f"{exc}") from exc
+        return write_transaction(self._conn, self._lock, wrap=lambda exc: StateStoreError(
+            f"the state database {self.path} could not be written: {exc}"))
 
     def _recover_interrupted(self) -> tuple[Deployment, ...]:
         now = time.time()

@@ -79,3 +79,26 @@ def test_tensorrt_engine_builds_caches_and_matches_the_source(jetson_dir: Path,
             np.testing.assert_allclose(out, ref, rtol=2e-2, atol=5e-3)
     finally:
         backend.close()
+
+
+def test_the_agent_builds_engines_with_the_packagers_code() -> None:
+    # one engine build, one prebuilt-engine key and one spec for the packager and the agent
+    from edge_agent.backends import tensorrt_backend
+    from packager import tensorrt_engine
+
+    assert tensorrt_backend.build_engine is tensorrt_engine.build_engine
+    assert tensorrt_backend.engine_key is tensorrt_engine.engine_key
+    assert tensorrt_backend.SPEC_KEYS is tensorrt_engine.SPEC_KEYS
+
+
+@pytest.mark.skipif(HAVE_TRT, reason="this device has TensorRT")
+def test_without_tensorrt_the_backend_says_what_is_missing() -> None:
+    from edge_agent.backends.tensorrt_backend import _load_runtime
+    from edge_agent.errors import RuntimeMissingError
+    from packager.tensorrt_build import tensorrt_available
+
+    ok, why = tensorrt_available()
+    assert not ok and why
+    with pytest.raises(RuntimeMissingError) as caught:
+        _load_runtime()
+    assert str(caught.value) == f"TensorRT backend: {why}"

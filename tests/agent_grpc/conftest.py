@@ -22,8 +22,9 @@ import pytest
 
 from edge_agent.cli import main as agent_cli
 from edge_agent.config import load_config
+from edge_agent.management.agent_main import serve
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from edge_agent.server import BoundAddresses, serve
+from edge_agent.server import BoundAddresses
 from packager.build import build_bundles
 from tests.model_factory import conditioned_light_model, make_mlp
 
@@ -103,7 +104,8 @@ class Agent:
 
 @pytest.fixture(scope="session")
 def agent(sources: Sources, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
-    """A real agent in-process on 127.0.0.1:0 and a Unix socket, via edge_agent.server.serve."""
+    """A real agent in-process on 127.0.0.1:0 and a Unix socket, via
+    edge_agent.management.agent_main.serve."""
     root = tmp_path_factory.mktemp("agent")
     state = root / "state"
     for bundle in sources.bundles.values():

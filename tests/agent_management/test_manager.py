@@ -13,13 +13,8 @@ import pytest
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import AgentError
-from edge_agent.manager import (
-    DeploymentBusyError,
-    ManagerError,
-    ManagerSettings,
-    ModelManager,
-    VersionInUseError,
-)
+from edge_agent.manager import DeploymentBusyError, ManagerError, VersionInUseError
+from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.state import DeploymentKind, DeploymentStatus, StateStore, Step
 from tests.agent_management.bundles import Bundles
 

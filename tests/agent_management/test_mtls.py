@@ -23,7 +23,7 @@ from edge_agent.management.client import AgentClient, ClientTls, ManagementError
 from edge_agent.management.identity import AgentIdentity
 from edge_agent.management.server import ManagementServer
 from edge_agent.management.servicer import ManagementServicer
-from edge_agent.manager import ModelManager
+from edge_agent.manager.manager import ModelManager
 from edge_agent.state import StateStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from edge_agent.config import AgentConfig, GrpcConfig
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.management.client import AgentClient
 from edge_agent.management.runtime import ManagementOptions
-from edge_agent.manager import ManagerSettings, ModelManager
+from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.server import AgentServer
 from edge_agent.state import StateStore, Step
 from tests.agent_management.bundles import Bundles

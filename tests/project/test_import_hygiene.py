@@ -3,7 +3,9 @@
 - packager never imports the agent or the console, and none of the three pull in Textual
   unless they are the console;
 - the serving core and the backends never import grpc (protocols sit at the edge);
-- nothing imports TensorRT or pycuda unless a Jetson backend is used.
+- nothing imports TensorRT or pycuda unless a Jetson backend is used;
+- clients stay light: `edge_agent.config` loads settings, not gRPC, zeroconf, SQLite or a
+  runtime; `console.commands` loads no batcher, repository, backend or manager.
 """
 
 from __future__ import annotations
@@ -68,3 +70,25 @@ def test_agent_never_imports_textual() -> None:
     loaded = _top(_modules_loaded_by(mods))
     assert "textual" not in loaded
     assert "console" not in loaded
+
+
+def test_agent_config_is_light() -> None:
+    # a client that reads or writes agent.toml gets the settings, not the agent's machinery
+    loaded = _modules_loaded_by(["edge_agent.config"])
+    heavy = {"grpc", "grpc_health", "zeroconf", "sqlite_utils", "sqlite3", "psutil",
+             "onnxruntime", "openvino", "tensorrt", "pycuda", "numpy"}
+    assert not _top(loaded) & heavy, sorted(_top(loaded) & heavy)
+    ours = {m for m in loaded if m.startswith("edge_agent.")}
+    assert "edge_agent.settings" in ours
+    assert not {m for m in ours if m.startswith(("edge_agent.backends", "edge_agent.management.",
+                                                 "edge_agent.manager", "edge_agent.state"))
+                } - {"edge_agent.management.options"}, sorted(ours)
+
+
+def test_console_commands_load_no_serving_core() -> None:
+    loaded = _modules_loaded_by(["console.commands"])
+    serving = sorted(m for m in loaded if m.startswith((
+        "edge_agent.core", "edge_agent.backends", "edge_agent.manager.manager",
+        "edge_agent.metrics", "edge_agent.protocol", "edge_agent.server")))
+    assert not serving, f"console.commands loads the agent's serving side: {serving}"
+    assert not _top(loaded) & {"numpy", "onnx", "onnxruntime", "openvino", "textual"}

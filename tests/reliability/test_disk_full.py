@@ -24,8 +24,8 @@ from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.runtime import ManagementOptions
-from edge_agent.manager import ManagerSettings, ModelManager
 from edge_agent.manager.errors import DiskFullError
+from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.state import StateStore, Step
 from packager.build import build_bundles
 from packager.samples import make_mlp

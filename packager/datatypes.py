@@ -1,0 +1,62 @@
+"""KServe v2 datatypes and the numpy dtypes that carry them: the one table of the packager,
+the agent's core and its protocol edge (the names themselves are ``manifest.DATATYPES``).
+
+Dtypes are little-endian, the byte order of KServe's raw tensor contents. BYTES (ONNX STRING)
+is a manifest datatype carried in memory as numpy object arrays, but it has no fixed size:
+it is not fed to parity checks, not accepted over the wire and cannot cross into a runtime
+process (see :data:`BYTES_UNSUPPORTED`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packager.manifest import DATATYPES
+
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype("?"),
+    "UINT8": np.dtype("u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BYTES": np.dtype(object),
+}
+"""KServe datatype -> numpy dtype; its keys are ``manifest.DATATYPES``, in order."""
+
+FIXED_SIZE: dict[str, np.dtype] = {k: v for k, v in NUMPY_DTYPES.items() if k != "BYTES"}
+"""The datatypes with a fixed item size: every one but BYTES."""
+
+BYTES_UNSUPPORTED = ("BYTES tensors are not supported by this agent; send numeric tensors "
+                     "(e.g. UINT8 for raw bytes)")
+"""What a caller is told when it sends a BYTES tensor."""
+
+_BY_KIND_SIZE = {(dt.kind, dt.itemsize): name for name, dt in FIXED_SIZE.items()}
+_BY_DTYPE = {dt: name for name, dt in FIXED_SIZE.items()}  # fast path for native dtypes
+
+if tuple(NUMPY_DTYPES) != DATATYPES:  # pragma: no cover - a table edited on one side only
+    raise ImportError("packager.datatypes.NUMPY_DTYPES and manifest.DATATYPES disagree")
+
+
+def numpy_dtype(datatype: str) -> np.dtype | None:
+    """The numpy dtype of KServe ``datatype`` (BYTES: object), or None for an unknown name."""
+    return NUMPY_DTYPES.get(datatype)
+
+
+def datatype_of(dtype: np.dtype) -> str | None:
+    """The KServe datatype of a numpy dtype in any byte order (str/bytes/object: BYTES), or
+    None when there is none (complex, datetime, ...)."""
+    name = _BY_DTYPE.get(dtype)
+    if name is not None:
+        return name
+    dtype = np.dtype(dtype)
+    name = _BY_KIND_SIZE.get((dtype.kind, dtype.itemsize))
+    if name is None and dtype.kind in ("S", "U", "O"):
+        return "BYTES"
+    return name

@@ -1,0 +1,40 @@
+"""Which parts of edge-toolkit this installation has (its pip extras), for one-line refusals.
+
+Each machine installs only what it runs: ``edge-toolkit[agent]`` on a device,
+``edge-toolkit[console]`` on the operator's laptop, ``edge-toolkit[pack]`` where bundles are
+built. The three commands are always installed; a command whose extra is missing says so in one
+line instead of failing on an import deep inside. Imports nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "agent": ("numpy", "grpc", "grpc_health", "google.protobuf", "psutil", "zeroconf"),
+    "console": ("textual", "grpc", "google.protobuf", "psutil", "zeroconf"),
+    "pack": ("numpy", "onnx", "onnxruntime", "openvino"),
+}
+"""Extra name -> the Python modules whose absence means that extra is not installed."""
+
+
+def missing_modules(extra: str) -> tuple[str, ...]:
+    """The modules of ``extra`` (a key of :data:`EXTRAS`) that cannot be imported here."""
+    missing = []
+    for module in EXTRAS[extra]:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package is missing or broken
+            found = False
+        if not found:
+            missing.append(module)
+    return tuple(missing)
+
+
+def refusal(extra: str, command: str) -> str | None:
+    """None when ``extra`` is installed, else the one line ``command`` prints before exiting."""
+    missing = missing_modules(extra)
+    if not missing:
+        return None
+    return (f"{command} needs edge-toolkit[{extra}] (not installed here: {', '.join(missing)}); "
+            f"install it with: pip install 'edge-toolkit[{extra}]'")

@@ -1,0 +1,44 @@
+"""One KServe datatype table (packager.datatypes) for the packager, the core and the wire."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_agent.core.datatypes import kserve_datatype, numpy_dtype
+from edge_agent.errors import InvalidInputError
+from edge_agent.protocol.datatypes import config_data_type, datatype_of, wire_dtype
+from edge_agent.protocol.generated import model_config_pb2
+from packager.datatypes import BYTES_UNSUPPORTED, NUMPY_DTYPES
+from packager.manifest import DATATYPES
+from packager.onnx_tools import _ONNX_TO_KSERVE
+
+
+def test_the_table_covers_exactly_the_manifest_datatypes() -> None:
+    assert tuple(NUMPY_DTYPES) == DATATYPES
+    assert set(_ONNX_TO_KSERVE.values()) == set(DATATYPES)
+    for name in DATATYPES:
+        assert config_data_type(name) != model_config_pb2.DataType.TYPE_INVALID
+
+
+@pytest.mark.parametrize("name", [n for n in DATATYPES if n != "BYTES"])
+def test_core_and_wire_agree_on_every_fixed_size_datatype(name: str) -> None:
+    assert numpy_dtype(name) == wire_dtype(name, "x")
+    swapped = np.dtype(numpy_dtype(name)).newbyteorder(">")
+    assert kserve_datatype(numpy_dtype(name)) == datatype_of(numpy_dtype(name)) == name
+    assert kserve_datatype(swapped) == datatype_of(swapped) == name  # any byte order
+
+
+def test_bytes_is_carried_in_the_core_and_refused_on_the_wire() -> None:
+    assert numpy_dtype("BYTES") == np.dtype(object)
+    assert kserve_datatype(np.array(["a"]).dtype) == "BYTES"
+    with pytest.raises(InvalidInputError, match="input 'text': BYTES tensors are not supported"):
+        wire_dtype("BYTES", "text")
+    assert BYTES_UNSUPPORTED.startswith("BYTES tensors are not supported")
+
+
+def test_unknown_names_and_dtypes_are_refused_with_the_agents_error() -> None:
+    with pytest.raises(InvalidInputError, match="not a KServe v2 datatype"):
+        numpy_dtype("FLOAT32")
+    with pytest.raises(InvalidInputError, match="has no KServe v2 datatype"):
+        kserve_datatype(np.dtype(np.complex64))
