@@ -118,7 +118,7 @@ class OpenVinoBackend:
 
         Inputs are wrapped as shared-memory tensors and outputs copied from the request's
         tensors: measured ~40% less per-call overhead than ``InferRequest.infer(dict)``
-        and than ``start_async`` + ``wait`` (benchmarks/bench_core.py notes).
+        and than ``start_async`` + ``wait`` (the figures are in the module docstring).
         """
         req = self._requests[instance]
         tensor = self._tensor
