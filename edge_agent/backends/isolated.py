@@ -23,10 +23,16 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from edge_agent.backends.base import BackendOptions, threads_per_instance
+from edge_agent.backends.base import (
+    BackendOptions,
+    Cancellation,
+    RunningExecutions,
+    threads_per_instance,
+)
 from edge_agent.backends.ipc import Channel, WireError
 from edge_agent.errors import BackendCrashedError, BackendError, RuntimeMissingError
 from packager.manifest import Manifest
@@ -63,6 +69,23 @@ def _close_channel(conn: Channel, mem: mmap.mmap | None) -> None:
             mem.close()
 
 
+def load_request(model_dir: Path, manifest: Manifest, options: BackendOptions,
+                 preferred: str | None) -> dict[str, Any]:
+    """The first message to a runtime process: load one instance of ``manifest``'s model.
+
+    The whole manifest travels, so the runtime compiles with the bundle's own settings (e.g.
+    OpenVINO's performance hint and inference precision); each process holds one instance, so
+    the cores are split here, as a runtime would split them between parallel instances.
+    """
+    threads = threads_per_instance(options.threads, max(1, options.instances))
+    return {
+        "op": "load", "model_dir": str(Path(model_dir).resolve()),
+        "manifest": manifest.to_dict(), "preferred": preferred,
+        "options": {"threads": threads, "device": options.device,
+                    "state_dir": str(options.state_dir) if options.state_dir else None},
+    }
+
+
 class _RuntimeProcess:
     """One runtime process serving one instance; restarts itself after a kill or a crash."""
 
@@ -72,7 +95,6 @@ class _RuntimeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._conn: Channel | None = None
         self._mem: mmap.mmap | None = None
-        self._cancelled = False
         self._restart: threading.Thread | None = None
         self._restart_error: BaseException | None = None
         self.info: dict = {}
@@ -115,7 +137,7 @@ class _RuntimeProcess:
             self._kill(proc)
             raise
         self.info = reply
-        self.proc, self._conn, self._mem, self._cancelled = proc, conn, mem, False
+        self.proc, self._conn, self._mem = proc, conn, mem
 
     def _load(self, conn: Channel, proc: subprocess.Popen[bytes]) -> dict:
         """Send the load request; the process's reply, or the load's error raised."""
@@ -193,19 +215,25 @@ class _RuntimeProcess:
         return self._conn
 
     # ------------------------------------------------------------------ executions
-    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def infer(self, inputs: dict[str, np.ndarray], execution: int) -> dict[str, np.ndarray]:
         conn = self._ensure_running()
+        executions = self._owner.executions
+        executions.begin(self.instance, execution)
         try:
             conn.send({"op": "infer"}, inputs)
             reply, outputs = conn.recv(copy=True)
         except (EOFError, OSError, WireError) as exc:
-            raise self._lost() from exc
+            raise self._lost(cancelled=executions.end(self.instance)) from exc
+        if executions.end(self.instance):
+            # killed just after it answered: replace the process before the next execution
+            self._lost(cancelled=True)
         if not reply.get("ok"):
             raise BackendError(f"model {self._owner.label}: {reply.get('error')}")
         return outputs
 
-    def _lost(self) -> BackendError:
-        """The process died mid-execution: reap it, restart it, and say what happened."""
+    def _lost(self, *, cancelled: bool) -> BackendError:
+        """The process died (or was killed by ``cancel``): reap it, restart it, and say what
+        happened."""
         proc, conn, mem = self.proc, self._conn, self._mem
         self.proc = self._conn = self._mem = None
         if conn is not None:
@@ -217,7 +245,7 @@ class _RuntimeProcess:
         owner = self._owner
         if not owner.closed:
             self._restart_in_background()
-        if self._cancelled:
+        if cancelled:
             return BackendError(f"model {owner.label}: the execution on instance "
                                 f"{self.instance} was cancelled (runtime process killed); a new "
                                 "process replaces it")
@@ -228,11 +256,10 @@ class _RuntimeProcess:
             f"{self.instance} died during the inference ({reason}); it is being restarted, "
             "retry the request")
 
-    def cancel(self) -> None:
-        """Kill the process (from another thread); the blocked ``infer`` raises."""
+    def kill(self) -> None:
+        """Kill the process (from another thread); a blocked ``infer`` raises."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
-            self._cancelled = True
             proc.kill()
 
     def close(self, timeout_s: float = 10.0) -> None:
@@ -256,6 +283,8 @@ class _RuntimeProcess:
 class IsolatedBackend:
     """A model version whose every instance runs in a runtime process of its own."""
 
+    cancellation = Cancellation.KILL
+
     def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions,
                  preferred: str | None = None, *,
                  load_timeout_s: float = LOAD_TIMEOUT_S) -> None:
@@ -266,15 +295,8 @@ class IsolatedBackend:
         self.closed = False
         self.load_timeout_s = load_timeout_s
         instances = max(1, options.instances)
-        # each process holds one instance: split the cores here, as a runtime would between
-        # its parallel instances
-        threads = threads_per_instance(options.threads, instances)
-        self.load_request = {
-            "op": "load", "model_dir": str(Path(model_dir).resolve()),
-            "manifest": manifest.to_dict(), "preferred": preferred,
-            "options": {"threads": threads, "device": options.device,
-                        "state_dir": str(options.state_dir) if options.state_dir else None},
-        }
+        self.load_request = load_request(model_dir, manifest, options, preferred)
+        self.executions = RunningExecutions(instances)
         self._instances = [_RuntimeProcess(self, i) for i in range(instances)]
         t0 = time.monotonic()
         errors: list[BaseException] = []
@@ -305,13 +327,17 @@ class IsolatedBackend:
         """The runtime processes' pids (0 for an instance being restarted)."""
         return [p.proc.pid if p.proc is not None else 0 for p in self._instances]
 
-    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
         """Run one execution in ``instance``'s runtime process."""
-        return self._instances[instance].infer(inputs)
+        return self._instances[instance].infer(inputs, execution)
 
-    def cancel(self, instance: int) -> None:
-        """Stop ``instance``'s running execution by killing its process; a new one replaces it."""
-        self._instances[instance].cancel()
+    def cancel(self, instance: int, execution: int) -> bool:
+        """Stop ``execution`` if it runs on ``instance`` now by killing the instance's process;
+        a new one replaces it."""
+        if not 0 <= instance < len(self._instances):
+            return False
+        return self.executions.cancel(instance, execution, self._instances[instance].kill)
 
     def close(self) -> None:
         """Stop every runtime process. Idempotent."""

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent_core.bundles import build
+from tests.agent_core.spin_model import make_spin_model
 from tests.model_factory import light_model_path, make_mlp
 
 
@@ -21,6 +22,7 @@ class Bundles:
     mlp_v2: Path
     mlp_v3: Path
     mlp_fixed: Path
+    spin: Path
     mlp_v1_onnx: Path
     mlp_v2_onnx: Path
     mlp_v3_onnx: Path
@@ -41,12 +43,14 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> Bundles:
     v2 = make_mlp(d / "mlp_v2.onnx", seed=2)
     v3 = make_mlp(d / "mlp_v3.onnx", seed=3)
     fixed = make_mlp(d / "mlp_fixed.onnx", seed=4, dynamic_batch=False)
+    spin = make_spin_model(d / "spin.onnx")
     sq = light_model_path("squeezenet")
     return Bundles(
         mlp_v1=build(v1, out, "mlp", 1),
         mlp_v2=build(v2, out, "mlp", 2),
         mlp_v3=build(v3, out, "mlp", 3),
         mlp_fixed=build(fixed, out, "fixed", 1, dynamic_batch=False),
+        spin=build(spin, out, "spin", 1),
         mlp_v1_onnx=v1, mlp_v2_onnx=v2, mlp_v3_onnx=v3, mlp_fixed_onnx=fixed,
         squeezenet_onnx=sq, out_dir=out,
     )

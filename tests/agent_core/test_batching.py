@@ -54,7 +54,8 @@ class CountingObserver:
 def mlp(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     d: Path = install(bundles.mlp_v1, tmp_path_factory.mktemp("batching"))
     manifest = load_manifest(d)
-    backend = load_backend(d, manifest, BackendOptions(), preferred="onnxruntime")
+    # two instance slots: the tests run batchers of one and of two instances on it
+    backend = load_backend(d, manifest, BackendOptions(instances=2), preferred="onnxruntime")
     try:
         yield backend, bundles.mlp_v1_onnx
     finally:
@@ -172,20 +173,23 @@ class ConcurrencyProbe:
     def __init__(self, backend) -> None:
         self.backend = backend
         self.name, self.inputs, self.outputs = backend.name, backend.inputs, backend.outputs
-        self.device = backend.device
+        self.device, self.cancellation = backend.device, backend.cancellation
         self.lock = threading.Lock()
         self.running = 0
         self.most = 0
 
-    def infer(self, inputs, instance=0):
+    def infer(self, inputs, instance=0, execution=0):
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
         try:
-            return self.backend.infer(inputs, instance)
+            return self.backend.infer(inputs, instance, execution)
         finally:
             with self.lock:
                 self.running -= 1
+
+    def cancel(self, instance: int, execution: int) -> bool:
+        return self.backend.cancel(instance, execution)
 
     def close(self) -> None:
         pass
