@@ -2,9 +2,10 @@
 
 A runtime that hangs inside an inference and cannot be cancelled (OpenVINO, TensorRT), or
 that crashes (a segfault in native code), would otherwise take an instance, or the whole
-agent, with it. Here ``cancel`` kills the instance's process and a fresh one is started in
-the background; a crash fails only the execution in flight (UNAVAILABLE: retry) and the
-process is restarted the same way. Other instances and other models are not touched.
+agent, with it. Here ``cancel`` kills the instance's process (only while the execution it
+names runs there) and the thread that ran it loads a fresh one before the instance takes its
+next execution; a crash fails only the execution in flight (UNAVAILABLE: retry) and the
+process is restarted in the background. Other instances and other models are not touched.
 
 Cost: one process per instance (the runtime's own memory, once per instance) and one copy of
 every tensor each way over a socketpair (docs/performance.md has the figures).
@@ -95,7 +96,7 @@ class _RuntimeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._conn: Channel | None = None
         self._mem: mmap.mmap | None = None
-        self._restart: threading.Thread | None = None
+        self._restarting: threading.Thread | None = None
         self._restart_error: BaseException | None = None
         self.info: dict = {}
 
@@ -183,30 +184,32 @@ class _RuntimeProcess:
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
             log.error("runtime process %d did not exit after SIGKILL", proc.pid)
 
-    def _restart_in_background(self) -> None:
-        def run() -> None:
-            try:
-                self.start()
-                log.info("model %s: instance %d runs in a new runtime process (pid %d)",
-                         self._owner.label, self.instance, self.proc.pid if self.proc else -1)
-            except BaseException as exc:  # kept for the next infer to report
-                self._restart_error = exc
-                log.error("model %s: restarting instance %d failed: %s",
-                          self._owner.label, self.instance, exc)
+    def _restart(self) -> None:
+        """Start a new process; a failure is kept for the next ``infer`` to report."""
+        try:
+            self.start()
+            log.info("model %s: instance %d runs in a new runtime process (pid %d)",
+                     self._owner.label, self.instance, self.proc.pid if self.proc else -1)
+        except BaseException as exc:
+            self._restart_error = exc
+            log.error("model %s: restarting instance %d failed: %s",
+                      self._owner.label, self.instance, exc)
 
+    def _restart_in_background(self) -> None:
         self._restart_error = None
-        self._restart = threading.Thread(target=run, daemon=True,
-                                         name=f"restart-{self._owner.label}-{self.instance}")
-        self._restart.start()
+        self._restarting = threading.Thread(
+            target=self._restart, daemon=True,
+            name=f"restart-{self._owner.label}-{self.instance}")
+        self._restarting.start()
 
     def _ensure_running(self) -> Channel:
-        if self._restart is not None:
-            self._restart.join()
-            self._restart = None
-            if self._restart_error is not None:
-                error, self._restart_error = self._restart_error, None
-                raise BackendError(f"model {self._owner.label}: instance {self.instance} could "
-                                   f"not be restarted: {error}") from error
+        if self._restarting is not None:
+            self._restarting.join()
+            self._restarting = None
+        if self._restart_error is not None:
+            error, self._restart_error = self._restart_error, None
+            raise BackendError(f"model {self._owner.label}: instance {self.instance} could "
+                               f"not be restarted: {error}") from error
         if self._conn is None:
             if self._owner.closed:
                 raise BackendError(f"model {self._owner.label} is closed")
@@ -243,7 +246,15 @@ class _RuntimeProcess:
             self._kill(proc)
             reason = _exit_reason(proc.returncode)
         owner = self._owner
-        if not owner.closed:
+        if owner.closed:
+            pass
+        elif cancelled:
+            # the watchdog has answered the callers already: load the replacement on this
+            # thread, which holds the instance, so that the next execution's time limit does
+            # not run while it waits for the new process
+            self._restart_error = None
+            self._restart()
+        else:  # a crash: answer the caller now, load the replacement meanwhile
             self._restart_in_background()
         if cancelled:
             return BackendError(f"model {owner.label}: the execution on instance "
@@ -263,8 +274,8 @@ class _RuntimeProcess:
             proc.kill()
 
     def close(self, timeout_s: float = 10.0) -> None:
-        if self._restart is not None:
-            self._restart.join(timeout=LOAD_TIMEOUT_S)
+        if self._restarting is not None:
+            self._restarting.join(timeout=LOAD_TIMEOUT_S)
         proc, conn, mem = self.proc, self._conn, self._mem
         self.proc = self._conn = self._mem = None
         if conn is not None:

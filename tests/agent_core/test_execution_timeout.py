@@ -141,16 +141,14 @@ def test_the_timeout_message_says_what_happened_to_the_run(
     # the uncancellable run must end by itself: about a second
     trips = int(1.0 / _seconds_per_trip(loaded)) if isolation == "thread" else 10**9
     batcher = _batcher(loaded, 0.1)
-    killed = loaded.pids[0] if isolation == "process" else 0
     try:
         with pytest.raises(RequestTimeoutError) as err:
             batcher.submit({"input": spin_input(trips)}, 1).result(60)
         message = str(err.value)
         assert "'spin' version 1" in message and "execution timeout of 0.1 s" in message
         assert says in message, message
-        if isolation == "process":  # the replacement process loads (outside the timeout)
-            _wait_for(lambda: loaded.pids[0] not in (0, killed))
-        # the instance serves again (once the uncancellable run has finished)
+        # the instance serves again: once the uncancellable run has finished, or the killed
+        # process's replacement has loaded (which does not count against this one's timeout)
         assert batcher.submit(CALM, 1).result(60).outputs["probs"].shape == (1, 10)
     finally:
         batcher.close(60)

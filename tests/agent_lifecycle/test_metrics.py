@@ -37,9 +37,15 @@ def _record(rec: MetricsRecorder, model: str, version: int, total_ns: list[int],
 
 
 def test_recorder_satisfies_the_observer_contract(tmp_path: Path) -> None:
-    rec: InferenceObserver = MetricsRecorder(None)
-    rec.record_request("m", 1, ok=True, rows=1, queue_ns=1, compute_ns=1, total_ns=1)
-    rec.record_batch("m", 1, 4, 1000)
+    recorder = MetricsRecorder(None)
+    observer: InferenceObserver = recorder  # what the batcher is given
+    observer.record_request("m", 1, ok=True, rows=1, queue_ns=1, compute_ns=1, total_ns=1)
+    observer.record_request("m", 1, ok=False, rows=3, queue_ns=1, compute_ns=1, total_ns=1)
+    observer.record_batch("m", 1, 4, 1000)
+    (point,) = recorder.flush(T0).points  # what the observer was told, counted once
+    assert (point.ts, point.model, point.version) == (T0, "m", 1)
+    assert (point.requests, point.errors, point.batches) == (2, 1, 1)
+    assert recorder.flush(T0 + 1).points == ()  # and nothing twice
 
 
 @given(st.lists(st.integers(min_value=-(1 << 20), max_value=1 << 40), min_size=1))
