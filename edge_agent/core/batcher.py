@@ -80,19 +80,12 @@ def _fail(batch: Sequence[_Pending], error: AgentError) -> None:
                 p.future.set_exception(error)
 
 
-class _Execution:
-    """One execution the watchdog watches (only with an execution timeout)."""
-
-    __slots__ = ("batch", "error", "finished", "id", "instance", "start")
-
-    def __init__(self, execution: int, instance: int, start: int,
-                 batch: Sequence[_Pending]) -> None:
-        self.id = execution
-        self.instance = instance
-        self.start = start
-        self.batch = batch
-        self.error: RequestTimeoutError | None = None  # set by the watchdog that claims it
-        self.finished = False  # the backend returned (set once the watchdog claimed it)
+# One execution the watchdog watches (only with an execution timeout), a list because one is
+# made per execution (a list costs a tenth of a class instance): [start ns, instance, batch,
+# the timeout error (set by the watchdog before it claims the execution), finished (set by
+# the running thread when it returns after the watchdog claimed the execution)]
+_Execution = list
+_START, _INSTANCE, _BATCH, _ERROR, _FINISHED = range(5)
 
 
 class _Worker:
@@ -163,7 +156,7 @@ class DynamicBatcher:
         self._exec_timeout_s = execution_timeout_s if execution_timeout_s > 0 else 0.0
         self._exec_timeout_ns = int(self._exec_timeout_s * 1e9)
         self._execution_ids = itertools.count(1)
-        self._running: dict[int, _Execution] = {}
+        self._running: dict[int, _Execution] = {}  # execution number -> record
         self._stop_watch = threading.Event()
         if self._exec_timeout_ns:
             threading.Thread(target=self._watchdog, daemon=True,
@@ -359,7 +352,7 @@ class DynamicBatcher:
         execution = 0
         if self._exec_timeout_ns:
             execution = next(self._execution_ids)
-            record = self._running[execution] = _Execution(execution, instance, t0, (item,))
+            record = self._running[execution] = [t0, instance, (item,), None, False]
         try:
             result = self.backend.infer(item.inputs, instance, execution)
             error = None
@@ -393,7 +386,7 @@ class DynamicBatcher:
             t1 = _now()
             if self._exec_timeout_ns:
                 execution = next(self._execution_ids)
-                record = self._running[execution] = _Execution(execution, instance, t1, batch)
+                record = self._running[execution] = [t1, instance, batch, None, False]
             result = self.backend.infer(merged, instance, execution)
             t2 = _now()
             parts = split_outputs(result, rows)
@@ -544,12 +537,12 @@ class DynamicBatcher:
         return exc
 
     # ------------------------------------------------------------------ hung executions
-    def _claimed_by_watchdog(self, record: _Execution) -> RequestTimeoutError:
+    @staticmethod
+    def _claimed_by_watchdog(record: _Execution) -> RequestTimeoutError:
         """The error the watchdog answered ``record``'s callers with (it popped the record
         first; it sets the error before popping)."""
-        record.finished = True
-        assert record.error is not None
-        return record.error
+        record[_FINISHED] = True
+        return record[_ERROR]
 
     def _timeout_error(self, instance: int, stopped: bool | None) -> RequestTimeoutError:
         """What happened to an execution past the timeout: ``stopped`` is what ``cancel``
@@ -583,30 +576,31 @@ class DynamicBatcher:
         stopping: dict[int, _Execution] = {}  # claimed; cancel not confirmed yet: retried
         while not self._stop_watch.wait(period):
             now = _now()
-            for record in list(running.values()):
-                if now - record.start < limit:
+            for execution, record in list(running.items()):
+                if now - record[_START] < limit:
                     continue
-                record.error = self._timeout_error(record.instance, None)
-                if running.pop(record.id, None) is None:
+                instance = record[_INSTANCE]
+                record[_ERROR] = self._timeout_error(instance, None)
+                if running.pop(execution, None) is None:
                     continue  # it just finished: the thread that ran it answers its callers
                 if cancellable:
-                    stopped = self._cancel(record)
-                    record.error = self._timeout_error(record.instance, stopped)
+                    stopped = self._cancel(instance, execution)
+                    record[_ERROR] = self._timeout_error(instance, stopped)
                     if not stopped:
-                        stopping[record.id] = record
-                log.warning("%s", record.error)
-                _fail(record.batch, record.error)  # queued callers (inline ones wait in infer)
-            for record in list(stopping.values()):
-                if record.finished or self._cancel(record) is not False:
-                    del stopping[record.id]
+                        stopping[execution] = record
+                log.warning("%s", record[_ERROR])
+                _fail(record[_BATCH], record[_ERROR])  # queued callers (inline ones wait)
+            for execution, record in list(stopping.items()):
+                if record[_FINISHED] or self._cancel(record[_INSTANCE], execution) is not False:
+                    del stopping[execution]
 
-    def _cancel(self, record: _Execution) -> bool | None:
-        """Ask the backend to stop ``record``'s execution; None when asking failed."""
+    def _cancel(self, instance: int, execution: int) -> bool | None:
+        """Ask the backend to stop ``execution``; None when asking failed."""
         try:
-            return self.backend.cancel(record.instance, record.id)
+            return self.backend.cancel(instance, execution)
         except Exception:
             log.exception("model %r version %s: cancelling execution %d on instance %d failed",
-                          self.model, self.version, record.id, record.instance)
+                          self.model, self.version, execution, instance)
             return None
 
     def close(self, drain_timeout_s: float | None = 30.0) -> bool:
