@@ -85,19 +85,23 @@ def test_a_cancel_stops_only_the_execution_it_names(ort: Backend) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("isolation", "timeout_s", "rounds"), [
+    ("thread", 0.02, 200),  # RunOptions.terminate
+    ("process", 0.05, 50),  # the runtime process is killed (and reloaded: fewer rounds)
+])
 def test_runs_ending_right_at_the_timeout_never_cancel_an_innocent_execution(
-        ort: Backend) -> None:
+        spin_dir: Path, isolation: str, timeout_s: float, rounds: int) -> None:
     """A slow run whose length straddles the timeout, then two instant ones on the same
-    instance, 200 times. Each caller gets one answer: its result, or the watchdog's timeout
+    instance, many times. Each caller gets one answer: its result, or the watchdog's timeout
     when its own run was past the limit (on a busy machine an instant run can be too). A run
     stopped by a cancel meant for another execution would fail with the backend's error."""
-    timeout_s = 0.02
-    per_trip = _seconds_per_trip(ort)
+    backend = _load(spin_dir, "onnxruntime", isolation)
+    per_trip = _seconds_per_trip(backend)
     rng = np.random.default_rng(3)
-    batcher = _batcher(ort, timeout_s)
+    batcher = _batcher(backend, timeout_s)
     timed_out = 0
     try:
-        for _ in range(200):
+        for _ in range(rounds):
             trips = int(timeout_s * rng.uniform(0.8, 1.5) / per_trip)
             futures = [batcher.submit({"input": spin_input(trips)}, 1)]
             futures += [batcher.submit(CALM, 1) for _ in range(2)]
@@ -108,9 +112,10 @@ def test_runs_ending_right_at_the_timeout_never_cancel_an_innocent_execution(
                     timed_out += 1
     finally:
         assert batcher.close(60)
+        backend.close()
     stats = batcher.stats
     assert timed_out > 0  # the watchdog did step in, at the end of some runs
-    assert (stats.success.count, stats.fail.count) == (3 * 200 - timed_out, timed_out)
+    assert (stats.success.count, stats.fail.count) == (3 * rounds - timed_out, timed_out)
 
 
 def test_a_caller_running_inline_gets_one_answer_when_its_run_times_out(ort: Backend) -> None:
