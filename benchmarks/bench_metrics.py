@@ -55,7 +55,8 @@ class _DoubleBackend:
         self.inputs = (TensorSpec("x", "FP32", (-1, 16)),)
         self.outputs = (TensorSpec("y", "FP32", (-1, 16)),)
 
-    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
         return {"y": inputs["x"] * 2.0}
 
     def close(self) -> None:
@@ -77,7 +78,8 @@ class _MlpBackend(_DoubleBackend):
         self.inputs = (TensorSpec("input", "FP32", (-1, 64)),)
         self.outputs = (TensorSpec("probs", "FP32", (-1, 10)),)
 
-    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
         return {"probs": self.session.run(None, {"input": inputs["input"]})[0]}
 
 

@@ -1,8 +1,17 @@
-"""The backend interface every runtime plugin implements, and the options it is loaded with."""
+"""The backend contract: what every runtime plugin implements, how it is found and loaded.
+
+A backend is one module exporting a :class:`BackendPlugin` and one entry point naming it in the
+group ``edge_agent.backends`` (pyproject.toml); :mod:`edge_agent.backends.registry` finds it
+there. Everything the batcher relies on is declared here: ``infer`` on an instance slot,
+``cancel`` of one execution by its identity, and the :class:`Cancellation` capability.
+"""
 
 from __future__ import annotations
 
+import enum
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -48,9 +57,26 @@ def threads_per_instance(threads: int, instances: int) -> int:
     return 0
 
 
+class Cancellation(enum.Enum):
+    """What a backend's ``cancel`` does to a running execution."""
+
+    NONE = "none"
+    """The runtime cannot stop a running inference: the instance stays busy until it returns."""
+    TERMINATE = "terminate"
+    """The runtime stops the run (it raises) and the instance serves the next execution."""
+    KILL = "kill"
+    """The instance's runtime process is killed and a new one replaces it."""
+
+
 @runtime_checkable
 class Backend(Protocol):
-    """One loaded model version on one runtime."""
+    """One loaded model version on one runtime.
+
+    Executions carry an identity: the batcher numbers them (1, 2, ... per batcher; 0 means
+    none) and passes the number to ``infer``, and ``cancel`` stops an execution only by that
+    number, so a cancel that arrives late can never stop the execution that runs next on the
+    same instance.
+    """
 
     name: str
     """The backend's registry name, e.g. ``"onnxruntime"``."""
@@ -59,9 +85,20 @@ class Backend(Protocol):
     outputs: tuple[TensorSpec, ...]
     device: str
     """The device the model actually runs on (for ModelConfig and logs)."""
+    cancellation: Cancellation
+    """What ``cancel`` does; NONE when it does nothing."""
 
-    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
-        """Run one (possibly batched) execution; returned arrays are owned by the caller."""
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
+        """Run one (possibly batched) execution numbered ``execution`` on ``instance``;
+        returned arrays are owned by the caller."""
+        ...
+
+    def cancel(self, instance: int, execution: int) -> bool:
+        """Stop ``execution`` if it is running on ``instance`` now (called from another
+        thread; returns promptly). Never touches any other execution. True when it was
+        running and is being stopped (its ``infer`` raises); False when it is not running
+        (not started yet, or finished) or the backend cannot cancel."""
         ...
 
     def close(self) -> None:
@@ -69,11 +106,59 @@ class Backend(Protocol):
         ...
 
 
-class BackendFactory(Protocol):
-    """What a backend module exports: ``load(model_dir, manifest, options) -> Backend``."""
+@dataclass(frozen=True, slots=True)
+class BackendPlugin:
+    """What a backend module exports under the name its ``edge_agent.backends`` entry point
+    gives. The module must import without its runtime (the runtime is imported by ``load``),
+    so that a device without that runtime still starts."""
 
-    def __call__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> Backend:
-        ...
+    load: Callable[[Path, Manifest, BackendOptions], Backend]
+    """Load a model version from its directory: ``load(model_dir, manifest, options)``."""
+    runtime_modules: tuple[str, ...]
+    """Python modules the runtime needs; the backend is usable here when all are installed."""
+    cancellation: Cancellation
+    """What the loaded backend's ``cancel`` does in the agent's process."""
+
+
+class RunningExecutions:
+    """Which execution each instance runs now, for a backend whose ``cancel`` must match it.
+
+    ``begin``/``end`` bracket one execution on the running thread (lock-free: two list
+    stores, plus a lock wait only while a ``cancel`` of this backend is in progress);
+    ``cancel`` runs ``stop`` under a lock only while the execution it names is between them.
+    ``end`` returns True when a cancel stopped that execution, even one that finished before
+    its stop took effect, so that the backend can drop whatever the stop spoiled (a terminated
+    RunOptions, a killed process) before the instance runs again.
+    """
+
+    __slots__ = ("_hit", "_lock", "_running")
+
+    def __init__(self, instances: int) -> None:
+        self._running = [0] * max(1, instances)
+        self._hit = [False] * max(1, instances)
+        self._lock = threading.Lock()
+
+    def begin(self, instance: int, execution: int) -> None:
+        self._running[instance] = execution
+
+    def end(self, instance: int) -> bool:
+        self._running[instance] = 0
+        if self._lock.locked():  # a cancel may have read this execution: let it finish
+            with self._lock:
+                pass
+        if self._hit[instance]:
+            self._hit[instance] = False
+            return True
+        return False
+
+    def cancel(self, instance: int, execution: int, stop: Callable[[], object]) -> bool:
+        with self._lock:
+            if not execution or not 0 <= instance < len(self._running) \
+                    or self._running[instance] != execution:
+                return False
+            self._hit[instance] = True
+            stop()
+            return True
 
 
 def artifact_path(model_dir: Path, manifest: Manifest, backend: str) -> Path:

@@ -2,9 +2,10 @@
 
 A runtime that hangs inside an inference and cannot be cancelled (OpenVINO, TensorRT), or
 that crashes (a segfault in native code), would otherwise take an instance, or the whole
-agent, with it. Here ``cancel`` kills the instance's process and a fresh one is started in
-the background; a crash fails only the execution in flight (UNAVAILABLE: retry) and the
-process is restarted the same way. Other instances and other models are not touched.
+agent, with it. Here ``cancel`` kills the instance's process (only while the execution it
+names runs there) and the thread that ran it loads a fresh one before the instance takes its
+next execution; a crash fails only the execution in flight (UNAVAILABLE: retry) and the
+process is restarted in the background. Other instances and other models are not touched.
 
 Cost: one process per instance (the runtime's own memory, once per instance) and one copy of
 every tensor each way over a socketpair (docs/performance.md has the figures).
@@ -27,7 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.backends.base import BackendOptions, threads_per_instance
+from edge_agent.backends.base import (
+    BackendOptions,
+    Cancellation,
+    RunningExecutions,
+    threads_per_instance,
+)
 from edge_agent.backends.ipc import Channel, WireError
 from edge_agent.errors import BackendCrashedError, BackendError, RuntimeMissingError
 from packager.manifest import Manifest
@@ -64,6 +70,23 @@ def _close_channel(conn: Channel, mem: mmap.mmap | None) -> None:
             mem.close()
 
 
+def load_request(model_dir: Path, manifest: Manifest, options: BackendOptions,
+                 preferred: str | None) -> dict[str, Any]:
+    """The first message to a runtime process: load one instance of ``manifest``'s model.
+
+    The whole manifest travels, so the runtime compiles with the bundle's own settings (e.g.
+    OpenVINO's performance hint and inference precision); each process holds one instance, so
+    the cores are split here, as a runtime would split them between parallel instances.
+    """
+    threads = threads_per_instance(options.threads, max(1, options.instances))
+    return {
+        "op": "load", "model_dir": str(Path(model_dir).resolve()),
+        "manifest": manifest.to_dict(), "preferred": preferred,
+        "options": {"threads": threads, "device": options.device,
+                    "state_dir": str(options.state_dir) if options.state_dir else None},
+    }
+
+
 class _RuntimeProcess:
     """One runtime process serving one instance; restarts itself after a kill or a crash."""
 
@@ -73,8 +96,7 @@ class _RuntimeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._conn: Channel | None = None
         self._mem: mmap.mmap | None = None
-        self._cancelled = False
-        self._restart: threading.Thread | None = None
+        self._restarting: threading.Thread | None = None
         self._restart_error: BaseException | None = None
         self.info: dict[str, Any] = {}
 
@@ -116,7 +138,7 @@ class _RuntimeProcess:
             self._kill(proc)
             raise
         self.info = reply
-        self.proc, self._conn, self._mem, self._cancelled = proc, conn, mem, False
+        self.proc, self._conn, self._mem = proc, conn, mem
 
     def _load(self, conn: Channel, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
         """Send the load request; the process's reply, or the load's error raised."""
@@ -162,30 +184,32 @@ class _RuntimeProcess:
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
             log.error("runtime process %d did not exit after SIGKILL", proc.pid)
 
-    def _restart_in_background(self) -> None:
-        def run() -> None:
-            try:
-                self.start()
-                log.info("model %s: instance %d runs in a new runtime process (pid %d)",
-                         self._owner.label, self.instance, self.proc.pid if self.proc else -1)
-            except BaseException as exc:  # kept for the next infer to report
-                self._restart_error = exc
-                log.error("model %s: restarting instance %d failed: %s",
-                          self._owner.label, self.instance, exc)
+    def _restart(self) -> None:
+        """Start a new process; a failure is kept for the next ``infer`` to report."""
+        try:
+            self.start()
+            log.info("model %s: instance %d runs in a new runtime process (pid %d)",
+                     self._owner.label, self.instance, self.proc.pid if self.proc else -1)
+        except BaseException as exc:
+            self._restart_error = exc
+            log.error("model %s: restarting instance %d failed: %s",
+                      self._owner.label, self.instance, exc)
 
+    def _restart_in_background(self) -> None:
         self._restart_error = None
-        self._restart = threading.Thread(target=run, daemon=True,
-                                         name=f"restart-{self._owner.label}-{self.instance}")
-        self._restart.start()
+        self._restarting = threading.Thread(
+            target=self._restart, daemon=True,
+            name=f"restart-{self._owner.label}-{self.instance}")
+        self._restarting.start()
 
     def _ensure_running(self) -> Channel:
-        if self._restart is not None:
-            self._restart.join()
-            self._restart = None
-            if self._restart_error is not None:
-                error, self._restart_error = self._restart_error, None
-                raise BackendError(f"model {self._owner.label}: instance {self.instance} could "
-                                   f"not be restarted: {error}") from error
+        if self._restarting is not None:
+            self._restarting.join()
+            self._restarting = None
+        if self._restart_error is not None:
+            error, self._restart_error = self._restart_error, None
+            raise BackendError(f"model {self._owner.label}: instance {self.instance} could "
+                               f"not be restarted: {error}") from error
         if self._conn is None:
             if self._owner.closed:
                 raise BackendError(f"model {self._owner.label} is closed")
@@ -194,19 +218,25 @@ class _RuntimeProcess:
         return self._conn
 
     # ------------------------------------------------------------------ executions
-    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def infer(self, inputs: dict[str, np.ndarray], execution: int) -> dict[str, np.ndarray]:
         conn = self._ensure_running()
+        executions = self._owner.executions
+        executions.begin(self.instance, execution)
         try:
             conn.send({"op": "infer"}, inputs)
             reply, outputs = conn.recv(copy=True)
         except (EOFError, OSError, WireError) as exc:
-            raise self._lost() from exc
+            raise self._lost(cancelled=executions.end(self.instance)) from exc
+        if executions.end(self.instance):
+            # killed just after it answered: replace the process before the next execution
+            self._lost(cancelled=True)
         if not reply.get("ok"):
             raise BackendError(f"model {self._owner.label}: {reply.get('error')}")
         return outputs
 
-    def _lost(self) -> BackendError:
-        """The process died mid-execution: reap it, restart it, and say what happened."""
+    def _lost(self, *, cancelled: bool) -> BackendError:
+        """The process died (or was killed by ``cancel``): reap it, restart it, and say what
+        happened."""
         proc, conn, mem = self.proc, self._conn, self._mem
         self.proc = self._conn = self._mem = None
         if conn is not None:
@@ -216,9 +246,17 @@ class _RuntimeProcess:
             self._kill(proc)
             reason = _exit_reason(proc.returncode)
         owner = self._owner
-        if not owner.closed:
+        if owner.closed:
+            pass
+        elif cancelled:
+            # the watchdog has answered the callers already: load the replacement on this
+            # thread, which holds the instance, so that the next execution's time limit does
+            # not run while it waits for the new process
+            self._restart_error = None
+            self._restart()
+        else:  # a crash: answer the caller now, load the replacement meanwhile
             self._restart_in_background()
-        if self._cancelled:
+        if cancelled:
             return BackendError(f"model {owner.label}: the execution on instance "
                                 f"{self.instance} was cancelled (runtime process killed); a new "
                                 "process replaces it")
@@ -229,16 +267,15 @@ class _RuntimeProcess:
             f"{self.instance} died during the inference ({reason}); it is being restarted, "
             "retry the request")
 
-    def cancel(self) -> None:
-        """Kill the process (from another thread); the blocked ``infer`` raises."""
+    def kill(self) -> None:
+        """Kill the process (from another thread); a blocked ``infer`` raises."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
-            self._cancelled = True
             proc.kill()
 
     def close(self, timeout_s: float = 10.0) -> None:
-        if self._restart is not None:
-            self._restart.join(timeout=LOAD_TIMEOUT_S)
+        if self._restarting is not None:
+            self._restarting.join(timeout=LOAD_TIMEOUT_S)
         proc, conn, mem = self.proc, self._conn, self._mem
         self.proc = self._conn = self._mem = None
         if conn is not None:
@@ -257,6 +294,8 @@ class _RuntimeProcess:
 class IsolatedBackend:
     """A model version whose every instance runs in a runtime process of its own."""
 
+    cancellation = Cancellation.KILL
+
     def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions,
                  preferred: str | None = None, *,
                  load_timeout_s: float = LOAD_TIMEOUT_S) -> None:
@@ -267,15 +306,8 @@ class IsolatedBackend:
         self.closed = False
         self.load_timeout_s = load_timeout_s
         instances = max(1, options.instances)
-        # each process holds one instance: split the cores here, as a runtime would between
-        # its parallel instances
-        threads = threads_per_instance(options.threads, instances)
-        self.load_request = {
-            "op": "load", "model_dir": str(Path(model_dir).resolve()),
-            "manifest": manifest.to_dict(), "preferred": preferred,
-            "options": {"threads": threads, "device": options.device,
-                        "state_dir": str(options.state_dir) if options.state_dir else None},
-        }
+        self.load_request = load_request(model_dir, manifest, options, preferred)
+        self.executions = RunningExecutions(instances)
         self._instances = [_RuntimeProcess(self, i) for i in range(instances)]
         t0 = time.monotonic()
         errors: list[BaseException] = []
@@ -306,13 +338,17 @@ class IsolatedBackend:
         """The runtime processes' pids (0 for an instance being restarted)."""
         return [p.proc.pid if p.proc is not None else 0 for p in self._instances]
 
-    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
         """Run one execution in ``instance``'s runtime process."""
-        return self._instances[instance].infer(inputs)
+        return self._instances[instance].infer(inputs, execution)
 
-    def cancel(self, instance: int) -> None:
-        """Stop ``instance``'s running execution by killing its process; a new one replaces it."""
-        self._instances[instance].cancel()
+    def cancel(self, instance: int, execution: int) -> bool:
+        """Stop ``execution`` if it runs on ``instance`` now by killing the instance's process;
+        a new one replaces it."""
+        if not 0 <= instance < len(self._instances):
+            return False
+        return self.executions.cancel(instance, execution, self._instances[instance].kill)
 
     def close(self) -> None:
         """Stop every runtime process. Idempotent."""

@@ -19,7 +19,14 @@ from types import ModuleType
 
 import numpy as np
 
-from edge_agent.backends.base import BackendOptions, artifact_path, threads_per_instance
+from edge_agent.backends.base import (
+    BackendOptions,
+    BackendPlugin,
+    Cancellation,
+    RunningExecutions,
+    artifact_path,
+    threads_per_instance,
+)
 from edge_agent.errors import BackendError, RuntimeMissingError
 from packager.manifest import Manifest
 
@@ -54,6 +61,7 @@ class OnnxRuntimeBackend:
     """A model version loaded into one shared ``onnxruntime.InferenceSession``."""
 
     name = NAME
+    cancellation = Cancellation.TERMINATE
 
     def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
         try:
@@ -96,30 +104,35 @@ class OnnxRuntimeBackend:
         self._output_names = [t.name for t in manifest.outputs]
         self.device = self._session.get_providers()[0]
         self._run = self._session.run
-        # one RunOptions per instance: cancel() sets its terminate flag to stop a hung run
+        # one RunOptions per instance; cancel() sets its terminate flag to stop one execution
+        instances = max(1, options.instances)
         self._new_run_options = ort.RunOptions
-        self._run_options = {i: ort.RunOptions() for i in range(max(1, options.instances))}
+        self._run_options = [ort.RunOptions() for _ in range(instances)]
+        self._executions = RunningExecutions(instances)
 
-    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
         """Run the shared session (thread-safe) with ``instance``'s RunOptions."""
-        run_options = self._run_options.get(instance)
-        if run_options is None:  # more instances than the backend was loaded for
-            run_options = self._run_options[instance] = self._new_run_options()
+        run_options = self._run_options[instance]
+        executions = self._executions
+        executions.begin(instance, execution)
         try:
             results = self._run(self._output_names, inputs, run_options)
         except Exception as exc:
-            if run_options.terminate:  # cancelled: the next run gets a fresh instance slot
+            if executions.end(instance):
                 self._run_options[instance] = self._new_run_options()
                 raise BackendError(f"onnxruntime inference on instance {instance} was "
                                    "cancelled") from exc
             raise BackendError(f"onnxruntime inference failed: {exc}") from exc
+        if executions.end(instance):  # cancelled as it finished: the flag stays set
+            self._run_options[instance] = self._new_run_options()
         return dict(zip(self._output_names, results, strict=True))
 
-    def cancel(self, instance: int) -> None:
-        """Stop the run in progress on ``instance`` (from another thread): it raises."""
-        run_options = self._run_options.get(instance)
-        if run_options is not None:
-            run_options.terminate = True
+    def cancel(self, instance: int, execution: int) -> bool:
+        """Stop ``execution`` if it runs on ``instance`` now (from another thread): it raises."""
+        return self._executions.cancel(instance, execution,
+                                       lambda: setattr(self._run_options[instance],
+                                                       "terminate", True))
 
     def close(self) -> None:
         self._session = None
@@ -129,3 +142,8 @@ class OnnxRuntimeBackend:
 def load(model_dir: Path, manifest: Manifest, options: BackendOptions) -> OnnxRuntimeBackend:
     """Load ``manifest``'s ONNX artifact from ``model_dir``."""
     return OnnxRuntimeBackend(model_dir, manifest, options)
+
+
+PLUGIN = BackendPlugin(load=load, runtime_modules=("onnxruntime",),
+                       cancellation=Cancellation.TERMINATE)
+"""The entry point ``edge_agent.backends: onnxruntime``."""

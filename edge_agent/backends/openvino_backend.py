@@ -1,8 +1,11 @@
 """OpenVINO backend: CPU, or AUTO when a GPU is present; one InferRequest per instance.
 
-With more than one instance the model is compiled with the THROUGHPUT hint and
-``NUM_STREAMS = instances`` so that instance requests run in parallel streams; with one instance
-the LATENCY hint is used. Inputs are shared with the runtime (no copy); outputs are copied out,
+The model is compiled with the bundle's settings (``backend_options.openvino``): its
+``performance_hint`` and its ``inference_precision`` (the precision its parity check ran at;
+without it this CPU would run bf16), and one stream per instance it serves, so instance
+requests run in parallel streams (``num_streams`` in the manifest is the instance count edge-pack
+built for). In a runtime process (backends/isolated.py) the same settings apply to that
+process's one instance. Inputs are shared with the runtime (no copy); outputs are copied out,
 because the request's output buffers are reused by its next execution.
 
 Measured per-call cost for a tiny MLP (batch 1, 1 thread, CPU time): ``InferRequest.infer(dict,
@@ -18,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.backends.base import BackendOptions, artifact_path
+from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
 from edge_agent.errors import BackendError, RuntimeMissingError
 from packager.manifest import Manifest
 
@@ -43,29 +46,29 @@ def compile_config(device: str, instances: int, threads: int,
                    options: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The properties passed to ``Core.compile_model`` for this many instances and threads.
 
-    On the CPU, threads are not pinned to cores (``ENABLE_CPU_PINNING`` off) unless the
-    bundle's ``backend_options.openvino.enable_cpu_pinning`` is true: the agent shares the
-    cores with its gRPC threads and other models, and a runtime in a process of its own pins
-    its one inference thread to core 0 just like every other such process does, so two
-    instances in two processes ran on one core (docs/performance.md).
+    ``options`` is the manifest's ``backend_options.openvino``: its ``performance_hint``
+    (default THROUGHPUT for several instances, LATENCY for one) and ``inference_precision`` are
+    passed on; NUM_STREAMS is ``instances`` (one stream per InferRequest). On AUTO, MULTI and
+    HETERO the device plugin picks streams and precision itself. On the CPU, threads are not
+    pinned to cores (``ENABLE_CPU_PINNING`` off) unless ``enable_cpu_pinning`` is true: the
+    agent shares the cores with its gRPC threads and other models, and a runtime in a process
+    of its own pins its one inference thread to core 0 just like every other such process
+    does, so two instances in two processes ran on one core (docs/performance.md).
     """
-    config: dict[str, str] = {}
-    if instances > 1:
-        config["PERFORMANCE_HINT"] = "THROUGHPUT"
-        if not device.startswith(("AUTO", "MULTI")):
-            config["NUM_STREAMS"] = str(instances)
-    else:
-        config["PERFORMANCE_HINT"] = "LATENCY"
+    options = options or {}
+    hint = options.get("performance_hint") or ("THROUGHPUT" if instances > 1 else "LATENCY")
+    config: dict[str, str] = {"PERFORMANCE_HINT": str(hint).upper()}
+    if not device.startswith(("AUTO", "MULTI", "HETERO")):
+        config["NUM_STREAMS"] = str(instances)
+        if options.get("inference_precision"):
+            # The precision parity was checked at; without it a CPU with bf16 (AVX-512 BF16,
+            # AMX) computes in bf16 by default and answers up to a few % off the source model.
+            config["INFERENCE_PRECISION_HINT"] = str(options["inference_precision"])
     if device == "CPU":
         if threads > 0:
             config["INFERENCE_NUM_THREADS"] = str(threads)
-        pinning = bool((options or {}).get("enable_cpu_pinning", False))
+        pinning = bool(options.get("enable_cpu_pinning", False))
         config["ENABLE_CPU_PINNING"] = "YES" if pinning else "NO"
-    precision = (options or {}).get("inference_precision")
-    if precision and not device.startswith(("AUTO", "MULTI")):
-        # The precision parity was checked at; without it a CPU with bf16 (AVX-512 BF16,
-        # AMX) computes in bf16 by default and answers up to a few % off the source model.
-        config["INFERENCE_PRECISION_HINT"] = str(precision)
     return config
 
 
@@ -73,6 +76,7 @@ class OpenVinoBackend:
     """A model version compiled by OpenVINO with one InferRequest per instance."""
 
     name = NAME
+    cancellation = Cancellation.NONE
 
     def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
         try:
@@ -118,12 +122,13 @@ class OpenVinoBackend:
         self.outputs = manifest.outputs
         self.config = config
 
-    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
         """Run this instance's InferRequest synchronously (releases the GIL while running).
 
         Inputs are wrapped as shared-memory tensors and outputs copied from the request's
         tensors: measured ~40% less per-call overhead than ``InferRequest.infer(dict)``
-        and than ``start_async`` + ``wait`` (benchmarks/bench_core.py notes).
+        and than ``start_async`` + ``wait`` (the figures are in the module docstring).
         """
         req = self._requests[instance]
         tensor = self._tensor
@@ -141,6 +146,10 @@ class OpenVinoBackend:
         except Exception as exc:
             raise BackendError(f"OpenVINO inference failed: {exc}") from exc
 
+    def cancel(self, instance: int, execution: int) -> bool:
+        """A running inference cannot be stopped here (Cancellation.NONE)."""
+        return False
+
     def close(self) -> None:
         self._requests = []
         self._compiled = None
@@ -149,3 +158,7 @@ class OpenVinoBackend:
 def load(model_dir: Path, manifest: Manifest, options: BackendOptions) -> OpenVinoBackend:
     """Compile ``manifest``'s OpenVINO IR from ``model_dir``."""
     return OpenVinoBackend(model_dir, manifest, options)
+
+
+PLUGIN = BackendPlugin(load=load, runtime_modules=("openvino",), cancellation=Cancellation.NONE)
+"""The entry point ``edge_agent.backends: openvino``."""

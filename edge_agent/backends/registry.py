@@ -1,47 +1,77 @@
 """Which backends exist, which runtimes are installed, and which backend serves a manifest.
 
-Runtimes are imported only when a backend is loaded, so a device without OpenVINO or TensorRT
-still starts and serves its other models.
+Backends are found through the entry-point group ``edge_agent.backends``: each entry names a
+:class:`~edge_agent.backends.base.BackendPlugin` (pyproject.toml declares the three built-in
+ones), so a new backend is one module and one entry. An entry is loaded only when its backend is
+asked about, and runtimes are imported only when a model is loaded, so a device without
+OpenVINO or TensorRT still starts and serves its other models.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
+import importlib.metadata
 import importlib.util
 from pathlib import Path
 
-from edge_agent.backends.base import Backend, BackendOptions
+from edge_agent.backends.base import Backend, BackendOptions, BackendPlugin, Cancellation
 from edge_agent.errors import BackendError, RuntimeMissingError
 from edge_agent.settings import ISOLATION_MODES
 from packager.manifest import Manifest
 
-# backend name -> (module holding ``load``, python modules its runtime needs)
-_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "onnxruntime": ("edge_agent.backends.onnxruntime_backend", ("onnxruntime",)),
-    "openvino": ("edge_agent.backends.openvino_backend", ("openvino",)),
-    "tensorrt": ("edge_agent.backends.tensorrt_backend", ("tensorrt", "pycuda")),
-}
+ENTRY_POINT_GROUP = "edge_agent.backends"
 
 
-def known_backends() -> tuple[str, ...]:
-    """Every backend name the agent knows, installed or not."""
-    return tuple(_BACKENDS)
+@functools.cache
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep)  # the first distribution on the path wins
+    return found
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every backend registered in the ``edge_agent.backends`` group, installed or not."""
+    return tuple(sorted(_entry_points()))
+
+
+@functools.cache
+def get_plugin(name: str) -> BackendPlugin:
+    """The plugin registered as ``name`` (its module is imported, its runtime is not).
+
+    Raises BackendError naming the registered backends when ``name`` is not one of them.
+    """
+    ep = _entry_points().get(name)
+    if ep is None:
+        raise BackendError(
+            f"backend {name!r} is unknown: the {ENTRY_POINT_GROUP!r} entry points register "
+            f"{', '.join(backend_names()) or 'none (is edge-toolkit installed?)'}; use one of "
+            f"them or install the package that provides {name!r}")
+    try:
+        plugin = ep.load()
+    except Exception as exc:
+        raise BackendError(f"backend {name!r}: its entry point {ep.value!r} does not load: "
+                           f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(plugin, BackendPlugin):
+        raise BackendError(f"backend {name!r}: its entry point {ep.value!r} names a "
+                           f"{type(plugin).__name__}, not an edge_agent BackendPlugin")
+    return plugin
 
 
 def backend_available(name: str) -> bool:
-    """True when ``name`` is known and its runtime's Python modules are installed."""
-    entry = _BACKENDS.get(name)
-    if entry is None:
+    """True when ``name`` is registered and its runtime's Python modules are installed."""
+    if name not in _entry_points():
         return False
     try:
-        return all(importlib.util.find_spec(mod) is not None for mod in entry[1])
-    except (ImportError, ValueError):
+        return all(importlib.util.find_spec(mod) is not None
+                   for mod in get_plugin(name).runtime_modules)
+    except (ImportError, ValueError, BackendError):
         return False
 
 
 def available_backends() -> tuple[str, ...]:
     """The backends whose runtimes are installed here."""
-    return tuple(n for n in _BACKENDS if backend_available(n))
+    return tuple(n for n in backend_names() if backend_available(n))
 
 
 def _candidates(manifest: Manifest, preferred: str | None) -> list[str]:
@@ -57,8 +87,6 @@ def choose_backend(manifest: Manifest, preferred: str | None = None) -> str:
     """
     candidates = _candidates(manifest, preferred)
     for name in candidates:
-        if name not in _BACKENDS:
-            continue
         if backend_available(name):
             return name
     raise RuntimeMissingError(
@@ -68,8 +96,6 @@ def choose_backend(manifest: Manifest, preferred: str | None = None) -> str:
         f"(e.g. pip install edge-toolkit[tensorrt]) or deploy the bundle built for this profile")
 
 
-# runtimes whose backend can stop a running inference from another thread (``cancel``)
-_CANCELLABLE = frozenset({"onnxruntime"})
 
 
 def runs_in_process(isolation: str, manifest: Manifest, preferred: str | None = None) -> bool:
@@ -84,9 +110,10 @@ def runs_in_process(isolation: str, manifest: Manifest, preferred: str | None = 
     if isolation != "auto" or carries_bytes:
         return isolation == "process"
     try:
-        return choose_backend(manifest, preferred) not in _CANCELLABLE
+        name = choose_backend(manifest, preferred)
     except RuntimeMissingError:
         return False  # loading in-process reports the missing runtime
+    return get_plugin(name).cancellation is Cancellation.NONE
 
 
 def load_backend(model_dir: Path, manifest: Manifest, options: BackendOptions,
@@ -96,23 +123,24 @@ def load_backend(model_dir: Path, manifest: Manifest, options: BackendOptions,
     When the primary backend's runtime imports but cannot run here (e.g. TensorRT without a
     GPU, which raises RuntimeMissingError on load) the manifest's fallback is tried next.
     ``isolation`` (one of ISOLATION_MODES) decides whether it runs in runtime processes.
+    Raises BackendError for a backend name that no entry point registers.
     """
+    if preferred:
+        get_plugin(preferred)  # an unknown name in the agent config: say so, do not fall back
     if runs_in_process(isolation, manifest, preferred):
         from edge_agent.backends.isolated import IsolatedBackend
 
         return IsolatedBackend(model_dir, manifest, options, preferred)
     errors: list[str] = []
     for name in _candidates(manifest, preferred):
-        if name not in _BACKENDS:
-            errors.append(f"{name}: unknown backend (known: {', '.join(_BACKENDS)})")
+        if name not in _entry_points():
+            errors.append(f"{name}: unknown backend (registered: {', '.join(backend_names())})")
             continue
         if not backend_available(name):
             errors.append(f"{name}: runtime not installed")
             continue
-        module = importlib.import_module(_BACKENDS[name][0])
         try:
-            backend: Backend = module.load(Path(model_dir), manifest, options)
-            return backend
+            return get_plugin(name).load(Path(model_dir), manifest, options)
         except RuntimeMissingError as exc:
             errors.append(f"{name}: {exc}")
     if not errors:

@@ -19,9 +19,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.backends.ipc import Channel
+
+if TYPE_CHECKING:
+    from edge_agent.backends.base import Backend
 
 
 def _die_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
@@ -41,7 +44,8 @@ def _die_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def _load(request: dict[str, Any]) -> Any:
+def load(request: dict[str, Any]) -> Backend:
+    """Load the backend a load request names, with the one instance this process serves."""
     from edge_agent.backends.base import BackendOptions
     from edge_agent.backends.registry import load_backend
     from packager.manifest import Manifest
@@ -62,7 +66,7 @@ def serve(conn: Channel) -> int:
     except EOFError:
         return 0
     try:
-        backend = _load(request)
+        backend = load(request)
     except Exception as exc:  # reported to the agent, which raises it as the load error
         conn.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
         return 1

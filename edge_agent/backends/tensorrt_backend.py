@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.backends.base import BackendOptions, artifact_path
+from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
 from edge_agent.errors import BackendError, RuntimeMissingError
 from packager.bundle_format import sha256_file
 from packager.errors import PackagerError
@@ -90,6 +90,7 @@ class TensorRtBackend:
     """A TensorRT engine with one execution context per instance (see module docstring)."""
 
     name = NAME
+    cancellation = Cancellation.NONE
 
     def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
         runtime = _load_runtime()
@@ -145,7 +146,8 @@ class TensorRtBackend:
         os.replace(tmp, cached)
         return data
 
-    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0) -> dict[str, np.ndarray]:
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
         """Copy inputs into this instance's pinned buffers, run, copy outputs out."""
         inst = self._instances[instance]
         cuda = self._cuda
@@ -173,6 +175,10 @@ class TensorRtBackend:
         finally:
             self._ctx.pop()
 
+    def cancel(self, instance: int, execution: int) -> bool:
+        """A running inference cannot be stopped here (Cancellation.NONE)."""
+        return False
+
     def close(self) -> None:
         with self._lock:
             if not getattr(self, "_instances", None):  # never loaded, or closed
@@ -191,3 +197,8 @@ class TensorRtBackend:
 def load(model_dir: Path, manifest: Manifest, options: BackendOptions) -> TensorRtBackend:
     """Build (or take from the cache) and load the TensorRT engine of ``manifest``."""
     return TensorRtBackend(model_dir, manifest, options)
+
+
+PLUGIN = BackendPlugin(load=load, runtime_modules=("tensorrt", "pycuda"),
+                       cancellation=Cancellation.NONE)
+"""The entry point ``edge_agent.backends: tensorrt``."""

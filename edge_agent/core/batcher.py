@@ -11,11 +11,17 @@ instances a worker takes a fair share of the queue so that instances run in para
 
 Every piece of bookkeeping (queue, free instances, in-flight count, statistics) sits under one
 lock that is never held while a backend runs.
+
+With an execution timeout every execution gets a number (its identity) and a record in
+``_running``; whoever pops that record first answers its callers: the thread that ran it when
+the backend returns, or the watchdog when it runs past the timeout. The watchdog then cancels
+the execution by its number, so a cancel can never hit the next execution on that instance.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -27,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.backends.base import Backend
+from edge_agent.backends.base import Backend, Cancellation
 from edge_agent.core.batching import merge_inputs, split_outputs
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.types import BatchStat, InferResult, ModelStats
@@ -73,6 +79,14 @@ def _fail(batch: Sequence[_Pending], error: AgentError) -> None:
         if p.future is not None:
             with contextlib.suppress(InvalidStateError):
                 p.future.set_exception(error)
+
+
+# One execution the watchdog watches (only with an execution timeout), a list because one is
+# made per execution (a list costs a tenth of a class instance): [start ns, instance, batch,
+# the timeout error (set by the watchdog before it claims the execution), finished (set by
+# the running thread when it returns after the watchdog claimed the execution)]
+_Execution = list[Any]
+_START, _INSTANCE, _BATCH, _ERROR, _FINISHED = range(5)
 
 
 class _Worker:
@@ -138,11 +152,12 @@ class DynamicBatcher:
             w.thread = threading.Thread(target=self._run_worker, args=(w,), daemon=True,
                                         name=f"batcher-{model}-v{version}-{i}")
             w.thread.start()
-        # executions running now (instance -> [start ns, batch, timed out]); a watchdog cancels
-        # those past the execution timeout (a hung backend) and answers their callers
+        # executions running now (execution number -> record); a watchdog answers the callers
+        # of those past the execution timeout (a hung backend) and cancels them
         self._exec_timeout_s = execution_timeout_s if execution_timeout_s > 0 else 0.0
         self._exec_timeout_ns = int(self._exec_timeout_s * 1e9)
-        self._running: dict[int, list[Any]] = {}
+        self._execution_ids = itertools.count(1)
+        self._running: dict[int, _Execution] = {}  # execution number -> record
         self._stop_watch = threading.Event()
         if self._exec_timeout_ns:
             threading.Thread(target=self._watchdog, daemon=True,
@@ -159,15 +174,17 @@ class DynamicBatcher:
         idle instance runs on the calling thread and the returned future is already done.
         """
         now = _now()
-        future: Future[InferResult] = Future()
         item = _Pending(inputs, rows, outputs, request_id, now,
-                        now + timeout_us * 1000 if timeout_us > 0 else 0, future)
+                        now + timeout_us * 1000 if timeout_us > 0 else 0, None)
         instance = self._admit(item, caller_runs)
-        if instance >= 0:
-            try:
-                future.set_result(self._run_inline(item, instance))
-            except AgentError as exc:
-                future.set_exception(exc)
+        if instance < 0:
+            return item.future  # type: ignore[return-value]  # _admit gave a queued item one
+        # run here; the future is made only now, so nobody but this thread can answer it
+        future: Future[InferResult] = Future()
+        try:
+            future.set_result(self._run_inline(item, instance))
+        except AgentError as exc:
+            future.set_exception(exc)
         return future
 
     def infer(self, inputs: dict[str, np.ndarray], rows: int, *,
@@ -333,21 +350,20 @@ class DynamicBatcher:
     def _run_inline(self, item: _Pending, instance: int) -> InferResult:
         """The caller-runs path: one request, no merge or split, on the calling thread."""
         t0 = _now()
-        watch = self._exec_timeout_ns
-        if watch:
-            running = self._running[instance] = [t0, (item,), False]
+        execution = 0
+        if self._exec_timeout_ns:
+            execution = next(self._execution_ids)
+            record = self._running[execution] = [t0, instance, (item,), None, False]
         try:
-            result = self.backend.infer(item.inputs, instance)
+            result = self.backend.infer(item.inputs, instance, execution)
             error = None
         except AgentError as exc:
             error = self._named(exc)
         except Exception as exc:
             error = BackendError(f"model {self.model!r} version {self.version}: inference "
                                  f"failed: {type(exc).__name__}: {exc}")
-        if watch:
-            self._running.pop(instance, None)
-            if running[2] and error is not None:
-                error = self._timeout_error(instance)
+        if execution and self._running.pop(execution, None) is None:
+            error = self._claimed_by_watchdog(record)
         t1 = _now()
         self._account((item,), item.rows, t0, t0, t1, t1, error is None, instance)
         if error is not None:
@@ -365,14 +381,14 @@ class DynamicBatcher:
         error: AgentError | None = None
         parts: list[dict[str, np.ndarray]] = []
         rows = [p.rows for p in batch]
-        watch = self._exec_timeout_ns
-        running: list[Any] | None = None
+        execution = 0
         try:
             merged = merge_inputs([p.inputs for p in batch], self._input_names)
             t1 = _now()
-            if watch:
-                running = self._running[instance] = [t1, batch, False]
-            result = self.backend.infer(merged, instance)
+            if self._exec_timeout_ns:
+                execution = next(self._execution_ids)
+                record = self._running[execution] = [t1, instance, batch, None, False]
+            result = self.backend.infer(merged, instance, execution)
             t2 = _now()
             parts = split_outputs(result, rows)
         except AgentError as exc:
@@ -382,12 +398,10 @@ class DynamicBatcher:
             error = BackendError(f"model {self.model!r} version {self.version}: inference "
                                  f"failed: {type(exc).__name__}: {exc}")
             t1 = t2 = _now()
-        if running is not None:
-            self._running.pop(instance, None)
-            if running[2]:  # the watchdog already answered the callers
-                error = self._timeout_error(instance)
         model, version = self.model, self.version
-        if error is None:
+        if execution and self._running.pop(execution, None) is None:
+            error = self._claimed_by_watchdog(record)  # which answered every caller
+        elif error is None:
             for p, part in zip(batch, parts, strict=True):
                 if p.outputs is not None:
                     part = {n: part[n] for n in p.outputs}
@@ -524,39 +538,72 @@ class DynamicBatcher:
         return exc
 
     # ------------------------------------------------------------------ hung executions
-    def _timeout_error(self, instance: int) -> RequestTimeoutError:
+    @staticmethod
+    def _claimed_by_watchdog(record: _Execution) -> RequestTimeoutError:
+        """The error the watchdog answered ``record``'s callers with (it popped the record
+        first; it sets the error before popping)."""
+        record[_FINISHED] = True
+        error: RequestTimeoutError = record[_ERROR]
+        return error
+
+    def _timeout_error(self, instance: int, stopped: bool | None) -> RequestTimeoutError:
+        """What happened to an execution past the timeout: ``stopped`` is what ``cancel``
+        returned (None: not asked yet, or the backend cannot cancel)."""
+        backend = self.backend
+        if backend.cancellation is Cancellation.NONE:
+            outcome = (f"the {backend.name} backend cannot cancel a running inference, so "
+                       f"instance {instance} stays busy until it finishes (isolation = "
+                       "\"process\" in the agent config replaces a hung instance)")
+        elif stopped is False:
+            outcome = ("it was not running in the backend when it was to be cancelled (it "
+                       "finished at the timeout, or had not started); it is cancelled if it "
+                       "runs on")
+        elif backend.cancellation is Cancellation.KILL:
+            outcome = (f"the runtime process of instance {instance} was killed and a new "
+                       "one replaces it")
+        else:
+            outcome = f"the run was cancelled and instance {instance} serves the next request"
         return RequestTimeoutError(
             f"model {self.model!r} version {self.version}: the backend did not finish an "
-            f"inference within the execution timeout of {self._exec_timeout_s:g} s; it was "
-            f"cancelled and instance {instance} replaced (execution_timeout_ms in the agent "
-            "config sets the limit)")
+            f"inference within the execution timeout of {self._exec_timeout_s:g} s; {outcome} "
+            "(execution_timeout_ms in the agent config sets the limit)")
 
     def _watchdog(self) -> None:
-        """Cancel executions running past the timeout; answer their callers at once."""
+        """Claim executions running past the timeout, cancel them, answer their callers."""
         period = min(0.25, self._exec_timeout_s / 4)
         limit = self._exec_timeout_ns
-        cancel = getattr(self.backend, "cancel", None)
+        backend = self.backend
+        cancellable = backend.cancellation is not Cancellation.NONE
+        running = self._running
+        stopping: dict[int, _Execution] = {}  # claimed; cancel not confirmed yet: retried
         while not self._stop_watch.wait(period):
             now = _now()
-            for instance, running in list(self._running.items()):
-                if running[2] or now - running[0] < limit:
+            for execution, record in list(running.items()):
+                if now - record[_START] < limit:
                     continue
-                if self._running.get(instance) is not running:
-                    continue  # it just finished; another run may already use the instance
-                running[2] = True
-                error = self._timeout_error(instance)
-                log.warning("%s", error)
-                _fail(running[1], error)  # queued callers (inline callers wait in infer)
-                if cancel is None:
-                    log.error("model %r version %s: the %s backend cannot cancel a running "
-                              "inference; instance %d stays busy until it returns (isolation = "
-                              "\"process\" in the agent config replaces a hung instance)",
-                              self.model, self.version, self.backend.name, instance)
-                    continue
-                try:
-                    cancel(instance)
-                except Exception:
-                    log.exception("cancelling a hung inference failed")
+                instance = record[_INSTANCE]
+                record[_ERROR] = self._timeout_error(instance, None)
+                if running.pop(execution, None) is None:
+                    continue  # it just finished: the thread that ran it answers its callers
+                if cancellable:
+                    stopped = self._cancel(instance, execution)
+                    record[_ERROR] = self._timeout_error(instance, stopped)
+                    if not stopped:
+                        stopping[execution] = record
+                log.warning("%s", record[_ERROR])
+                _fail(record[_BATCH], record[_ERROR])  # queued callers (inline ones wait)
+            for execution, record in list(stopping.items()):
+                if record[_FINISHED] or self._cancel(record[_INSTANCE], execution) is not False:
+                    del stopping[execution]
+
+    def _cancel(self, instance: int, execution: int) -> bool | None:
+        """Ask the backend to stop ``execution``; None when asking failed."""
+        try:
+            return self.backend.cancel(instance, execution)
+        except Exception:
+            log.exception("model %r version %s: cancelling execution %d on instance %d failed",
+                          self.model, self.version, execution, instance)
+            return None
 
     def close(self, drain_timeout_s: float | None = 30.0) -> bool:
         """Refuse new requests, wait for in-flight ones (up to the timeout), stop the workers.

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
+from typing import TypeVar
 
 from edge_agent import __version__
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
@@ -32,6 +33,24 @@ from edge_agent.core.types import (
 from edge_agent.errors import ModelNotFoundError, ModelUnavailableError, RequestTimeoutError
 
 _running_loop = asyncio._get_running_loop  # C fast path: None on a thread without a loop
+
+_ROUTE_ATTEMPTS = 3
+"""Times a request is routed when the version it resolved to is unloading (a swap)."""
+
+_A = TypeVar("_A")
+_R = TypeVar("_R")
+
+
+def _submit(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us: int,
+            caller_runs: bool) -> Future[InferResult]:
+    return batcher.submit(request.inputs, rows, outputs=request.outputs,
+                          request_id=request.id, timeout_us=timeout_us, caller_runs=caller_runs)
+
+
+def _infer(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us: int,
+           wait_s: float | None) -> InferResult:
+    return batcher.infer(request.inputs, rows, outputs=request.outputs, request_id=request.id,
+                         timeout_us=timeout_us, wait_s=wait_s)
 
 
 class DataPlane:
@@ -112,17 +131,7 @@ class DataPlane:
     def submit(self, request: InferRequest) -> Future[InferResult]:
         """Validate and enqueue ``request``; raises AgentError subclasses synchronously."""
         caller_runs = self._caller_runs and _running_loop() is None
-        for _attempt in range(3):
-            batcher, rows, timeout = self._route(request)
-            try:
-                return batcher.submit(request.inputs, rows, outputs=request.outputs,
-                                      request_id=request.id, timeout_us=timeout,
-                                      caller_runs=caller_runs)
-            except ModelUnavailableError:
-                # the version began unloading (or was replaced by a reload) after we resolved
-                # it: route again; resolve() raises if it is really gone
-                continue
-        raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
+        return self._on_current_version(request, _submit, caller_runs)
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:
         """Blocking form of :meth:`submit` for thread-pool servers: validates, then runs the
@@ -137,11 +146,18 @@ class DataPlane:
                 raise RequestTimeoutError(
                     f"model {request.model!r}: no answer within {timeout_s} s "
                     f"(request {request.id or '(no id)'})") from None
-        for _attempt in range(3):
+        return self._on_current_version(request, _infer, timeout_s)
+
+    def _on_current_version(self, request: InferRequest,
+                            call: Callable[[DynamicBatcher, InferRequest, int, int, _A], _R],
+                            arg: _A) -> _R:
+        """``call(batcher, request, rows, timeout_us, arg)`` on the version ``request``
+        resolves to, routing again when that version began unloading (or was replaced by a
+        reload) after it was resolved; resolve() raises when the model is really gone."""
+        for _attempt in range(_ROUTE_ATTEMPTS):
             batcher, rows, timeout = self._route(request)
             try:
-                return batcher.infer(request.inputs, rows, outputs=request.outputs,
-                                     request_id=request.id, timeout_us=timeout, wait_s=timeout_s)
+                return call(batcher, request, rows, timeout, arg)
             except ModelUnavailableError:
                 continue
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")

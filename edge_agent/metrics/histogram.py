@@ -44,13 +44,6 @@ def new_counts() -> list[int]:
     return [0] * NUM_BUCKETS
 
 
-def merge_into(target: list[int], counts: Sequence[int]) -> None:
-    """Add ``counts`` into ``target`` in place."""
-    for i, c in enumerate(counts):
-        if c:
-            target[i] += c
-
-
 def percentile(counts: Sequence[int], q: float) -> float | None:
     """The ``q`` quantile (0..1) in nanoseconds, interpolated within its bucket; None if empty."""
     total = sum(counts)

@@ -13,7 +13,7 @@ Wiring::
     store = MetricsStore.open(state_dir, retention_s=..., max_bytes=...)
     recorder = MetricsRecorder(store, system=SystemSampler(state_dir))
     recorder.start()                   # thread "edge-metrics-writer"
-    core = ServingCore(..., observer=recorder)
+    plane = DataPlane(state_dir, observer=recorder)
     unsubscribe = recorder.subscribe(callback)   # WatchMetrics: callback(LiveSample) per second
     ...
     recorder.stop()                    # final flush, joins the thread; then store.close()

@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import openvino as ov
 import pytest
 
 from edge_agent.backends import (
     BackendOptions,
+    Cancellation,
     available_backends,
     backend_available,
+    backend_names,
     choose_backend,
     load_backend,
+    runtime_process,
 )
 from edge_agent.backends.base import threads_per_instance
+from edge_agent.backends.isolated import load_request
 from edge_agent.backends.openvino_backend import compile_config
+from edge_agent.backends.registry import get_plugin
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError, RuntimeMissingError
 from packager.manifest import Manifest
@@ -41,6 +50,76 @@ def squeezenet_dir(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -
 def test_runtimes_installed_here_are_detected() -> None:
     assert {"onnxruntime", "openvino"} <= set(available_backends())
     assert not backend_available("no-such-backend")
+
+
+def test_the_registry_holds_the_entry_points_and_names_an_unknown_backend(
+        mlp_dir: Path) -> None:
+    group = importlib.metadata.entry_points(group="edge_agent.backends")
+    assert set(backend_names()) == {ep.name for ep in group} >= {
+        "onnxruntime", "openvino", "tensorrt"}
+    assert get_plugin("onnxruntime").cancellation is Cancellation.TERMINATE
+    assert get_plugin("openvino").cancellation is Cancellation.NONE
+    assert get_plugin("tensorrt").runtime_modules == ("tensorrt", "pycuda")
+    unknown = r"backend 'nosuch' is unknown: .*register onnxruntime, openvino, tensorrt"
+    with pytest.raises(BackendError, match=unknown):
+        get_plugin("nosuch")
+    with pytest.raises(BackendError, match=unknown):  # e.g. a typo in the agent config
+        load_backend(mlp_dir, load_manifest(mlp_dir), BackendOptions(), preferred="nosuch")
+
+
+_PLUGIN_MODULE = """
+import numpy as np
+from edge_agent.backends.base import BackendPlugin, Cancellation
+
+class Doubler:
+    name, device, cancellation = "doubler", "CPU", Cancellation.NONE
+
+    def __init__(self, model_dir, manifest, options):
+        self.inputs, self.outputs = manifest.inputs, manifest.outputs
+
+    def infer(self, inputs, instance=0, execution=0):
+        return {self.outputs[0].name: inputs[self.inputs[0].name][:, :10] * 2}
+
+    def cancel(self, instance, execution):
+        return False
+
+    def close(self):
+        pass
+
+PLUGIN = BackendPlugin(load=Doubler, runtime_modules=("numpy",),
+                       cancellation=Cancellation.NONE)
+"""
+
+_USE_IT = """
+import sys, numpy as np
+from pathlib import Path
+from edge_agent.backends import BackendOptions, backend_names, load_backend
+from edge_agent.core.repository import load_manifest
+model_dir = Path(sys.argv[1])
+backend = load_backend(model_dir, load_manifest(model_dir), BackendOptions(), "doubler")
+out = backend.infer({"input": np.ones((2, 64), np.float32)})["probs"]
+print(backend_names(), backend.name, out.shape, float(out[0, 0]))
+print(sorted(m for m in ("openvino", "onnxruntime", "tensorrt") if m in sys.modules))
+"""
+
+
+def test_a_new_backend_is_one_module_and_one_entry_point(mlp_dir: Path, tmp_path: Path) -> None:
+    """A third-party backend, installed as a distribution with one entry point, is found
+    and serves; no runtime of the built-in backends is imported on the way."""
+    (tmp_path / "doubler_backend.py").write_text(_PLUGIN_MODULE)
+    info = tmp_path / "doubler_backend-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: doubler-backend\n"
+                                   "Version: 1.0\n")
+    (info / "entry_points.txt").write_text("[edge_agent.backends]\n"
+                                           "doubler = doubler_backend:PLUGIN\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()])}
+    run = subprocess.run([sys.executable, "-c", _USE_IT, str(mlp_dir)], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    names, imported = run.stdout.splitlines()
+    assert names == ("('doubler', 'onnxruntime', 'openvino', 'tensorrt') doubler (2, 10) 2.0")
+    assert imported == "[]"
 
 
 def test_primary_backend_is_chosen_and_fallback_used_when_runtime_missing(
@@ -139,14 +218,18 @@ def test_squeezenet_on_both_backends_matches_the_source(squeezenet_dir: Path,
             backend.close()
 
 
-def test_openvino_compile_settings_follow_instances(mlp_dir: Path) -> None:
-    assert compile_config("CPU", 1, 0) == {"PERFORMANCE_HINT": "LATENCY",
+def test_openvino_compile_settings_follow_the_manifest_and_instances(mlp_dir: Path) -> None:
+    assert compile_config("CPU", 1, 0) == {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
                                            "ENABLE_CPU_PINNING": "NO"}
     assert compile_config("CPU", 3, 2) == {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "3",
                                            "INFERENCE_NUM_THREADS": "2",
                                            "ENABLE_CPU_PINNING": "NO"}
+    bundle_options = {"performance_hint": "THROUGHPUT", "inference_precision": "f32"}
+    assert compile_config("CPU", 1, 1, bundle_options) == {
+        "PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "1", "INFERENCE_PRECISION_HINT": "f32",
+        "INFERENCE_NUM_THREADS": "1", "ENABLE_CPU_PINNING": "NO"}
     assert compile_config("CPU", 1, 1, {"enable_cpu_pinning": True})["ENABLE_CPU_PINNING"] == "YES"
-    assert "NUM_STREAMS" not in compile_config("AUTO", 2, 0)
+    assert "NUM_STREAMS" not in compile_config("AUTO", 2, 0, bundle_options)
     assert "ENABLE_CPU_PINNING" not in compile_config("AUTO", 2, 0)
     manifest = load_manifest(mlp_dir)
     # The bundle's inference precision (what parity was checked at) is what the device uses.
@@ -164,6 +247,30 @@ def test_openvino_compile_settings_follow_instances(mlp_dir: Path) -> None:
         backend.close()
     with pytest.raises(RuntimeMissingError, match="'GPU' is not present"):
         load_backend(mlp_dir, manifest, BackendOptions(device="GPU"), preferred="openvino")
+
+
+def test_openvino_compiles_with_the_bundles_settings_in_and_out_of_process(
+        mlp_dir: Path) -> None:
+    """The manifest's performance hint and inference precision reach the compiled model, in
+    the agent's process and in a runtime process alike; the model has ``num_streams`` streams
+    in all: one compiled model with one per instance, or one per instance's process."""
+    manifest = load_manifest(mlp_dir)
+    bundle = manifest.backend_options["openvino"]
+    assert (bundle["performance_hint"], bundle["inference_precision"]) == ("THROUGHPUT", "f32")
+    streams = int(bundle["num_streams"])
+    options = BackendOptions(instances=streams)
+    in_process = load_backend(mlp_dir, manifest, options, preferred="openvino")
+    # what a runtime process loads, from the message the isolated backend sends it
+    one_instance = runtime_process.load(load_request(mlp_dir, manifest, options, "openvino"))
+    try:
+        for backend, compiled_streams in ((in_process, streams), (one_instance, 1)):
+            compiled = backend._compiled
+            assert str(compiled.get_property("PERFORMANCE_HINT")) == bundle["performance_hint"]
+            assert compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32
+            assert int(compiled.get_property("NUM_STREAMS")) == compiled_streams
+    finally:
+        in_process.close()
+        one_instance.close()
 
 
 def test_read_only_and_strided_inputs_are_accepted(backend_and_manifest, bundles: Bundles) -> None:

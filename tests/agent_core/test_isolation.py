@@ -10,13 +10,14 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 
-from edge_agent.backends.base import BackendOptions
+from edge_agent.backends.base import BackendOptions, Cancellation
 from edge_agent.backends.isolated import IsolatedBackend
 from edge_agent.backends.registry import load_backend, runs_in_process
 from edge_agent.core.dataplane import DataPlane
@@ -26,6 +27,7 @@ from edge_agent.core.types import InferRequest
 from edge_agent.errors import BackendCrashedError, BackendError, ErrorCode
 from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
+from tests.agent_core.spin_model import spin_input
 
 X = np.random.default_rng(7).standard_normal((3, 64)).astype(np.float32)
 
@@ -72,17 +74,32 @@ def test_outputs_equal_the_source_model_and_each_instance_has_its_own_process(
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_cancel_kills_the_instance_and_a_new_process_replaces_it(
-        isolated: IsolatedBackend) -> None:
-    before = isolated.pids
-    isolated.cancel(0)
-    with pytest.raises(BackendError, match="cancelled"):
-        isolated.infer({"input": X}, 0)
-    out = isolated.infer({"input": X}, 0)["probs"]  # waits for the replacement to load
-    assert out.shape == (3, 10)
-    after = isolated.pids
-    assert after[0] not in (0, before[0]) and after[1] == before[1]
-    assert _gone(before[0])
+def test_cancel_kills_only_the_execution_it_names_and_a_new_process_replaces_it(
+        bundles: Bundles, tmp_path: Path) -> None:
+    spin_dir = install(bundles.spin, tmp_path)
+    backend = load_backend(spin_dir, load_manifest(spin_dir), BackendOptions(instances=2),
+                           preferred="onnxruntime", isolation="process")
+    assert isinstance(backend, IsolatedBackend) and backend.cancellation is Cancellation.KILL
+    try:
+        before = backend.pids
+        calm = {"input": spin_input()}
+        assert not backend.cancel(0, 1)  # nothing runs: nothing is killed
+        backend.infer(calm, 0, 2)
+        assert not backend.cancel(0, 2)  # it finished: a late cancel kills nothing
+        assert backend.infer(calm, 0, 3)["probs"].shape == (1, 10)
+        assert backend.pids == before
+        with ThreadPoolExecutor(1) as pool:
+            long_run = pool.submit(backend.infer, {"input": spin_input(10**9)}, 0, 4)
+            _wait_for(lambda: backend.cancel(0, 4))  # False until the run has begun
+            with pytest.raises(BackendError, match="cancelled"):
+                long_run.result(60)
+        out = backend.infer(calm, 0, 5)["probs"]  # waits for the replacement to load
+        assert out.shape == (1, 10)
+        after = backend.pids
+        assert after[0] not in (0, before[0]) and after[1] == before[1]
+        assert _gone(before[0])
+    finally:
+        backend.close()
 
 
 def test_a_crashed_runtime_fails_one_execution_as_unavailable_and_is_restarted(
@@ -120,7 +137,7 @@ def test_runtime_processes_die_with_a_killed_agent(mlp_dir: Path) -> None:
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from edge_agent.backends.base import BackendOptions
+        from edge_agent.backends.base import BackendOptions, Cancellation
         from edge_agent.backends.registry import load_backend
         from edge_agent.core.repository import load_manifest
         d = Path({str(mlp_dir)!r})

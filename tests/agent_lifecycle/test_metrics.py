@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
@@ -27,6 +27,8 @@ from edge_agent.metrics import histogram as hist
 
 T0 = 1_750_000_000  # a fixed wall-clock second for deterministic rows
 US = 1_000
+# a busy machine generates examples slowly: that is no finding, and no reason to fail
+PATIENT = settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 
 
 def _record(rec: MetricsRecorder, model: str, version: int, total_ns: list[int], *,
@@ -37,11 +39,18 @@ def _record(rec: MetricsRecorder, model: str, version: int, total_ns: list[int],
 
 
 def test_recorder_satisfies_the_observer_contract(tmp_path: Path) -> None:
-    rec: InferenceObserver = MetricsRecorder(None)
-    rec.record_request("m", 1, ok=True, rows=1, queue_ns=1, compute_ns=1, total_ns=1)
-    rec.record_batch("m", 1, 4, 1000)
+    recorder = MetricsRecorder(None)
+    observer: InferenceObserver = recorder  # what the batcher is given
+    observer.record_request("m", 1, ok=True, rows=1, queue_ns=1, compute_ns=1, total_ns=1)
+    observer.record_request("m", 1, ok=False, rows=3, queue_ns=1, compute_ns=1, total_ns=1)
+    observer.record_batch("m", 1, 4, 1000)
+    (point,) = recorder.flush(T0).points  # what the observer was told, counted once
+    assert (point.ts, point.model, point.version) == (T0, "m", 1)
+    assert (point.requests, point.errors, point.batches) == (2, 1, 1)
+    assert recorder.flush(T0 + 1).points == ()  # and nothing twice
 
 
+@PATIENT
 @given(st.lists(st.integers(min_value=-(1 << 20), max_value=1 << 40), min_size=1))
 def test_bucket_bounds_contain_the_value_and_vectorized_matches(values: list[int]) -> None:
     for ns in values:
@@ -285,6 +294,7 @@ def test_a_malformed_record_never_raises_and_only_its_key_is_dropped(
     assert "non-integer" in caplog.text
 
 
+@PATIENT
 @given(st.lists(st.lists(st.integers(min_value=0, max_value=1 << 40),
                          min_size=hist.NUM_BUCKETS, max_size=hist.NUM_BUCKETS),
                 min_size=1, max_size=4))
