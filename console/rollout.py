@@ -1,6 +1,7 @@
-"""Staged rollout over the management client: refuse what does not fit before upload, deploy
-to one canary, keep it under watch for a soak time, then deploy to the rest; when the canary
-fails or turns unhealthy, stop and roll the canary back.
+"""Staged rollout over the management client: refuse what does not fit, or what the agent would
+refuse (asked with CheckDeploy), before any upload; deploy to one canary, keep it under watch
+for a soak time, then deploy to the rest; when the canary fails or turns unhealthy, stop and
+roll the canary back.
 
 Bundle selection is the scripting subcommands' own (:func:`console.commands.read_bundles`,
 :func:`console.commands.pick_bundle`); uploads go through ``AgentClient.deploy``. Nothing here
@@ -111,14 +112,27 @@ class Rollout:
             try:
                 info = self.connections.call(agent, lambda c: c.info())
                 chosen = [pick_bundle(group, info) for group in self.groups]
+                refused = self.refusal(agent, chosen)
             except (BundleRejectedError, ConsoleError) as exc:
                 self._update(agent.key, phase=Phase.REFUSED, message=str(exc))
+                continue
+            if refused:
+                self._update(agent.key, phase=Phase.REFUSED, message=refused)
                 continue
             self._chosen[agent.key] = chosen
             self._update(agent.key, bundles=tuple(b.path.name for b in chosen),
                          total=sum(b.path.stat().st_size for b in chosen))
             fitting.append(agent)
         return fitting
+
+    def refusal(self, agent: FleetAgent, chosen: Sequence[LocalBundle]) -> str:
+        """Why ``agent`` would refuse one of ``chosen`` (asked before any upload; "" when it
+        would take them all, or predates CheckDeploy)."""
+        for bundle in chosen:
+            check = self.connections.call(agent, lambda c, b=bundle: c.check_deploy(b.path))
+            if check is not None and not check.ok:
+                return f"refused before the upload: {check.message}"
+        return ""
 
     def deploy_to(self, agent: FleetAgent) -> bool:
         """Upload and deploy the chosen bundles to ``agent``; True when every one committed."""

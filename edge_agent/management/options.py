@@ -140,8 +140,24 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     if profile is not None:
         flags["profile"] = profile
     options = dataclasses.replace(options, **flags)
-    for key in options.trusted_keys:
-        if not key.is_file():
+    check_trusted_keys(options.trusted_keys)
+    return options
+
+
+def check_trusted_keys(paths: Sequence[Path]) -> None:
+    """Refuse at start what would refuse every deploy later: a --trust that is missing, a
+    directory, a private key or not an Ed25519 public key."""
+    from packager.errors import KeyFileError
+    from packager.signing import load_public_key
+
+    for key in paths:
+        if not key.exists():
             raise ConfigError(f"trusted public key {key} does not exist (--trust / "
                               "management.trust)")
-    return options
+        if key.is_dir():
+            raise ConfigError(f"--trust: {key} is a directory; give the public key file in it "
+                              "(the .pub written by `edge-pack keygen`)")
+        try:
+            load_public_key(key)
+        except KeyFileError as exc:
+            raise ConfigError(f"--trust: {exc}") from None

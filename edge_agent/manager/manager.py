@@ -32,7 +32,8 @@ from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.repository import ModelVersion
 from edge_agent.core.repository import VersionState as Serving
 from edge_agent.errors import AgentError, ModelNotFoundError, StateStoreError
-from edge_agent.manager.device import DeviceInfo, check_compatible, detect_device
+from edge_agent.manager import compat
+from edge_agent.manager.device import DeviceInfo, detect_device
 from edge_agent.manager.errors import (
     DeploymentBusyError,
     InvalidBundleError,
@@ -54,7 +55,6 @@ from edge_agent.state import (
     VersionState,
 )
 from packager.errors import PackagerError
-from packager.manifest import MANIFEST_NAME
 from packager.reader import load_extracted, open_bundle
 
 log = logging.getLogger(__name__)
@@ -62,14 +62,6 @@ log = logging.getLogger(__name__)
 EventSink = Callable[[StepEvent], None]
 _ACTIVATING = (DeploymentKind.DEPLOY, DeploymentKind.ROLLBACK, DeploymentKind.ACTIVATE,
                DeploymentKind.AUTO_ROLLBACK)
-
-
-def _display_name(source: str | None) -> str | None:
-    """The user's file name, safe to put in a message (printable, at most 200 characters)."""
-    if not source:
-        return None
-    name = "".join(ch for ch in Path(source).name if ch.isprintable())[:200]
-    return repr(name) if name else None
 
 
 @dataclass(frozen=True)
@@ -219,7 +211,7 @@ class ModelManager:
                 if self.store.version(name, v) is None:
                     path = self.models_dir / name / str(v)
                     self.store.upsert_version(VersionRecord(
-                        name, v, str(path), _manifest_sha(path), _dir_size(path)))
+                        name, v, str(path), compat.manifest_sha(path), _dir_size(path)))
                     notes.append(f"registered {name} version {v} found on disk")
         for rec in self.store.versions():
             if rec.version not in on_disk.get(rec.model, []):
@@ -303,7 +295,7 @@ class ModelManager:
         for a model that is busy; step failures are outcomes.
         """
         try:
-            reader = open_bundle(Path(bundle_path), label=_display_name(source))
+            reader = open_bundle(Path(bundle_path), label=compat.display_name(source))
         except PackagerError as exc:
             raise InvalidBundleError(f"the upload is not a valid bundle: {exc}") from None
         with reader:
@@ -317,10 +309,11 @@ class ModelManager:
                     self._reached(dep, Step.RECEIVED, f"{size} bytes: {m.name} version "
                                   f"{m.version} for {m.profile}", on_event)
                     step = Step.VERIFIED
-                    backend = check_compatible(m, self.device)
+                    backend = compat.check_fits(m, self.device)
+                    key = compat.check_signature(
+                        reader.manifest_bytes, m, reader.signature, self.settings.trusted_keys,
+                        self.settings.allow_unsigned, label=reader.label)
                     try:
-                        key = reader.verify_signature(self.settings.trusted_keys,
-                                                      self.settings.allow_unsigned)
                         reader.verify_files()
                     except PackagerError as exc:
                         raise InvalidBundleError(str(exc)) from None
@@ -338,16 +331,11 @@ class ModelManager:
     def _stage(self, reader, name: str, version: int, active: int | None, force: bool) -> str:
         target = self.models_dir / name / str(version)
         sha = hashlib.sha256(reader.manifest_bytes).hexdigest()
-        if target.exists():
-            if _manifest_sha(target) != sha:
-                raise VersionInUseError(
-                    f"{name} version {version} is already on this device with different "
-                    "content; build the new model with a higher version number")
-            if version == active and not force:
-                raise VersionInUseError(f"{name} version {version} is already active; pass "
-                                        "force to reload it")
+        if compat.check_version_slot(self.models_dir, name, version, sha, active, force):
             note = f"version {version} already on disk with the same content"
         else:
+            compat.check_disk_space(target.parent, compat.extracted_bytes(reader.manifest),
+                                    f"extract {name} version {version}")
             try:
                 reader.extract(target)
             except (PackagerError, OSError) as exc:
@@ -655,13 +643,6 @@ class ModelManager:
                 return
             if time.monotonic() >= deadline:
                 return
-
-
-def _manifest_sha(model_dir: Path) -> str:
-    try:
-        return hashlib.sha256((model_dir / MANIFEST_NAME).read_bytes()).hexdigest()
-    except OSError:
-        return ""
 
 
 def names_of(versions: Sequence[VersionView]) -> list[str]:

@@ -85,3 +85,14 @@ def test_install_service_prints_a_notify_unit(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert f"ExecStart=/usr/local/bin/edge-agent serve --config {cfg}" in out.stdout
     assert "Type=notify" in out.stdout and "WatchdogSec=" in out.stdout
+
+
+def test_serve_refuses_a_private_key_as_trust_before_starting(bundles: Bundles,
+                                                              tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    out = _cli("serve", "--state-dir", str(state), "--grpc", "127.0.0.1:0", "--no-uds",
+               "--management", "127.0.0.1:0", "--no-mdns", "--trust", str(bundles.private_key))
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "is a private key" in out.stderr and str(bundles.private_key) in out.stderr
+    assert list(state.iterdir()) == []  # refused before anything was created
