@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -23,12 +24,19 @@ from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
 from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
-from edge_agent.errors import ModelNotFoundError, ModelUnavailableError, RequestTimeoutError
+from edge_agent.errors import (
+    AgentError,
+    ModelNotFoundError,
+    ModelUnavailableError,
+    QueueFullError,
+    RequestTimeoutError,
+)
 
 # Triton platform names for ModelMetadata.platform
 PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
              "tensorrt": "tensorrt_plan"}
 
+_now = time.monotonic_ns
 _running_loop = asyncio._get_running_loop  # C fast path: None on a thread without a loop
 
 
@@ -109,8 +117,9 @@ class DataPlane:
     def submit(self, request: InferRequest) -> Future[InferResult]:
         """Validate and enqueue ``request``; raises AgentError subclasses synchronously."""
         caller_runs = self._caller_runs and _running_loop() is None
+        start = _now()
         for _attempt in range(3):
-            batcher, rows, timeout = self._route(request)
+            batcher, rows, timeout = self._route(request, start)
             try:
                 return batcher.submit(request.inputs, rows, outputs=request.outputs,
                                       request_id=request.id, timeout_us=timeout,
@@ -119,6 +128,9 @@ class DataPlane:
                 # the version began unloading (or was replaced by a reload) after we resolved
                 # it: route again; resolve() raises if it is really gone
                 continue
+            except QueueFullError:
+                batcher.record_rejected(_now() - start)
+                raise
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:
@@ -134,18 +146,26 @@ class DataPlane:
                 raise RequestTimeoutError(
                     f"model {request.model!r}: no answer within {timeout_s} s "
                     f"(request {request.id or '(no id)'})") from None
+        start = _now()
         for _attempt in range(3):
-            batcher, rows, timeout = self._route(request)
+            batcher, rows, timeout = self._route(request, start)
             try:
                 return batcher.infer(request.inputs, rows, outputs=request.outputs,
                                      request_id=request.id, timeout_us=timeout, wait_s=timeout_s)
             except ModelUnavailableError:
                 continue
+            except QueueFullError:
+                batcher.record_rejected(_now() - start)
+                raise
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
 
-    def _route(self, request: InferRequest) -> tuple[DynamicBatcher, int, int]:
+    def _route(self, request: InferRequest, start: int) -> tuple[DynamicBatcher, int, int]:
         mv = self.repository.resolve(request.model, request.version)
-        rows = mv.signature.validate(request)  # type: ignore[union-attr]
+        try:
+            rows = mv.signature.validate(request)  # type: ignore[union-attr]
+        except AgentError:  # a rejected request is a failed request of this version
+            mv.batcher.record_rejected(_now() - start)  # type: ignore[union-attr]
+            raise
         batching = mv.batching
         timeout = request.timeout_us
         if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]

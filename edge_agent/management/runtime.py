@@ -33,6 +33,8 @@ from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
 from edge_agent.state import StateStore, TokenFile
 
 log = logging.getLogger(__name__)
+# what ModelManager.start reports when it takes in versions installed offline (add-bundle)
+_ROUTINE_NOTES = ("registered ", "activated ")
 
 @dataclass(frozen=True)
 class ManagementOptions:
@@ -131,8 +133,9 @@ class AgentRuntime:
         self.manager = ModelManager(self.dataplane, self.store,
                                     self.options.manager_settings(self.drain_timeout_s))
         notes = self.manager.start()
-        for note in notes:
-            log.warning("start-up: %s", note)
+        for note in notes:  # repairs are warnings; taking in versions found on disk is routine
+            routine = note.startswith(_ROUTINE_NOTES)
+            log.log(logging.INFO if routine else logging.WARNING, "start-up: %s", note)
         return notes
 
     def start_management(self, inference_address: str = "") -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,3 +97,30 @@ def test_serve_refuses_a_private_key_as_trust_before_starting(bundles: Bundles,
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
     assert "is a private key" in out.stderr and str(bundles.private_key) in out.stderr
     assert list(state.iterdir()) == []  # refused before anything was created
+
+
+def test_a_port_in_use_is_one_line_without_grpc_log(bundles: Bundles, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = f"127.0.0.1:{held.getsockname()[1]}"
+        for flag, other in (("--grpc", "--management"), ("--management", "--grpc")):
+            out = _cli("serve", "--state-dir", str(state), "--no-uds", "--no-mdns", "--trust",
+                       str(bundles.public_key), flag, busy, other, "127.0.0.1:0")
+            assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+            assert f"{flag} " in out.stderr and f"cannot listen on {busy}" in out.stderr
+            assert "Address already in use" in out.stderr and "add_port" not in out.stderr
+            assert "GRPC_VERBOSITY" not in out.stderr
+
+
+def test_routine_start_up_lines_are_not_warnings(bundles: Bundles, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    added = _cli("add-bundle", str(bundles.mlp[1]), "--state-dir", str(state), "--pubkey",
+                 str(bundles.public_key))
+    assert added.returncode == 0, added.stderr
+    with AgentProcess(state, trust=bundles.public_key) as agent:
+        assert agent.grpc  # ready: the version installed offline was taken in and activated
+    start = "".join(agent.output)
+    assert "WARNING" not in start, start
