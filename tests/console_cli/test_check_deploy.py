@@ -151,3 +151,18 @@ def test_the_rollout_refuses_an_agent_before_any_upload(bundles: Bundles, odd: O
         assert refused.sent == 0
         assert outcome.targets[alpha.management].phase is Phase.DONE
         assert _history(beta) == before[beta.management]
+
+
+@pytest.mark.parametrize("manifest", [b"", b"[]", b"\xff\xfe", b"[" * 100_000 + b"]" * 100_000,
+                                      b'{"format_version": 1, "name": "a", "version": "x"}'])
+def test_a_hostile_manifest_is_refused_as_invalid(agent: InProcessAgent,
+                                                  manifest: bytes) -> None:
+    from edge_agent.management.generated import management_pb2 as pb
+    from edge_agent.management.generated import management_pb2_grpc as pb_grpc
+
+    with AgentClient(agent.management, token=agent.token) as client:
+        stub = pb_grpc.AgentManagementStub(client._channel)
+        reply = stub.CheckDeploy(pb.CheckDeployRequest(manifest=manifest, size_bytes=100),
+                                 metadata=client._metadata, timeout=30)
+    assert not reply.ok and reply.refusal in ("invalid_bundle", "too_large"), reply
+    assert reply.message and "Traceback" not in reply.message
