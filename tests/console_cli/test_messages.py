@@ -89,6 +89,11 @@ def test_status_tables_are_not_cut_when_piped(served: InProcessAgent, tmp_path: 
     as_json = _piped("status", "--agent", served.management, "--token-file", str(token),
                      "--json")
     assert json.loads(as_json.stdout)[0]["deployments"][0]["reason"] == reason
+    agents = _piped("agents", "--no-mdns", "--agent", served.management, "--token-file",
+                    str(token))
+    assert agents.returncode == 0, agents.stderr
+    row = next(line for line in agents.stdout.splitlines() if served.management in line)
+    assert "test-agent" in row and "mlp:2" in row and "given" in row, agents.stdout
 
 
 def test_one_name_per_state_in_the_management_api_and_kserve(served: InProcessAgent) -> None:
