@@ -54,9 +54,10 @@ SERVE_EPILOG = textwrap.dedent("""\
     """)
 
 ADD_HELP = textwrap.dedent("""\
-    Verify a bundle (signature by a trusted key, every file hash) and extract it safely into
-    STATE_DIR/models/NAME/VERSION/. Refuses an existing version unless --replace. A running
-    agent picks it up on RepositoryModelLoad (tritonclient: load_model(NAME)) or restart.""")
+    Verify a bundle (it fits this device as a deploy must, signature by a trusted key, every
+    file hash) and extract it safely into STATE_DIR/models/NAME/VERSION/. Refuses an existing
+    version unless --replace. A running agent picks it up on RepositoryModelLoad
+    (tritonclient: load_model(NAME)) or restart.""")
 
 ADD_EPILOG = textwrap.dedent("""\
     examples:
@@ -138,6 +139,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_add_bundle(args: argparse.Namespace) -> int:
     """``edge-agent add-bundle``."""
+    from edge_agent.manager.compat import check_fits
+    from edge_agent.manager.device import detect_device
     from packager.reader import open_bundle
 
     if not args.bundle.is_file():
@@ -146,6 +149,7 @@ def cmd_add_bundle(args: argparse.Namespace) -> int:
         raise AgentError("give --pubkey KEY to verify the bundle's signature, or "
                          "--allow-unsigned to accept it without one")
     with open_bundle(args.bundle) as bundle:
+        check_fits(bundle.manifest, detect_device())  # the deploy's rule: arch and runtimes
         bundle.verify(trusted_keys=args.pubkey, allow_unsigned=args.allow_unsigned)
         m = bundle.manifest
         model_dir = args.state_dir / "models" / m.name

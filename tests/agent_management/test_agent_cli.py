@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from edge_agent.management.client import AgentClient
 from tests.agent_management.agent_proc import ROOT, AgentProcess
@@ -124,3 +125,21 @@ def test_routine_start_up_lines_are_not_warnings(bundles: Bundles, tmp_path: Pat
         assert agent.grpc  # ready: the version installed offline was taken in and activated
     start = "".join(agent.output)
     assert "WARNING" not in start, start
+
+
+def test_add_bundle_refuses_another_arch_as_a_deploy_does(bundles: Bundles,
+                                                           tmp_path: Path) -> None:
+    from edge_agent.manager.compat import check_fits
+    from edge_agent.manager.device import detect_device
+    from edge_agent.manager.errors import IncompatibleBundleError
+    from packager.reader import open_bundle
+
+    with open_bundle(bundles.arm64) as reader, \
+            pytest.raises(IncompatibleBundleError) as deploy_refusal:
+        check_fits(reader.manifest, detect_device())
+    state = tmp_path / "state"
+    out = _cli("add-bundle", str(bundles.arm64), "--state-dir", str(state), "--pubkey",
+               str(bundles.public_key))
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert str(deploy_refusal.value) in out.stderr
+    assert not (state / "models").exists()
