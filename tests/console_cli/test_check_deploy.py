@@ -166,3 +166,29 @@ def test_a_hostile_manifest_is_refused_as_invalid(agent: InProcessAgent,
                                  metadata=client._metadata, timeout=30)
     assert not reply.ok and reply.refusal in ("invalid_bundle", "too_large"), reply
     assert reply.message and "Traceback" not in reply.message
+
+
+def test_an_agent_that_predates_check_deploy_is_not_asked(bundles: Bundles) -> None:
+    """A real gRPC server that answers GetInfo only (the generated base class answers every
+    other call UNIMPLEMENTED, as an older agent does for CheckDeploy)."""
+    from concurrent import futures
+
+    import grpc
+
+    from edge_agent.management.generated import management_pb2 as pb
+    from edge_agent.management.generated import management_pb2_grpc as pb_grpc
+
+    class OldAgent(pb_grpc.AgentManagementServicer):
+        def GetInfo(self, request, context):  # type: ignore[no-untyped-def]
+            return pb.AgentInfo(name="old", arch="x86_64", api_version="v1")
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    pb_grpc.add_AgentManagementServicer_to_server(OldAgent(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with AgentClient(f"127.0.0.1:{port}", token="t") as client:
+            assert client.check_deploy(bundles.mlp[1]) is None
+            assert client.info().name == "old"
+    finally:
+        server.stop(0).wait()
