@@ -104,7 +104,7 @@ class EdgeConsoleApp(App[None]):
         except Exception as exc:  # shown in the UI, never a traceback
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             text = (f"mDNS discovery failed ({why or type(exc).__name__}); list agents with "
-                    "--agent HOST:PORT or choose --interface")
+                    "--agent HOST:PORT or choose --mdns-interface")
             self.fleet.log("", "error", text)
             self.notify(text, severity="error", timeout=10)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from console.errors import ConsoleError
+from console.flags import add_mdns_flags
 
 if TYPE_CHECKING:
     from console.config import ConsoleSettings
@@ -81,13 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=raw)
     _common(agents, required=False)
     agents.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    agents.add_argument("--mdns-interface", action="append", default=[], metavar="IP",
-                        help="IPv4 address of an interface to browse on; repeatable "
-                             "(default: all)")
+    add_mdns_flags(agents, no_mdns_help="do not browse; only ask the --agent entries")
     agents.add_argument("--timeout", type=float, default=3.0, metavar="S",
                         help="seconds to browse (default 3)")
-    agents.add_argument("--no-mdns", action="store_true",
-                        help="do not browse; only ask the --agent entries")
 
     status = sub.add_parser("status", help="an agent's info, model versions and history",
                             formatter_class=raw)
@@ -157,6 +154,17 @@ def _settings(args: argparse.Namespace) -> ConsoleSettings:
     return replace(settings, ask_new=ask_on_terminal) if interactive else settings
 
 
+UNLIMITED_WIDTH = 10_000  # rich's width when stdout is not a terminal: tables are never cut
+
+
+def _stdout() -> Any:  # rich.console.Console
+    """Rich output on stdout: the terminal's width, or no limit when piped or redirected."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=UNLIMITED_WIDTH)
+
+
 def _dump(data: Any) -> None:
     from edge_agent.management.types import to_jsonable
 
@@ -164,7 +172,6 @@ def _dump(data: Any) -> None:
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from console.commands import list_agents
@@ -181,7 +188,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
     for r in rows:
         name = r.name or ("[red]unreachable[/]" if r.reachable is False else "?")
         table.add_row(name, r.address, r.arch, r.profile, r.models, r.source, r.id[:12])
-    Console().print(table)
+    _stdout().print(table)
     for r in rows:
         if r.error:
             print(f"{r.address}: {r.error}", file=sys.stderr)
@@ -189,7 +196,6 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from console.commands import agent_status
@@ -199,7 +205,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _dump(statuses)
         return 0
-    console = Console()
+    console = _stdout()
+    cut = console.is_terminal  # long errors and reasons are shortened on a terminal only
     for s in statuses:
         i = s.info
         console.print(f"[bold]{i.name}[/] {s.address}  id {i.agent_id[:12]}  {i.arch}  "
@@ -213,14 +220,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             table.add_row(v.model, str(v.version), "*" if v.active else "", v.state,
                           v.backend, "-" if v.load_ms is None else f"{v.load_ms:.0f}",
                           "-" if v.rss_delta_bytes is None
-                          else f"{v.rss_delta_bytes / 2**20:+.1f}", v.load_error[:60])
+                          else f"{v.rss_delta_bytes / 2**20:+.1f}",
+                          v.load_error[:60] if cut else v.load_error)
         console.print(table)
-        console.print(deployments_table(s.deployments))
+        console.print(deployments_table(s.deployments, cut=cut))
     return 0
 
 
-def deployments_table(deployments: list[DeploymentInfo]) -> Any:
-    """A rich table of deployment history (used by status and the demo)."""
+def deployments_table(deployments: list[DeploymentInfo], *, cut: bool = True) -> Any:
+    """A rich table of deployment history (used by status and the demo); ``cut`` shortens
+    long reasons (for a terminal)."""
     from rich.table import Table
 
     table = Table(title="deployments", title_justify="left")
@@ -231,7 +240,8 @@ def deployments_table(deployments: list[DeploymentInfo]) -> Any:
                                                                                       "")
         table.add_row(str(d.id), d.model, d.kind, _v(d.from_version), _v(d.to_version),
                       f"[{color}]{d.status}[/]" if color else d.status,
-                      time.strftime("%H:%M:%S", time.localtime(d.started_at)), d.reason[:70])
+                      time.strftime("%H:%M:%S", time.localtime(d.started_at)),
+                      d.reason[:70] if cut else d.reason)
     return table
 
 

@@ -26,7 +26,8 @@ from edge_agent.management.types import (
     StepInfo,
     VersionInfo,
 )
-from edge_agent.manager.device import DeviceInfo, check_compatible
+from edge_agent.manager.compat import check_fits
+from edge_agent.manager.device import DeviceInfo
 from edge_agent.manager.errors import IncompatibleBundleError
 from packager.errors import PackagerError
 from packager.manifest import Manifest
@@ -149,8 +150,9 @@ def read_bundles(paths: Sequence[Path]) -> list[LocalBundle]:
         try:
             with open_bundle(Path(p)) as reader:
                 out.append(LocalBundle(Path(p), reader.manifest))
-        except PackagerError as exc:
-            raise BundleRejectedError(f"{p}: {exc}") from None
+        except PackagerError as exc:  # the reader's messages start with the path already
+            text = str(exc)
+            raise BundleRejectedError(text if str(p) in text else f"{p}: {text}") from None
     return out
 
 
@@ -162,7 +164,7 @@ def pick_bundle(candidates: Sequence[LocalBundle], info: AgentInfo) -> LocalBund
     fitting, reasons = [], []
     for b in candidates:
         try:
-            check_compatible(b.manifest, device)
+            check_fits(b.manifest, device)
             fitting.append(b)
         except IncompatibleBundleError as exc:
             reasons.append(str(exc))
@@ -186,6 +188,7 @@ class DeployReport:
     result: DeployResult | None
     error: str = ""
     skipped: str = ""  # why nothing was done (e.g. the version is already active)
+    refusal: str = ""  # the agent refused it before the upload (CheckDeploy's code)
 
     @property
     def ok(self) -> bool:
@@ -252,8 +255,9 @@ def _deploy_to(target: str, groups: dict[tuple[str, int], list[LocalBundle]],
         for candidates in groups.values():
             try:
                 chosen = pick_bundle(candidates, info)
-            except BundleRejectedError as exc:
-                reports.append(DeployReport(target, candidates[0].path.name, None, str(exc)))
+            except BundleRejectedError as exc:  # the agent's fit rule, applied here
+                reports.append(DeployReport(target, candidates[0].path.name, None, str(exc),
+                                            refusal="incompatible"))
                 continue
             name, version = chosen.manifest.name, chosen.manifest.version
             try:
@@ -262,6 +266,12 @@ def _deploy_to(target: str, groups: dict[tuple[str, int], list[LocalBundle]],
                     reports.append(DeployReport(target, chosen.path.name, None,
                                                 skipped=f"{name} version {version} is already "
                                                 "active (use --force to reload it)"))
+                    continue
+                check = client.check_deploy(chosen.path, force=force)
+                if check is not None and not check.ok:  # refused: nothing uploaded
+                    reports.append(DeployReport(target, chosen.path.name, None,
+                                                f"refused before the upload: {check.message}",
+                                                refusal=check.refusal))
                     continue
                 result = client.deploy(
                     chosen.path, force=force,

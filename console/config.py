@@ -140,7 +140,7 @@ class ConsoleSettings:
         return replace(
             self,
             agents=self.agents + tuple(a for a in extra if a.address not in known),
-            interfaces=_check_interfaces(interfaces, "--interface") if interfaces else
+            interfaces=_check_interfaces(interfaces, "--mdns-interface") if interfaces else
             self.interfaces,
             discovery=self.discovery if discovery is None else discovery,
             read_only=self.read_only or bool(read_only),

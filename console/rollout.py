@@ -1,6 +1,7 @@
-"""Staged rollout over the management client: refuse what does not fit before upload, deploy
-to one canary, keep it under watch for a soak time, then deploy to the rest; when the canary
-fails or turns unhealthy, stop and roll the canary back.
+"""Staged rollout over the management client: refuse what does not fit, or what the agent would
+refuse (asked with CheckDeploy), before any upload; deploy to one canary, keep it under watch
+for a soak time, then deploy to the rest; when the canary fails or turns unhealthy, stop and
+roll the canary back.
 
 Bundle selection is the scripting subcommands' own (:func:`console.commands.read_bundles`,
 :func:`console.commands.pick_bundle`); uploads go through ``AgentClient.deploy``. Nothing here
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from console.commands import LocalBundle, pick_bundle
@@ -23,7 +25,7 @@ from console.connections import Connections
 from console.errors import BundleRejectedError, ConsoleError
 from console.fleet import FleetAgent
 from edge_agent.management.client import AgentClient
-from edge_agent.management.types import StepInfo
+from edge_agent.management.types import DeployCheck, StepInfo
 
 HEALTH_POLL_S = 0.5
 MAX_ERROR_RATE = 0.2  # the canary is unhealthy above this share of failed requests...
@@ -113,14 +115,27 @@ class Rollout:
             try:
                 info = self.connections.call(agent, lambda c: c.info())
                 chosen = [pick_bundle(group, info) for group in self.groups]
+                refused = self.refusal(agent, chosen)
             except (BundleRejectedError, ConsoleError) as exc:
                 self._update(agent.key, phase=Phase.REFUSED, message=str(exc))
+                continue
+            if refused:
+                self._update(agent.key, phase=Phase.REFUSED, message=refused)
                 continue
             self._chosen[agent.key] = chosen
             self._update(agent.key, bundles=tuple(b.path.name for b in chosen),
                          total=sum(b.path.stat().st_size for b in chosen))
             fitting.append(agent)
         return fitting
+
+    def refusal(self, agent: FleetAgent, chosen: Sequence[LocalBundle]) -> str:
+        """Why ``agent`` would refuse one of ``chosen`` (asked before any upload; "" when it
+        would take them all, or predates CheckDeploy)."""
+        for bundle in chosen:
+            check = self.connections.call(agent, partial(_check_deploy, path=bundle.path))
+            if check is not None and not check.ok:
+                return f"refused before the upload: {check.message}"
+        return ""
 
     def deploy_to(self, agent: FleetAgent) -> bool:
         """Upload and deploy the chosen bundles to ``agent``; True when every one committed."""
@@ -264,3 +279,7 @@ class Rollout:
     def _outcome(self, ok: bool, message: str) -> RolloutOutcome:
         with self._lock:
             return RolloutOutcome(ok, message, dict(self.progress))
+
+
+def _check_deploy(client: AgentClient, path: Path) -> DeployCheck | None:
+    return client.check_deploy(path)

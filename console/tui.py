@@ -10,6 +10,7 @@ from pathlib import Path
 from console.commands import read_token
 from console.config import load_settings
 from console.errors import ConsoleError
+from console.flags import add_mdns_flags
 
 EPILOG = textwrap.dedent("""\
     keys (k9s/lazydocker habits): / filter, ? help, : jump to a view, l events, d details,
@@ -17,8 +18,8 @@ EPILOG = textwrap.dedent("""\
 
     examples:
       edge-console                                   # browse every interface, poll every 2 s
-      edge-console ui --interface 192.168.1.20 --read-only
-      edge-console ui --no-discovery --agent 10.0.0.7:50051 --token-file pi.token
+      edge-console ui --mdns-interface 192.168.1.20 --read-only
+      edge-console ui --no-mdns --agent 10.0.0.7:50051 --token-file pi.token
     """)
 
 
@@ -34,9 +35,7 @@ def build_tui_parser() -> argparse.ArgumentParser:
                    help="console config file (default ~/.config/edge-console/config.toml)")
     p.add_argument("--token-file", type=Path, metavar="F",
                    help="management token for agents the config file has no token for")
-    p.add_argument("--interface", action="append", default=[], metavar="IP",
-                   help="IPv4 address of an interface to browse on; repeatable (default all)")
-    p.add_argument("--no-discovery", action="store_true", help="do not browse mDNS")
+    add_mdns_flags(p, no_mdns_help="do not browse mDNS")
     p.add_argument("--read-only", action="store_true",
                    help="hide every action that changes an agent (deploy, rollback, remove)")
     p.add_argument("--poll", type=float, metavar="S", help="seconds between polls (default 2)")
@@ -63,8 +62,8 @@ def run_tui(argv: list[str] | None = None) -> int:
         return 2
     try:
         settings = load_settings(args.config).with_overrides(
-            agents=args.agent, interfaces=args.interface or None,
-            discovery=False if args.no_discovery else None, read_only=args.read_only,
+            agents=args.agent, interfaces=args.mdns_interface or None,
+            discovery=False if args.no_mdns else None, read_only=args.read_only,
             token=read_token(args.token_file) if args.token_file else None,
             insecure=args.insecure, accept_new=args.accept_new)
         if args.poll is not None:

@@ -152,7 +152,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_add_bundle(args: argparse.Namespace) -> int:
     """``edge-agent add-bundle``: the deploy's compatibility and signature checks, then an
     atomic install, with the state directory locked (refused while an agent serves it)."""
-    from edge_agent.manager import check_compatible, detect_device
+    from edge_agent.manager.compat import check_fits
+    from edge_agent.manager.device import detect_device
     from edge_agent.state.lock import claim_state_dir
     from packager.reader import open_bundle
 
@@ -163,7 +164,7 @@ def cmd_add_bundle(args: argparse.Namespace) -> int:
                          "--allow-unsigned to accept it without one")
     with open_bundle(args.bundle) as bundle:
         m = bundle.manifest
-        check_compatible(m, detect_device())  # the rule (and message) deploy applies
+        check_fits(m, detect_device())  # the rule (and message) deploy applies
         bundle.verify(trusted_keys=args.pubkey, allow_unsigned=args.allow_unsigned)
         signed = "signed" if bundle.signed else "unsigned"
         with claim_state_dir(args.state_dir, role="add-bundle"):

@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from edge_agent.bind import add_port
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
@@ -107,24 +108,14 @@ class AgentServer:
             self.health.set(name, _NOT_SERVING)
         tcp = None
         if cfg.address:
-            try:
-                port = server.add_insecure_port(cfg.address)
-            except RuntimeError as exc:
-                raise ConfigError(f"config key 'grpc.address': cannot listen on {cfg.address} "
-                                  f"({exc}); is the port in use?") from None
-            if port == 0:
-                raise ConfigError(f"config key 'grpc.address': cannot listen on {cfg.address}; "
-                                  "is the port in use?")
+            port = add_port(server, cfg.address, where="--grpc (grpc.address)")
             tcp = f"{cfg.address.rpartition(':')[0]}:{port}"
         uds = self.config.uds_path
         if uds is not None:
             _prepare_uds(uds)
             old = os.umask(0o117)  # the socket is born 0660, never briefly world-writable
             try:
-                server.add_insecure_port(f"unix:{uds}")
-            except RuntimeError as exc:
-                raise ConfigError(f"config key 'grpc.uds': cannot listen on {uds} ({exc})") \
-                    from None
+                add_port(server, f"unix:{uds}", where="--uds (grpc.uds)")
             finally:
                 os.umask(old)
         server.start()

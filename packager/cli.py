@@ -151,9 +151,21 @@ def _cmd_build(args: argparse.Namespace) -> int:
             paths = build_bundles(args.model, progress=progress, **kwargs)
     for p in paths:
         print(p)
+    if max_batch is not None and paths and not _batched(paths[0]):
+        print(f"warning: --max-batch {max_batch} has no effect: the batch dimension of "
+              f"{args.model.name} is fixed, so the agent runs one request per execution; "
+              "rebuild with --dynamic-batch to let it batch requests", file=sys.stderr)
     if args.key is None:
         print("note: bundles are unsigned (pass --key to sign them)", file=sys.stderr)
     return 0
+
+
+def _batched(bundle: Path) -> bool:
+    """Whether a built bundle's model has a dynamic batch dimension."""
+    from packager.reader import open_bundle
+
+    with open_bundle(bundle) as reader:
+        return reader.manifest.batching.max_batch_size > 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:

@@ -29,6 +29,18 @@ class SignatureError(BundleError):
     """A bundle's signature is missing, invalid, or made by an untrusted key."""
 
 
+class UnsignedBundleError(SignatureError):
+    """The bundle has no signature and unsigned bundles are not allowed."""
+
+
+class NoTrustedKeyError(SignatureError):
+    """The bundle is signed but no trusted public key was given to check it."""
+
+
+class UntrustedSignatureError(SignatureError):
+    """The signature is not a valid one by any trusted key (modified, or another signer)."""
+
+
 class KeyFileError(PackagerError):
     """A key file is missing or is not an Ed25519 key."""
 

@@ -147,6 +147,8 @@ class Manifest:
             d = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BundleError(f"manifest.json is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise BundleError("manifest.json is nested too deeply to be a manifest") from None
         if not isinstance(d, dict):
             raise BundleError("manifest.json must hold a JSON object")
         return cls.from_dict(d)

@@ -26,7 +26,12 @@ from packager.bundle_format import (
     check_member_path,
     check_model_name,
 )
-from packager.errors import BundleError, SignatureError
+from packager.errors import (
+    BundleError,
+    NoTrustedKeyError,
+    UnsignedBundleError,
+    UntrustedSignatureError,
+)
 from packager.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
 from packager.signing import SIGNATURE_SIZE, key_id, load_public_key, verify_signature
 
@@ -53,6 +58,40 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
         if entry not in seen:
             raise BundleError(f"{where}: artifact {entry!r} of backend {backend!r} is not among "
                               "the manifest's files")
+
+
+def check_manifest_signature(
+    manifest_bytes: bytes, manifest: Manifest, signature: bytes | None,
+    trusted_keys: Sequence[Path | Ed25519PublicKey] = (), allow_unsigned: bool = False, *,
+    label: str = "bundle",
+) -> str | None:
+    """The signature rule: the matching trusted key's id, or None for an allowed unsigned bundle.
+
+    Raises BundleError when ``manifest_bytes`` is not the canonical form of ``manifest``, and a
+    SignatureError subclass for an unsigned bundle (:class:`UnsignedBundleError`), a signed
+    one checked without any trusted key (:class:`NoTrustedKeyError`, unless ``allow_unsigned``)
+    or one no trusted key signed (:class:`UntrustedSignatureError`).
+    """
+    if manifest_bytes != manifest.canonical_bytes():
+        raise BundleError(f"{label}: manifest.json is not in canonical form (modified "
+                          "after it was written)")
+    keys = [k if isinstance(k, Ed25519PublicKey) else load_public_key(k) for k in trusted_keys]
+    if signature is None:
+        if allow_unsigned:
+            return None
+        raise UnsignedBundleError(f"{label}: the bundle is unsigned (build it with --key, or "
+                                  "allow unsigned bundles explicitly)")
+    if not keys:
+        if allow_unsigned:
+            return None
+        raise NoTrustedKeyError(f"{label}: the bundle is signed but no trusted public key "
+                                "was given to check manifest.sig")
+    for key in keys:
+        if verify_signature(key, signature, manifest_bytes):
+            return key_id(key)
+    raise UntrustedSignatureError(f"{label}: manifest.sig is not a valid signature of "
+                                  "manifest.json by any trusted key (manifest or signature "
+                                  "modified, or signed by another key)")
 
 
 class BundleReader:
@@ -209,30 +248,10 @@ class BundleReader:
     ) -> str | None:
         """Check manifest.sig against the trusted keys; return the matching key id.
 
-        Unsigned bundles, and signed bundles checked without any trusted key, raise
-        SignatureError unless ``allow_unsigned`` (then None is returned).
+        The rule is :func:`check_manifest_signature` (also applied before an upload).
         """
-        if self.manifest_bytes != self.manifest.canonical_bytes():
-            raise BundleError(f"{self.label}: manifest.json is not in canonical form (modified "
-                              "after it was written)")
-        keys = [k if isinstance(k, Ed25519PublicKey) else load_public_key(k)
-                for k in trusted_keys]
-        if self.signature is None:
-            if allow_unsigned:
-                return None
-            raise SignatureError(f"{self.label}: the bundle is unsigned (build it with --key, or "
-                                 "allow unsigned bundles explicitly)")
-        if not keys:
-            if allow_unsigned:
-                return None
-            raise SignatureError(f"{self.label}: the bundle is signed but no trusted public key "
-                                 "was given to check manifest.sig")
-        for key in keys:
-            if verify_signature(key, self.signature, self.manifest_bytes):
-                return key_id(key)
-        raise SignatureError(f"{self.label}: manifest.sig is not a valid signature of "
-                             "manifest.json by any trusted key (manifest or signature modified, "
-                             "or signed by another key)")
+        return check_manifest_signature(self.manifest_bytes, self.manifest, self.signature,
+                                        trusted_keys, allow_unsigned, label=self.label)
 
     def verify(self, trusted_keys: Sequence[Path | Ed25519PublicKey] = (),
                allow_unsigned: bool = False) -> None:
@@ -352,21 +371,12 @@ def load_extracted(model_dir: Path, verify_hashes: bool = True) -> Manifest:
 def verify_extracted(model_dir: Path, trusted_keys: Sequence[Path | Ed25519PublicKey] = (),
                      allow_unsigned: bool = False) -> Manifest:
     """Like :func:`load_extracted` (hashes re-checked), plus the manifest.sig of the dir checked
-    against the trusted keys with the same rules as :meth:`BundleReader.verify_signature`."""
+    against the trusted keys (:func:`check_manifest_signature`)."""
     model_dir = Path(model_dir)
     manifest = load_extracted(model_dir, verify_hashes=True)
     raw = (model_dir / MANIFEST_NAME).read_bytes()
-    if raw != manifest.canonical_bytes():
-        raise BundleError(f"{model_dir}: manifest.json is not in canonical form (modified)")
     sig_path = model_dir / SIGNATURE_NAME
     signature = sig_path.read_bytes() if sig_path.is_file() else None
-    keys = [k if isinstance(k, Ed25519PublicKey) else load_public_key(k) for k in trusted_keys]
-    if signature is None or not keys:
-        if allow_unsigned:
-            return manifest
-        what = "is unsigned" if signature is None else "is signed but no trusted key was given"
-        raise SignatureError(f"{model_dir}: the model {what}")
-    if any(verify_signature(k, signature, raw) for k in keys):
-        return manifest
-    raise SignatureError(f"{model_dir}: manifest.sig is not a valid signature of manifest.json "
-                         "by any trusted key")
+    check_manifest_signature(raw, manifest, signature, trusted_keys, allow_unsigned,
+                             label=str(model_dir))
+    return manifest

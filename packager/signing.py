@@ -67,6 +67,9 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
 def load_public_key(path: Path) -> Ed25519PublicKey:
     """Load a PEM Ed25519 public key; KeyFileError when it is not one."""
     data = _read_key_file(path, "public key")
+    if b"PRIVATE KEY-----" in data:
+        raise KeyFileError(f"{path} is a private key; give the public key instead (the .pub "
+                           "file written next to it by `edge-pack keygen`)")
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:

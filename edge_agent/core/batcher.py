@@ -524,6 +524,19 @@ class DynamicBatcher:
         """Requests accepted and not yet answered."""
         return self._inflight
 
+    def record_rejected(self, elapsed_ns: int) -> None:
+        """Count a request refused before it was queued (invalid input, full queue) as a
+        failed request, as Triton's failure counters do."""
+        elapsed_ns = max(0, int(elapsed_ns))
+        with self._lock:
+            self.stats.fail.add(elapsed_ns)
+        if self._observer is not None:
+            try:
+                self._observer.record_request(self.model, self.version, ok=False, rows=0,
+                                              queue_ns=0, compute_ns=0, total_ns=elapsed_ns)
+            except Exception:  # metrics must never take serving down
+                log.exception("inference observer failed")
+
     def snapshot_stats(self) -> ModelStats:
         """A consistent copy of this version's statistics."""
         import copy

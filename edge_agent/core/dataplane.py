@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -30,7 +31,15 @@ from edge_agent.core.types import (
     ModelStats,
     triton_platform,
 )
-from edge_agent.errors import ModelNotFoundError, ModelUnavailableError, RequestTimeoutError
+from edge_agent.errors import (
+    AgentError,
+    ModelNotFoundError,
+    ModelUnavailableError,
+    QueueFullError,
+    RequestTimeoutError,
+)
+
+_now = time.monotonic_ns
 
 _running_loop = asyncio._get_running_loop  # C fast path: None on a thread without a loop
 
@@ -153,18 +162,27 @@ class DataPlane:
                             arg: _A) -> _R:
         """``call(batcher, request, rows, timeout_us, arg)`` on the version ``request``
         resolves to, routing again when that version began unloading (or was replaced by a
-        reload) after it was resolved; resolve() raises when the model is really gone."""
+        reload) after it was resolved; resolve() raises when the model is really gone. A
+        request refused (invalid, queue full) counts as a failed request of that version."""
+        start = _now()
         for _attempt in range(_ROUTE_ATTEMPTS):
-            batcher, rows, timeout = self._route(request)
+            batcher, rows, timeout = self._route(request, start)
             try:
                 return call(batcher, request, rows, timeout, arg)
             except ModelUnavailableError:
                 continue
+            except QueueFullError:
+                batcher.record_rejected(_now() - start)
+                raise
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
 
-    def _route(self, request: InferRequest) -> tuple[DynamicBatcher, int, int]:
+    def _route(self, request: InferRequest, start: int) -> tuple[DynamicBatcher, int, int]:
         mv = self.repository.resolve(request.model, request.version)
-        rows = mv.signature.validate(request)  # type: ignore[union-attr]  # resolve() gives a READY version: all set
+        try:
+            rows = mv.signature.validate(request)  # type: ignore[union-attr]  # resolve() gives a READY version: all set
+        except AgentError:  # a rejected request is a failed request of this version
+            mv.batcher.record_rejected(_now() - start)  # type: ignore[union-attr]  # resolve() gives a READY version: all set
+            raise
         batching = mv.batching
         timeout = request.timeout_us
         if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]  # resolve() gives a READY version: all set

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from edge_agent.errors import AgentError
 
+UNLIMITED_WIDTH = 10_000  # rich's width when stdout is not a terminal (no wrapping, no cuts)
+
 SERVE_FLAGS_EPILOG = textwrap.dedent("""\
     management (agent.toml sections [management], [mdns], [metrics]; see
     docs/management-api.md):
@@ -98,6 +100,8 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                          help="agent state directory")
     metrics.add_argument("--window", type=int, default=60, metavar="S",
                          help="seconds to summarize (default 60)")
+    metrics.add_argument("--json", action="store_true",
+                         help="print the points (and the latest system sample) as JSON")
 
     svc = sub.add_parser("install-service", help="install the systemd unit (Type=notify)",
                          description="Render systemd/edge-agent.service for this executable "
@@ -146,9 +150,17 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     """``edge-agent metrics``: the summary table."""
     from rich.console import Console
 
-    from edge_agent.metrics.summary import render_summary
+    from edge_agent.metrics.summary import render_summary, summary_json
 
-    render_summary(args.state_dir, Console(), window_s=args.window)
+    if args.json:
+        import json
+
+        print(json.dumps(summary_json(args.state_dir, window_s=args.window), indent=2))
+        return 0
+    console = Console()
+    if not console.is_terminal:  # piped: never cut the table to 80 columns
+        console = Console(width=UNLIMITED_WIDTH)
+    render_summary(args.state_dir, console, window_s=args.window)
     return 0
 
 

@@ -39,6 +39,7 @@ from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.tls import SERVER_NAME, fingerprint, normalize_fingerprint
 from edge_agent.management.types import (
     AgentInfo,
+    DeployCheck,
     DeploymentInfo,
     DeployResult,
     MetricPoint,
@@ -78,6 +79,10 @@ class CertificateChangedError(ManagementError):
     def __init__(self, message: str, *, pinned: str, presented: str) -> None:
         super().__init__(message, "UNAVAILABLE")
         self.pinned, self.presented = pinned, presented
+
+
+class InferencePortError(ManagementError):
+    """The address is an agent's inference port (KServe v2), not its management API."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,12 @@ class AgentClient:
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return AgentUnreachableError(f"agent {self.target} did not answer {what} in time",
                                          name)
+        if code is grpc.StatusCode.UNIMPLEMENTED and self._is_inference_port():
+            return InferencePortError(
+                f"{self.target} is an agent's inference port (KServe v2), not its management "
+                "API; the management port is the one given to `edge-agent serve --management` "
+                "(50051 in the README's example): `edge-console agents` lists each agent's "
+                "management address", name)
         return ManagementError(f"agent {self.target}: {what} failed: {details}", name)
 
     def _transport_mismatch(self, details: str) -> ManagementError | None:
@@ -262,6 +273,25 @@ class AgentClient:
                 "its own tls_cert needs that CA in the console config ([tls] ca or tls_ca)",
                 "UNAVAILABLE")
         return None
+
+    def _is_inference_port(self) -> bool:
+        """Whether the target answers KServe v2 ServerMetadata (the agent's inference port)."""
+        metadata = self._channel.unary_unary(
+            "/inference.GRPCInferenceService/ServerMetadata",
+            request_serializer=lambda _: b"", response_deserializer=lambda raw: raw)
+        try:
+            metadata(None, timeout=min(self.timeout_s, 5.0))
+        except grpc.RpcError:
+            return False
+        return True
+
+    def _speaks_management(self) -> bool:
+        """Whether the target serves this management API at all (GetInfo answers)."""
+        try:
+            self.info()
+        except ManagementError:
+            return False
+        return True
 
     def info(self) -> AgentInfo:
         """Who the agent is: id, name, host, arch, profile, runtimes, version, uptime."""
@@ -316,6 +346,34 @@ class AgentClient:
             raise ManagementError(f"agent {self.target} ended the deploy of {bundle.name} "
                                   "without a result", "INTERNAL")
         return result
+
+    def check_deploy(self, bundle: Path, *, force: bool = False) -> DeployCheck | None:
+        """Ask the agent whether it would deploy ``bundle`` (its manifest, signature and size
+        are sent, not the bundle); None from an agent that predates CheckDeploy."""
+        from packager.errors import PackagerError
+        from packager.reader import open_bundle
+
+        bundle = Path(bundle)
+        try:
+            with open_bundle(bundle) as reader:
+                manifest, signature = reader.manifest_bytes, reader.signature
+            size = bundle.stat().st_size
+        except (PackagerError, OSError) as exc:
+            raise ManagementError(str(exc), "INVALID_ARGUMENT") from None
+        request = pb.CheckDeployRequest(manifest=manifest, size_bytes=size, force=force,
+                                        filename=bundle.name)
+        if signature is not None:
+            request.signature = signature
+        try:
+            reply = self._stub.CheckDeploy(request, metadata=self._metadata,
+                                           timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED and self._speaks_management():
+                return None
+            raise self._error(exc, f"checking {bundle.name}") from None
+        return DeployCheck(ok=reply.ok, message=reply.message, refusal=reply.refusal,
+                           model=reply.model, version=reply.version, backend=reply.backend,
+                           key_id=reply.key_id)
 
     def activate(self, model: str, version: int, *, force: bool = False) -> DeployResult:
         """Make ``version`` active (force: reload the active version from disk)."""

@@ -141,8 +141,24 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     if options.insecure and (options.tls is not None or options.client_ca is not None):
         raise ConfigError("--insecure (management.insecure) turns TLS off, but TLS files are "
                           "configured (management.tls_cert / tls_client_ca); drop one of them")
-    for pub in options.trusted_keys:
-        if not pub.is_file():
-            raise ConfigError(f"trusted public key {pub} does not exist (--trust / "
-                              "management.trust)")
+    check_trusted_keys(options.trusted_keys)
     return options
+
+
+def check_trusted_keys(paths: Sequence[Path]) -> None:
+    """Refuse at start what would refuse every deploy later: a --trust that is missing, a
+    directory, a private key or not an Ed25519 public key."""
+    from packager.errors import KeyFileError
+    from packager.signing import load_public_key
+
+    for key in paths:
+        if not key.exists():
+            raise ConfigError(f"trusted public key {key} does not exist (--trust / "
+                              "management.trust)")
+        if key.is_dir():
+            raise ConfigError(f"--trust: {key} is a directory; give the public key file in it "
+                              "(the .pub written by `edge-pack keygen`)")
+        try:
+            load_public_key(key)
+        except KeyFileError as exc:
+            raise ConfigError(f"--trust: {exc}") from None

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# what ModelManager.start reports when it takes in versions installed offline (add-bundle)
+_ROUTINE_NOTES = ("registered ", "activated ")
 
 __all__ = ["AgentRuntime", "ManagementOptions", "manager_settings"]
 
@@ -134,8 +136,9 @@ class AgentRuntime:
         """Recover from an interrupted deploy and load the active versions."""
         assert self.manager is not None
         notes = self.manager.start()
-        for note in notes:
-            log.warning("start-up: %s", note)
+        for note in notes:  # repairs are warnings; taking in versions found on disk is routine
+            routine = note.startswith(_ROUTINE_NOTES)
+            log.log(logging.INFO if routine else logging.WARNING, "start-up: %s", note)
         return notes
 
     def start_management(self, inference_address: str = "") -> str | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from edge_agent.errors import ConfigError
+from edge_agent.bind import add_port
 from edge_agent.management.auth import TlsFiles, TokenAuthInterceptor, server_credentials
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.servicer import ManagementServicer
@@ -52,17 +52,8 @@ class ManagementServer:
                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.so_reuseport", 0)])
         pb_grpc.add_AgentManagementServicer_to_server(self.servicer, server)
-        try:
-            if self.tls is not None:
-                port = server.add_secure_port(self.address, server_credentials(self.tls))
-            else:
-                port = server.add_insecure_port(self.address)
-        except RuntimeError as exc:
-            raise ConfigError(f"config key 'management.address': cannot listen on "
-                              f"{self.address} ({exc}); is the port in use?") from None
-        if port == 0:
-            raise ConfigError(f"config key 'management.address': cannot listen on "
-                              f"{self.address}; is the port in use?")
+        port = add_port(server, self.address, where="--management (management.address)",
+                        credentials=server_credentials(self.tls) if self.tls else None)
         server.start()
         self._server, self.port = server, port
         return f"{self.address.rpartition(':')[0]}:{port}"

@@ -24,6 +24,7 @@ from edge_agent.management import convert
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.identity import AgentIdentity
+from edge_agent.manager import compat
 from edge_agent.manager.errors import disk_full, is_disk_full
 from edge_agent.manager.manager import ModelManager
 from edge_agent.manager.outcome import DeployOutcome, StepEvent
@@ -92,12 +93,10 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             abort(context, InvalidInputError("the first Deploy message must be the header "
                                              "(file name, size)"))
         header = first.header
-        if header.size_bytes > MAX_TOTAL_BYTES:
-            abort(context, QueueFullError(f"the bundle is {header.size_bytes} bytes, more than "
-                                          f"the {MAX_TOTAL_BYTES} an agent accepts"))
         try:
+            compat.check_upload_size(header.size_bytes)
             path = self.manager.new_upload_path()
-        except AgentError as exc:  # e.g. a full disk or a read-only state dir: refused at once
+        except AgentError as exc:  # too big, a full disk or a read-only state dir: at once
             abort(context, exc)
         try:
             yield from self._receive(request_iterator, path, header, context)
@@ -107,6 +106,22 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             raise
         # From here the deploy thread owns the file (and deletes it when done).
         yield from self._run_deploy(path, header.force, context, header.filename)
+
+    def CheckDeploy(self, request: pb.CheckDeployRequest,
+                    context: grpc.ServicerContext) -> pb.CheckDeployResponse:
+        m = self.manager
+        target = compat.DeployTarget(
+            device=m.device, trusted_keys=m.settings.trusted_keys,
+            allow_unsigned=m.settings.allow_unsigned, models_dir=m.files.models_dir,
+            state_dir=m.files.state_dir, active_version=m.store.active_version)
+        label = compat.display_name(request.filename) or "bundle"
+        result = compat.preflight(
+            request.manifest, request.signature if request.HasField("signature") else None,
+            request.size_bytes, target=target, force=request.force, label=label)
+        return pb.CheckDeployResponse(ok=result.ok, message=result.message,
+                                      refusal=result.refusal, model=result.name,
+                                      version=result.version, backend=result.backend,
+                                      key_id=result.key_id)
 
     def _receive(self, requests: Iterator[pb.DeployRequest], path: Path,
                  header: pb.DeployHeader, context: grpc.ServicerContext

@@ -43,6 +43,21 @@ class VersionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class DeployCheck:
+    """CheckDeploy: whether the agent would accept a bundle, and if not why (``refusal``:
+    unsigned, no_trust, untrusted_key, incompatible, version_conflict, already_active,
+    no_space, too_large, invalid_bundle) and what fixes it (in ``message``)."""
+
+    ok: bool
+    message: str
+    refusal: str = ""
+    model: str = ""
+    version: int = 0
+    backend: str = ""
+    key_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class StepInfo:
     """One step a deployment reached."""
 

@@ -8,7 +8,8 @@ health probe -> atomic switch -> drain -> unload, records each step durably in t
 :class:`edge_agent.state.StateStore`, and leaves the previous version serving on any failure.
 """
 
-from edge_agent.manager.device import DeviceInfo, check_compatible, detect_device
+from edge_agent.manager.compat import check_fits
+from edge_agent.manager.device import DeviceInfo, detect_device
 from edge_agent.manager.errors import (
     DeploymentBusyError,
     DeploymentFailedError,
@@ -23,5 +24,5 @@ from edge_agent.manager.settings import ManagerSettings
 __all__ = [
     "DeployOutcome", "DeploymentBusyError", "DeploymentFailedError", "DeviceInfo",
     "IncompatibleBundleError", "InvalidBundleError", "ManagerError", "ManagerSettings",
-    "StepEvent", "VersionInUseError", "VersionView", "check_compatible", "detect_device",
+    "StepEvent", "VersionInUseError", "VersionView", "check_fits", "detect_device",
 ]

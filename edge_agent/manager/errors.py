@@ -13,6 +13,7 @@ class ManagerError(AgentError):
     """Base of the deploy/rollback pipeline's errors."""
 
     code = ErrorCode.FAILED_PRECONDITION
+    refusal: str = ""  # set by the deploy rules (edge_agent.manager.compat.Refusal)
 
 
 class InvalidBundleError(ManagerError):
@@ -43,6 +44,12 @@ class DeploymentFailedError(ManagerError):
     """A step of a deployment failed; the previous version keeps serving."""
 
     code = ErrorCode.FAILED_PRECONDITION
+
+
+class BundleTooLargeError(ManagerError):
+    """The bundle is larger than an agent accepts."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
 
 
 class DiskFullError(ManagerError):

@@ -14,18 +14,18 @@ import secrets
 import shutil
 from pathlib import Path
 
-from edge_agent.manager.errors import VersionInUseError, disk_full, is_disk_full, storage_error
+from edge_agent.manager.compat import (
+    already_active,
+    check_disk_space,
+    extracted_bytes,
+    manifest_sha,
+    version_conflict,
+)
+from edge_agent.manager.errors import disk_full, is_disk_full, storage_error
 from packager.errors import PackagerError
-from packager.manifest import MANIFEST_NAME
 from packager.reader import BundleReader, load_extracted
 
-
-def manifest_sha(model_dir: Path) -> str:
-    """sha256 of a version's manifest.json ("" when it cannot be read)."""
-    try:
-        return hashlib.sha256((model_dir / MANIFEST_NAME).read_bytes()).hexdigest()
-    except OSError:
-        return ""
+__all__ = ["VersionFiles", "bundle_manifest_sha", "dir_size", "manifest_sha"]
 
 
 def bundle_manifest_sha(reader: BundleReader) -> str:
@@ -107,14 +107,11 @@ class VersionFiles:
             return f"extracted to {target}", False
         on_disk = manifest_sha(target)
         if on_disk and on_disk != bundle_manifest_sha(reader):
-            raise VersionInUseError(
-                f"{m.name} version {m.version} is already on this device with different "
-                "content; build the new model with a higher version number")
+            raise version_conflict(m.name, m.version)
         damage = self.damage(m.name, m.version)
         if damage is None:
             if m.version == active and not force:
-                raise VersionInUseError(f"{m.name} version {m.version} is already active; "
-                                        "pass force to reload it")
+                raise already_active(m.name, m.version)
             return f"version {m.version} already on disk with the same content", False
         fresh = target.with_name(f".{m.version}.repair-{secrets.token_hex(4)}")
         self._extract(reader, fresh)
@@ -126,6 +123,7 @@ class VersionFiles:
     @staticmethod
     def _extract(reader: BundleReader, target: Path) -> None:
         m = reader.manifest
+        check_disk_space(target.parent, extracted_bytes(m), f"extract {m.name} version {m.version}")
         try:
             reader.extract(target)
         except (PackagerError, OSError) as exc:

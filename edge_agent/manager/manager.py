@@ -24,6 +24,7 @@ from pathlib import Path
 
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.errors import AgentError, ModelNotFoundError
+from edge_agent.manager.compat import display_name
 from edge_agent.manager.device import DeviceInfo, detect_device
 from edge_agent.manager.errors import InvalidBundleError, ManagerError, VersionInUseError
 from edge_agent.manager.files import VersionFiles
@@ -51,12 +52,6 @@ log = logging.getLogger(__name__)
 __all__ = ["ManagerSettings", "ModelManager", "names_of"]
 
 
-def _display_name(source: str | None) -> str | None:
-    """The user's file name, safe to put in a message (printable, at most 200 characters)."""
-    if not source:
-        return None
-    name = "".join(ch for ch in Path(source).name if ch.isprintable())[:200]
-    return repr(name) if name else None
 
 
 class ModelManager:
@@ -143,7 +138,7 @@ class ModelManager:
         for a model that is busy; step failures are outcomes.
         """
         try:
-            reader = open_bundle(Path(bundle_path), label=_display_name(source))
+            reader = open_bundle(Path(bundle_path), label=display_name(source))
         except PackagerError as exc:
             raise InvalidBundleError(f"the upload is not a valid bundle: {exc}") from None
         with reader, self.locks.hold(reader.manifest.name):

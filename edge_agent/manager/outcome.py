@@ -34,7 +34,7 @@ class VersionView:
     model: str
     version: int
     active: bool
-    state: str  # the serving state (READY, UNAVAILABLE, ...) or the stored state when not loaded
+    state: str  # Triton's names (READY, UNAVAILABLE, ...); a version not in memory: UNAVAILABLE
     stored_state: str
     profile: str = ""
     backend: str = ""

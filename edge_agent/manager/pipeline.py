@@ -18,7 +18,8 @@ import psutil
 
 from edge_agent.core.repository import ModelRepository, ModelVersion
 from edge_agent.errors import AgentError, StateStoreError
-from edge_agent.manager.device import DeviceInfo, check_compatible
+from edge_agent.manager.compat import check_fits, check_signature
+from edge_agent.manager.device import DeviceInfo
 from edge_agent.manager.errors import InvalidBundleError
 from edge_agent.manager.files import VersionFiles, bundle_manifest_sha, dir_size
 from edge_agent.manager.journal import DeploymentJournal, EventSink, RecordingFailed
@@ -96,9 +97,11 @@ class DeployPipeline:
             j.reached(dep, Step.RECEIVED, f"{size} bytes: {m.name} version {m.version} for "
                       f"{m.profile}", on_event)
             step = Step.VERIFIED
-            backend = check_compatible(m, self.device)
+            backend = check_fits(m, self.device)
+            key = check_signature(reader.manifest_bytes, m, reader.signature,
+                                  settings.trusted_keys, settings.allow_unsigned,
+                                  label=reader.label)
             try:
-                key = reader.verify_signature(settings.trusted_keys, settings.allow_unsigned)
                 reader.verify_files()
             except PackagerError as exc:
                 raise InvalidBundleError(str(exc)) from None

@@ -58,7 +58,7 @@ class VersionQueries:
                 with contextlib.suppress(PackagerError, OSError):
                     m = load_extracted(Path(rec.path), verify_hashes=False)
                     profile, backend = m.profile, m.backend
-            state = mv.state.value if mv is not None else "NOT_LOADED"
+            state = mv.state.value if mv is not None else Serving.UNAVAILABLE.value
             error = rec.load_error or (mv.reason if mv is not None and mv.state
                                        is Serving.UNAVAILABLE else "")
             out.append(VersionView(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -25,7 +27,8 @@ def build_summary_table(points: list[MetricPoint], system: SystemPoint | None,
         table.add_column(col, justify="left" if col == "model" else "right")
     for p in points:
         table.add_row(p.model, str(p.version), str(p.requests), f"{p.requests_per_s:.1f}",
-                      f"{p.error_rate:.1%}", "-" if p.mean_batch is None else f"{p.mean_batch:.1f}",
+                      f"{p.errors} ({p.error_rate:.1%})",
+                      "-" if p.mean_batch is None else f"{p.mean_batch:.1f}",
                       _ms(p.p50_ms), _ms(p.p95_ms), _ms(p.p99_ms), _ms(p.queue_p99_ms))
     if system is not None:
         temp = "" if system.temp_c is None else f"  temp {system.temp_c:.0f} °C"
@@ -35,17 +38,31 @@ def build_summary_table(points: list[MetricPoint], system: SystemPoint | None,
     return table
 
 
+def load_summary(state_dir: str | os.PathLike[str], window_s: int = 60,
+                 now: float | None = None) -> tuple[list[MetricPoint], SystemPoint | None]:
+    """Per model version points over the last ``window_s`` seconds and the latest system
+    sample. Opens the database read-only (safe while the agent runs); StateStoreError when
+    there is no metrics database in ``state_dir``."""
+    now = time.time() if now is None else now
+    with MetricsStore(Path(state_dir) / DB_NAME, readonly=True) as store:
+        return store.summary(window_s, now=now), store.latest_system()
+
+
+def summary_json(state_dir: str | os.PathLike[str], window_s: int = 60,
+                 now: float | None = None) -> dict[str, Any]:
+    """The summary as plain data (``edge-agent metrics --json``)."""
+    points, system = load_summary(state_dir, window_s, now)
+    return {"window_s": window_s, "points": [dataclasses.asdict(p) for p in points],
+            "system": dataclasses.asdict(system) if system is not None else None}
+
+
 def render_summary(state_dir: str | os.PathLike[str], console: Console, window_s: int = 60,
                    now: float | None = None) -> int:
     """Print the metrics summary of the agent whose state is in ``state_dir``.
 
-    Opens the database read-only (safe while the agent runs). Returns the number of model
-    versions shown. Raises StateStoreError when there is no metrics database there.
+    Returns the number of model versions shown (see :func:`load_summary`).
     """
-    now = time.time() if now is None else now
-    with MetricsStore(Path(state_dir) / DB_NAME, readonly=True) as store:
-        points = store.summary(window_s, now=now)
-        system = store.latest_system()
+    points, system = load_summary(state_dir, window_s, now)
     if not points:
         console.print(f"No requests in the last {window_s} s.")
     console.print(build_summary_table(points, system, window_s))

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from edge_agent.management.client import AgentClient
 from tests.agent_management.agent_proc import ROOT, AgentProcess
@@ -85,3 +87,59 @@ def test_install_service_prints_a_notify_unit(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert f"ExecStart=/usr/local/bin/edge-agent serve --config {cfg}" in out.stdout
     assert "Type=notify" in out.stdout and "WatchdogSec=" in out.stdout
+
+
+def test_serve_refuses_a_private_key_as_trust_before_starting(bundles: Bundles,
+                                                              tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    out = _cli("serve", "--state-dir", str(state), "--grpc", "127.0.0.1:0", "--no-uds",
+               "--management", "127.0.0.1:0", "--no-mdns", "--trust", str(bundles.private_key))
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "is a private key" in out.stderr and str(bundles.private_key) in out.stderr
+    assert list(state.iterdir()) == []  # refused before anything was created
+
+
+def test_a_port_in_use_is_one_line_without_grpc_log(bundles: Bundles, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = f"127.0.0.1:{held.getsockname()[1]}"
+        for flag, other in (("--grpc", "--management"), ("--management", "--grpc")):
+            out = _cli("serve", "--state-dir", str(state), "--no-uds", "--no-mdns", "--trust",
+                       str(bundles.public_key), flag, busy, other, "127.0.0.1:0")
+            assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+            assert f"{flag} " in out.stderr and f"cannot listen on {busy}" in out.stderr
+            assert "Address already in use" in out.stderr and "add_port" not in out.stderr
+            assert "GRPC_VERBOSITY" not in out.stderr
+
+
+def test_routine_start_up_lines_are_not_warnings(bundles: Bundles, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    added = _cli("add-bundle", str(bundles.mlp[1]), "--state-dir", str(state), "--pubkey",
+                 str(bundles.public_key))
+    assert added.returncode == 0, added.stderr
+    with AgentProcess(state, trust=bundles.public_key) as agent:
+        assert agent.grpc  # ready: the version installed offline was taken in and activated
+    start = "".join(agent.output)
+    assert "WARNING" not in start, start
+
+
+def test_add_bundle_refuses_another_arch_as_a_deploy_does(bundles: Bundles,
+                                                           tmp_path: Path) -> None:
+    from edge_agent.manager.compat import check_fits
+    from edge_agent.manager.device import detect_device
+    from edge_agent.manager.errors import IncompatibleBundleError
+    from packager.reader import open_bundle
+
+    with open_bundle(bundles.arm64) as reader, \
+            pytest.raises(IncompatibleBundleError) as deploy_refusal:
+        check_fits(reader.manifest, detect_device())
+    state = tmp_path / "state"
+    out = _cli("add-bundle", str(bundles.arm64), "--state-dir", str(state), "--pubkey",
+               str(bundles.public_key))
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert str(deploy_refusal.value) in out.stderr
+    assert not (state / "models").exists()

@@ -69,6 +69,7 @@ def test_wrong_or_missing_token_is_unauthenticated_and_changes_nothing(
     with AgentClient(agent.management, token=token) as intruder:
         for call in (intruder.info, intruder.models, intruder.deployments,
                      lambda: intruder.deploy(bundles.mlp[2]),
+                     lambda: intruder.check_deploy(bundles.mlp[2]),
                      lambda: intruder.rollback("mlp"),
                      lambda: intruder.activate("mlp", 1, force=True),
                      lambda: intruder.remove("mlp", 1),

@@ -79,7 +79,7 @@ def test_deploy_switches_versions_and_records_each_step(managed: Managed,
     assert "signed by key" in second.deployment.steps[1].message
     views = {v.version: v for v in managed.manager.versions("mlp")}
     assert views[2].active and views[2].state == "READY"
-    assert views[1].state == "NOT_LOADED" and views[1].stored_state == "unloaded"
+    assert views[1].state == "UNAVAILABLE" and views[1].stored_state == "unloaded"
     assert views[2].load_ms is not None and views[2].load_ms > 0
     assert views[2].rss_delta_bytes is not None
     assert managed.store.active_version("mlp") == 2

@@ -9,6 +9,7 @@ import pytest
 
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import management_options
+from packager.signing import generate_keypair
 
 TOML = """
 [management]
@@ -30,9 +31,16 @@ enabled = false
 """
 
 
+def _public_key(path: Path) -> Path:
+    """A real Ed25519 public key written at ``path`` (the private one next to it)."""
+    _, pub = generate_keypair(path.parent / f".{path.stem}-pair")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pub.read_bytes())
+    return path
+
+
 def test_sections_parse_with_paths_relative_to_the_file(tmp_path: Path) -> None:
-    (tmp_path / "keys").mkdir()
-    (tmp_path / "keys" / "release.pub").write_text("x")
+    _public_key(tmp_path / "keys" / "release.pub")
     opts = management_options(tomllib.loads(TOML), tmp_path)
     assert opts.address == "0.0.0.0:6000" and opts.name == "line-3"
     assert opts.trusted_keys == (tmp_path / "keys" / "release.pub",)
@@ -42,10 +50,8 @@ def test_sections_parse_with_paths_relative_to_the_file(tmp_path: Path) -> None:
 
 
 def test_flags_win_over_the_file(tmp_path: Path) -> None:
-    (tmp_path / "keys").mkdir()
-    (tmp_path / "keys" / "release.pub").write_text("x")
-    extra = tmp_path / "dev.pub"
-    extra.write_text("x")
+    _public_key(tmp_path / "keys" / "release.pub")
+    extra = _public_key(tmp_path / "dev.pub")
     opts = management_options(tomllib.loads(TOML), tmp_path, address="127.0.0.1:0",
                               name="bench", trust=[extra], allow_unsigned=True,
                               mdns_interfaces=["127.0.0.1"], no_mdns=True)
@@ -67,3 +73,16 @@ def test_flags_win_over_the_file(tmp_path: Path) -> None:
 def test_mistakes_are_named(tmp_path: Path, data: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         management_options(data, tmp_path)
+
+
+def test_a_trust_that_is_not_a_public_key_is_refused_at_start(tmp_path: Path) -> None:
+    private, public = generate_keypair(tmp_path / "keys")
+    junk = tmp_path / "notes.txt"
+    junk.write_text("not a key\n")
+    for path, message in ((private, "is a private key; give the public key"),
+                          (tmp_path / "keys", "is a directory"),
+                          (junk, "is not a PEM public key")):
+        with pytest.raises(ConfigError, match=message) as err:
+            management_options({}, tmp_path, trust=[path])
+        assert str(err.value).startswith("--trust: ") and str(err.value).count(str(path)) == 1
+    assert management_options({}, tmp_path, trust=[public]).trusted_keys == (public,)

@@ -21,7 +21,7 @@ from pathlib import Path
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from packager.signing import generate_keypair
-from tests.agent_management.models import make_fragile_model
+from tests.agent_management.models import make_fragile_model, make_nan_model
 
 PROFILE = "x86_64-cpu-onnxruntime"
 LOOPBACK = ("127.0.0.1",)
@@ -40,6 +40,7 @@ class BundleSet:
     arm64: Path
     unsigned: Path
     fragile: Path  # version 4: passes warm-up and probe, fails requests holding values >= 21
+    nan: Path  # version 5: passes every check before the upload, fails the health probe
 
 
 def build_test_bundles(root: Path) -> BundleSet:
@@ -60,8 +61,11 @@ def build_test_bundles(root: Path) -> BundleSet:
     (fragile,) = build_bundles(make_fragile_model(root / "fragile.onnx"), name="mlp", version=4,
                                profiles=[PROFILE], out_dir=out, key_path=private,
                                dynamic_batch=True)
+    (nan,) = build_bundles(make_nan_model(root / "nan.onnx"), name="mlp", version=5,
+                           profiles=[PROFILE], out_dir=out, key_path=private,
+                           dynamic_batch=True, allow_parity_failure=True)
     return BundleSet(public_key=public, mlp=mlp, arm64=arm64, unsigned=unsigned,
-                     fragile=fragile)
+                     fragile=fragile, nan=nan)
 
 
 READY = re.compile(r"edge-agent ready: .*?management on (?P<mgmt>\S+?);")

@@ -131,7 +131,7 @@ async def test_a_failing_canary_stops_the_rollout(agents: Callable[..., RunningA
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, DeployScreen)
-        screen.toggle_bundle(bundles.unsigned)  # the agents trust only signed bundles
+        screen.toggle_bundle(bundles.nan)  # fits, signed: fails only at the health probe
         await pilot.pause()
         targets = screen.query_one("#target-list", SelectionList)
         await wait_for(pilot, lambda: len(targets.selected) == 2, "both targets ticked")
@@ -143,7 +143,33 @@ async def test_a_failing_canary_stops_the_rollout(agents: Callable[..., RunningA
         phases = {p.name: p.phase for p in outcome.targets.values()}
         assert phases == {"beta": Phase.FAILED, "alpha": Phase.SKIPPED}
         assert "canary beta failed" in outcome.message and "nothing else" in outcome.message
-        assert "sign" in outcome.targets[app.fleet.find("beta").key].message
+        assert "NaN" in outcome.targets[app.fleet.find("beta").key].message
+        assert [await asyncio.to_thread(_active, a) for a in (alpha, beta)] == [1, 1]
+
+
+async def test_a_bundle_the_agents_would_refuse_is_refused_before_upload(
+        agents: Callable[..., RunningAgent], bundles: BundleSet) -> None:
+    alpha, beta = _two_agents_on_v1(agents, bundles)
+    app = _app_for(alpha, beta)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_for(pilot, lambda: all(a.state is AgentState.ONLINE
+                                          for a in app.fleet.agents()), "both online")
+        app.open_deploy([app.fleet.find("alpha").key, app.fleet.find("beta").key])
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, DeployScreen)
+        screen.toggle_bundle(bundles.unsigned)  # the agents trust only signed bundles
+        await pilot.pause()
+        targets = screen.query_one("#target-list", SelectionList)
+        await wait_for(pilot, lambda: len(targets.selected) == 2, "both targets ticked")
+        await pilot.press("ctrl+s", "y")
+        await wait_for(pilot, lambda: screen.outcome is not None, "the rollout to end", 90)
+        outcome = screen.outcome
+        assert outcome is not None and not outcome.ok
+        for progress in outcome.targets.values():
+            assert progress.phase is Phase.REFUSED and progress.sent == 0
+            assert "refused before the upload" in progress.message
+            assert "--allow-unsigned" in progress.message
         assert [await asyncio.to_thread(_active, a) for a in (alpha, beta)] == [1, 1]
 
 

@@ -104,3 +104,18 @@ def test_missing_arguments_exit_nonzero(capsys):
         main(["build", "model.onnx"])
     assert exit_info.value.code == 2
     assert "--name" in capsys.readouterr().err
+
+
+def test_max_batch_on_a_fixed_batch_model_warns_and_names_dynamic_batch(tmp_path: Path) -> None:
+    from packager.samples import make_mlp
+
+    fixed = make_mlp(tmp_path / "fixed.onnx", seed=3, dynamic_batch=False)
+    args = ("build", str(fixed), "--name", "fixed", "--profile", "x86_64-cpu-onnxruntime",
+            "--max-batch", "16", "--quiet")
+    r = edge_pack(*args, "--version", "1", "--out", "plain", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    warning = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "--max-batch 16 has no effect" in warning[0]
+    assert "--dynamic-batch" in warning[0] and "fixed.onnx" in warning[0]
+    r = edge_pack(*args, "--version", "2", "--dynamic-batch", "--out", "batched", cwd=tmp_path)
+    assert r.returncode == 0 and "warning:" not in r.stderr, r.stderr

@@ -88,7 +88,7 @@ def test_verify_extracted_checks_the_signature_too(mlp_bundles, keypair, other_k
     assert verify_extracted(target, [keypair[1]]).name == "mlp"
     with pytest.raises(SignatureError, match="not a valid signature"):
         verify_extracted(target, [other_keypair[1]])
-    with pytest.raises(SignatureError, match="no trusted key"):
+    with pytest.raises(SignatureError, match="no trusted public key"):
         verify_extracted(target)
     (target / "manifest.json").write_bytes(
         (target / "manifest.json").read_bytes().replace(b'"version":3', b'"version":4'))

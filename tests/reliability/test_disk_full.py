@@ -224,3 +224,24 @@ def test_full_and_read_only_state_dir_answer_clean_errors_over_the_api(
     finally:
         agent.stop()
     assert _state_db_check(small_disk) == "ok"
+
+
+def test_check_deploy_refuses_a_bundle_the_disk_cannot_hold(
+        small_disk: Path, bundles: Bundles, big_bundle: Path) -> None:
+    options = ManagementOptions(address="127.0.0.1:0", name="disk-check",
+                                trusted_keys=(bundles.public_key,), mdns=False,
+                                watch_window_s=0.0)
+    agent = start_agent(small_disk, options)
+    try:
+        with AgentClient(agent.management, token=agent.token) as client:
+            size = big_bundle.stat().st_size
+            filler = _fill(small_disk, size + size // 2)  # the upload fits, its copy does not
+            check = client.check_deploy(big_bundle)
+            assert check is not None and not check.ok and check.refusal == "no_space", check
+            assert "disk is full" in check.message and "bytes needed" in check.message
+            assert client.deployments() == []  # nothing uploaded, nothing recorded
+            filler.unlink()
+            fine = client.check_deploy(big_bundle)
+            assert fine is not None and fine.ok, fine
+    finally:
+        agent.stop()

@@ -148,6 +148,38 @@ class DeployRequest(_message.Message):
     chunk: bytes
     def __init__(self, header: _Optional[_Union[DeployHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
 
+class CheckDeployRequest(_message.Message):
+    __slots__ = ("manifest", "signature", "size_bytes", "force", "filename")
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    manifest: bytes
+    signature: bytes
+    size_bytes: int
+    force: bool
+    filename: str
+    def __init__(self, manifest: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., size_bytes: _Optional[int] = ..., force: _Optional[bool] = ..., filename: _Optional[str] = ...) -> None: ...
+
+class CheckDeployResponse(_message.Message):
+    __slots__ = ("ok", "message", "refusal", "model", "version", "backend", "key_id")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    message: str
+    refusal: str
+    model: str
+    version: int
+    backend: str
+    key_id: str
+    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ..., refusal: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[int] = ..., backend: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
+
 class UploadProgress(_message.Message):
     __slots__ = ("received_bytes", "total_bytes")
     RECEIVED_BYTES_FIELD_NUMBER: _ClassVar[int]

@@ -54,6 +54,11 @@ class AgentManagementStub:
                 request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployRequest.SerializeToString,
                 response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployEvent.FromString,
                 _registered_method=True)
+        self.CheckDeploy = channel.unary_unary(
+                '/edge.agent.v1.AgentManagement/CheckDeploy',
+                request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.CheckDeployRequest.SerializeToString,
+                response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.CheckDeployResponse.FromString,
+                _registered_method=True)
         self.Activate = channel.unary_unary(
                 '/edge.agent.v1.AgentManagement/Activate',
                 request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.ActivateRequest.SerializeToString,
@@ -108,6 +113,15 @@ class AgentManagementServicer:
     def Deploy(self, request_iterator, context):
         """Upload a bundle (first message: header, then data chunks) and deploy it. The agent
         answers with progress events, one event per pipeline step, then the result.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckDeploy(self, request, context):
+        """Would Deploy accept this bundle? The agent applies its deploy rules (size, arch and
+        runtimes, signature and trusted keys, the version already on disk, free space) to the
+        manifest and signature, so that a refused deploy costs no upload.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -170,6 +184,11 @@ def add_AgentManagementServicer_to_server(servicer, server):
                     servicer.Deploy,
                     request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployRequest.FromString,
                     response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployEvent.SerializeToString,
+            ),
+            'CheckDeploy': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckDeploy,
+                    request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.CheckDeployRequest.FromString,
+                    response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.CheckDeployResponse.SerializeToString,
             ),
             'Activate': grpc.unary_unary_rpc_method_handler(
                     servicer.Activate,
@@ -305,6 +324,33 @@ class AgentManagement:
             '/edge.agent.v1.AgentManagement/Deploy',
             edge__agent_dot_management_dot_generated_dot_management__pb2.DeployRequest.SerializeToString,
             edge__agent_dot_management_dot_generated_dot_management__pb2.DeployEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckDeploy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edge.agent.v1.AgentManagement/CheckDeploy',
+            edge__agent_dot_management_dot_generated_dot_management__pb2.CheckDeployRequest.SerializeToString,
+            edge__agent_dot_management_dot_generated_dot_management__pb2.CheckDeployResponse.FromString,
             options,
             channel_credentials,
             insecure,
