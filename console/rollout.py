@@ -95,6 +95,9 @@ class Rollout:
         self.cancelled = cancelled
         self.progress = {t.key: TargetProgress(t.key, t.name) for t in self.targets}
         self._chosen: dict[str, list[LocalBundle]] = {}
+        # (agent key, model) -> the version active before this rollout deployed it: a roll
+        # back names it, so it can never race the agent's own automatic rollback into a toggle
+        self._before: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
     def _update(self, key: str, **changes: Any) -> None:
@@ -152,6 +155,11 @@ class Rollout:
                              f"{step.message}")
 
             try:
+                name = bundle.manifest.name
+                current = self.connections.call(agent, partial(AgentClient.models, model=name))
+                active = next((v.version for v in current if v.active), None)
+                if active is not None:
+                    self._before[(agent.key, name)] = active
                 result = self.connections.call(agent, partial(
                     AgentClient.deploy, bundle=bundle.path, on_progress=on_progress,
                     on_step=on_step))
@@ -214,7 +222,9 @@ class Rollout:
                 if not any(v.version == version and v.active for v in versions):
                     notes.append(f"{name} already off v{version}")
                     continue
-                result = self.connections.call(agent, partial(AgentClient.rollback, model=name))
+                result = self.connections.call(agent, partial(
+                    AgentClient.rollback, model=name,
+                    to_version=self._before.get((agent.key, name))))
                 notes.append(result.message)
             except ConsoleError as exc:
                 notes.append(f"rollback of {name} failed: {exc}")
