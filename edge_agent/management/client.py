@@ -138,6 +138,9 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
                     der = tls.getpeercert(binary_form=True)
             except (ssl.SSLError, ConnectionResetError, EOFError) as exc:
                 reason = getattr(exc, "reason", None) or str(exc)
+                if answers_kserve(target, timeout_s=min(timeout_s, 5.0)):
+                    raise InferencePortError(inference_port_message(target),
+                                             "UNIMPLEMENTED") from None
                 raise TransportMismatchError(
                     f"agent {target} does not answer TLS ({reason}): it serves plaintext "
                     "(started with --insecure?); use --insecure on the console too, or "
@@ -152,6 +155,27 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
     if not der:
         raise AgentUnreachableError(f"agent {target} presented no certificate", "UNAVAILABLE")
     return ssl.DER_cert_to_PEM_cert(der)
+
+
+def answers_kserve(target: str, *, timeout_s: float = 5.0) -> bool:
+    """Whether ``target`` answers KServe v2 ServerMetadata in plaintext (an inference port)."""
+    with grpc.insecure_channel(target) as channel:
+        metadata = channel.unary_unary(
+            "/inference.GRPCInferenceService/ServerMetadata",
+            request_serializer=lambda _: b"", response_deserializer=lambda raw: raw)
+        try:
+            metadata(None, timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+    return True
+
+
+def inference_port_message(target: str) -> str:
+    """What to say when the management client was pointed at an inference port."""
+    return (f"{target} is an agent's inference port (KServe v2), not its management API; the "
+            "management port is the one given to `edge-agent serve --management` (50051 in "
+            "the README's example): `edge-console agents` lists each agent's management "
+            "address")
 
 
 def changed_message(target: str, pinned: str, presented: str) -> str:
@@ -232,11 +256,7 @@ class AgentClient:
             return AgentUnreachableError(f"agent {self.target} did not answer {what} in time",
                                          name)
         if code is grpc.StatusCode.UNIMPLEMENTED and self._is_inference_port():
-            return InferencePortError(
-                f"{self.target} is an agent's inference port (KServe v2), not its management "
-                "API; the management port is the one given to `edge-agent serve --management` "
-                "(50051 in the README's example): `edge-console agents` lists each agent's "
-                "management address", name)
+            return InferencePortError(inference_port_message(self.target), name)
         return ManagementError(f"agent {self.target}: {what} failed: {details}", name)
 
     def _transport_mismatch(self, details: str) -> ManagementError | None:
@@ -252,6 +272,8 @@ class AgentClient:
                 "client connected in plaintext: drop --insecure (the console then pins the "
                 "agent's certificate)", "UNAVAILABLE")
         if self.tls is not None and "wrong_version_number" in low:
+            if answers_kserve(self.target, timeout_s=min(self.timeout_s, 5.0)):
+                return InferencePortError(inference_port_message(self.target), "UNIMPLEMENTED")
             return TransportMismatchError(
                 f"agent {self.target} serves plaintext (started with --insecure?) and this "
                 "client requires TLS: use --insecure on the console too, or restart the agent "
