@@ -60,12 +60,22 @@ def _timeout_us(params: Mapping[str, pb.InferParameter]) -> int | None:
     return value or None
 
 
+MAX_DIMS = 32  # numpy's limit is 64
+MAX_ELEMENTS = 1 << 40  # far past any message size; keeps byte counts inside numpy's intp
+
+
 def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> list[int]:
     shape = tensor.shape[:]  # slicing a repeated field is cheaper than iterating it
     if shape and min(shape) < 0:
         raise InvalidInputError(
             f"input '{tensor.name}': shape {list(shape)} has a negative dimension; "
             "a request must give concrete sizes")
+    if len(shape) > MAX_DIMS or (0 in shape and math.prod(d for d in shape if d) > MAX_ELEMENTS):
+        # an empty tensor passes the size check whatever its other dims; numpy cannot shape it
+        raise InvalidInputError(
+            f"input '{tensor.name}': shape {list(shape)[:8]}{'...' if len(shape) > 8 else ''} "
+            f"is not a tensor this agent can hold (at most {MAX_DIMS} dimensions and "
+            f"{MAX_ELEMENTS} elements)")
     return shape
 
 

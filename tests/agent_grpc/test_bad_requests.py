@@ -34,7 +34,21 @@ def _short_raw() -> pb.ModelInferRequest:
     return msg
 
 
+def _empty_but_huge(typed: bool) -> pb.ModelInferRequest:
+    """An empty tensor (a zero dim) whose other dims no array could have (found by the fuzz)."""
+    msg = pb.ModelInferRequest(model_name="mlp", model_version="1")
+    tensor = msg.inputs.add(name="input", datatype="FP32", shape=[0, 1 << 40, 1 << 40])
+    if typed:
+        tensor.contents.fp32_contents.extend([])
+        tensor.contents.SetInParent()
+    else:
+        msg.raw_input_contents.append(b"")
+    return msg
+
+
 CASES = [
+    ("empty tensor huge dims raw", lambda: _empty_but_huge(False), INVALID, "can hold"),
+    ("empty tensor huge dims typed", lambda: _empty_but_huge(True), INVALID, "can hold"),
     ("wrong dtype", lambda: _request(input=np.ones((2, 64), np.float64)), INVALID, "'input'"),
     ("wrong shape", lambda: _request(input=np.ones((2, 63), np.float32)), INVALID, "'input'"),
     ("missing input", lambda: _request(other=np.ones((2, 64), np.float32)), INVALID, "'input'"),
