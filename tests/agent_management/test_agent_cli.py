@@ -121,7 +121,7 @@ def test_routine_start_up_lines_are_not_warnings(bundles: Bundles, tmp_path: Pat
     added = _cli("add-bundle", str(bundles.mlp[1]), "--state-dir", str(state), "--pubkey",
                  str(bundles.public_key))
     assert added.returncode == 0, added.stderr
-    with AgentProcess(state, trust=bundles.public_key) as agent:
+    with AgentProcess(state, trust=bundles.public_key, tls=True) as agent:
         assert agent.grpc  # ready: the version installed offline was taken in and activated
     start = "".join(agent.output)
     assert "WARNING" not in start, start

@@ -115,12 +115,12 @@ def test_edge_console_deploy_refuses_before_the_upload(agent: InProcessAgent,
     token.write_text(agent.token)
     before = _history(agent)
     run = console(None, "deploy", str(bundles.unsigned), "--agent", agent.management,
-                  "--token-file", str(token))
+                  "--token-file", str(token), "--insecure")  # the in-process agent: plaintext
     assert run.code == 1 and run.err.count("\n") == 1, run.err
     assert "refused before the upload" in run.err and "--allow-unsigned" in run.err
     assert "received" not in run.out  # no upload, so no pipeline step
     as_json = console(None, "deploy", str(bundles.arm64), str(bundles.unsigned), "--agent",
-                      agent.management, "--token-file", str(token), "--json")
+                      agent.management, "--token-file", str(token), "--json", "--insecure")
     assert as_json.code == 1
     assert sorted(r["refusal"] for r in as_json.json()) == ["incompatible", "unsigned"]
     assert _history(agent) == before
@@ -133,7 +133,8 @@ def test_the_rollout_refuses_an_agent_before_any_upload(bundles: Bundles, odd: O
                           deploy=odd.other_content) as beta:
         before = {a.management: _history(a) for a in (alpha, beta)}
         settings = ConsoleSettings(discovery=False, tokens={alpha.management: alpha.token,
-                                                            beta.management: beta.token})
+                                                            beta.management: beta.token},
+                                   insecure=True)  # the in-process agents serve plaintext
         targets = []
         for running, name in ((alpha, "alpha"), (beta, "beta")):
             host, port = running.management.rsplit(":", 1)

@@ -83,13 +83,16 @@ def test_status_tables_are_not_cut_when_piped(served: InProcessAgent, tmp_path: 
     with AgentClient(served.management, token=served.token) as client:
         reason = next(d.reason for d in client.deployments() if d.status == "failed")
     assert len(reason) > 80
-    run = _piped("status", "--agent", served.management, "--token-file", str(token))
+    run = _piped("status", "--agent", served.management, "--token-file", str(token),
+                 "--insecure")  # the in-process agent serves plaintext
     assert run.returncode == 0, run.stderr
     assert any(reason in line for line in run.stdout.splitlines()), run.stdout
     as_json = _piped("status", "--agent", served.management, "--token-file", str(token),
+                     "--insecure",
                      "--json")
     assert json.loads(as_json.stdout)[0]["deployments"][0]["reason"] == reason
-    agents = _piped("agents", "--no-mdns", "--agent", served.management, "--token-file",
+    agents = _piped("agents", "--no-mdns", "--insecure", "--agent", served.management,
+                    "--token-file",
                     str(token))
     assert agents.returncode == 0, agents.stderr
     row = next(line for line in agents.stdout.splitlines() if served.management in line)

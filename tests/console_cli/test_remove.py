@@ -22,7 +22,7 @@ class OneAgent:
 
     def remove(self, *args: str) -> Run:
         return console(None, "remove", *args, "--agent", self.agent.management,
-                       "--token-file", str(self.token_file))
+                       "--token-file", str(self.token_file), "--insecure")  # plaintext agent
 
     def versions(self) -> list[tuple[int, bool]]:
         with AgentClient(self.agent.management, token=self.agent.token) as client:
