@@ -115,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     rollback.add_argument("--to-version", type=int, metavar="N",
                           help="the version to go back to (default: the version active before "
                                "the current one, skipping versions rolled back from)")
+    rollback.add_argument("--dry-run", action="store_true",
+                          help="show where each agent would roll back to, change nothing")
     rollback.add_argument("--json", action="store_true", help="print JSON results")
 
     remove = sub.add_parser(
@@ -289,9 +291,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def cmd_rollback(args: argparse.Namespace) -> int:
     from console.commands import rollback
 
+    def show(agent: str, line: str) -> None:  # before anything changes
+        print(f"{agent}: {'would roll back' if args.dry_run else 'rolling back'} {line}",
+              flush=True)
+
     try:
         reports = rollback(args.model, _targets(args), _settings(args), args.token_file,
-                           args.to_version)
+                           args.to_version, dry_run=args.dry_run,
+                           preview=None if args.json else show)
     except ConsoleError as exc:
         if args.json:
             _dump(getattr(exc, "reports", []))
@@ -300,8 +307,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         _dump(reports)
     else:
         for r in reports:
-            assert r.result is not None
-            print(f"{r.agent}: {r.result.message}")
+            if r.result is not None:
+                print(f"{r.agent}: {r.result.message}")
     return 0
 
 

@@ -286,14 +286,49 @@ def _deploy_to(target: str, groups: dict[tuple[str, int], list[LocalBundle]],
 
 # -- rollback ----------------------------------------------------------------------------------
 
+def rollback_plan(client: AgentClient, model: str) -> tuple[int | None, int | None, str]:
+    """``(active, target, why)``: where a rollback of ``model`` on this agent would go, by the
+    agent's own rule (:mod:`edge_agent.rollback_rule`), read from its versions and history."""
+    from edge_agent.rollback_rule import rollback_target
+
+    versions = client.models(model)
+    active = next((v.version for v in versions if v.active), None)
+    if active is None:
+        return None, None, f"{model} has no active version on this agent"
+    usable = {v.version for v in versions if v.stored_state != "failed"}
+    target, why = rollback_target(active, usable, client.deployments(model, limit=500))
+    return active, target, why
+
+
 def rollback(model: str, agents: Sequence[str], settings: ConsoleSettings,
-             token_file: Path | None, to_version: int | None = None) -> list[DeployReport]:
-    """Roll ``model`` back on every agent; DeploymentFailedError when any did not commit."""
+             token_file: Path | None, to_version: int | None = None, *,
+             preview: Callable[[str, str], None] | None = None,
+             dry_run: bool = False) -> list[DeployReport]:
+    """Roll ``model`` back on every agent; DeploymentFailedError when any did not commit.
+
+    Each agent's target is worked out first and shown (``preview(agent, line)``) before
+    anything changes; the rollback then names that version, so what happens is what was
+    shown. ``dry_run`` stops after showing."""
     reports = []
     for target in agents:
         try:
             with connect(target, settings, token_file) as c:
-                reports.append(DeployReport(target, model, c.rollback(model, to_version)))
+                version = to_version
+                if version is None:
+                    active, version, why = rollback_plan(c, model)
+                    if version is None:
+                        reports.append(DeployReport(target, model, None, why))
+                        continue
+                    line = f"{model}: version {active} -> {version} ({why})"
+                else:
+                    line = f"{model}: -> version {version} (as asked)"
+                if preview is not None:
+                    preview(target, line)
+                if dry_run:
+                    reports.append(DeployReport(target, model, None,
+                                                skipped=f"dry run: would roll back {line}"))
+                    continue
+                reports.append(DeployReport(target, model, c.rollback(model, version)))
         except ManagementError as exc:
             reports.append(DeployReport(target, model, None, str(exc)))
     failed = [r for r in reports if not r.ok]
