@@ -1,0 +1,114 @@
+"""Idle inference streams must not hold serving capacity (issue 19).
+
+Before the fix each ModelStreamInfer held a handler thread for its whole life: as many idle
+streams as handler threads made ModelInfer and the health check time out. Now streams are
+non-blocking on a pool of their own, capped in total and per peer, and closed when they stay
+silent (first message) or idle; unary calls and health keep their own capacity."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from tests.agent_management.bundles import Bundles
+from tests.reliability.helpers import X, infer_request
+from tests.security.abuse import IdleStreams, limited_agent
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _serves(target: str, bundles: Bundles) -> None:
+    """One ModelInfer and one health check, each answered within 15 s."""
+    with grpc.insecure_channel(target) as channel:
+        reply = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+            infer_request("mlp", X[:1]), timeout=15)
+        out = np.frombuffer(reply.raw_output_contents[0], np.float32).reshape(1, 10)
+        np.testing.assert_allclose(out, bundles.reference(1, X[:1]), rtol=1e-4, atol=1e-5)
+        health = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=15)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_idle_streams_leave_inference_and_health_answering(bundles: Bundles,
+                                                           tmp_path: Path) -> None:
+    with limited_agent(tmp_path / "state", bundles, workers=2, max_streams=64,
+                       max_streams_per_peer=64, stream_first_message_s=120,
+                       stream_idle_s=120) as agent:
+        with IdleStreams(agent.grpc, 4, send_first=infer_request("mlp", X[:1])) as used, \
+                IdleStreams(agent.grpc, 8):
+            # the used streams were answered once and now idle (before the fix, each held
+            # one of the 2 handler threads: only 2 were ever answered)
+            _wait(lambda: used.answers == 4, timeout=30)
+            for _ in range(3):
+                _serves(agent.grpc, bundles)
+            assert used.answers == 4
+
+
+def test_streams_beyond_the_per_peer_cap_are_refused_at_once(bundles: Bundles,
+                                                             tmp_path: Path) -> None:
+    with limited_agent(tmp_path / "state", bundles, max_streams_per_peer=3,
+                       stream_first_message_s=120) as agent:
+        with IdleStreams(agent.grpc, 5) as idle:
+            assert _wait(lambda: len(idle.outcomes) >= 2), idle.outcomes
+            assert len(idle.outcomes) == 2
+            for outcome in idle.outcomes:
+                assert outcome.startswith("RESOURCE_EXHAUSTED"), outcome
+                assert "grpc.max_streams_per_peer" in outcome
+            _serves(agent.grpc, bundles)
+
+
+def test_total_stream_cap(bundles: Bundles, tmp_path: Path) -> None:
+    with limited_agent(tmp_path / "state", bundles, max_streams=2,
+                       stream_first_message_s=120) as agent:
+        with IdleStreams(agent.grpc, 3) as idle:
+            assert _wait(lambda: len(idle.outcomes) >= 1), idle.outcomes
+            assert idle.outcomes[0].startswith("RESOURCE_EXHAUSTED"), idle.outcomes
+            assert "grpc.max_streams)" in idle.outcomes[0]
+
+
+def test_silent_and_idle_streams_are_closed(bundles: Bundles, tmp_path: Path) -> None:
+    with limited_agent(tmp_path / "state", bundles, stream_first_message_s=0.5,
+                       stream_idle_s=1.0) as agent:
+        with IdleStreams(agent.grpc, 3) as silent, \
+                IdleStreams(agent.grpc, 2, send_first=infer_request("mlp", X[:1])) as used:
+            assert _wait(lambda: len(silent.outcomes) == 3 and len(used.outcomes) == 2)
+            assert all(o.startswith("DEADLINE_EXCEEDED") and "sent no request" in o
+                       for o in silent.outcomes), silent.outcomes
+            assert all(o.startswith("DEADLINE_EXCEEDED") and "idle" in o
+                       for o in used.outcomes), used.outcomes
+            assert used.answers == 2
+        # the closed streams gave their places back: new ones are served
+        with IdleStreams(agent.grpc, 2, send_first=infer_request("mlp", X[:1])) as again:
+            assert _wait(lambda: again.answers == 2)
+
+
+def test_a_busy_stream_answers_in_order_and_ends_ok(bundles: Bundles, tmp_path: Path) -> None:
+    with limited_agent(tmp_path / "state", bundles, stream_first_message_s=1.0,
+                       stream_idle_s=1.0) as agent, grpc.insecure_channel(agent.grpc) as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        requests = []
+        for i in range(6):
+            req = infer_request("mlp", X[i % 2:i % 2 + 1])
+            req.id = f"r{i}"
+            requests.append(req)
+        replies = list(stub.ModelStreamInfer(iter(requests), timeout=60))
+        assert [r.infer_response.id for r in replies] == [f"r{i}" for i in range(6)]
+        assert not any(r.error_message for r in replies)
+        for i, r in enumerate(replies):
+            out = np.frombuffer(r.infer_response.raw_output_contents[0], np.float32)
+            np.testing.assert_allclose(out.reshape(1, 10),
+                                       bundles.reference(1, X[i % 2:i % 2 + 1]),
+                                       rtol=1e-4, atol=1e-5)
