@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -32,10 +31,10 @@ def agent(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory
 
 
 def _infer_error(target: str, request: pb.ModelInferRequest) -> grpc.RpcError:
-    with grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) \
-            as channel:
-        with pytest.raises(grpc.RpcError) as info:
-            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+    options = [("grpc.max_send_message_length", 64 << 20)]
+    with grpc.insecure_channel(target, options=options) as channel, \
+            pytest.raises(grpc.RpcError) as info:
+        pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
     return info.value
 
 

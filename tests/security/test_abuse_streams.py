@@ -46,37 +46,37 @@ def test_idle_streams_leave_inference_and_health_answering(bundles: Bundles,
                                                            tmp_path: Path) -> None:
     with limited_agent(tmp_path / "state", bundles, workers=2, max_streams=64,
                        max_streams_per_peer=64, stream_first_message_s=120,
-                       stream_idle_s=120) as agent:
-        with IdleStreams(agent.grpc, 4, send_first=infer_request("mlp", X[:1])) as used, \
-                IdleStreams(agent.grpc, 8):
-            # the used streams were answered once and now idle (before the fix, each held
-            # one of the 2 handler threads: only 2 were ever answered)
-            _wait(lambda: used.answers == 4, timeout=30)
-            for _ in range(3):
-                _serves(agent.grpc, bundles)
-            assert used.answers == 4
+                       stream_idle_s=120) as agent, \
+            IdleStreams(agent.grpc, 4, send_first=infer_request("mlp", X[:1])) as used, \
+            IdleStreams(agent.grpc, 8):
+        # the used streams were answered once and now idle (before the fix, each held
+        # one of the 2 handler threads: only 2 were ever answered)
+        _wait(lambda: used.answers == 4, timeout=30)
+        for _ in range(3):
+            _serves(agent.grpc, bundles)
+        assert used.answers == 4
 
 
 def test_streams_beyond_the_per_peer_cap_are_refused_at_once(bundles: Bundles,
                                                              tmp_path: Path) -> None:
     with limited_agent(tmp_path / "state", bundles, max_streams_per_peer=3,
-                       stream_first_message_s=120) as agent:
-        with IdleStreams(agent.grpc, 5) as idle:
-            assert _wait(lambda: len(idle.outcomes) >= 2), idle.outcomes
-            assert len(idle.outcomes) == 2
-            for outcome in idle.outcomes:
-                assert outcome.startswith("RESOURCE_EXHAUSTED"), outcome
-                assert "grpc.max_streams_per_peer" in outcome
-            _serves(agent.grpc, bundles)
+                       stream_first_message_s=120) as agent, \
+            IdleStreams(agent.grpc, 5) as idle:
+        assert _wait(lambda: len(idle.outcomes) >= 2), idle.outcomes
+        assert len(idle.outcomes) == 2
+        for outcome in idle.outcomes:
+            assert outcome.startswith("RESOURCE_EXHAUSTED"), outcome
+            assert "grpc.max_streams_per_peer" in outcome
+        _serves(agent.grpc, bundles)
 
 
 def test_total_stream_cap(bundles: Bundles, tmp_path: Path) -> None:
     with limited_agent(tmp_path / "state", bundles, max_streams=2,
-                       stream_first_message_s=120) as agent:
-        with IdleStreams(agent.grpc, 3) as idle:
-            assert _wait(lambda: len(idle.outcomes) >= 1), idle.outcomes
-            assert idle.outcomes[0].startswith("RESOURCE_EXHAUSTED"), idle.outcomes
-            assert "grpc.max_streams)" in idle.outcomes[0]
+                       stream_first_message_s=120) as agent, \
+            IdleStreams(agent.grpc, 3) as idle:
+        assert _wait(lambda: len(idle.outcomes) >= 1), idle.outcomes
+        assert idle.outcomes[0].startswith("RESOURCE_EXHAUSTED"), idle.outcomes
+        assert "grpc.max_streams)" in idle.outcomes[0]
 
 
 def test_silent_and_idle_streams_are_closed(bundles: Bundles, tmp_path: Path) -> None:
