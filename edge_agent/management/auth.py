@@ -3,12 +3,18 @@
 Clients send ``authorization: Bearer <token>`` metadata on every call. With mTLS configured
 (``client_ca`` set), the TLS handshake already proved the client's certificate, so the token is
 not asked for. A wrong or missing token ends the call with UNAUTHENTICATED before the servicer
-runs, so nothing changes.
+runs, so nothing changes; the failure is logged (peer, method, rate-limited) and the peer is
+locked out for a moment that grows with its failures in a row. A stream opened with a token
+that is rotated meanwhile ends at its next message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +22,11 @@ from typing import Any
 import grpc
 
 from edge_agent.errors import ConfigError
+from edge_agent.logthrottle import LogThrottle
 from edge_agent.state.token import tokens_equal
+
+log = logging.getLogger(__name__)
+_throttle = LogThrottle(log, interval_s=10.0, burst=3)
 
 AUTH_HEADER = "authorization"
 DENIED = ("missing or wrong management token; pass the agent's token "
@@ -55,10 +65,63 @@ def _presented(metadata: Any) -> str | None:
     return None
 
 
-def _denying(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    def deny(request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, DENIED)
+ROTATED = ("the management token was rotated; this call was opened with the old one. "
+           "Reconnect with the new token (on the device: edge-agent token --state-dir DIR)")
+FREE_FAILURES = 10
+"""Failures in a row a peer may have before it is locked out (a mistyped token costs nothing)."""
+PENALTY_BASE_S = 0.1
+PENALTY_MAX_S = 1.0
+MAX_PEERS = 4096
+"""Peers whose failed attempts are remembered at most (the oldest are forgotten)."""
 
+
+def _peer_key(peer: str) -> str:
+    """The caller's address without its port."""
+    if peer.startswith(("ipv4:", "ipv6:")):
+        return peer.rpartition(":")[0]
+    return peer.split(":", 1)[0] or "unknown"
+
+
+class FailurePenalty:
+    """Per-peer lockout after failed authentication: past ``free`` failures in a row, a peer's
+    calls are refused unread for ``base_s * 2**k`` seconds (at most ``max_s``), so a flood
+    gets about one answered attempt per ``max_s`` per address. Memory is bounded by
+    :data:`MAX_PEERS`. Thread-safe."""
+
+    def __init__(self, base_s: float = PENALTY_BASE_S, max_s: float = PENALTY_MAX_S,
+                 free: int = FREE_FAILURES) -> None:
+        self.base_s = base_s
+        self.free = free
+        self.max_s = max_s
+        self._lock = threading.Lock()
+        self._peers: OrderedDict[str, tuple[int, float]] = OrderedDict()  # fails, locked until
+
+    def wait_s(self, peer: str) -> float:
+        """Seconds ``peer`` is still locked out (0: it may try)."""
+        with self._lock:
+            entry = self._peers.get(peer)
+        return max(0.0, entry[1] - time.monotonic()) if entry else 0.0
+
+    def failed(self, peer: str) -> int:
+        """Record a failure of ``peer``; returns its failures in a row."""
+        with self._lock:
+            fails = self._peers.pop(peer, (0, 0.0))[0] + 1
+            over = fails - self.free
+            lock = min(self.max_s, self.base_s * 2 ** min(over - 1, 30)) if over > 0 else 0.0
+            self._peers[peer] = (fails, time.monotonic() + lock)
+            while len(self._peers) > MAX_PEERS:
+                self._peers.popitem(last=False)
+        return fails
+
+    def succeeded(self, peer: str) -> None:
+        """Forget ``peer``'s failures."""
+        if self._peers:
+            with self._lock:
+                self._peers.pop(peer, None)
+
+
+def _rebuild(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]
+             ) -> grpc.RpcMethodHandler:
     kw = {"request_deserializer": handler.request_deserializer,
           "response_serializer": handler.response_serializer}
     make: Callable[..., grpc.RpcMethodHandler]
@@ -70,23 +133,78 @@ def _denying(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         make = grpc.unary_stream_rpc_method_handler
     else:
         make = grpc.unary_unary_rpc_method_handler
-    return make(deny, **kw)
+    return make(behavior, **kw)
+
+
+def _original(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
+    return (handler.unary_unary or handler.unary_stream or handler.stream_unary
+            or handler.stream_stream)
 
 
 class TokenAuthInterceptor(grpc.ServerInterceptor):
     """Refuses every call whose bearer token is not ``token`` (UNAUTHENTICATED).
 
-    ``token`` may be a callable returning the current token (a rotated token file).
+    ``token`` may be a callable returning the current token (a rotated token file); a stream
+    opened with a token that is then rotated ends (UNAUTHENTICATED) at its next message.
+    Failed attempts are logged (peer, method; rate-limited) and lock the peer out for a
+    growing moment (:class:`FailurePenalty`).
     """
 
-    def __init__(self, token: str | Callable[[], str]) -> None:
+    def __init__(self, token: str | Callable[[], str],
+                 penalty: FailurePenalty | None = None) -> None:
         self._current = token if callable(token) else (lambda: token)
+        self.penalty = penalty or FailurePenalty()
 
     def intercept_service(self, continuation: Callable[[Any], Any],
                           handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
-        if tokens_equal(_presented(handler_call_details.invocation_metadata), self._current()):
-            return handler
-        return _denying(handler)
+        presented = _presented(handler_call_details.invocation_metadata)
+        ok = tokens_equal(presented, self._current())
+        method = handler_call_details.method
+        behavior = _original(handler)
+        current = self._current
+
+        def still_valid() -> bool:
+            return tokens_equal(presented, current())
+
+        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+            peer = _peer_key(context.peer())
+            wait = self.penalty.wait_s(peer)
+            if wait > 0:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                              f"too many failed authentication attempts from {peer}; retry "
+                              f"in {wait:.1f} s")
+            if not ok:
+                fails = self.penalty.failed(peer)
+                _throttle.warning(peer, "refused management call %s from %s: missing or "
+                                  "wrong token (%d in a row)", method, context.peer(), fails)
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, DENIED)
+            self.penalty.succeeded(peer)
+            if handler.request_streaming:
+                request = _checked_requests(request, still_valid, context)
+            result = behavior(request, context)
+            if handler.response_streaming:
+                return _checked_responses(result, still_valid, context)
+            return result
+
+        return _rebuild(handler, guarded)
+
+
+def _checked_requests(requests: Iterator[Any], valid: Callable[[], bool],
+                      context: grpc.ServicerContext) -> Iterator[Any]:
+    for item in requests:
+        if not valid():
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
+        yield item
+    if not valid():
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
+
+
+def _checked_responses(responses: Iterator[Any] | None, valid: Callable[[], bool],
+                       context: grpc.ServicerContext) -> Iterator[Any]:
+    for item in responses or ():
+        if not valid():
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
+        yield item

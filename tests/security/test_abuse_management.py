@@ -1,0 +1,204 @@
+"""Management abuses (issue 19): stalled uploads, wrong declared sizes, streams that outlive a
+token rotation, and floods of wrong tokens. A real in-process agent on 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from edge_agent.management.auth import bearer
+from edge_agent.management.client import AgentClient
+from edge_agent.management.generated import management_pb2 as pb
+from edge_agent.management.generated import management_pb2_grpc as pb_grpc
+from edge_agent.state.token import rotate_token
+from packager.bundle_format import MAX_TOTAL_BYTES
+from tests.agent_management.bundles import Bundles
+from tests.agent_management.inproc import InProcessAgent
+from tests.security.abuse import limited_agent
+
+CHUNK = b"\0" * 20480
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+class StalledUpload:
+    """A Deploy stream that sends a header and ``chunks`` chunks, then nothing until released
+    (and then ``after``, if given)."""
+
+    def __init__(self, agent: InProcessAgent, size: int, *, chunks: int = 1,
+                 after: list[bytes] | None = None, token: str | None = None) -> None:
+        self.channel = grpc.insecure_channel(agent.management)
+        self.stub = pb_grpc.AgentManagementStub(self.channel)
+        self.size, self.chunks, self.after = size, chunks, after or []
+        self.token = token or agent.token
+        self.release = threading.Event()
+        self.sent_all = threading.Event()
+        self.outcome: str | None = None
+        self.events: list[str] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _requests(self) -> Iterator[pb.DeployRequest]:
+        yield pb.DeployRequest(header=pb.DeployHeader(filename="stall.edgepkg",
+                                                      size_bytes=self.size))
+        for _ in range(self.chunks):
+            yield pb.DeployRequest(chunk=CHUNK)
+        self.sent_all.set()
+        self.release.wait(120)
+        for chunk in self.after:
+            yield pb.DeployRequest(chunk=chunk)
+
+    def _run(self) -> None:
+        try:
+            for event in self.stub.Deploy(self._requests(), metadata=bearer(self.token),
+                                          timeout=120):
+                self.events.append(event.WhichOneof("event") or "")
+            self.outcome = "OK"
+        except grpc.RpcError as exc:
+            self.outcome = f"{exc.code().name}: {exc.details()}"
+
+    def __enter__(self) -> StalledUpload:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self._thread.join(60)
+        self.channel.close()
+
+
+def _tune(agent: InProcessAgent, **limits: float) -> None:
+    """Shorten the management servicer's upload limits (the running agent's own object)."""
+    assert agent.runtime is not None and agent.runtime.management is not None
+    for key, value in limits.items():
+        setattr(agent.runtime.management.servicer, key, value)
+
+
+def _leftovers(agent: InProcessAgent) -> list[Path]:
+    incoming = agent.state_dir / "incoming"
+    return list(incoming.iterdir()) if incoming.exists() else []
+
+
+def test_stalled_uploads_are_dropped_and_get_info_keeps_answering(
+        bundles: Bundles, tmp_path: Path) -> None:
+    with limited_agent(tmp_path / "state", bundles, deploy=False) as agent:
+        _tune(agent, upload_idle_s=2.0)
+        uploads = [StalledUpload(agent, 100_000) for _ in range(16)]
+        try:
+            for u in uploads:
+                u.__enter__()
+            # capped: beyond 4 deploys at once, refused at once
+            assert _wait(lambda: sum(u.outcome is not None for u in uploads) >= 12)
+            refused = [u.outcome for u in uploads if u.outcome is not None]
+            assert all(o.startswith("RESOURCE_EXHAUSTED") for o in refused), refused
+            with AgentClient(agent.management, token=agent.token, timeout_s=10) as client:
+                assert client.info().agent_id
+            # the stalled ones are dropped after the idle deadline, partial files removed
+            assert _wait(lambda: all(u.outcome is not None for u in uploads))
+            dropped = [u.outcome for u in uploads if "sent nothing" in (u.outcome or "")]
+            assert len(dropped) == 4, [u.outcome for u in uploads]
+            assert all(o.startswith("DEADLINE_EXCEEDED") for o in dropped)
+            assert _wait(lambda: not _leftovers(agent)), _leftovers(agent)
+        finally:
+            for u in uploads:
+                u.__exit__()
+        with AgentClient(agent.management, token=agent.token) as client:
+            assert client.deploy(bundles.mlp[1]).ok
+
+
+def test_an_upload_past_its_total_deadline_is_dropped(bundles: Bundles, tmp_path: Path) -> None:
+    with limited_agent(tmp_path / "state", bundles, deploy=False) as agent:
+        _tune(agent, upload_idle_s=60.0, upload_total_s=1.0)
+        with StalledUpload(agent, 100_000) as upload:
+            assert _wait(lambda: upload.outcome is not None)
+        assert upload.outcome is not None and upload.outcome.startswith("DEADLINE_EXCEEDED")
+        assert "took longer than 1 s" in upload.outcome
+
+
+@pytest.mark.parametrize(("size", "code", "words"), [
+    (0, "INVALID_ARGUMENT", "declares 0 bytes"),
+    (-5, "INVALID_ARGUMENT", "declares -5 bytes"),
+    (MAX_TOTAL_BYTES + 1, "RESOURCE_EXHAUSTED", "more than"),
+    (100, "INVALID_ARGUMENT", "sent more than the 100 bytes its header declared"),
+])
+def test_declared_sizes_are_checked(bundles: Bundles, tmp_path: Path, size: int, code: str,
+                                    words: str) -> None:
+    with limited_agent(tmp_path / "state", bundles, deploy=False) as agent, \
+            StalledUpload(agent, size) as upload:
+        assert _wait(lambda: upload.outcome is not None, 30), "not refused at once"
+        assert upload.outcome is not None and upload.outcome.startswith(code), upload.outcome
+        assert words in upload.outcome
+        assert _wait(lambda: not _leftovers(agent))
+
+
+def test_rotating_the_token_ends_an_upload_opened_with_the_old_one(
+        bundles: Bundles, tmp_path: Path) -> None:
+    data = bundles.mlp[2].read_bytes()
+    with limited_agent(tmp_path / "state", bundles) as agent:
+        upload = StalledUpload(agent, len(data), chunks=0, after=[data])
+        with upload:
+            assert upload.sent_all.wait(30)
+            rotate_token(agent.state_dir)
+            upload.release.set()
+            assert _wait(lambda: upload.outcome is not None)
+        assert upload.outcome is not None and upload.outcome.startswith("UNAUTHENTICATED")
+        assert "rotated" in upload.outcome
+        assert "step" not in upload.events  # never reached verification
+        with AgentClient(agent.management, token=agent.token) as client:
+            assert [v.version for v in client.models("mlp")] == [1]
+
+
+def test_rotating_the_token_ends_a_metrics_watch(bundles: Bundles, tmp_path: Path) -> None:
+    with limited_agent(tmp_path / "state", bundles, deploy=False) as agent, \
+            grpc.insecure_channel(agent.management) as channel:
+        stream = pb_grpc.AgentManagementStub(channel).WatchMetrics(
+            pb.WatchMetricsRequest(), metadata=bearer(agent.token), timeout=120)
+        next(stream)  # samples flow
+        rotate_token(agent.state_dir)
+        with pytest.raises(grpc.RpcError) as info:
+            for _ in range(30):  # a sample a second: ends at the next one
+                next(stream)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "rotated" in (info.value.details() or "")
+
+
+def test_wrong_tokens_are_logged_and_slowed_per_peer(
+        bundles: Bundles, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="edge_agent.management.auth")
+    with limited_agent(tmp_path / "state", bundles, deploy=False) as agent, \
+            grpc.insecure_channel(agent.management) as channel:
+        stub = pb_grpc.AgentManagementStub(channel)
+        details = []
+        for i in range(300):
+            with pytest.raises(grpc.RpcError) as info:
+                stub.GetInfo(pb.GetInfoRequest(), metadata=bearer(f"guess-{i}"), timeout=10)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            details.append(info.value.details() or "")
+        locked = [d for d in details if "too many failed authentication attempts" in d]
+        assert len(locked) > 200, details[:20]  # most guesses were never compared
+        lines = [r.getMessage() for r in caplog.records
+                 if r.name == "edge_agent.management.auth"]
+        assert lines and len(lines) <= 10, lines
+        assert all("GetInfo" in line and "127.0.0.1" in line for line in lines)
+        assert agent.token not in caplog.text
+
+        def right_token_served() -> bool:
+            try:
+                return bool(stub.GetInfo(pb.GetInfoRequest(), metadata=bearer(agent.token),
+                                         timeout=10).agent_id)
+            except grpc.RpcError:
+                return False
+
+        assert _wait(right_token_served, 10)
