@@ -4,8 +4,9 @@ Built from the generated tables, with three changes: every request deserializer 
 that do not parse into a :class:`~edge_agent.protocol.converters.Undecodable` (the call gets
 INVALID_ARGUMENT and one rate-limited log line, not a traceback per call); unary calls that
 :class:`~edge_agent.protocol.admission.AdmissionPool` did not admit are refused with
-RESOURCE_EXHAUSTED before any work; ModelStreamInfer (non-blocking) and the health service run
-on thread pools of their own, so neither streams nor inference load can take their threads.
+RESOURCE_EXHAUSTED before any work; ModelStreamInfer (non-blocking) and the health service
+(with KServe's ServerLive and ServerReady) run on thread pools of their own, so neither streams
+nor inference load can take their threads.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ throttle = LogThrottle(log)
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
+LIVENESS = frozenset({"ServerLive", "ServerReady"})
+"""KServe's own health calls: served on the health pool, never refused."""
 REFUSED = ("the agent is at its limit of concurrent calls (4 per handler thread, "
            "grpc.workers); retry shortly")
 
@@ -65,7 +68,7 @@ def _type_name(deserialize: Callable[[bytes], Any]) -> str:
 def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
                    ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
-        if refused():
+        if method not in LIVENESS and refused():
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED)
         if isinstance(request, Undecodable):
             throttle.warning("undecodable", "refused an undecodable %s call from %s: %s",
@@ -87,17 +90,21 @@ def _on_pool(behavior: Callable[..., Any], pool: futures.ThreadPoolExecutor,
 
 
 def inference_handlers(servicer: pb_grpc.GRPCInferenceServiceServicer,
-                       stream_pool: futures.ThreadPoolExecutor
+                       stream_pool: futures.ThreadPoolExecutor,
+                       health_pool: futures.ThreadPoolExecutor
                        ) -> dict[str, grpc.RpcMethodHandler]:
-    """The inference service's handlers (see the module docstring)."""
+    """The inference service's handlers (see the module docstring); ServerLive and
+    ServerReady run on ``health_pool``."""
     capture = _Capture()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
     out = {}
     for name, h in capture.handlers.items():
         decode = _safe_deserializer(h.request_deserializer, _type_name(h.request_deserializer))
         if h.unary_unary is not None:
-            out[name] = h._replace(request_deserializer=decode,
-                                   unary_unary=_guarded_unary(h.unary_unary, name))
+            behavior = _guarded_unary(h.unary_unary, name)
+            if name in LIVENESS:
+                behavior = _on_pool(behavior, health_pool, False)
+            out[name] = h._replace(request_deserializer=decode, unary_unary=behavior)
         elif h.stream_stream is not None:
             out[name] = h._replace(request_deserializer=decode,
                                    stream_stream=_on_pool(h.stream_stream, stream_pool, True))

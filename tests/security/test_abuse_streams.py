@@ -112,3 +112,55 @@ def test_a_busy_stream_answers_in_order_and_ends_ok(bundles: Bundles, tmp_path: 
             np.testing.assert_allclose(out.reshape(1, 10),
                                        bundles.reference(1, X[i % 2:i % 2 + 1]),
                                        rtol=1e-4, atol=1e-5)
+
+
+def test_health_answers_during_an_inference_overload(bundles: Bundles, tmp_path: Path) -> None:
+    """Calls beyond 4 per handler thread are refused; health and ServerLive never are."""
+    import asyncio
+    import threading
+
+    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+
+    payload = infer_request("mlp", X[:1].repeat(32, axis=0)).SerializeToString()
+
+    async def burst(target: str, n: int) -> list[str]:
+        async with grpc.aio.insecure_channel(target) as channel:
+            call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+
+            async def one() -> str:
+                try:
+                    await call(payload, timeout=120)
+                    return "OK"
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code().name
+
+            return await asyncio.gather(*(one() for _ in range(n)))
+
+    with limited_agent(tmp_path / "state", bundles, workers=1) as agent, \
+            grpc.insecure_channel(agent.grpc) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        kserve = pb_grpc.GRPCInferenceServiceStub(channel)
+        done = threading.Event()
+        answers: list[str] = []
+
+        def probe() -> None:
+            while not done.is_set():
+                try:
+                    status = health.Check(health_pb2.HealthCheckRequest(), timeout=30).status
+                    live = kserve.ServerLive(pb.ServerLiveRequest(), timeout=30).live
+                    answers.append("ok" if status == health_pb2.HealthCheckResponse.SERVING
+                                   and live else f"bad: {status} {live}")
+                except grpc.RpcError as exc:
+                    answers.append(f"{exc.code().name}: {exc.details()}")
+
+        prober = threading.Thread(target=probe, daemon=True)
+        prober.start()
+        try:
+            outcomes = []
+            for _ in range(3):
+                outcomes += asyncio.run(burst(agent.grpc, 400))
+        finally:
+            done.set()
+            prober.join(60)
+        assert "RESOURCE_EXHAUSTED" in outcomes and "OK" in outcomes
+        assert answers and set(answers) == {"ok"}, sorted(set(answers))
