@@ -73,7 +73,7 @@ def _get_info_ok(address: str, token: str) -> bool:
 def test_idle_connections_never_exhaust_descriptors(bundles: Bundles, tmp_path: Path) -> None:
     state = tmp_path / "state"
     config = tmp_path / "agent.toml"
-    config.write_text("[grpc]\nhandshake_timeout_s = 2\nconnection_idle_s = 2\n")
+    config.write_text("[grpc]\nhandshake_timeout_s = 2\nconnection_idle_s = 5\n")
     with LimitedAgent(state, trust=bundles.public_key,
                       extra=["--no-mdns", "--config", str(config)]) as agent:
         assert agent.proc is not None
@@ -97,7 +97,7 @@ def test_idle_connections_never_exhaust_descriptors(bundles: Bundles, tmp_path: 
             for ch in channels:
                 pb_grpc.GRPCInferenceServiceStub(ch).ServerLive(pb.ServerLiveRequest(),
                                                                 timeout=30)
-            assert proc.num_fds() >= baseline + 90
+            assert proc.num_fds() >= baseline + 50  # connections held (idle for < 5 s)
             assert _wait(lambda: proc.num_fds() < baseline + 32), proc.num_fds()
         finally:
             for ch in channels:
