@@ -23,6 +23,7 @@ import grpc
 
 from edge_agent.errors import ConfigError
 from edge_agent.logthrottle import LogThrottle
+from edge_agent.protocol.converters import Undecodable
 from edge_agent.state.token import tokens_equal
 
 log = logging.getLogger(__name__)
@@ -120,9 +121,26 @@ class FailurePenalty:
                 self._peers.pop(peer, None)
 
 
+def _safe(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserialize`` that returns an :class:`Undecodable` instead of raising (gRPC would log
+    a traceback per call, for anyone who can reach the port)."""
+    if deserialize is None:
+        return None
+    owner = getattr(deserialize, "__self__", None)
+    name = getattr(getattr(owner, "DESCRIPTOR", None), "full_name", "request")
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:
+            return Undecodable(name, str(exc) or type(exc).__name__)
+
+    return decode
+
+
 def _rebuild(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]
              ) -> grpc.RpcMethodHandler:
-    kw = {"request_deserializer": handler.request_deserializer,
+    kw = {"request_deserializer": _safe(handler.request_deserializer),
           "response_serializer": handler.response_serializer}
     make: Callable[..., grpc.RpcMethodHandler]
     if handler.request_streaming and handler.response_streaming:
@@ -184,6 +202,8 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
             self.penalty.succeeded(peer)
             if handler.request_streaming:
                 request = _checked_requests(request, still_valid, context)
+            elif isinstance(request, Undecodable):
+                _refuse_undecodable(request, method, context)
             result = behavior(request, context)
             if handler.response_streaming:
                 return _checked_responses(result, still_valid, context)
@@ -192,11 +212,20 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         return _rebuild(handler, guarded)
 
 
+def _refuse_undecodable(request: Undecodable, method: str,
+                        context: grpc.ServicerContext) -> None:
+    _throttle.warning("undecodable", "refused an undecodable %s call from %s: %s", method,
+                      context.peer(), request.reason[:200])
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(request.error()))
+
+
 def _checked_requests(requests: Iterator[Any], valid: Callable[[], bool],
                       context: grpc.ServicerContext) -> Iterator[Any]:
     for item in requests:
         if not valid():
             context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
+        if isinstance(item, Undecodable):
+            _refuse_undecodable(item, "stream", context)
         yield item
     if not valid():
         context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)

@@ -203,3 +203,24 @@ def test_wrong_tokens_are_logged_and_slowed_per_peer(
                 return False
 
         assert _wait(right_token_served, 10)
+
+
+def test_undecodable_management_calls_log_no_traceback(
+        bundles: Bundles, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with limited_agent(tmp_path / "state", bundles, deploy=False) as agent, \
+            grpc.insecure_channel(agent.management) as channel:
+        call = channel.unary_unary("/edge.agent.v1.AgentManagement/ListModels",
+                                   request_serializer=None, response_deserializer=None)
+        for token, code in ((agent.token, grpc.StatusCode.INVALID_ARGUMENT),
+                            (None, grpc.StatusCode.UNAUTHENTICATED)):
+            for _ in range(100):
+                with pytest.raises(grpc.RpcError) as info:
+                    call(b"\xff\xff\xff\xff", metadata=bearer(token) if token else None,
+                         timeout=30)
+                assert info.value.code() == code
+                if token:
+                    assert "not a valid edge.agent.v1.ListModelsRequest" in (
+                        info.value.details() or "")
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert len([r for r in caplog.records if "undecodable" in r.getMessage()]) <= 10
