@@ -158,8 +158,7 @@ class AgentServer:
         servicer = InferenceServicer(self.dataplane, streams=self.streams,
                                      budget=ResponseBudget(cfg.max_response_bytes))
         handlers.register(server, INFERENCE_SERVICE,
-                          handlers.inference_handlers(servicer, stream_pool,
-                                                                      health_pool))
+                          handlers.inference_handlers(servicer, stream_pool, health_pool))
         handlers.register(server, handlers.HEALTH_SERVICE,
                           handlers.health_handlers(self.health, health_pool))
         for name in ("", INFERENCE_SERVICE):
