@@ -23,12 +23,12 @@ from tests.agent_management.inproc import InProcessAgent
 
 @contextlib.contextmanager
 def limited_agent(state_dir: Path, bundles: Bundles, *, deploy: bool = True,
-                  **grpc_limits: Any) -> Iterator[InProcessAgent]:
-    """A running agent (TCP 127.0.0.1:0, management on) with ``grpc_limits`` in its [grpc]
-    section, serving mlp v1 when ``deploy``; stopped on exit."""
+                  uds: Path | None = None, **grpc_limits: Any) -> Iterator[InProcessAgent]:
+    """A running agent (TCP 127.0.0.1:0, the Unix socket ``uds`` if given, management on) with
+    ``grpc_limits`` in its [grpc] section, serving mlp v1 when ``deploy``; stopped on exit."""
     config = AgentConfig(state_dir=state_dir,
-                         grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False,
-                                         **grpc_limits))
+                         grpc=GrpcConfig(address="127.0.0.1:0", uds=uds,
+                                         uds_enabled=uds is not None, **grpc_limits))
     options = ManagementOptions(address="127.0.0.1:0", name="abuse", mdns=False,
                                 trusted_keys=(bundles.public_key,), watch_window_s=0.0)
     agent = InProcessAgent(state_dir)

@@ -69,6 +69,20 @@ def test_streams_beyond_the_per_peer_cap_are_refused_at_once(bundles: Bundles,
         _serves(agent.grpc, bundles)
 
 
+def test_idle_streams_over_the_unix_socket(bundles: Bundles, tmp_path: Path) -> None:
+    """The Unix socket is one peer: its streams are capped together, and idle ones leave
+    inference and health on the same socket answering."""
+    sock = tmp_path / "inference.sock"
+    with limited_agent(tmp_path / "state", bundles, uds=sock, workers=2,
+                       max_streams_per_peer=6, stream_first_message_s=120) as agent, \
+            IdleStreams(f"unix:{sock}", 8) as idle:
+        assert _wait(lambda: len(idle.outcomes) >= 2), idle.outcomes
+        assert all(o.startswith("RESOURCE_EXHAUSTED") and "unix already holds 6" in o
+                   for o in idle.outcomes), idle.outcomes
+        _serves(f"unix:{sock}", bundles)
+        _serves(agent.grpc, bundles)
+
+
 def test_total_stream_cap(bundles: Bundles, tmp_path: Path) -> None:
     with limited_agent(tmp_path / "state", bundles, max_streams=2,
                        stream_first_message_s=120) as agent, \
