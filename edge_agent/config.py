@@ -21,6 +21,8 @@ Example ``agent.toml``::
                                       # open-files limit, which starts raised to its hard limit)
     connection_idle_s = 300           # a connection without calls this long is closed (0: never)
     handshake_timeout_s = 10          # a connection that does not finish HTTP/2 setup is closed
+    request_arrival_s = 10            # a call whose request message has not arrived this long
+                                      # after a handler took it up is cancelled
 
     [models."*"]                      # every model (a model's own section wins key by key)
     isolation = "process"
@@ -80,6 +82,7 @@ class GrpcConfig:
     max_connections: int = 1024
     connection_idle_s: float = 300.0
     handshake_timeout_s: float = 10.0
+    request_arrival_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def _non_negative(key: str, value: Any) -> int:
 
 
 _SECONDS_KEYS = ("stream_first_message_s", "stream_idle_s", "connection_idle_s",
-                 "handshake_timeout_s")
+                 "handshake_timeout_s", "request_arrival_s")
 
 
 def _seconds(key: str, value: Any, *, allow_zero: bool) -> float:

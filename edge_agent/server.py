@@ -7,7 +7,8 @@ an idle model inline on the handler thread, saving a thread hop per request.
 
 Capacity that abusive callers cannot take (docs/security.md): unary calls are admitted by
 :class:`~edge_agent.protocol.admission.AdmissionPool` (4 per handler thread, the rest refused
-at once); ModelStreamInfer is non-blocking, capped and timed out
+at once; a call whose request does not arrive within ``request_arrival_s`` is cancelled);
+ModelStreamInfer is non-blocking, capped and timed out
 (:mod:`edge_agent.protocol.streams`) on a pool of its own; health has its own pool and is
 never refused. Connections idle for ``connection_idle_s``, or that do not finish the HTTP/2
 handshake within ``handshake_timeout_s``, are closed; the number of connections is capped
@@ -37,7 +38,7 @@ from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
 from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol import handlers
-from edge_agent.protocol.admission import AdmissionPool, ResponseBudget
+from edge_agent.protocol.admission import AdmissionPool, ResponseBudget, WatchedPool
 from edge_agent.protocol.servicer import InferenceServicer
 from edge_agent.protocol.streams import StreamLimits, StreamSessions
 
@@ -146,9 +147,11 @@ class AgentServer:
             options.append(("grpc.max_connection_idle_ms", int(cfg.connection_idle_s * 1000)))
         # callers beyond CALLS_PER_WORKER per handler thread get RESOURCE_EXHAUSTED at once
         # instead of waiting, each with its request in memory, in an unbounded queue
-        self._pools = [AdmissionPool(cfg.workers, cfg.workers * CALLS_PER_WORKER),
+        arrival = cfg.request_arrival_s
+        self._pools = [AdmissionPool(cfg.workers, cfg.workers * CALLS_PER_WORKER,
+                                     request_arrival_s=arrival),
                        futures.ThreadPoolExecutor(2, thread_name_prefix="grpc-stream"),
-                       futures.ThreadPoolExecutor(2, thread_name_prefix="grpc-health")]
+                       WatchedPool(4, request_arrival_s=arrival, thread_name_prefix="grpc-health")]
         main, stream_pool, health_pool = self._pools
         server = grpc.server(main, options=options)
         self.streams = StreamSessions(StreamLimits(

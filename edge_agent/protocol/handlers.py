@@ -4,9 +4,10 @@ Built from the generated tables, with three changes: every request deserializer 
 that do not parse into a :class:`~edge_agent.protocol.converters.Undecodable` (the call gets
 INVALID_ARGUMENT and one rate-limited log line, not a traceback per call); unary calls that
 :class:`~edge_agent.protocol.admission.AdmissionPool` did not admit are refused with
-RESOURCE_EXHAUSTED before any work; ModelStreamInfer (non-blocking) and the health service
-(with KServe's ServerLive and ServerReady) run on thread pools of their own, so neither streams
-nor inference load can take their threads.
+RESOURCE_EXHAUSTED before any work (and calls whose request never arrives are cancelled,
+:class:`~edge_agent.protocol.admission.ReceiveDeadline`); ModelStreamInfer (non-blocking)
+and the health service (with KServe's ServerLive and ServerReady) run on thread pools of
+their own, so neither streams nor inference load can take their threads.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from edge_agent.logthrottle import LogThrottle
-from edge_agent.protocol.admission import refused
+from edge_agent.protocol.admission import refused, request_arrived
 from edge_agent.protocol.converters import Undecodable
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 
@@ -68,6 +69,7 @@ def _type_name(deserialize: Callable[[bytes], Any]) -> str:
 def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
                    ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        request_arrived()
         if method not in LIVENESS and refused():
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED)
         if isinstance(request, Undecodable):
@@ -82,6 +84,7 @@ def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method:
 def _on_pool(behavior: Callable[..., Any], pool: futures.ThreadPoolExecutor,
              non_blocking: bool) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
+        request_arrived()
         return behavior(*args)
 
     run.experimental_thread_pool = pool  # type: ignore[attr-defined]

@@ -20,11 +20,12 @@ def test_limits_are_read(tmp_path: Path) -> None:
     cfg = _load(tmp_path, "[grpc]\nmax_streams = 5\nmax_streams_per_peer = 2\n"
                           "stream_first_message_s = 1.5\nstream_idle_s = 30\n"
                           "max_response_bytes = 1024\nmax_connections = 64\n"
-                          "connection_idle_s = 0\nhandshake_timeout_s = 3\n").grpc
+                          "connection_idle_s = 0\nhandshake_timeout_s = 3\n"
+                          "request_arrival_s = 2\n").grpc
     assert (cfg.max_streams, cfg.max_streams_per_peer, cfg.stream_first_message_s,
             cfg.stream_idle_s, cfg.max_response_bytes, cfg.max_connections,
-            cfg.connection_idle_s, cfg.handshake_timeout_s) == (5, 2, 1.5, 30.0, 1024, 64,
-                                                                0.0, 3.0)
+            cfg.connection_idle_s, cfg.handshake_timeout_s,
+            cfg.request_arrival_s) == (5, 2, 1.5, 30.0, 1024, 64, 0.0, 3.0, 2.0)
 
 
 @pytest.mark.parametrize(("line", "words"), [

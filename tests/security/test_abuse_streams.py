@@ -7,9 +7,11 @@ silent (first message) or idle; unary calls and health keep their own capacity."
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -130,7 +132,6 @@ def test_a_busy_stream_answers_in_order_and_ends_ok(bundles: Bundles, tmp_path: 
 def test_health_answers_during_an_inference_overload(bundles: Bundles, tmp_path: Path) -> None:
     """Calls beyond 4 per handler thread are refused; health and ServerLive never are."""
     import asyncio
-    import threading
 
     from edge_agent.protocol.generated import grpc_service_pb2 as pb
 
@@ -177,3 +178,49 @@ def test_health_answers_during_an_inference_overload(bundles: Bundles, tmp_path:
             prober.join(60)
         assert "RESOURCE_EXHAUSTED" in outcomes and "OK" in outcomes
         assert answers and set(answers) == {"ok"}, sorted(set(answers))
+
+
+class SilentCalls:
+    """``n`` calls of a unary ``method`` opened without ever sending their request (a raw
+    client can do this; here a stream-unary call whose iterator never yields)."""
+
+    def __init__(self, target: str, method: str, n: int) -> None:
+        self.channel = grpc.insecure_channel(target)
+        self.call = self.channel.stream_unary(method, request_serializer=None,
+                                              response_deserializer=None)
+        self.n = n
+        self.release = threading.Event()
+        self.futures: list[Any] = []
+
+    def _never(self) -> Iterator[bytes]:
+        self.release.wait(120)
+        yield from ()
+
+    def codes(self) -> list[str]:
+        return [f.exception().code().name if f.exception() else "OK"
+                for f in self.futures if f.done()]
+
+    def __enter__(self) -> SilentCalls:
+        self.futures = [self.call.future(self._never(), timeout=120) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        for f in self.futures:
+            f.cancel()
+        self.channel.close()
+
+
+def test_calls_that_never_send_their_request_are_cancelled(bundles: Bundles,
+                                                           tmp_path: Path) -> None:
+    """8 silent ModelInfer calls fill a 2-thread agent's admission (2 x 4), 4 silent health
+    checks its health threads: both are cancelled after request_arrival_s, and service
+    resumes."""
+    with limited_agent(tmp_path / "state", bundles, workers=2,
+                       request_arrival_s=1.0) as agent, \
+            SilentCalls(agent.grpc, "/inference.GRPCInferenceService/ModelInfer", 8) as infer, \
+            SilentCalls(agent.grpc, "/grpc.health.v1.Health/Check", 4) as checks:
+        assert _wait(lambda: len(infer.codes()) == 8 and len(checks.codes()) == 4), (
+            infer.codes(), checks.codes())
+        assert set(infer.codes()) == {"CANCELLED"} and set(checks.codes()) == {"CANCELLED"}
+        _serves(agent.grpc, bundles)
