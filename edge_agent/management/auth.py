@@ -187,18 +187,14 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         def still_valid() -> bool:
             return tokens_equal(presented, current())
 
+        if not ok:
+            return self._denial(method)
+
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
             peer = _peer_key(context.peer())
             wait = self.penalty.wait_s(peer)
             if wait > 0:
-                context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                              f"too many failed authentication attempts from {peer}; retry "
-                              f"in {wait:.1f} s")
-            if not ok:
-                fails = self.penalty.failed(peer)
-                _throttle.warning(peer, "refused management call %s from %s: missing or "
-                                  "wrong token (%d in a row)", method, context.peer(), fails)
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, DENIED)
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, _locked(peer, wait))
             self.penalty.succeeded(peer)
             if handler.request_streaming:
                 request = _checked_requests(request, still_valid, context)
@@ -210,6 +206,33 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
             return result
 
         return _rebuild(handler, guarded)
+
+    def _denial(self, method: str) -> grpc.RpcMethodHandler:
+        """A handler that refuses without reading the request (whatever the method's kind, a
+        non-blocking stream handler: a caller without the token, silent or not, holds no
+        server thread)."""
+
+        def deny(requests: Any, context: grpc.ServicerContext,
+                 send: Callable[[Any], None]) -> None:
+            peer = _peer_key(context.peer())
+            wait = self.penalty.wait_s(peer)
+            if wait > 0:
+                details = _locked(peer, wait)
+            else:
+                fails = self.penalty.failed(peer)
+                _throttle.warning(peer, "refused management call %s from %s: missing or "
+                                  "wrong token (%d in a row)", method, context.peer(), fails)
+                details = DENIED
+            context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+            context.set_details(details)
+            send(None)
+
+        deny.experimental_non_blocking = True  # type: ignore[attr-defined]
+        return grpc.stream_stream_rpc_method_handler(deny)
+
+
+def _locked(peer: str, wait: float) -> str:
+    return f"too many failed authentication attempts from {peer}; retry in {wait:.1f} s"
 
 
 def _refuse_undecodable(request: Undecodable, method: str,

@@ -86,6 +86,14 @@ def _tune(agent: InProcessAgent, **limits: float) -> None:
         setattr(agent.runtime.management.servicer, key, value)
 
 
+def _get_info_ok(agent: InProcessAgent) -> bool:
+    try:
+        with AgentClient(agent.management, token=agent.token, timeout_s=10) as client:
+            return bool(client.info().agent_id)
+    except Exception:
+        return False
+
+
 def _leftovers(agent: InProcessAgent) -> list[Path]:
     incoming = agent.state_dir / "incoming"
     return list(incoming.iterdir()) if incoming.exists() else []
@@ -224,3 +232,29 @@ def test_undecodable_management_calls_log_no_traceback(
                         info.value.details() or "")
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     assert len([r for r in caplog.records if "undecodable" in r.getMessage()]) <= 10
+
+
+def test_silent_calls_without_the_token_hold_no_management_thread(
+        bundles: Bundles, tmp_path: Path) -> None:
+    """32 GetInfo calls without a token that never send their request (more than the 16
+    management threads): refused at once, unread; the operator's calls are served."""
+    with limited_agent(tmp_path / "state", bundles, deploy=False) as agent, \
+            grpc.insecure_channel(agent.management) as channel:
+        call = channel.stream_unary("/edge.agent.v1.AgentManagement/GetInfo",
+                                    request_serializer=None, response_deserializer=None)
+        release = threading.Event()
+
+        def never() -> Iterator[bytes]:
+            release.wait(120)
+            yield from ()
+
+        silent = [call.future(never(), timeout=120) for _ in range(32)]
+        try:
+            assert _wait(lambda: all(f.done() for f in silent), 30)
+            assert {f.exception().code() for f in silent} == {grpc.StatusCode.UNAUTHENTICATED}
+            # (the failures locked this address out for up to 1 s: the operator retries)
+            assert _wait(lambda: _get_info_ok(agent), 15)
+        finally:
+            release.set()
+            for f in silent:
+                f.cancel()
