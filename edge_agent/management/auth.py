@@ -3,7 +3,8 @@
 Clients send ``authorization: Bearer <token>`` metadata on every call. With mTLS configured
 (``client_ca`` set), the TLS handshake already proved the client's certificate, so the token is
 not asked for. A wrong or missing token ends the call with UNAUTHENTICATED before the servicer
-runs, so nothing changes; the failure is logged (peer, method, rate-limited) and the peer is
+runs and before the request is read (so nothing changes and no server thread waits on the
+caller); the failure is logged (peer, method, rate-limited) and the peer is
 locked out for a moment that grows with its failures in a row. A stream opened with a token
 that is rotated meanwhile ends at its next message.
 """
