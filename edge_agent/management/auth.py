@@ -4,13 +4,14 @@ Clients send ``authorization: Bearer <token>`` metadata on every call. With mTLS
 (``client_ca`` set), the TLS handshake already proved the client's certificate, so the token is
 not asked for. A wrong or missing token ends the call with UNAUTHENTICATED before the servicer
 runs and before the request is read (so nothing changes and no server thread waits on the
-caller); the failure is logged (peer, method, rate-limited) and the peer is
-locked out for a moment that grows with its failures in a row. A stream opened with a token
-that is rotated meanwhile ends at its next message.
+caller); the failure is logged (peer, method, rate-limited) and, past 10 failures in a row
+from one address, answered late (0.1 s doubling to 1 s; no thread waits meanwhile). A stream
+opened with a token that is rotated meanwhile ends at its next message.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -73,6 +74,8 @@ FREE_FAILURES = 10
 """Failures in a row a peer may have before it is locked out (a mistyped token costs nothing)."""
 PENALTY_BASE_S = 0.1
 PENALTY_MAX_S = 1.0
+MAX_DELAYED = 1024
+"""Refusals waiting to be sent late at most (beyond, they are sent at once)."""
 MAX_PEERS = 4096
 """Peers whose failed attempts are remembered at most (the oldest are forgotten)."""
 
@@ -85,10 +88,10 @@ def _peer_key(peer: str) -> str:
 
 
 class FailurePenalty:
-    """Per-peer lockout after failed authentication: past ``free`` failures in a row, a peer's
-    calls are refused unread for ``base_s * 2**k`` seconds (at most ``max_s``), so a flood
-    gets about one answered attempt per ``max_s`` per address. Memory is bounded by
-    :data:`MAX_PEERS`. Thread-safe."""
+    """Per-peer slowing of failed authentication: past ``free`` failures in a row, each further
+    refusal to that address is answered ``base_s * 2**k`` seconds late (at most ``max_s``),
+    without holding a server thread (:class:`DelayedAnswers`). A call with the right token is
+    never slowed and clears the count. Memory is bounded by :data:`MAX_PEERS`. Thread-safe."""
 
     def __init__(self, base_s: float = PENALTY_BASE_S, max_s: float = PENALTY_MAX_S,
                  free: int = FREE_FAILURES) -> None:
@@ -96,30 +99,61 @@ class FailurePenalty:
         self.free = free
         self.max_s = max_s
         self._lock = threading.Lock()
-        self._peers: OrderedDict[str, tuple[int, float]] = OrderedDict()  # fails, locked until
+        self._peers: OrderedDict[str, int] = OrderedDict()  # failures in a row
 
-    def wait_s(self, peer: str) -> float:
-        """Seconds ``peer`` is still locked out (0: it may try)."""
+    def failed(self, peer: str) -> tuple[int, float]:
+        """Record a failure of ``peer``: (its failures in a row, seconds to delay the answer)."""
         with self._lock:
-            entry = self._peers.get(peer)
-        return max(0.0, entry[1] - time.monotonic()) if entry else 0.0
-
-    def failed(self, peer: str) -> int:
-        """Record a failure of ``peer``; returns its failures in a row."""
-        with self._lock:
-            fails = self._peers.pop(peer, (0, 0.0))[0] + 1
-            over = fails - self.free
-            lock = min(self.max_s, self.base_s * 2 ** min(over - 1, 30)) if over > 0 else 0.0
-            self._peers[peer] = (fails, time.monotonic() + lock)
+            fails = self._peers.pop(peer, 0) + 1
+            self._peers[peer] = fails
             while len(self._peers) > MAX_PEERS:
                 self._peers.popitem(last=False)
-        return fails
+        over = fails - self.free
+        return fails, (min(self.max_s, self.base_s * 2 ** min(over - 1, 30)) if over > 0
+                       else 0.0)
 
     def succeeded(self, peer: str) -> None:
         """Forget ``peer``'s failures."""
         if self._peers:
             with self._lock:
                 self._peers.pop(peer, None)
+
+
+class DelayedAnswers:
+    """Sends answers later from one scheduler thread (no server thread waits); at most
+    ``max_pending`` wait at once, beyond which :meth:`later` refuses (answer at once)."""
+
+    def __init__(self, max_pending: int = MAX_DELAYED) -> None:
+        self.max_pending = max_pending
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = 0
+        self._thread: threading.Thread | None = None
+
+    def later(self, delay_s: float, answer: Callable[[], None]) -> bool:
+        """Run ``answer`` in ``delay_s`` seconds; False (not scheduled) when too many wait."""
+        with self._cond:
+            if len(self._heap) >= self.max_pending:
+                return False
+            self._seq += 1
+            heapq.heappush(self._heap, (time.monotonic() + delay_s, self._seq, answer))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="edge-auth-delay",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                _, _, answer = heapq.heappop(self._heap)
+            try:
+                answer()
+            except Exception:  # the caller left: nothing to answer
+                log.debug("a delayed refusal could not be sent", exc_info=True)
 
 
 def _safe(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
@@ -165,14 +199,15 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
 
     ``token`` may be a callable returning the current token (a rotated token file); a stream
     opened with a token that is then rotated ends (UNAUTHENTICATED) at its next message.
-    Failed attempts are logged (peer, method; rate-limited) and lock the peer out for a
-    growing moment (:class:`FailurePenalty`).
+    Failed attempts are logged (peer, method; rate-limited) and, past a few in a row, answered
+    late (:class:`FailurePenalty`); the right token is never slowed.
     """
 
     def __init__(self, token: str | Callable[[], str],
                  penalty: FailurePenalty | None = None) -> None:
         self._current = token if callable(token) else (lambda: token)
         self.penalty = penalty or FailurePenalty()
+        self.delayed = DelayedAnswers()
 
     def intercept_service(self, continuation: Callable[[Any], Any],
                           handler_call_details: grpc.HandlerCallDetails) -> Any:
@@ -192,11 +227,7 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
             return self._denial(method)
 
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-            peer = _peer_key(context.peer())
-            wait = self.penalty.wait_s(peer)
-            if wait > 0:
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, _locked(peer, wait))
-            self.penalty.succeeded(peer)
+            self.penalty.succeeded(_peer_key(context.peer()))
             if handler.request_streaming:
                 request = _checked_requests(request, still_valid, context)
             elif isinstance(request, Undecodable):
@@ -216,24 +247,21 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         def deny(requests: Any, context: grpc.ServicerContext,
                  send: Callable[[Any], None]) -> None:
             peer = _peer_key(context.peer())
-            wait = self.penalty.wait_s(peer)
-            if wait > 0:
-                details = _locked(peer, wait)
-            else:
-                fails = self.penalty.failed(peer)
-                _throttle.warning(peer, "refused management call %s from %s: missing or "
-                                  "wrong token (%d in a row)", method, context.peer(), fails)
-                details = DENIED
+            fails, delay = self.penalty.failed(peer)
+            _throttle.warning(peer, "refused management call %s from %s: missing or wrong "
+                              "token (%d in a row)", method, context.peer(), fails)
             context.set_code(grpc.StatusCode.UNAUTHENTICATED)
-            context.set_details(details)
+            if delay > 0:
+                context.set_details(f"{DENIED} (answered {delay:.1f} s late: {fails} failures "
+                                    f"in a row from {peer})")
+                if self.delayed.later(delay, lambda: send(None)):
+                    return
+            else:
+                context.set_details(DENIED)
             send(None)
 
         deny.experimental_non_blocking = True  # type: ignore[attr-defined]
         return grpc.stream_stream_rpc_method_handler(deny)
-
-
-def _locked(peer: str, wait: float) -> str:
-    return f"too many failed authentication attempts from {peer}; retry in {wait:.1f} s"
 
 
 def _refuse_undecodable(request: Undecodable, method: str,
