@@ -9,7 +9,20 @@ Example ``agent.toml``::
     uds = "/run/edge-agent/inference.sock"   # default: STATE_DIR/run/inference.sock
     uds_enabled = true
     max_message_bytes = 67108864
-    workers = 8
+    workers = 8                       # handler threads; 4 calls admitted per thread, the rest
+                                      # refused with RESOURCE_EXHAUSTED
+    max_streams = 64                  # ModelStreamInfer streams open at once, in total
+    max_streams_per_peer = 16         # ... per caller address (every local TCP caller is one
+                                      # peer, and so is the Unix socket)
+    stream_first_message_s = 10       # a stream that sends nothing this long is closed
+    stream_idle_s = 60                # a stream with nothing to do this long is closed
+    max_response_bytes = 268435456    # bytes of responses in flight; beyond: RESOURCE_EXHAUSTED
+    max_connections = 1024            # connections held at once (also kept below the
+                                      # open-files limit, which starts raised to its hard limit)
+    connection_idle_s = 300           # a connection without calls this long is closed (0: never)
+    handshake_timeout_s = 10          # a connection that does not finish HTTP/2 setup is closed
+    request_arrival_s = 10            # a call whose request message has not arrived this long
+                                      # after a handler took it up is cancelled
     repository_control = false        # true: KServe RepositoryModelLoad/Unload are allowed on
                                       # the inference port, WITHOUT authentication (as Triton)
 
@@ -63,6 +76,15 @@ class GrpcConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     workers: int = 8  # handler threads; fewer cost less CPU per request (docs/performance.md)
     repository_control: bool = False  # KServe RepositoryModelLoad/Unload (unauthenticated)
+    max_streams: int = 64
+    max_streams_per_peer: int = 16
+    stream_first_message_s: float = 10.0
+    stream_idle_s: float = 60.0
+    max_response_bytes: int = 256 * 1024 * 1024
+    max_connections: int = 1024
+    connection_idle_s: float = 300.0
+    handshake_timeout_s: float = 10.0
+    request_arrival_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +129,18 @@ def _non_negative(key: str, value: Any) -> int:
     return int(value)
 
 
+_SECONDS_KEYS = ("stream_first_message_s", "stream_idle_s", "connection_idle_s",
+                 "handshake_timeout_s", "request_arrival_s")
+
+
+def _seconds(key: str, value: Any, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"config key '{key}': expected seconds (a number), got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"config key '{key}': must be > 0 seconds, got {value}")
+    return float(value)
+
+
 def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:
     known = {f.name for f in dataclasses.fields(GrpcConfig)}
     kw: dict[str, Any] = {}
@@ -120,10 +154,13 @@ def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:
             kw[key] = Path(_check_type(full, value, str)) if value else None
         elif key in ("uds_enabled", "repository_control"):
             kw[key] = _check_type(full, value, bool)
-        elif key in ("max_message_bytes", "workers", "uds_mode"):
+        elif key in ("max_message_bytes", "workers", "uds_mode", "max_streams",
+                     "max_streams_per_peer", "max_response_bytes", "max_connections"):
             kw[key] = _non_negative(full, value)
             if key != "uds_mode" and kw[key] == 0:
                 raise ConfigError(f"config key '{full}': must be > 0")
+        elif key in _SECONDS_KEYS:
+            kw[key] = _seconds(full, value, allow_zero=key == "connection_idle_s")
     return dataclasses.replace(base, **kw)
 
 

@@ -4,6 +4,16 @@ on a Unix domain socket (file mode 0660) and/or TCP (127.0.0.1 unless configured
 Sync thread-pool server: on this 2-core class of device it answered about twice as many
 requests per second as grpc.aio (benchmarks/bench_server_model.py), and the data plane runs
 an idle model inline on the handler thread, saving a thread hop per request.
+
+Capacity that abusive callers cannot take (docs/security.md): unary calls are admitted by
+:class:`~edge_agent.protocol.admission.AdmissionPool` (4 per handler thread, the rest refused
+at once; a call whose request does not arrive within ``request_arrival_s`` is cancelled);
+ModelStreamInfer is non-blocking, capped and timed out
+(:mod:`edge_agent.protocol.streams`) on a pool of its own; health has its own pool and is
+never refused. Connections idle for ``connection_idle_s``, or that do not finish the HTTP/2
+handshake within ``handshake_timeout_s``, are closed; the number of connections is capped
+below the descriptor limit (raised to the hard limit at start) so that the state and metrics
+files can always be opened.
 """
 
 from __future__ import annotations
@@ -11,20 +21,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import socket
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 
 from edge_agent.bind import add_port
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.protocol import handlers
+from edge_agent.protocol.admission import AdmissionPool, ResponseBudget, WatchedPool
 from edge_agent.protocol.servicer import InferenceServicer, RepositoryControl
+from edge_agent.protocol.streams import StreamLimits, StreamSessions
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +48,36 @@ _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 CALLS_PER_WORKER = 4
 """Concurrent inference calls admitted per handler thread; the rest are refused."""
+RESERVED_FDS = 128
+"""Descriptors kept free of connections (state and metrics databases, models, pipes)."""
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-files limit from %d to %d: %s", soft, target, exc)
+    return soft
+
+
+def _open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 64
+
+
+def connection_cap(configured: int) -> int:
+    """How many connections the server may hold: ``configured``, and never so many that the
+    descriptors left (half of those free now, minus :data:`RESERVED_FDS`) run out."""
+    soft = raise_fd_limit()
+    free = max(0, soft - _open_fds() - RESERVED_FDS)
+    return max(16, min(configured, free // 2))
 
 
 @dataclass(frozen=True)
@@ -85,6 +128,8 @@ class AgentServer:
         self.health = health.HealthServicer()
         self._server: grpc.Server | None = None
         self._uds: Path | None = None
+        self._pools: list[futures.ThreadPoolExecutor] = []
+        self.streams: StreamSessions | None = None
         self.addresses = BoundAddresses(None, None)
 
     def start(self) -> BoundAddresses:
@@ -94,16 +139,31 @@ class AgentServer:
             ("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes),
             ("grpc.so_reuseport", 0),  # a second agent on the same port must fail, not share
+            ("grpc.max_allowed_incoming_connections", connection_cap(cfg.max_connections)),
+            ("grpc.server_handshake_timeout_ms", int(cfg.handshake_timeout_s * 1000)),
+            ("grpc.http2.settings_timeout", int(cfg.handshake_timeout_s * 1000)),
         ]
+        if cfg.connection_idle_s > 0:
+            options.append(("grpc.max_connection_idle_ms", int(cfg.connection_idle_s * 1000)))
         # callers beyond CALLS_PER_WORKER per handler thread get RESOURCE_EXHAUSTED at once
         # instead of waiting, each with its request in memory, in an unbounded queue
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers,
-                                                        thread_name_prefix="grpc"),
-                             options=options,
-                             maximum_concurrent_rpcs=cfg.workers * CALLS_PER_WORKER)
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(self.dataplane, self.model_control), server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        arrival = cfg.request_arrival_s
+        self._pools = [AdmissionPool(cfg.workers, cfg.workers * CALLS_PER_WORKER,
+                                     request_arrival_s=arrival),
+                       futures.ThreadPoolExecutor(2, thread_name_prefix="grpc-stream"),
+                       WatchedPool(4, request_arrival_s=arrival, thread_name_prefix="grpc-health")]
+        main, stream_pool, health_pool = self._pools
+        server = grpc.server(main, options=options)
+        self.streams = StreamSessions(StreamLimits(
+            max_streams=cfg.max_streams, max_streams_per_peer=cfg.max_streams_per_peer,
+            stream_first_message_s=cfg.stream_first_message_s,
+            stream_idle_s=cfg.stream_idle_s))
+        servicer = InferenceServicer(self.dataplane, self.model_control, streams=self.streams,
+                                     budget=ResponseBudget(cfg.max_response_bytes))
+        handlers.register(server, INFERENCE_SERVICE,
+                          handlers.inference_handlers(servicer, stream_pool, health_pool))
+        handlers.register(server, handlers.HEALTH_SERVICE,
+                          handlers.health_handlers(self.health, health_pool))
         for name in ("", INFERENCE_SERVICE):
             self.health.set(name, _NOT_SERVING)
         tcp = None
@@ -136,6 +196,11 @@ class AgentServer:
         if self._server is not None:
             self._server.stop(grace).wait()
             self._server = None
+        if self.streams is not None:
+            self.streams.stop()
+        for pool in self._pools:
+            pool.shutdown(wait=False)
+        self._pools = []
         if self._uds is not None:
             with contextlib.suppress(FileNotFoundError):
                 self._uds.unlink()

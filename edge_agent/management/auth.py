@@ -4,19 +4,32 @@ Clients send ``authorization: Bearer <token>`` metadata on every call (inside TL
 agent runs with ``--insecure``; see :mod:`edge_agent.management.tls`). With mTLS configured
 (``client_ca`` set), the TLS handshake already proved the client's certificate, so the token is
 not asked for. A wrong or missing token ends the call with UNAUTHENTICATED before the servicer
-runs, so nothing changes.
+runs and before the request is read (so nothing changes and no server thread waits on the
+caller); the failure is logged (peer, method, rate-limited) and, past 10 failures in a row
+from one address, answered late (0.1 s doubling to 1 s; no thread waits meanwhile). A stream
+opened with a token that is rotated meanwhile ends at its next message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 
 from edge_agent.errors import ConfigError
+from edge_agent.logthrottle import LogThrottle
 from edge_agent.settings import TlsFiles
 from edge_agent.state.token import tokens_equal
+from edge_agent.undecodable import Undecodable
+
+log = logging.getLogger(__name__)
+_throttle = LogThrottle(log, interval_s=10.0, burst=3)
 
 AUTH_HEADER = "authorization"
 DENIED = ("missing or wrong management token; pass the agent's token "
@@ -50,11 +63,114 @@ def _presented(metadata: Any) -> str | None:
     return None
 
 
-def _denying(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-    def deny(request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, DENIED)
+ROTATED = ("the management token was rotated; this call was opened with the old one. "
+           "Reconnect with the new token (on the device: edge-agent token --state-dir DIR)")
+FREE_FAILURES = 10
+"""Failures in a row a peer may have before it is locked out (a mistyped token costs nothing)."""
+PENALTY_BASE_S = 0.1
+PENALTY_MAX_S = 1.0
+MAX_DELAYED = 1024
+"""Refusals waiting to be sent late at most (beyond, they are sent at once)."""
+MAX_PEERS = 4096
+"""Peers whose failed attempts are remembered at most (the oldest are forgotten)."""
 
-    kw = {"request_deserializer": handler.request_deserializer,
+
+def _peer_key(peer: str) -> str:
+    """The caller's address without its port."""
+    if peer.startswith(("ipv4:", "ipv6:")):
+        return peer.rpartition(":")[0]
+    return peer.split(":", 1)[0] or "unknown"
+
+
+class FailurePenalty:
+    """Per-peer slowing of failed authentication: past ``free`` failures in a row, each further
+    refusal to that address is answered ``base_s * 2**k`` seconds late (at most ``max_s``),
+    without holding a server thread (:class:`DelayedAnswers`). A call with the right token is
+    never slowed and clears the count. Memory is bounded by :data:`MAX_PEERS`. Thread-safe."""
+
+    def __init__(self, base_s: float = PENALTY_BASE_S, max_s: float = PENALTY_MAX_S,
+                 free: int = FREE_FAILURES) -> None:
+        self.base_s = base_s
+        self.free = free
+        self.max_s = max_s
+        self._lock = threading.Lock()
+        self._peers: OrderedDict[str, int] = OrderedDict()  # failures in a row
+
+    def failed(self, peer: str) -> tuple[int, float]:
+        """Record a failure of ``peer``: (its failures in a row, seconds to delay the answer)."""
+        with self._lock:
+            fails = self._peers.pop(peer, 0) + 1
+            self._peers[peer] = fails
+            while len(self._peers) > MAX_PEERS:
+                self._peers.popitem(last=False)
+        over = fails - self.free
+        return fails, (min(self.max_s, self.base_s * 2 ** min(over - 1, 30)) if over > 0
+                       else 0.0)
+
+    def succeeded(self, peer: str) -> None:
+        """Forget ``peer``'s failures."""
+        if self._peers:
+            with self._lock:
+                self._peers.pop(peer, None)
+
+
+class DelayedAnswers:
+    """Sends answers later from one scheduler thread (no server thread waits); at most
+    ``max_pending`` wait at once, beyond which :meth:`later` refuses (answer at once)."""
+
+    def __init__(self, max_pending: int = MAX_DELAYED) -> None:
+        self.max_pending = max_pending
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = 0
+        self._thread: threading.Thread | None = None
+
+    def later(self, delay_s: float, answer: Callable[[], None]) -> bool:
+        """Run ``answer`` in ``delay_s`` seconds; False (not scheduled) when too many wait."""
+        with self._cond:
+            if len(self._heap) >= self.max_pending:
+                return False
+            self._seq += 1
+            heapq.heappush(self._heap, (time.monotonic() + delay_s, self._seq, answer))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="edge-auth-delay",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                _, _, answer = heapq.heappop(self._heap)
+            try:
+                answer()
+            except Exception:  # the caller left: nothing to answer
+                log.debug("a delayed refusal could not be sent", exc_info=True)
+
+
+def _safe(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserialize`` that returns an :class:`Undecodable` instead of raising (gRPC would log
+    a traceback per call, for anyone who can reach the port)."""
+    if deserialize is None:
+        return None
+    owner = getattr(deserialize, "__self__", None)
+    name = getattr(getattr(owner, "DESCRIPTOR", None), "full_name", "request")
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:
+            return Undecodable(name, str(exc) or type(exc).__name__)
+
+    return decode
+
+
+def _rebuild(handler: grpc.RpcMethodHandler[Any, Any], behavior: Callable[..., Any]
+             ) -> grpc.RpcMethodHandler[Any, Any]:
+    kw = {"request_deserializer": _safe(handler.request_deserializer),
           "response_serializer": handler.response_serializer}
     make: Callable[..., grpc.RpcMethodHandler[Any, Any]]
     if handler.request_streaming and handler.response_streaming:
@@ -65,23 +181,108 @@ def _denying(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[
         make = grpc.unary_stream_rpc_method_handler
     else:
         make = grpc.unary_unary_rpc_method_handler
-    return make(deny, **kw)
+    return make(behavior, **kw)
+
+
+def _original(handler: grpc.RpcMethodHandler[Any, Any]) -> Callable[..., Any]:
+    behavior = (handler.unary_unary or handler.unary_stream or handler.stream_unary
+                or handler.stream_stream)
+    assert behavior is not None  # every handler has one kind
+    return behavior
 
 
 class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  # generic only in grpc-stubs
     """Refuses every call whose bearer token is not ``token`` (UNAUTHENTICATED).
 
-    ``token`` may be a callable returning the current token (a rotated token file).
+    ``token`` may be a callable returning the current token (a rotated token file); a stream
+    opened with a token that is then rotated ends (UNAUTHENTICATED) at its next message.
+    Failed attempts are logged (peer, method; rate-limited) and, past a few in a row, answered
+    late (:class:`FailurePenalty`); the right token is never slowed.
     """
 
-    def __init__(self, token: str | Callable[[], str]) -> None:
+    def __init__(self, token: str | Callable[[], str],
+                 penalty: FailurePenalty | None = None) -> None:
         self._current = token if callable(token) else (lambda: token)
+        self.penalty = penalty or FailurePenalty()
+        self.delayed = DelayedAnswers()
 
     def intercept_service(self, continuation: Callable[[Any], Any],
                           handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
-        if tokens_equal(_presented(handler_call_details.invocation_metadata), self._current()):
-            return handler
-        return _denying(handler)
+        presented = _presented(handler_call_details.invocation_metadata)
+        ok = tokens_equal(presented, self._current())
+        method = handler_call_details.method
+        behavior = _original(handler)
+        current = self._current
+
+        def still_valid() -> bool:
+            return tokens_equal(presented, current())
+
+        if not ok:
+            return self._denial(method)
+
+        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+            self.penalty.succeeded(_peer_key(context.peer()))
+            if handler.request_streaming:
+                request = _checked_requests(request, still_valid, context)
+            elif isinstance(request, Undecodable):
+                _refuse_undecodable(request, method, context)
+            result = behavior(request, context)
+            if handler.response_streaming:
+                return _checked_responses(result, still_valid, context)
+            return result
+
+        return _rebuild(handler, guarded)
+
+    def _denial(self, method: str) -> grpc.RpcMethodHandler[Any, Any]:
+        """A handler that refuses without reading the request (whatever the method's kind, a
+        non-blocking stream handler: a caller without the token, silent or not, holds no
+        server thread)."""
+
+        def deny(requests: Any, context: grpc.ServicerContext,
+                 send: Callable[[Any], None]) -> None:
+            peer = _peer_key(context.peer())
+            fails, delay = self.penalty.failed(peer)
+            _throttle.warning(peer, "refused management call %s from %s: missing or wrong "
+                              "token (%d in a row)", method, context.peer(), fails)
+            context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+            if delay > 0:
+                context.set_details(f"{DENIED} (answered {delay:.1f} s late: {fails} failures "
+                                    f"in a row from {peer})")
+                if self.delayed.later(delay, lambda: send(None)):
+                    return
+            else:
+                context.set_details(DENIED)
+            send(None)
+
+        deny.experimental_non_blocking = True  # type: ignore[attr-defined]  # grpc reads this attribute of a handler function
+        return grpc.stream_stream_rpc_method_handler(deny)
+
+
+def _refuse_undecodable(request: Undecodable, method: str,
+                        context: grpc.ServicerContext) -> None:
+    _throttle.warning("undecodable", "refused an undecodable %s call from %s: %s", method,
+                      context.peer(), request.reason[:200])
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(request.error()))
+
+
+def _checked_requests(requests: Iterator[Any], valid: Callable[[], bool],
+                      context: grpc.ServicerContext) -> Iterator[Any]:
+    for item in requests:
+        if not valid():
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
+        if isinstance(item, Undecodable):
+            _refuse_undecodable(item, "stream", context)
+        yield item
+    if not valid():
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
+
+
+def _checked_responses(responses: Iterator[Any] | None, valid: Callable[[], bool],
+                       context: grpc.ServicerContext) -> Iterator[Any]:
+    for item in responses or ():
+        if not valid():
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
+        yield item

@@ -19,7 +19,13 @@ import grpc
 
 from edge_agent import __version__
 from edge_agent.discovery import MANAGEMENT_API_VERSION
-from edge_agent.errors import AgentError, InvalidInputError, QueueFullError, StateStoreError
+from edge_agent.errors import (
+    AgentError,
+    InvalidInputError,
+    QueueFullError,
+    RequestTimeoutError,
+    StateStoreError,
+)
 from edge_agent.management import convert
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
@@ -31,11 +37,17 @@ from edge_agent.manager.outcome import DeployOutcome, StepEvent
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore
 from edge_agent.protocol.status import abort
-from packager.bundle_format import MAX_TOTAL_BYTES
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_BYTES = 1 << 20
+UPLOAD_IDLE_S = 60.0
+"""An upload that sends nothing for this long is dropped (DEADLINE_EXCEEDED)."""
+UPLOAD_TOTAL_S = 6 * 3600.0
+"""An upload that takes longer than this in all is dropped (DEADLINE_EXCEEDED)."""
+MAX_DEPLOYS = 4
+"""Deploy streams served at once; more are refused (RESOURCE_EXHAUSTED)."""
+_QUEUED_CHUNKS = 4  # chunks read ahead of the disk at most (each <= the 8 MiB message cap)
 _MAX_UNIX_S = float(2**40)  # far past any real clock, far inside SQLite's int64
 
 
@@ -45,8 +57,15 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
     def __init__(self, manager: ModelManager, identity: AgentIdentity, *,
                  metrics: MetricsStore | None = None,
                  recorder: MetricsRecorder | None = None,
-                 on_change: Callable[[], None] | None = None, max_watchers: int = 8) -> None:
+                 on_change: Callable[[], None] | None = None, max_watchers: int = 8,
+                 max_deploys: int = MAX_DEPLOYS, upload_idle_s: float = UPLOAD_IDLE_S,
+                 upload_total_s: float = UPLOAD_TOTAL_S) -> None:
         self.manager = manager
+        # each Deploy stream holds a server thread while it uploads: cap them too
+        self._deploys = threading.BoundedSemaphore(max_deploys)
+        self.max_deploys = max_deploys
+        self.upload_idle_s = upload_idle_s
+        self.upload_total_s = upload_total_s
         # each WatchMetrics stream holds a server thread: cap them so calls still get one
         self._watchers = threading.BoundedSemaphore(max_watchers)
         self.max_watchers = max_watchers
@@ -88,11 +107,26 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
     # -- changes -------------------------------------------------------------------------------
     def Deploy(self, request_iterator: Iterator[pb.DeployRequest],
                context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
+        if not self._deploys.acquire(blocking=False):
+            abort(context, QueueFullError(
+                f"this agent already receives {self.max_deploys} deploys; retry when one "
+                "has finished"))
+        try:
+            yield from self._deploy(_timed(request_iterator, context, self.upload_idle_s,
+                                           self.upload_total_s), context)
+        finally:
+            self._deploys.release()
+
+    def _deploy(self, request_iterator: Iterator[pb.DeployRequest],
+                context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("part") != "header":
             abort(context, InvalidInputError("the first Deploy message must be the header "
                                              "(file name, size)"))
         header = first.header
+        if header.size_bytes <= 0:
+            abort(context, InvalidInputError(f"the Deploy header declares {header.size_bytes} "
+                                             "bytes; declare the bundle's size in bytes"))
         try:
             compat.check_upload_size(header.size_bytes)
             path = self.manager.new_upload_path()
@@ -133,10 +167,12 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             for req in requests:
                 if req.WhichOneof("part") != "chunk":
                     abort(context, InvalidInputError("only data chunks may follow the header"))
-                out.write(req.chunk)
                 received += len(req.chunk)
-                if received > MAX_TOTAL_BYTES:
-                    abort(context, QueueFullError(f"the upload passed {MAX_TOTAL_BYTES} bytes"))
+                if received > header.size_bytes:
+                    abort(context, InvalidInputError(
+                        f"the upload sent more than the {header.size_bytes} bytes its header "
+                        "declared; declare the bundle's real size"))
+                out.write(req.chunk)
                 if received - reported >= PROGRESS_EVERY_BYTES:
                     reported = received
                     yield pb.DeployEvent(progress=pb.UploadProgress(
@@ -152,9 +188,9 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         finally:
             with contextlib.suppress(OSError):  # closing flushes: a full disk fails here too
                 out.close()
-        if header.size_bytes and received != header.size_bytes:
-            abort(context, InvalidInputError(f"the upload ended after {received} of "
-                                             f"{header.size_bytes} bytes"))
+        if received != header.size_bytes:
+            abort(context, InvalidInputError(f"the upload ended after {received} of the "
+                                             f"{header.size_bytes} bytes its header declared"))
         yield pb.DeployEvent(progress=pb.UploadProgress(received_bytes=received,
                                                         total_bytes=header.size_bytes))
 
@@ -260,6 +296,58 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         finally:
             unsubscribe()
             self._watchers.release()
+
+
+def _timed(requests: Iterator[pb.DeployRequest], context: grpc.ServicerContext,
+           idle_s: float, total_s: float) -> Iterator[pb.DeployRequest]:
+    """``requests`` read on a thread of their own, so that an upload that stalls (nothing for
+    ``idle_s``) or drags on (longer than ``total_s``) ends with DEADLINE_EXCEEDED."""
+    items: queue.Queue[object] = queue.Queue(_QUEUED_CHUNKS)
+    done = threading.Event()
+    end = object()
+
+    def read() -> None:
+        try:
+            for req in requests:
+                while not done.is_set():
+                    try:
+                        items.put(req, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if done.is_set():
+                    return
+        except Exception as exc:  # cancelled or broken: hand it to the handler thread
+            item: object = exc
+        else:
+            item = end
+        with contextlib.suppress(queue.Full):
+            while not done.is_set():
+                try:
+                    items.put(item, timeout=0.5)
+                    return
+                except queue.Full:
+                    continue
+
+    threading.Thread(target=read, name="edge-upload-reader", daemon=True).start()
+    deadline = time.monotonic() + total_s
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                item = items.get(timeout=max(0.0, min(idle_s, left)))
+            except queue.Empty:
+                why = (f"the upload took longer than {total_s:g} s" if left <= idle_s else
+                       f"the upload sent nothing for {idle_s:g} s")
+                abort(context, RequestTimeoutError(f"{why}; the partial upload was dropped, "
+                                                   "deploy again"))
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]  # the queue holds events here (checked above)
+    finally:
+        done.set()
 
 
 def _sample_pb(sample: LiveSample, model: str) -> pb.MetricsSample:

@@ -10,6 +10,7 @@ The database runs in WAL mode with incremental auto-vacuum so the size cap can s
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -24,7 +25,11 @@ from edge_agent.metrics import histogram as hist
 from edge_agent.metrics.system import SystemSample
 from edge_agent.sqlite_tx import write_transaction
 
+log = logging.getLogger(__name__)
+
 DB_NAME = "metrics.db"
+CHECK_FILE_EVERY_S = 2.0
+"""How often :meth:`MetricsStore.write` checks that its file is still the one it opened."""
 DAY_S = 86_400
 _COUNTERS = ("requests", "errors", "rows", "batches", "batch_rows", "queue_ns_sum",
              "compute_ns_sum", "total_ns_sum")
@@ -165,8 +170,13 @@ class MetricsStore:
         self.max_bytes = max_bytes
         self.readonly = readonly
         self._lock = threading.RLock()
+        self._identity: tuple[int, int] | None = None
+        self._next_check = 0.0
+        self._connect()
+
+    def _connect(self) -> None:
         try:
-            if readonly:
+            if self.readonly:
                 if not self.path.exists():
                     raise StateStoreError(f"there is no metrics database at {self.path}; is the "
                                           "agent's state directory right?")
@@ -177,12 +187,43 @@ class MetricsStore:
                 conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout=5000")
             self._conn = conn
-            if not readonly:
+            if not self.readonly:
                 self._setup()
+            self._identity = self._file_identity()
         except sqlite3.DatabaseError as exc:
             raise StateStoreError(
                 f"cannot open the metrics database {self.path}: {exc}; it holds only history, "
                 "so deleting it (with the agent stopped) is safe") from exc
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def check_file(self, *, force: bool = False) -> bool:
+        """Reopen the database if its file was removed or replaced since it was opened (the
+        writer would otherwise keep writing to a deleted file); returns True if it reopened.
+
+        Checks at most every :data:`CHECK_FILE_EVERY_S` unless ``force``."""
+        if self.readonly:
+            return False
+        now = time.monotonic()
+        if not force and now < self._next_check:
+            return False
+        self._next_check = now + CHECK_FILE_EVERY_S
+        seen = self._file_identity()
+        if seen is not None and seen == self._identity:
+            return False
+        with self._lock:
+            log.warning("the metrics database %s was %s while the agent ran; starting a new "
+                        "one there (the history it held is gone)", self.path,
+                        "removed" if seen is None else "replaced")
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()  # checkpoints into the old file and drops its -wal/-shm
+            self._connect()
+        return True
 
     @classmethod
     def open(cls, state_dir: str | os.PathLike[str], **kwargs: Any) -> MetricsStore:
@@ -217,6 +258,7 @@ class MetricsStore:
     def write(self, ts: int, rows: Iterable[SecondRow], system: SystemSample | None = None,
               res: int = 1) -> int:
         """Store one interval's rows (merging with rows already at ``ts``); returns the count."""
+        self.check_file()
         params = [(r.model, r.version, ts, res, r.requests, r.errors, r.rows, r.batches,
                    r.batch_rows, r.queue_ns_sum, r.compute_ns_sum, r.total_ns_sum,
                    hist.encode(r.h_queue) or None, hist.encode(r.h_compute) or None,

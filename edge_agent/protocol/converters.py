@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,15 @@ from edge_agent.protocol.datatypes import (
 )
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import model_config_pb2 as mc
+from edge_agent.undecodable import Undecodable
 from packager.manifest import TensorSpec
+
+MAX_REQUEST_ID_BYTES = 256
+"""A request id longer than this is refused (the id is echoed in the response)."""
+MAX_PARAMETERS = 32
+"""Parameters per request, and per input or output tensor, at most."""
+MAX_PARAMETER_BYTES = 1024
+"""Bytes of one parameter's key, or of its string value, at most."""
 
 
 def parse_version(version: str, model: str) -> int | None:
@@ -58,6 +67,40 @@ def _timeout_us(params: Mapping[str, pb.InferParameter]) -> int | None:
     if value < 0:
         raise InvalidInputError("request parameter 'timeout' must be >= 0 microseconds")
     return value or None
+
+
+def _check_parameters(params: Any, where: str) -> None:
+    if len(params) > MAX_PARAMETERS:
+        raise InvalidInputError(
+            f"{where} has {len(params)} parameters; at most {MAX_PARAMETERS} are accepted")
+    for key, p in params.items():
+        if len(key.encode()) > MAX_PARAMETER_BYTES or (
+                p.WhichOneof("parameter_choice") == "string_param"
+                and len(p.string_param.encode()) > MAX_PARAMETER_BYTES):
+            raise InvalidInputError(
+                f"{where}: parameter {key[:40]!r} is longer than {MAX_PARAMETER_BYTES} bytes "
+                "(key or string value)")
+
+
+def _check_bounds(msg: pb.ModelInferRequest) -> None:
+    """Refuse ids, parameters and output lists beyond the documented limits."""
+    if len(msg.model_name.encode()) > MAX_PARAMETER_BYTES:
+        raise InvalidInputError(f"model name is longer than {MAX_PARAMETER_BYTES} bytes")
+    if len(msg.id.encode()) > MAX_REQUEST_ID_BYTES:
+        raise InvalidInputError(
+            f"request id is {len(msg.id.encode())} bytes; at most {MAX_REQUEST_ID_BYTES} are "
+            "accepted")
+    where = f"request for model '{msg.model_name}'"
+    _check_parameters(msg.parameters, where)
+    for tensor in msg.inputs:
+        _check_parameters(tensor.parameters, f"input '{tensor.name}'")
+    seen: set[str] = set()
+    for out in msg.outputs:
+        if out.name in seen:
+            raise InvalidInputError(
+                f"{where} asks for output '{out.name}' more than once; name each output once")
+        seen.add(out.name)
+        _check_parameters(out.parameters, f"output '{out.name}'")
 
 
 MAX_DIMS = 32  # numpy's limit is 64
@@ -114,10 +157,13 @@ def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> np.ndarray:
 
 def to_infer_request(msg: pb.ModelInferRequest) -> tuple[InferRequest, bool]:
     """Decode a ModelInferRequest; returns the core request and whether it used raw contents."""
+    if isinstance(msg, Undecodable):
+        raise msg.error()
     if not msg.model_name:
         raise InvalidInputError("empty request: model_name is missing")
     if not msg.inputs:
         raise InvalidInputError(f"request for model '{msg.model_name}' has no inputs")
+    _check_bounds(msg)
     raws = msg.raw_input_contents[:]
     inputs: dict[str, np.ndarray] = {}
     if raws:

@@ -11,22 +11,32 @@ import dataclasses
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from typing import Any, NoReturn, Protocol, TypeAlias
 
 import grpc
 
 from edge_agent.core.api import DataPlaneAPI
+from edge_agent.core.types import InferRequest, InferResult
 from edge_agent.errors import AgentError, InvalidInputError
 from edge_agent.manager.errors import RepositoryControlDisabledError
 from edge_agent.protocol import converters, status
+from edge_agent.protocol.admission import ResponseBudget
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.protocol.streams import END, StreamSession, StreamSessions, peer_key
 
 log = logging.getLogger(__name__)
 
-_END = object()
 _Ctx: TypeAlias = grpc.ServicerContext
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+def _response_bytes(result: InferResult, order: list[str] | None) -> int:
+    """The bytes of output data a response to ``result`` carries."""
+    names = order or result.outputs
+    return sum(result.outputs[n].nbytes for n in names if n in result.outputs)
 
 
 def _model_name(name: str) -> str:
@@ -74,13 +84,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ``[grpc] repository_control = true``) answers them UNAVAILABLE, naming the setting.
     """
 
-    def __init__(self, dataplane: DataPlaneAPI, control: RepositoryControl | None = None) -> None:
+    def __init__(self, dataplane: DataPlaneAPI, control: RepositoryControl | None = None, *,
+                 streams: StreamSessions | None = None,
+                 budget: ResponseBudget | None = None) -> None:
         self._dp = dataplane
         self._control = control
         # the KServe/Triton protocol extensions served here: ModelConfig, ModelStatistics, and
         # the model repository (index, load, unload) only when model control is on
         self._extensions = ("model_configuration", "statistics") + (
             ("model_repository",) if control is not None else ())
+        self._streams = streams or StreamSessions()
+        self._budget = budget or ResponseBudget(DEFAULT_MAX_RESPONSE_BYTES)
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -127,49 +141,98 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             infer_request, raw = converters.to_infer_request(request)
             result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
+            nbytes = _response_bytes(result, infer_request.outputs)
+            self._budget.acquire(nbytes)
+            if not context.add_callback(lambda: self._budget.release(nbytes)):
+                self._budget.release(nbytes)  # the call already ended
             return converters.to_infer_response(result, raw=raw, order=infer_request.outputs)
         except Exception as exc:
             self._fail(context, exc)
 
-    def ModelStreamInfer(self, request_iterator: Iterator[pb.ModelInferRequest],
-                         context: _Ctx) -> Iterator[pb.ModelStreamInferResponse]:
-        """Pipelined: a reader thread submits each request as it arrives; answers go back in
-        arrival order. A failed request yields an error_message and the stream goes on."""
-        pending: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    def ModelStreamInfer(self, request_iterator: Iterator[pb.ModelInferRequest], context: _Ctx,
+                         send_response_callback: Callable[[Any], None] | None = None
+                         ) -> Iterator[pb.ModelStreamInferResponse] | None:
+        """Pipelined: a reader thread submits each request as it arrives; a sender thread
+        answers in arrival order. A failed request yields an error_message and the stream goes
+        on. Non-blocking (no handler thread held): see :mod:`edge_agent.protocol.streams`."""
+        if send_response_callback is not None:
+            self._open_stream(request_iterator, context, send_response_callback)
+            return None
+        # a server without the non-blocking extension: answer through a blocking iterator
+        answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._open_stream(request_iterator, context, answers.put)
+        return iter(answers.get, None)
 
-        def read() -> None:
-            try:
-                for msg in request_iterator:
-                    try:
-                        req, raw = converters.to_infer_request(msg)
-                        pending.put((msg, req, raw, self._dp.submit(req), None))
-                    except Exception as exc:
-                        pending.put((msg, None, False, None, exc))
-            except Exception:  # the stream was cancelled or broke: stop reading
-                log.debug("stream reader stopped", exc_info=True)
-            finally:
-                pending.put(_END)
+    def _open_stream(self, requests: Iterator[pb.ModelInferRequest], context: _Ctx,
+                     send: Callable[[Any], None]) -> None:
+        try:
+            session = self._streams.open(peer_key(context.peer()), context, send)
+        except AgentError as exc:
+            context.set_code(status.grpc_code(exc))
+            context.set_details(status.error_message(exc))
+            send(None)
+            return
+        if not context.add_callback(lambda: self._streams.close(session)):
+            self._streams.close(session)
+            return
+        threading.Thread(target=self._read_stream, args=(session, requests),
+                         name="stream-infer-reader", daemon=True).start()
 
-        threading.Thread(target=read, name="stream-infer-reader", daemon=True).start()
-        while True:
-            item = pending.get()
-            if item is _END:
-                return
-            msg, req, raw, future, exc = item
-            if exc is None:
+    def _read_stream(self, session: StreamSession,
+                     requests: Iterator[pb.ModelInferRequest]) -> None:
+        try:
+            for msg in requests:
+                session.received_one()
+                item: tuple[pb.ModelInferRequest, InferRequest | None, bool,
+                            Future[InferResult] | None, Exception | None]
                 try:
-                    response = converters.to_infer_response(future.result(), raw=raw,
-                                                             order=req.outputs)
-                    yield pb.ModelStreamInferResponse(infer_response=response)
-                    continue
-                except Exception as err:
-                    exc = err
-            if not isinstance(exc, AgentError):
-                log.exception("stream inference failed", exc_info=exc)
-            yield pb.ModelStreamInferResponse(
-                error_message=status.error_message(exc),
-                infer_response=pb.ModelInferResponse(model_name=msg.model_name,
-                                                     model_version=msg.model_version, id=msg.id))
+                    req, raw = converters.to_infer_request(msg)
+                    item = (msg, req, raw, self._dp.submit(req), None)
+                except Exception as exc:
+                    item = (msg, None, False, None, exc)
+                session.push(item, self._send_stream)
+        except Exception:  # the stream was cancelled, broke, or was ended: stop reading
+            log.debug("stream reader stopped", exc_info=True)
+        finally:
+            session.push(END, self._send_stream)
+
+    def _send_stream(self, session: StreamSession) -> None:
+        while True:
+            item = session.items.get()
+            if item is END:
+                session.finish()
+                return
+            response, nbytes = self._stream_response(*item)
+            try:
+                session.send(response)
+            finally:
+                self._budget.release(nbytes)
+                session.answered_one()
+
+    def _stream_response(self, msg: pb.ModelInferRequest, req: InferRequest | None, raw: bool,
+                         future: Any, exc: BaseException | None
+                         ) -> tuple[pb.ModelStreamInferResponse, int]:
+        if exc is None:
+            try:
+                result = future.result()
+                nbytes = _response_bytes(result, req.outputs if req else None)
+                self._budget.acquire(nbytes)
+                try:
+                    response = converters.to_infer_response(
+                        result, raw=raw, order=req.outputs if req else None)
+                except BaseException:
+                    self._budget.release(nbytes)
+                    raise
+                return pb.ModelStreamInferResponse(infer_response=response), nbytes
+            except Exception as err:
+                exc = err
+        if not isinstance(exc, AgentError):
+            log.exception("stream inference failed", exc_info=exc)
+        return pb.ModelStreamInferResponse(
+            error_message=status.error_message(exc),
+            infer_response=pb.ModelInferResponse(model_name=msg.model_name,
+                                                 model_version=msg.model_version,
+                                                 id=msg.id)), 0
 
     # -- statistics and repository -------------------------------------------------------
 

@@ -1,0 +1,144 @@
+"""The inference and health services' method handlers, as the agent's server registers them.
+
+Built from the generated tables, with three changes: every request deserializer turns bytes
+that do not parse into a :class:`~edge_agent.undecodable.Undecodable` (the call gets
+INVALID_ARGUMENT and one rate-limited log line, not a traceback per call); unary calls that
+:class:`~edge_agent.protocol.admission.AdmissionPool` did not admit are refused with
+RESOURCE_EXHAUSTED before any work (and calls whose request never arrives are cancelled,
+:class:`~edge_agent.protocol.admission.ReceiveDeadline`); ModelStreamInfer (non-blocking)
+and the health service (with KServe's ServerLive and ServerReady) run on thread pools of
+their own, so neither streams nor inference load can take their threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent import futures
+from typing import Any, TypeAlias
+
+import grpc
+from grpc_health.v1 import health_pb2_grpc
+
+from edge_agent.logthrottle import LogThrottle
+from edge_agent.protocol.admission import refused, request_arrived
+from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.undecodable import Undecodable
+
+# grpc's method handler is a namedtuple whose ``_replace`` (and the server's
+# ``add_registered_method_handlers``) the type stubs do not describe: handled as Any here.
+Handler: TypeAlias = Any
+
+log = logging.getLogger(__name__)
+throttle = LogThrottle(log)
+
+INFERENCE_SERVICE = "inference.GRPCInferenceService"
+HEALTH_SERVICE = "grpc.health.v1.Health"
+LIVENESS = frozenset({"ServerLive", "ServerReady"})
+"""KServe's own health calls: served on the health pool, never refused."""
+REFUSED = ("the agent is at its limit of concurrent calls (4 per handler thread, "
+           "grpc.workers); retry shortly")
+
+
+class _Capture:
+    """Stands in for a server to collect what a generated ``add_..._to_server`` registers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Handler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: Mapping[str, Any]) -> None:
+        self.handlers = dict(handlers)
+
+
+def _safe_deserializer(deserialize: Callable[[bytes], Any], type_name: str
+                       ) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:
+            return Undecodable(type_name, str(exc) or type(exc).__name__)
+
+    return decode
+
+
+def _type_name(deserialize: Callable[[bytes], Any]) -> str:
+    owner = getattr(deserialize, "__self__", None)
+    descriptor = getattr(owner, "DESCRIPTOR", None)
+    return getattr(descriptor, "full_name", "request")
+
+
+def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
+                   ) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        request_arrived()
+        if method not in LIVENESS and refused():
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED)
+        if isinstance(request, Undecodable):
+            throttle.warning("undecodable", "refused an undecodable %s call from %s: %s",
+                             method, context.peer(), request.reason[:200])
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(request.error()))
+        return behavior(request, context)
+
+    return handle
+
+
+def _on_pool(behavior: Callable[..., Any], pool: futures.ThreadPoolExecutor,
+             non_blocking: bool) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        request_arrived()
+        return behavior(*args)
+
+    run.experimental_thread_pool = pool  # type: ignore[attr-defined]  # grpc reads it
+    run.experimental_non_blocking = non_blocking  # type: ignore[attr-defined]  # grpc reads it
+    return run
+
+
+def inference_handlers(servicer: pb_grpc.GRPCInferenceServiceServicer,
+                       stream_pool: futures.ThreadPoolExecutor,
+                       health_pool: futures.ThreadPoolExecutor
+                       ) -> dict[str, Handler]:
+    """The inference service's handlers (see the module docstring); ServerLive and
+    ServerReady run on ``health_pool``."""
+    capture = _Capture()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
+    out: dict[str, Handler] = {}
+    for name, h in capture.handlers.items():
+        decode = _safe_deserializer(h.request_deserializer, _type_name(h.request_deserializer))
+        if h.unary_unary is not None:
+            behavior = _guarded_unary(h.unary_unary, name)
+            if name in LIVENESS:
+                behavior = _on_pool(behavior, health_pool, False)
+            out[name] = h._replace(request_deserializer=decode, unary_unary=behavior)
+        elif h.stream_stream is not None:
+            out[name] = h._replace(request_deserializer=decode,
+                                   stream_stream=_on_pool(h.stream_stream, stream_pool, True))
+        else:  # pragma: no cover - the protocol has no other kinds
+            out[name] = h._replace(request_deserializer=decode)
+    return out
+
+
+def health_handlers(servicer: health_pb2_grpc.HealthServicer,
+                    pool: futures.ThreadPoolExecutor) -> dict[str, Handler]:
+    """The health service's handlers, every one on ``pool`` (never refused)."""
+    capture = _Capture()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, capture)
+    out: dict[str, Handler] = {}
+    for name, h in capture.handlers.items():
+        if h.unary_unary is not None:
+            out[name] = h._replace(unary_unary=_on_pool(h.unary_unary, pool, False))
+        else:
+            behavior = h.unary_stream
+            out[name] = h._replace(unary_stream=_on_pool(
+                behavior, pool, bool(getattr(behavior, "experimental_non_blocking", False))))
+    return out
+
+
+def register(server: Any, service: str,
+             handlers: Mapping[str, Handler]) -> None:
+    """Register ``handlers`` for ``service`` on ``server``."""
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service,
+                                                                          dict(handlers)),))
+    server.add_registered_method_handlers(service, handlers)

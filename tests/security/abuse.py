@@ -1,0 +1,113 @@
+"""Helpers of the abuse tests: an in-process agent with chosen [grpc] limits serving the MLP,
+and idle inference streams held open by a test (and always closed by it)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from edge_agent.config import AgentConfig, GrpcConfig
+from edge_agent.management.agent_main import run_agent
+from edge_agent.management.client import AgentClient
+from edge_agent.management.runtime import AgentRuntime, ManagementOptions
+from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from tests.agent_management.bundles import Bundles
+from tests.agent_management.inproc import InProcessAgent
+
+
+@contextlib.contextmanager
+def limited_agent(state_dir: Path, bundles: Bundles, *, deploy: bool = True,
+                  uds: Path | None = None, **grpc_limits: Any) -> Iterator[InProcessAgent]:
+    """A running agent (TCP 127.0.0.1:0, the Unix socket ``uds`` if given, management on) with
+    ``grpc_limits`` in its [grpc] section, serving mlp v1 when ``deploy``; stopped on exit."""
+    config = AgentConfig(state_dir=state_dir,
+                         grpc=GrpcConfig(address="127.0.0.1:0", uds=uds,
+                                         uds_enabled=uds is not None, **grpc_limits))
+    options = ManagementOptions(address="127.0.0.1:0", name="abuse", mdns=False,
+                                trusted_keys=(bundles.public_key,), watch_window_s=0.0)
+    agent = InProcessAgent(state_dir)
+
+    def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:
+        agent.runtime, agent.grpc = runtime, addresses.tcp
+        agent.ready.set()
+
+    def main() -> None:
+        try:
+            run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
+                      grace=2.0)
+        except BaseException as exc:  # surfaced below
+            agent.error = exc
+            agent.ready.set()
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    agent.thread = threading.Thread(target=main, name="agent-under-test", daemon=True)
+    agent.thread.start()
+    try:
+        assert agent.ready.wait(120) and agent.error is None, f"no agent: {agent.error!r}"
+        if deploy:
+            with AgentClient(agent.management, token=agent.token) as client:
+                assert client.deploy(bundles.mlp[1]).ok
+        yield agent
+    finally:
+        agent.stop()
+
+
+class IdleStreams:
+    """``n`` ModelStreamInfer calls on one channel that send nothing until closed.
+
+    ``outcomes`` gets each stream's end: "OK", or the status code name and details."""
+
+    def __init__(self, target: str, n: int, *, send_first: pb.ModelInferRequest | None = None
+                 ) -> None:
+        self.channel = grpc.insecure_channel(target)
+        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+        self.n = n
+        self.first = send_first
+        self.release = threading.Event()
+        self.outcomes: list[str] = []
+        self.answers = 0
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._calls: list[Any] = []
+
+    def _requests(self) -> Iterator[pb.ModelInferRequest]:
+        if self.first is not None:
+            yield self.first
+        self.release.wait(120)
+
+    def _hold(self) -> None:
+        call = self.stub.ModelStreamInfer(self._requests(), timeout=120)
+        with self._lock:
+            self._calls.append(call)
+        outcome = "OK"
+        try:
+            for _ in call:
+                with self._lock:
+                    self.answers += 1
+        except grpc.RpcError as exc:
+            outcome = f"{exc.code().name}: {exc.details()}"
+        with self._lock:
+            self.outcomes.append(outcome)
+
+    def __enter__(self) -> IdleStreams:
+        for _ in range(self.n):
+            t = threading.Thread(target=self._hold, daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        with self._lock:
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+        for t in self._threads:
+            t.join(30)
+        self.channel.close()
