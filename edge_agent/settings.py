@@ -47,6 +47,8 @@ class ManagementOptions:
     tls: TlsFiles | None = None  # your own certificate; None: the self-signed one in STATE_DIR/tls
     client_ca: Path | None = None  # mTLS with the self-signed certificate
     insecure: bool = False  # plaintext management API (--insecure)
+    connection_idle_s: float = 300.0  # a management connection without calls is closed (0: never)
+    handshake_timeout_s: float = 10.0  # one that does not finish TLS/HTTP/2 setup is closed
     mdns: bool = True
     mdns_interfaces: tuple[str, ...] = ()  # empty: every interface
     metrics: bool = True

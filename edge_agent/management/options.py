@@ -42,7 +42,7 @@ SECTIONS = ("management", "mdns", "metrics")
 _MGMT_EXAMPLE = "0.0.0.0:50051"
 _MGMT_KEYS = {"address", "name", "trust", "allow_unsigned", "profile", "keep_versions",
               "watch_window_s", "error_threshold", "min_requests", "tls_cert", "tls_key",
-              "tls_client_ca", "insecure"}
+              "tls_client_ca", "insecure", "connection_idle_s", "handshake_timeout_s"}
 
 
 def _table(data: Mapping[str, Any], key: str, known: set[str]) -> dict[str, Any]:
@@ -92,7 +92,9 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     if "allow_unsigned" in mg:
         kw["allow_unsigned"] = _typed("management.allow_unsigned", mg["allow_unsigned"], bool)
     for key, kind in (("keep_versions", int), ("min_requests", int),
-                      ("watch_window_s", (int, float)), ("error_threshold", (int, float))):
+                      ("watch_window_s", (int, float)), ("error_threshold", (int, float)),
+                      ("connection_idle_s", (int, float)),
+                      ("handshake_timeout_s", (int, float))):
         if key in mg:
             value = _typed(f"management.{key}", mg[key], kind)
             if value < 0 or (key == "keep_versions" and value < 1):

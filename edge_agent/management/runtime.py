@@ -158,7 +158,9 @@ class AgentRuntime:
         self.management = ManagementServer(servicer, self.options.address,
                                            token=self._token_file.current
                                            if self._token_file else "",
-                                           tls=tls)
+                                           tls=tls,
+                                           connection_idle_s=self.options.connection_idle_s,
+                                           handshake_timeout_s=self.options.handshake_timeout_s)
         self.management_address = self.management.start()
         if not self.options.trusted_keys and not self.options.allow_unsigned:
             log.warning("no trusted public key (--trust): every deploy will be refused until "

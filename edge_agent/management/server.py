@@ -14,6 +14,7 @@ from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.servicer import ManagementServicer
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # deploy chunks are 1 MiB
+MAX_CONNECTIONS = 128  # operators' consoles and scripts; far fewer than inference callers
 
 
 class ManagementServer:
@@ -27,12 +28,17 @@ class ManagementServer:
 
     def __init__(self, servicer: ManagementServicer, address: str, *,
                  token: str | Callable[[], str],
-                 tls: TlsFiles | None = None, workers: int = 16) -> None:
+                 tls: TlsFiles | None = None, workers: int = 16,
+                 connection_idle_s: float = 300.0, handshake_timeout_s: float = 10.0,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.servicer = servicer
         self.address = address
         self.token = token
         self.tls = tls
         self.workers = workers
+        self.connection_idle_s = connection_idle_s
+        self.handshake_timeout_s = handshake_timeout_s
+        self.max_connections = max_connections
         self.port = 0
         self._server: grpc.Server | None = None
 
@@ -48,15 +54,28 @@ class ManagementServer:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="mgmt"),
             interceptors=interceptors,
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.so_reuseport", 0)])
+            options=self._options())
         pb_grpc.add_AgentManagementServicer_to_server(self.servicer, server)
         port = add_port(server, self.address, where="--management (management.address)",
                         credentials=server_credentials(self.tls) if self.tls else None)
         server.start()
         self._server, self.port = server, port
         return f"{self.address.rpartition(':')[0]}:{port}"
+
+    def _options(self) -> list[tuple[str, int]]:
+        """Message limits, and the same connection hygiene as the inference server: idle
+        connections and ones that never finish the TLS/HTTP/2 handshake are closed, and the
+        connections held at once are capped (descriptors stay free for the agent's files)."""
+        handshake_ms = int(self.handshake_timeout_s * 1000)
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.so_reuseport", 0),
+                   ("grpc.max_allowed_incoming_connections", self.max_connections),
+                   ("grpc.server_handshake_timeout_ms", handshake_ms),
+                   ("grpc.http2.settings_timeout", handshake_ms)]
+        if self.connection_idle_s > 0:
+            options.append(("grpc.max_connection_idle_ms", int(self.connection_idle_s * 1000)))
+        return options
 
     def stop(self, grace: float = 2.0) -> None:
         """Finish in-flight calls within ``grace`` seconds and unbind."""

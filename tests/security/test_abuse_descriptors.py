@@ -106,3 +106,30 @@ def test_idle_connections_never_exhaust_descriptors(bundles: Bundles, tmp_path: 
         assert _get_info_ok(agent.management, token)
         out = "".join(agent.output)
         assert "Too many open files" not in out, out[-3000:]
+
+
+def test_silent_connections_to_the_management_port_are_closed(bundles: Bundles,
+                                                               tmp_path: Path) -> None:
+    """The management port gets the same hygiene: connections that never finish the TLS
+    handshake are closed, so they cannot hold the agent's descriptors."""
+    state = tmp_path / "state"
+    config = tmp_path / "agent.toml"
+    config.write_text("[management]\nhandshake_timeout_s = 2\nconnection_idle_s = 5\n")
+    with LimitedAgent(state, trust=bundles.public_key, tls=True,
+                      extra=["--no-mdns", "--config", str(config)]) as agent:
+        assert agent.proc is not None
+        proc = psutil.Process(agent.proc.pid)
+        baseline = proc.num_fds()
+        with _raw_connections(agent.management, NOFILE // 2) as socks:
+            connected = sum(1 for s in socks if s.fileno() >= 0)
+            assert connected > 0
+            # the agent drops the silent connections (the client still holds its ends) ...
+            assert _wait(lambda: proc.num_fds() < baseline + 32), proc.num_fds()
+            # ... and the inference port keeps answering meanwhile
+            with grpc.insecure_channel(agent.grpc) as channel:
+                live = pb_grpc.GRPCInferenceServiceStub(channel).ServerLive(
+                    pb.ServerLiveRequest(), timeout=30)
+            assert live.live
+        out = "".join(agent.output)
+        assert "Too many open files" not in out, out[-3000:]
+
