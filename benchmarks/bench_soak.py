@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_soak                  # 10 minutes, a swap every 30 s, c=8
     python -m benchmarks.bench_soak --minutes 1 --swap-every 10
+    python -m benchmarks.bench_soak --idle-streams 32 --amplifiers 1   # issue 19: under abuse
 
 An ``edge-agent serve`` subprocess (127.0.0.1, mDNS off) serves the sample MLP; ``concurrency``
 closed-loop callers (one gRPC channel each) send ModelInfer without pause while a swapper
@@ -9,8 +10,11 @@ alternately deploys version 2 and version 1 (upload, verify, load, warm-up, prob
 drain, unload). Reports: failed requests (target 0), the RSS of the agent and its runtime
 processes (models isolated in processes of their own) after warm-up and at the
 end (target: growth < 5 %), the sizes of metrics.db and state.db (with their WAL) against the
-metrics cap, and p99 latency per window over time. ``soak()`` is the library entry the test
-suite runs for ~30 s (tests/reliability/test_soak.py).
+metrics cap, and p99 latency per window over time. ``--idle-streams N`` holds N
+ModelStreamInfer streams that never send (reopened whenever the agent closes them) and
+``--amplifiers K`` runs K callers asking for one output 20,000 times (refused) alongside: the
+legitimate callers must still see 0 failures and the RSS must stay bounded. ``soak()`` is the
+library entry the test suite runs for ~30 s (tests/reliability/test_soak.py).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
+STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 METRICS_CAP_BYTES = 256 * 1024 * 1024  # MetricsStore's default max_bytes
 
 
@@ -53,6 +58,10 @@ class SoakReport:
     metrics_db_bytes: int = 0
     state_db_bytes: int = 0
     warmup_s: float = 0.0
+    idle_streams: int = 0  # held open by the abuser (reopened when closed)
+    idle_stream_closes: int = 0  # times the agent closed one (idle timeout, caps)
+    amplified: int = 0  # amplification requests sent
+    amplified_refused: int = 0  # ... answered INVALID_ARGUMENT
 
     def rss_after_warmup(self) -> float:
         """Median RSS over the first 20 % of the time after warm-up (MiB)."""
@@ -81,6 +90,55 @@ def _payload() -> bytes:
     return msg.SerializeToString()
 
 
+def _amplified_payload(copies: int = 20_000) -> bytes:
+    """A request that names the output ``probs`` ``copies`` times (issue 19's amplifier)."""
+    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+
+    msg = pb.ModelInferRequest.FromString(_payload())
+    for _ in range(copies):
+        msg.outputs.add(name="probs")
+    return msg.SerializeToString()
+
+
+def _idle_stream_holder(target: str, stop: threading.Event, report: SoakReport,
+                        lock: threading.Lock) -> None:
+    """One stream that never sends, reopened whenever the agent closes it."""
+    def silent():  # type: ignore[no-untyped-def]
+        stop.wait()
+        return
+        yield b""  # pragma: no cover - makes this a generator
+
+    with grpc.insecure_channel(target) as channel:
+        call = channel.stream_stream(STREAM)
+        while not stop.is_set():
+            responses = call(silent())
+            with contextlib.suppress(grpc.RpcError):
+                for _ in responses:
+                    pass
+            if not stop.is_set():
+                with lock:
+                    report.idle_stream_closes += 1
+                stop.wait(0.2)
+            responses.cancel()
+
+
+def _amplifier(target: str, stop: threading.Event, report: SoakReport,
+               lock: threading.Lock) -> None:
+    payload = _amplified_payload()
+    with grpc.insecure_channel(target, options=[
+            ("grpc.max_send_message_length", 64 << 20)]) as channel:
+        call = channel.unary_unary(INFER)
+        while not stop.is_set():
+            refused = False
+            try:
+                call(payload, timeout=30)
+            except grpc.RpcError as exc:
+                refused = exc.code() == grpc.StatusCode.INVALID_ARGUMENT
+            with lock:
+                report.amplified += 1
+                report.amplified_refused += refused
+
+
 def _db_bytes(state_dir: Path, name: str) -> int:
     return sum(p.stat().st_size for p in state_dir.glob(name + "*") if p.is_file())
 
@@ -97,10 +155,12 @@ def tree_rss_mib(proc: psutil.Process) -> float:
 def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid: int,
          state_dir: Path, *, seconds: float, swap_every_s: float, concurrency: int = 8,
          warmup_s: float = 10.0, window_s: float = 10.0,
-         on_window: Callable[[float, float, float, int], None] | None = None) -> SoakReport:
+         on_window: Callable[[float, float, float, int], None] | None = None,
+         idle_streams: int = 0, amplifiers: int = 0) -> SoakReport:
     """Load ``grpc_address`` for ``seconds`` while ``deploy(version)`` swaps every
-    ``swap_every_s`` (versions 2, 1, 2, ...); sample the agent's RSS once a second."""
-    report = SoakReport(seconds=seconds, warmup_s=warmup_s)
+    ``swap_every_s`` (versions 2, 1, 2, ...); sample the agent's RSS once a second.
+    ``idle_streams`` and ``amplifiers``: abusers alongside (see the module docstring)."""
+    report = SoakReport(seconds=seconds, warmup_s=warmup_s, idle_streams=idle_streams)
     payload = _payload()
     stop = threading.Event()
     lock = threading.Lock()
@@ -140,6 +200,12 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
 
     threads = [threading.Thread(target=caller, daemon=True) for _ in range(concurrency)]
     threads.append(threading.Thread(target=swapper, daemon=True))
+    threads += [threading.Thread(target=_idle_stream_holder, daemon=True,
+                                 args=(grpc_address, stop, report, lock))
+                for _ in range(idle_streams)]
+    threads += [threading.Thread(target=_amplifier, daemon=True,
+                                 args=(grpc_address, stop, report, lock))
+                for _ in range(amplifiers)]
     for t in threads:
         t.start()
     proc = psutil.Process(agent_pid)
@@ -177,6 +243,10 @@ def print_report(r: SoakReport) -> None:
     print(f"  metrics.db (+WAL)          {r.metrics_db_bytes / 2**20:.2f} MiB of the "
           f"{METRICS_CAP_BYTES / 2**20:.0f} MiB cap; state.db (+WAL) "
           f"{r.state_db_bytes / 2**20:.2f} MiB")
+    if r.idle_streams or r.amplified:
+        print(f"  abuse alongside            {r.idle_streams} idle streams held (closed by the "
+              f"agent {r.idle_stream_closes} times, reopened at once); {r.amplified} amplified "
+              f"requests, {r.amplified_refused} refused INVALID_ARGUMENT")
     p99s = [p for _, p, n in r.p99_ms if n]
     if p99s:
         print(f"  p99 per window             first {p99s[0]:.1f} ms, last {p99s[-1]:.1f} ms, "
@@ -193,6 +263,10 @@ def main() -> int:
                         help="seconds before the RSS baseline is taken (60)")
     parser.add_argument("--window", type=float, default=30.0,
                         help="seconds per p99 window (30)")
+    parser.add_argument("--idle-streams", type=int, default=0,
+                        help="streams that never send, held alongside (issue 19: 32)")
+    parser.add_argument("--amplifiers", type=int, default=0,
+                        help="callers asking for one output 20,000 times, alongside")
     args = parser.parse_args()
 
     from benchmarks.bench_swap import Agent
@@ -229,7 +303,8 @@ def main() -> int:
                 report = soak(agent.grpc, deploy, agent.proc.pid, agent.state,
                               seconds=args.minutes * 60, swap_every_s=args.swap_every,
                               concurrency=args.concurrency, warmup_s=args.warmup,
-                              window_s=args.window,
+                              window_s=args.window, idle_streams=args.idle_streams,
+                              amplifiers=args.amplifiers,
                               on_window=lambda t, p, m, f: print(
                                   f"  t={t:6.0f} s  p99 {p:6.1f} ms  RSS {m:6.1f} MiB  "
                                   f"failed {f}", flush=True))
