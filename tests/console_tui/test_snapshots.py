@@ -17,6 +17,7 @@ from console.fleet import AgentState, ProbeResult
 from console.rollout import Phase, TargetProgress
 from console.screens.agent import AgentScreen
 from console.screens.deploy import DeployScreen
+from console.widgets.bundle_tree import BundleTree
 from edge_agent.management.types import (
     AgentInfo,
     DeploymentInfo,
@@ -160,6 +161,12 @@ def _deploy_setup(bundle_dir: Path) -> Callable[[Pilot[None]], Awaitable[None]]:
         _fill_fleet(app)
         screen = DeployScreen(["id-kitchen-pi"], root=bundle_dir)
         await app.push_screen(screen)
+        await pilot.pause()
+        tree = screen.query_one(BundleTree)
+        for _ in range(200):  # the file picker lists the folder in a worker: wait for it
+            if tree.root.children:
+                break
+            await pilot.pause(0.05)
         await pilot.pause()
         for path in sorted(bundle_dir.glob("*.edgepkg")):
             screen.toggle_bundle(path)

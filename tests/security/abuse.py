@@ -30,7 +30,8 @@ def limited_agent(state_dir: Path, bundles: Bundles, *, deploy: bool = True,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds=uds,
                                          uds_enabled=uds is not None, **grpc_limits))
     options = ManagementOptions(address="127.0.0.1:0", name="abuse", mdns=False,
-                                trusted_keys=(bundles.public_key,), watch_window_s=0.0)
+                                trusted_keys=(bundles.public_key,), watch_window_s=0.0,
+                                insecure=True)  # the clients below speak plaintext
     agent = InProcessAgent(state_dir)
 
     def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:
