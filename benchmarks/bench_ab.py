@@ -1,0 +1,157 @@
+"""Serving A/B between two checkouts of this repository, interleaved in one run.
+
+    python -m benchmarks.bench_ab --before ../before-checkout            # this tree is "after"
+    python -m benchmarks.bench_ab --before DIR --after DIR --rounds 5 --seconds 3
+
+Two ``edge-agent serve`` processes run side by side, each from its own checkout
+(``PYTHONPATH``), on identical state directories (the MLP and the light squeezenet, ONNX
+Runtime and OpenVINO profiles, installed by the "after" checkout's ``add-bundle``). Each round
+loads one agent, then the other, with the same closed-loop load generator as bench_serve.py
+(MLP c=1 over TCP for latency, MLP c=16 and squeezenet c=16 over the Unix socket for
+throughput), and prints per-round and median ratios after/before. On a shared, noisy machine
+only ratios measured this way (interleaved, same load) compare two versions of the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.bench_serve import ORT, OV
+from benchmarks.loadgen import LoadResult, infer_request_bytes, run_load
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Side:
+    """One agent process serving from one checkout."""
+
+    name: str
+    checkout: Path
+    state: Path
+    sock: Path
+    popen: subprocess.Popen[str] | None = None
+    tcp: str = ""
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(self.checkout)}
+        args = [sys.executable, "-m", "edge_agent.cli", "serve", "--state-dir", str(self.state),
+                "--grpc", "127.0.0.1:0", "--uds", str(self.sock), "--no-mdns"]
+        self.popen = subprocess.Popen(args, env=env, cwd=self.checkout, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert self.popen.stdout is not None
+        line = self.popen.stdout.readline()
+        if "ready" not in line:
+            self.stop()
+            raise SystemExit(f"{self.name}: the agent did not start: {line!r}")
+        for part in line.replace(";", " ").replace(",", " ").split():
+            if part.startswith("127.0.0.1:"):
+                self.tcp = part
+                break
+
+    def stop(self) -> None:
+        if self.popen is not None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def _install(work: Path, states: list[Path]) -> None:
+    from edge_agent.cli import main as agent_cli
+    from packager.build import build_bundles
+    from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
+
+    mlp = make_mlp(work / "mlp.onnx", seed=1)
+    squeeze = light_model_path("squeezenet")
+    out = work / "bundles"
+    bundles = build_bundles(mlp, name="mlp", version=1, profiles=[ORT], out_dir=out)
+    bundles += build_bundles(squeeze, name="squeezenet", version=1, profiles=[ORT],
+                             out_dir=out, dynamic_batch=True, **LIGHT_BUILD)
+    bundles += build_bundles(squeeze, name="squeezenet_ov", version=1, profiles=[OV],
+                             out_dir=out, dynamic_batch=True, **LIGHT_BUILD)
+    for state in states:
+        for b in bundles:
+            if agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned", str(b)]):
+                raise SystemExit(f"add-bundle {b} failed")
+
+
+def _load(target: str, payload: bytes, c: int, seconds: float) -> LoadResult:
+    asyncio.run(run_load(target, payload, concurrency=c, seconds=0.5, warmup=0.0))
+    return asyncio.run(run_load(target, payload, concurrency=c, seconds=seconds, warmup=0.0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, required=True, help="the checkout to compare to")
+    parser.add_argument("--after", type=Path, default=ROOT, help="default: this checkout")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    args = parser.parse_args(argv)
+
+    rng = np.random.default_rng(0)
+    cases = [  # (label, model, input, transport, concurrency, figure)
+        ("MLP c=1 TCP p50", "mlp", rng.standard_normal((1, 64)).astype(np.float32), "tcp", 1,
+         "p50"),
+        ("MLP c=16 UDS", "mlp", rng.standard_normal((1, 64)).astype(np.float32), "uds", 16,
+         "throughput"),
+        ("squeezenet ORT c=16 UDS", "squeezenet",
+         rng.standard_normal((1, 3, 224, 224)).astype(np.float32), "uds", 16, "throughput"),
+        ("squeezenet OV c=16 UDS", "squeezenet_ov",
+         rng.standard_normal((1, 3, 224, 224)).astype(np.float32), "uds", 16, "throughput"),
+    ]
+    input_name = {"mlp": "input", "squeezenet": "data_0", "squeezenet_ov": "data_0"}
+    work = Path(tempfile.mkdtemp(prefix="bench-ab-"))
+    sides = [Side("before", args.before.resolve(), work / "before", work / "before.sock"),
+             Side("after", args.after.resolve(), work / "after", work / "after.sock")]
+    try:
+        _install(work, [s.state for s in sides])
+        for side in sides:
+            side.start()
+        ratios: dict[str, list[float]] = {label: [] for label, *_ in cases}
+        for r in range(args.rounds):
+            for label, model, x, transport, c, figure in cases:
+                payload = infer_request_bytes(model, {input_name[model]: x})
+                got = {}
+                order = sides if r % 2 == 0 else sides[::-1]  # alternate who goes first
+                for side in order:
+                    target = side.tcp if transport == "tcp" else f"unix:{side.sock}"
+                    res = _load(target, payload, c, args.seconds)
+                    if res.errors:
+                        print(f"  {side.name} {label}: {res.errors} errors ({res.first_error})")
+                    got[side.name] = res.p50_ms if figure == "p50" else res.throughput
+                # ratio > 1 means "after" is better for throughput; for p50, before/after
+                ratio = (got["before"] / got["after"] if figure == "p50"
+                         else got["after"] / got["before"])
+                ratios[label].append(ratio)
+                print(f"round {r + 1} {label:<26} before {got['before']:9.2f}  after "
+                      f"{got['after']:9.2f}  after vs before {ratio:5.2f}x", flush=True)
+        print("\nmedian over rounds (>1: after is better; p50 as before/after):")
+        for label, values in ratios.items():
+            print(f"  {label:<26} {statistics.median(values):5.2f}x  "
+                  f"(rounds {', '.join(f'{v:.2f}' for v in values)})")
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
+              f"{time.strftime('%Y-%m-%d %H:%M')}")
+    finally:
+        for side in sides:
+            side.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
