@@ -259,6 +259,8 @@ def to_model_statistics(stats: ModelStats) -> pb.ModelStatistics:
             compute_input=_duration(stats.compute_input),
             compute_infer=_duration(stats.compute_infer),
             compute_output=_duration(stats.compute_output),
+            cache_hit=_duration(stats.cache_hit),
+            cache_miss=_duration(stats.cache_miss),
         ),
         batch_stats=[
             pb.InferBatchStatistics(
