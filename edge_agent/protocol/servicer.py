@@ -22,6 +22,7 @@ from edge_agent.manager.errors import RepositoryControlDisabledError
 from edge_agent.protocol import converters, status
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.protocol.shared_memory import SharedMemoryRegistry
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,13 @@ def _log_control(call: str, name: str, context: _Ctx, result: str | BaseExceptio
         log.warning("%s of %r from %s: %s", call, name, context.peer(), result)
 
 
+def _no_cuda_shm(context: _Ctx) -> NoReturn:
+    context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                  "CUDA shared memory is not served by this agent; use system shared memory "
+                  "(SystemSharedMemoryRegister) or send tensors in the request")
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Serves the inference protocol from one data plane (thread-safe, stateless itself).
 
@@ -80,7 +88,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         # the KServe/Triton protocol extensions served here: ModelConfig, ModelStatistics, and
         # the model repository (index, load, unload) only when model control is on
         self._extensions = ("model_configuration", "statistics") + (
-            ("model_repository",) if control is not None else ())
+            ("model_repository",) if control is not None else ()) + ("system_shared_memory",)
+        self._shm = SharedMemoryRegistry()  # regions live as long as this servicer
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -125,9 +134,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
         try:
-            infer_request, raw = converters.to_infer_request(request)
+            infer_request, raw = converters.to_infer_request(request, self._shm)
+            placed = converters.output_placements(request, self._shm)  # shared memory outputs
             result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
-            return converters.to_infer_response(result, raw=raw, order=infer_request.outputs)
+            return converters.to_infer_response(result, raw=raw, order=infer_request.outputs,
+                                                placed=placed)
         except Exception as exc:
             self._fail(context, exc)
 
@@ -141,8 +152,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             try:
                 for msg in request_iterator:
                     try:
-                        req, raw = converters.to_infer_request(msg)
-                        pending.put((msg, req, raw, self._dp.submit(req), None))
+                        req, raw = converters.to_infer_request(msg, self._shm)
+                        placed = converters.output_placements(msg, self._shm)
+                        pending.put((msg, req, (raw, placed), self._dp.submit(req), None))
                     except Exception as exc:
                         pending.put((msg, None, False, None, exc))
             except Exception:  # the stream was cancelled or broke: stop reading
@@ -155,11 +167,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             item = pending.get()
             if item is _END:
                 return
-            msg, req, raw, future, exc = item
+            msg, req, raw_placed, future, exc = item
             if exc is None:
                 try:
+                    raw, placed = raw_placed
                     response = converters.to_infer_response(future.result(), raw=raw,
-                                                             order=req.outputs)
+                                                             order=req.outputs, placed=placed)
                     yield pb.ModelStreamInferResponse(infer_response=response)
                     continue
                 except Exception as err:
@@ -217,6 +230,49 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             self._fail(context, exc)
         _log_control("RepositoryModelUnload", request.model_name, context, summary)
         return pb.RepositoryModelUnloadResponse()
+
+    # -- shared memory (the KServe/Triton extension; protocol/shared_memory.py) ---------------
+
+    def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest,
+                                 context: _Ctx) -> pb.SystemSharedMemoryStatusResponse:
+        try:
+            response = pb.SystemSharedMemoryStatusResponse()
+            for region in self._shm.status(request.name):
+                response.regions[region.name].CopyFrom(
+                    pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                        name=region.name, key=region.key, offset=region.offset,
+                        byte_size=region.byte_size))
+            return response
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest,
+                                   context: _Ctx) -> pb.SystemSharedMemoryRegisterResponse:
+        try:
+            self._shm.register(request.name, request.key, request.offset, request.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest,
+                                     context: _Ctx) -> pb.SystemSharedMemoryUnregisterResponse:
+        try:
+            self._shm.unregister(request.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest,
+                               context: _Ctx) -> pb.CudaSharedMemoryStatusResponse:
+        _no_cuda_shm(context)
+
+    def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest,
+                                 context: _Ctx) -> pb.CudaSharedMemoryRegisterResponse:
+        _no_cuda_shm(context)
+
+    def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest,
+                                   context: _Ctx) -> pb.CudaSharedMemoryUnregisterResponse:
+        _no_cuda_shm(context)
 
     def _control_or_refuse(self, call: str) -> RepositoryControl:
         if self._control is None:
