@@ -156,7 +156,7 @@ class DataPlane:
         """Blocking form of :meth:`submit` for thread-pool servers: validates, then runs the
         request on the calling thread when nothing else is in flight (no Future, no thread
         handoff), else waits for its batch. Raises AgentError subclasses."""
-        if not self._caller_runs or _running_loop() is not None or self._cached(request.model):
+        if not self._caller_runs or _running_loop() is not None:
             future = self.submit(request)
             try:
                 return future.result(timeout_s)
@@ -165,6 +165,8 @@ class DataPlane:
                 raise RequestTimeoutError(
                     f"model {request.model!r}: no answer within {timeout_s} s "
                     f"(request {request.id or '(no id)'})") from None
+        if self._cached(request.model):
+            return self._on_current_version(request, self._infer_cached, timeout_s)
         return self._on_current_version(request, _infer, timeout_s)
 
     # ------------------------------------------------------------------ response cache
@@ -172,34 +174,56 @@ class DataPlane:
         return self.response_cache is not None and \
             self.repository.overrides_for(model).response_cache
 
-    def _submit_cached(self, batcher: DynamicBatcher, request: InferRequest, rows: int,
-                       timeout_us: int, caller_runs: bool) -> Future[InferResult]:
-        """``_submit`` behind the response cache (a hit: an already finished future)."""
+    def _lookup(self, batcher: DynamicBatcher, request: InferRequest,
+                rows: int) -> tuple[bytes, InferResult | None]:
+        """The request's cache key and, on a hit (counted), the cached answer."""
         cache = self.response_cache
         assert cache is not None
         model, version = batcher.model, batcher.version
         start = _now()
         key = cache.key(batcher, model, version, request.inputs, request.outputs)
         outputs = cache.get(key)
-        if outputs is not None:
-            took = _now() - start
-            cache.record(model, version, hit=True, ns=took)
-            if self._observer is not None:
-                self._observer.record_request(model, version, ok=True, rows=rows, queue_ns=0,
-                                              compute_ns=0, total_ns=took)
+        took = _now() - start
+        cache.record(model, version, hit=outputs is not None, ns=took)
+        if outputs is None:
+            return key, None
+        if self._observer is not None:
+            self._observer.record_request(model, version, ok=True, rows=rows, queue_ns=0,
+                                          compute_ns=0, total_ns=took)
+        return key, InferResult(model=model, version=version, outputs=outputs, id=request.id)
+
+    def _store(self, batcher: DynamicBatcher, key: bytes, result: InferResult) -> None:
+        cache = self.response_cache
+        assert cache is not None
+        began = _now()
+        cache.put(key, result.outputs)
+        cache.add_miss_time(batcher.model, batcher.version, _now() - began)
+
+    def _infer_cached(self, batcher: DynamicBatcher, request: InferRequest, rows: int,
+                      timeout_us: int, wait_s: float | None) -> InferResult:
+        """``_infer`` behind the response cache: the answer is stored before it returns."""
+        key, hit = self._lookup(batcher, request, rows)
+        if hit is not None:
+            return hit
+        result = _infer(batcher, request, rows, timeout_us, wait_s)
+        self._store(batcher, key, result)
+        return result
+
+    def _submit_cached(self, batcher: DynamicBatcher, request: InferRequest, rows: int,
+                       timeout_us: int, caller_runs: bool) -> Future[InferResult]:
+        """``_submit`` behind the response cache (a hit: an already finished future). A miss
+        is stored when its answer comes (a done callback: a caller woken by the answer may
+        look up before it is stored, and then misses too)."""
+        key, hit = self._lookup(batcher, request, rows)
+        if hit is not None:
             done: Future[InferResult] = Future()
-            done.set_result(InferResult(model=model, version=version, outputs=outputs,
-                                        id=request.id))
+            done.set_result(hit)
             return done
-        cache.record(model, version, hit=False, ns=_now() - start)
         future = _submit(batcher, request, rows, timeout_us, caller_runs)
 
         def store(finished: Future[InferResult]) -> None:
-            if finished.cancelled() or finished.exception() is not None:
-                return
-            began = _now()
-            cache.put(key, finished.result().outputs)
-            cache.add_miss_time(model, version, _now() - began)
+            if not finished.cancelled() and finished.exception() is None:
+                self._store(batcher, key, finished.result())
 
         future.add_done_callback(store)
         return future

@@ -250,3 +250,46 @@ def test_registry_errors_are_agent_errors() -> None:
         registry.register("", "/x", 0, 1)
     with pytest.raises(AgentError):
         registry.read_input(("nope", 0, 4), "input", np.dtype(np.float32), [1])
+
+
+def test_stream_infer_with_shared_memory_and_cache_statistics(
+        served: Served, regions: Regions, mlp_bundles: MlpBundles) -> None:
+    """ModelStreamInfer reads and writes regions too; repeated inputs are cache hits that
+    ModelStatistics reports in Triton's cache_hit / cache_miss fields."""
+    x = _rows(1, seed=21)
+    in_name, in_key, in_handle = regions(ROW_BYTES)
+    out_name, out_key, out_handle = regions(3 * OUT_BYTES)
+    shm.set_shared_memory_region(in_handle, [x])
+    client = tc.InferenceServerClient(served.tcp)
+    before = client.get_inference_statistics("mlp", "1").model_stats[0].inference_stats
+    answers: list[Any] = []
+    try:
+        client.register_system_shared_memory(in_name, in_key, ROW_BYTES)
+        client.register_system_shared_memory(out_name, out_key, 3 * OUT_BYTES)
+        client.start_stream(callback=lambda result, error: answers.append((result, error)))
+        for i in range(3):
+            inp = tc.InferInput("input", [1, 64], "FP32").set_shared_memory(in_name, ROW_BYTES)
+            out = tc.InferRequestedOutput("probs")
+            out.set_shared_memory(out_name, OUT_BYTES, offset=i * OUT_BYTES)
+            client.async_stream_infer("mlp", [inp], outputs=[out], request_id=str(i))
+        client.stop_stream()  # waits for every answer
+        assert [error for _, error in answers] == [None] * 3
+        got = shm.get_contents_as_numpy(out_handle, np.float32, [3, 10])
+        expected = reference_outputs(mlp_bundles.v1_onnx, {"input": x})["probs"]
+        for row in got:
+            np.testing.assert_allclose(row, expected[0], rtol=1e-4, atol=1e-5)
+        after = client.get_inference_statistics("mlp", "1").model_stats[0].inference_stats
+        hits = after.cache_hit.count - before.cache_hit.count
+        misses = after.cache_miss.count - before.cache_miss.count
+        assert hits + misses == 3  # pipelined: the first answer may not be stored in time
+        # a unary repeat is a hit once the stream's answer is stored (a done callback)
+        inp = tc.InferInput("input", [1, 64], "FP32").set_shared_memory(in_name, ROW_BYTES)
+        for _ in range(200):
+            client.infer("mlp", [inp])
+            stats = client.get_inference_statistics("mlp", "1").model_stats[0].inference_stats
+            if stats.cache_hit.count > after.cache_hit.count:
+                break
+        assert stats.cache_hit.count > after.cache_hit.count
+    finally:
+        client.unregister_system_shared_memory()
+        client.close()
