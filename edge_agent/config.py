@@ -50,11 +50,15 @@ from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
 from edge_agent.management.options import management_options
-from edge_agent.settings import ISOLATION_MODES, ManagementOptions, parse_address
+from edge_agent.settings import (
+    ISOLATION_MODES,
+    RESPONSE_CACHE_UNIT,
+    ManagementOptions,
+    parse_address,
+)
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:8001"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-RESPONSE_CACHE_UNIT = 1 << 20  # response_cache.size_mib is in MiB
 UDS_PATH_MAX = 107  # sun_path is 108 bytes on Linux, including the NUL
 
 
