@@ -188,8 +188,7 @@ class DataPlane:
         if outputs is None:
             return key, None
         if self._observer is not None:
-            self._observer.record_request(model, version, ok=True, rows=rows, queue_ns=0,
-                                          compute_ns=0, total_ns=took)
+            self._observer.record_cache_hit(model, version, rows=rows, total_ns=took)
         return key, InferResult(model=model, version=version, outputs=outputs, id=request.id)
 
     def _store(self, batcher: DynamicBatcher, key: bytes, result: InferResult) -> None:
