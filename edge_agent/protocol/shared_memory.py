@@ -19,6 +19,7 @@ starts with none.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -216,13 +217,19 @@ class SharedMemoryRegistry:
                 "object (expected '/NAME' of letters, digits, '_', '-', '.')")
         dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
+            # never open what is not a plain file (a FIFO or a device could act on open)
+            mode = os.stat(match.group(1), dir_fd=dir_fd, follow_symlinks=False).st_mode
+            if not stat.S_ISREG(mode):
+                kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+                raise InvalidInputError(f"shared memory region '{name}': key {key!r} is {kind}, "
+                                        "not a shared memory object")
             return os.open(match.group(1), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
                            | os.O_NONBLOCK, dir_fd=dir_fd)
         except FileNotFoundError:
             raise InvalidInputError(f"shared memory region '{name}': no shared memory object "
                                     f"{key!r} exists") from None
         except OSError as exc:
-            reason = "it is a symbolic link" if exc.errno == 40 else exc.strerror
+            reason = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
             raise InvalidInputError(f"shared memory region '{name}': cannot open {key!r}: "
                                     f"{reason}") from None
         finally:

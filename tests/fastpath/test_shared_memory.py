@@ -149,6 +149,12 @@ def test_hostile_registrations_are_refused(client: tc.InferenceServerClient,
         assert "symbolic link" in _register_error(client, "link", f"/{link}", 16).message()
     finally:
         os.unlink(f"/dev/shm/{link}")
+    fifo = f"edge_fastpath_fifo_{uuid.uuid4().hex[:8]}"
+    os.mkfifo(f"/dev/shm/{fifo}")
+    try:  # never opened: opening a FIFO could block the agent
+        assert "not a regular file" in _register_error(client, "fifo", f"/{fifo}", 16).message()
+    finally:
+        os.unlink(f"/dev/shm/{fifo}")
     client.register_system_shared_memory(name, key, 256)
     with pytest.raises(InferenceServerException) as dup:
         client.register_system_shared_memory(name, key, 256)
