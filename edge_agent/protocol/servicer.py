@@ -153,8 +153,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 for msg in request_iterator:
                     try:
                         req, raw = converters.to_infer_request(msg, self._shm)
-                        placed = converters.output_placements(msg, self._shm)
-                        pending.put((msg, req, (raw, placed), self._dp.submit(req), None))
+                        pending.put((msg, req, raw, self._dp.submit(req), None))
                     except Exception as exc:
                         pending.put((msg, None, False, None, exc))
             except Exception:  # the stream was cancelled or broke: stop reading
@@ -167,10 +166,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             item = pending.get()
             if item is _END:
                 return
-            msg, req, raw_placed, future, exc = item
+            msg, req, raw, future, exc = item
             if exc is None:
                 try:
-                    raw, placed = raw_placed
+                    placed = converters.output_placements(msg, self._shm)  # shared memory
                     response = converters.to_infer_response(future.result(), raw=raw,
                                                              order=req.outputs, placed=placed)
                     yield pb.ModelStreamInferResponse(infer_response=response)
