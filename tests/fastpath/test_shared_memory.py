@@ -299,3 +299,36 @@ def test_stream_infer_with_shared_memory_and_cache_statistics(
     finally:
         client.unregister_system_shared_memory()
         client.close()
+
+
+def test_malformed_shared_memory_parameters_are_invalid_argument(served: Served) -> None:
+    """Parameters of the wrong type or sign, given by hand, never reach the region."""
+
+    def request(**params: pb.InferParameter) -> pb.ModelInferRequest:
+        msg = pb.ModelInferRequest(model_name="mlp")
+        tensor = msg.inputs.add(name="input", datatype="FP32", shape=[1, 64])
+        for key, value in params.items():
+            tensor.parameters[key].CopyFrom(value)
+        return msg
+
+    region = pb.InferParameter(string_param="r")
+    cases = {
+        "region is not a string": request(shared_memory_region=pb.InferParameter(int64_param=1),
+                                          shared_memory_byte_size=pb.InferParameter(
+                                              int64_param=ROW_BYTES)),
+        "byte size missing": request(shared_memory_region=region),
+        "byte size is a bool": request(shared_memory_region=region,
+                                       shared_memory_byte_size=pb.InferParameter(
+                                           bool_param=True)),
+        "negative offset": request(shared_memory_region=region,
+                                   shared_memory_byte_size=pb.InferParameter(
+                                       int64_param=ROW_BYTES),
+                                   shared_memory_offset=pb.InferParameter(int64_param=-8)),
+    }
+    with grpc.insecure_channel(served.tcp) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        for label, msg in cases.items():
+            with pytest.raises(grpc.RpcError) as err:
+                stub.ModelInfer(msg)
+            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT, label
+            assert "shared_memory" in (err.value.details() or ""), label
