@@ -88,8 +88,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         # the KServe/Triton protocol extensions served here: ModelConfig, ModelStatistics, and
         # the model repository (index, load, unload) only when model control is on
         self._extensions = ("model_configuration", "statistics") + (
-            ("model_repository",) if control is not None else ()) + ("system_shared_memory",)
+            ("model_repository",) if control is not None else ())
         self._shm = SharedMemoryRegistry()  # regions live as long as this servicer
+        if self._shm.available:
+            self._extensions += ("system_shared_memory",)
 
     # -- health and metadata -------------------------------------------------------------
 

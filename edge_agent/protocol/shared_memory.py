@@ -169,6 +169,11 @@ class SharedMemoryRegistry:
         self._lock = threading.Lock()
         self._regions: dict[str, Region] = {}
 
+    @property
+    def available(self) -> bool:
+        """True when this system has a shared memory directory (Linux: /dev/shm)."""
+        return os.path.isdir(self._dir)
+
     # -- the three RPCs ----------------------------------------------------------------
     def register(self, name: str, key: str, offset: int, byte_size: int) -> Region:
         """Open ``key`` in /dev/shm and register ``byte_size`` bytes of it at ``offset``."""
@@ -210,6 +215,9 @@ class SharedMemoryRegistry:
         return region
 
     def _open(self, name: str, key: str) -> int:
+        if not self.available:
+            raise InvalidInputError(f"shared memory region '{name}': this system has no "
+                                    f"{self._dir}; send tensors in the request")
         match = _KEY.fullmatch(key)
         if match is None or match.group(1) in (".", ".."):
             raise InvalidInputError(

@@ -332,3 +332,10 @@ def test_malformed_shared_memory_parameters_are_invalid_argument(served: Served)
                 stub.ModelInfer(msg)
             assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT, label
             assert "shared_memory" in (err.value.details() or ""), label
+
+
+def test_a_system_without_the_shared_memory_directory_says_so(tmp_path: Path) -> None:
+    registry = SharedMemoryRegistry(shm_dir=str(tmp_path / "missing"))
+    assert not registry.available
+    with pytest.raises(InvalidInputError, match="this system has no"):
+        registry.register("r", "/x", 0, 16)
