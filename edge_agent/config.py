@@ -38,6 +38,11 @@ Example ``agent.toml``::
     isolation = "auto"                # "process": runtime in processes of its own (a hang or
                                       # crash is killed and restarted); "thread": in the agent;
                                       # "auto": process for OpenVINO/TensorRT, thread for ORT
+    response_cache = false            # true: repeated requests are answered from the
+                                      # response cache (needs [response_cache] size_mib > 0)
+
+    [response_cache]                  # one agent-wide budget, least recently used evicted
+    size_mib = 0                      # 0 (the default): no response cache at all
 
 Every section is one frozen dataclass. The management sections ([management], [mdns],
 [metrics]) are parsed by :mod:`edge_agent.management.options` into ``AgentConfig.management``
@@ -58,7 +63,12 @@ from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
 from edge_agent.management.options import management_options
-from edge_agent.settings import ISOLATION_MODES, ManagementOptions, parse_address
+from edge_agent.settings import (
+    ISOLATION_MODES,
+    RESPONSE_CACHE_UNIT,
+    ManagementOptions,
+    parse_address,
+)
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:8001"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -97,6 +107,8 @@ class AgentConfig:
     model_defaults: ModelOverrides = field(default_factory=ModelOverrides)
     """``[models."*"]``: settings for every model; a model's own section wins key by key."""
     management: ManagementOptions = field(default_factory=ManagementOptions)
+    response_cache_bytes: int = 0
+    """``[response_cache] size_mib`` in bytes: the response cache's budget (0: no cache)."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -183,7 +195,7 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
         elif key == "preferred_batch_sizes":
             _check_type(full, value, list)
             kw[key] = tuple(_non_negative(full, v) for v in value)
-        elif key in ("allow_timeout_override", "warmup"):
+        elif key in ("allow_timeout_override", "warmup", "response_cache"):
             kw[key] = _check_type(full, value, bool)
         else:
             kw[key] = _check_type(full, value, str)
@@ -195,7 +207,19 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
     return ModelOverrides(**kw)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", *MANAGEMENT_SECTIONS)
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", *MANAGEMENT_SECTIONS)
+
+
+def _response_cache_bytes(data: Mapping[str, Any]) -> int:
+    for key in data:
+        if key != "size_mib":
+            raise ConfigError(f"config key 'response_cache.{key}' is unknown; known keys: "
+                              "['size_mib']")
+    value = data.get("size_mib", 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"config key 'response_cache.size_mib': expected a number of MiB "
+                          f">= 0, got {value!r}")
+    return int(value * RESPONSE_CACHE_UNIT)
 
 
 def load_config(path: Path | None = None, *, state_dir: Path | None = None,
@@ -247,6 +271,8 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                               **dict(management or {}))
     config = AgentConfig(state_dir=Path(state_dir), grpc=grpc_cfg, models=models,
                          model_defaults=model_defaults,
+                         response_cache_bytes=_response_cache_bytes(_check_type(
+                             "response_cache", data.get("response_cache", {}), dict)),
                          management=mgmt, source=Path(path) if path is not None else None)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:

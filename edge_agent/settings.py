@@ -23,6 +23,12 @@ running inference (``Cancellation.NONE``: OpenVINO, TensorRT), the agent's proce
 others (ONNX Runtime)."""
 
 
+RESPONSE_CACHE_UNIT = 1 << 20
+"""``[response_cache] size_mib`` is in MiB: the agent-wide byte budget of the response cache
+(edge_agent.core.cache; 0, the default, means no cache). Models opt in one by one with
+``[models.NAME] response_cache = true``."""
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     """Server certificate and key (PEM), and the CA that signs client certificates (mTLS)."""

@@ -5,6 +5,10 @@ and dataclasses. ``submit`` validates synchronously and returns a ``concurrent.f
 When called from a plain thread (a thread-pool gRPC server) and an instance is idle with nothing
 queued, the request runs on the calling thread and the returned future is already done; from a
 thread running an asyncio event loop it never runs inline, so the loop is never blocked.
+
+With ``response_cache_bytes`` > 0, models whose overrides set ``response_cache`` answer a
+request the version it was routed to has answered before from :mod:`edge_agent.core.cache`,
+after routing and validation and before the batcher.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import TypeVar
 from edge_agent import __version__
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
+from edge_agent.core.cache import ResponseCache
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
@@ -74,12 +79,15 @@ class DataPlane:
                  overrides: Mapping[str, ModelOverrides] | None = None,
                  default_overrides: ModelOverrides | None = None, caller_runs: bool = True,
                  autoload: bool = True, drain_timeout_s: float = 30.0,
-                 server_name: str = "edge-agent") -> None:
+                 server_name: str = "edge-agent", response_cache_bytes: int = 0) -> None:
         self.repository = ModelRepository(state_dir, observer=observer, overrides=overrides,
                                           default_overrides=default_overrides,
                                           drain_timeout_s=drain_timeout_s)
         self._caller_runs = caller_runs
         self._server_name = server_name
+        self._observer = observer
+        self.response_cache = ResponseCache(response_cache_bytes) if response_cache_bytes > 0 \
+            else None
         self._closed = False
         self._startup_done = threading.Event()
         if autoload:
@@ -140,6 +148,8 @@ class DataPlane:
     def submit(self, request: InferRequest) -> Future[InferResult]:
         """Validate and enqueue ``request``; raises AgentError subclasses synchronously."""
         caller_runs = self._caller_runs and _running_loop() is None
+        if self._cached(request.model):
+            return self._on_current_version(request, self._submit_cached, caller_runs)
         return self._on_current_version(request, _submit, caller_runs)
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:
@@ -155,7 +165,67 @@ class DataPlane:
                 raise RequestTimeoutError(
                     f"model {request.model!r}: no answer within {timeout_s} s "
                     f"(request {request.id or '(no id)'})") from None
+        if self._cached(request.model):
+            return self._on_current_version(request, self._infer_cached, timeout_s)
         return self._on_current_version(request, _infer, timeout_s)
+
+    # ------------------------------------------------------------------ response cache
+    def _cached(self, model: str) -> bool:
+        return self.response_cache is not None and \
+            self.repository.overrides_for(model).response_cache
+
+    def _lookup(self, batcher: DynamicBatcher, request: InferRequest,
+                rows: int) -> tuple[bytes, InferResult | None]:
+        """The request's cache key and, on a hit (counted), the cached answer."""
+        cache = self.response_cache
+        assert cache is not None
+        model, version = batcher.model, batcher.version
+        start = _now()
+        key = cache.key(batcher, model, version, request.inputs, request.outputs)
+        outputs = cache.get(key)
+        took = _now() - start
+        cache.record(model, version, hit=outputs is not None, ns=took)
+        if outputs is None:
+            return key, None
+        if self._observer is not None:
+            self._observer.record_cache_hit(model, version, rows=rows, total_ns=took)
+        return key, InferResult(model=model, version=version, outputs=outputs, id=request.id)
+
+    def _store(self, batcher: DynamicBatcher, key: bytes, result: InferResult) -> None:
+        cache = self.response_cache
+        assert cache is not None
+        began = _now()
+        cache.put(key, result.outputs)
+        cache.add_miss_time(batcher.model, batcher.version, _now() - began)
+
+    def _infer_cached(self, batcher: DynamicBatcher, request: InferRequest, rows: int,
+                      timeout_us: int, wait_s: float | None) -> InferResult:
+        """``_infer`` behind the response cache: the answer is stored before it returns."""
+        key, hit = self._lookup(batcher, request, rows)
+        if hit is not None:
+            return hit
+        result = _infer(batcher, request, rows, timeout_us, wait_s)
+        self._store(batcher, key, result)
+        return result
+
+    def _submit_cached(self, batcher: DynamicBatcher, request: InferRequest, rows: int,
+                       timeout_us: int, caller_runs: bool) -> Future[InferResult]:
+        """``_submit`` behind the response cache (a hit: an already finished future). A miss
+        is stored when its answer comes (a done callback: a caller woken by the answer may
+        look up before it is stored, and then misses too)."""
+        key, hit = self._lookup(batcher, request, rows)
+        if hit is not None:
+            done: Future[InferResult] = Future()
+            done.set_result(hit)
+            return done
+        future = _submit(batcher, request, rows, timeout_us, caller_runs)
+
+        def store(finished: Future[InferResult]) -> None:
+            if not finished.cancelled() and finished.exception() is None:
+                self._store(batcher, key, finished.result())
+
+        future.add_done_callback(store)
+        return future
 
     def _on_current_version(self, request: InferRequest,
                             call: Callable[[DynamicBatcher, InferRequest, int, int, _A], _R],
@@ -199,7 +269,11 @@ class DataPlane:
             if version is not None and mv.version != version:
                 continue
             if mv.batcher is not None:
-                out.append(mv.batcher.snapshot_stats())
+                stats = mv.batcher.snapshot_stats()
+                if self.response_cache is not None:
+                    cached = self.response_cache.stats(mv.name, mv.version)
+                    stats.cache_hit, stats.cache_miss = cached.hit, cached.miss
+                out.append(stats)
         if name is not None and version is not None and not out:
             raise ModelNotFoundError(f"model {name!r} has no loaded version {version}")
         return out

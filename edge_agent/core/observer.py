@@ -11,7 +11,7 @@ from typing import Protocol
 
 
 class InferenceObserver(Protocol):
-    """Receives one call per finished request and one per executed batch."""
+    """Receives one call per finished request (or cache hit) and one per executed batch."""
 
     def record_request(
         self,
@@ -31,6 +31,11 @@ class InferenceObserver(Protocol):
         """One backend execution of ``batch_size`` rows took ``compute_ns``."""
         ...
 
+    def record_cache_hit(self, model: str, version: int, *, rows: int, total_ns: int) -> None:
+        """One request was answered from the response cache in ``total_ns`` (it counts as a
+        request; no queue, no compute)."""
+        ...
+
 
 class NullObserver:
     """An observer that records nothing (metrics off)."""
@@ -40,4 +45,7 @@ class NullObserver:
         return None
 
     def record_batch(self, model: str, version: int, batch_size: int, compute_ns: int) -> None:
+        return None
+
+    def record_cache_hit(self, model: str, version: int, *, rows: int, total_ns: int) -> None:
         return None

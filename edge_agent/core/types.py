@@ -94,3 +94,5 @@ class ModelStats:
     compute_infer: DurationStat = field(default_factory=DurationStat)
     compute_output: DurationStat = field(default_factory=DurationStat)
     batch_stats: dict[int, BatchStat] = field(default_factory=dict)
+    cache_hit: DurationStat = field(default_factory=DurationStat)
+    cache_miss: DurationStat = field(default_factory=DurationStat)

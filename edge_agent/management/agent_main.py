@@ -69,7 +69,8 @@ def run_agent(config: AgentConfig, options: ManagementOptions, *,
         previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: hup.set())
     notifier = SystemdNotifier()
     runtime = AgentRuntime(config.state_dir, options, overrides=config.models,
-                           default_overrides=config.model_defaults)
+                           default_overrides=config.model_defaults,
+                           response_cache_bytes=config.response_cache_bytes)
     server = None
     try:
         notifier.status("starting: opening state and loading models")

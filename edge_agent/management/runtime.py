@@ -81,8 +81,9 @@ class AgentRuntime:
     def __init__(self, state_dir: Path, options: ManagementOptions, *,
                  overrides: Mapping[str, ModelOverrides] | None = None,
                  default_overrides: ModelOverrides | None = None,
-                 drain_timeout_s: float = 30.0) -> None:
+                 drain_timeout_s: float = 30.0, response_cache_bytes: int = 0) -> None:
         self.state_dir = Path(state_dir)
+        self.response_cache_bytes = response_cache_bytes
         self.options = options
         self.overrides = overrides or {}
         self.default_overrides = default_overrides
@@ -126,7 +127,8 @@ class AgentRuntime:
         self.dataplane = DataPlane(self.state_dir, observer=self.recorder,
                                    overrides=self.overrides,
                                    default_overrides=self.default_overrides, autoload=False,
-                                   drain_timeout_s=self.drain_timeout_s)
+                                   drain_timeout_s=self.drain_timeout_s,
+                                   response_cache_bytes=self.response_cache_bytes)
         self.manager = ModelManager(self.dataplane, self.store,
                                     manager_settings(self.options, self.drain_timeout_s),
                                     step_hooks=hooks_from_environment(self.state_dir))

@@ -19,6 +19,8 @@ from edge_agent.metrics.store import SecondRow
 log = logging.getLogger(__name__)
 
 REQUEST_FIELDS = 5  # ok, rows, queue_ns, compute_ns, total_ns
+CACHE_HIT = 2
+"""The ``ok`` value of a request answered from the response cache (0: failed, 1: ran)."""
 
 
 def _hist(values: np.ndarray) -> list[int]:
@@ -46,5 +48,6 @@ def aggregate(requests: dict[tuple[str, int], list[array[int]]],
             model, version, requests=len(req), errors=int(np.count_nonzero(req[:, 0] == 0)),
             rows=sums[1], batches=len(sizes), batch_rows=int(sizes.sum()),
             queue_ns_sum=sums[2], compute_ns_sum=sums[3], total_ns_sum=sums[4],
+            cache_hits=int(np.count_nonzero(req[:, 0] == CACHE_HIT)),
             h_queue=_hist(req[:, 2]), h_compute=_hist(req[:, 3]), h_total=_hist(req[:, 4])))
     return rows

@@ -32,7 +32,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edge_agent.metrics.aggregate import REQUEST_FIELDS, aggregate
+from edge_agent.metrics.aggregate import CACHE_HIT, REQUEST_FIELDS, aggregate
 from edge_agent.metrics.store import MetricPoint, MetricsStore, SecondRow, make_point
 from edge_agent.metrics.system import SystemSample, SystemSampler
 
@@ -93,6 +93,18 @@ class MetricsRecorder:
                 buf.extend((ok, rows, queue_ns, compute_ns, total_ns))
             except (TypeError, OverflowError):
                 pass  # a broken record must not fail the request; flush drops and logs it
+
+    def record_cache_hit(self, model: str, version: int, *, rows: int, total_ns: int) -> None:
+        """Buffer one request answered from the response cache: a request record whose ``ok``
+        is :data:`CACHE_HIT` (aggregate.py counts it as a success and as a cache hit)."""
+        buf = self._req.get((model, version))
+        if buf is None:
+            buf = self._buffer(False, model, version)
+        if len(buf) < MAX_BUFFERED:
+            try:  # noqa: SIM105
+                buf.extend((CACHE_HIT, rows, 0, 0, total_ns))
+            except (TypeError, OverflowError):
+                pass
 
     def record_batch(self, model: str, version: int, batch_size: int, compute_ns: int) -> None:
         """Buffer one backend execution of ``batch_size`` rows."""
@@ -231,5 +243,5 @@ def _point(ts: int, r: SecondRow) -> MetricPoint:
     counters = {"requests": r.requests, "errors": r.errors, "rows": r.rows,
                 "batches": r.batches, "batch_rows": r.batch_rows,
                 "queue_ns_sum": r.queue_ns_sum, "compute_ns_sum": r.compute_ns_sum,
-                "total_ns_sum": r.total_ns_sum}
+                "total_ns_sum": r.total_ns_sum, "cache_hits": r.cache_hits}
     return make_point(ts, 1, r.model, r.version, counters, r.h_queue, r.h_total)

@@ -32,7 +32,8 @@ CHECK_FILE_EVERY_S = 2.0
 """How often :meth:`MetricsStore.write` checks that its file is still the one it opened."""
 DAY_S = 86_400
 _COUNTERS = ("requests", "errors", "rows", "batches", "batch_rows", "queue_ns_sum",
-             "compute_ns_sum", "total_ns_sum")
+             "compute_ns_sum", "total_ns_sum", "cache_hits")
+_ADDED_COUNTERS = ("cache_hits",)  # columns newer than the first schema: added on open
 _HISTS = ("h_queue", "h_compute", "h_total")
 _SAMPLE_COLS = ("model", "version", "ts", "res", *_COUNTERS, *_HISTS)
 _SYSTEM_COLS = ("ts", "res", "cpu_percent", "mem_percent", "rss_bytes", "temp_c",
@@ -80,6 +81,7 @@ class SecondRow:
     h_queue: list[int]
     h_compute: list[int]
     h_total: list[int]
+    cache_hits: int = 0  # requests answered from the response cache (counted in requests too)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,8 @@ class MetricPoint:
     p95_ms: float | None
     p99_ms: float | None
     queue_p99_ms: float | None
+    cache_hits: int = 0
+    cache_hit_rate: float | None = None  # of all requests; None when there were none
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +153,9 @@ def make_point(ts: int, step_s: int, model: str, version: int | None, c: dict[st
         mean_compute_ms=ms(c["compute_ns_sum"] / req) if req else None,
         p50_ms=ms(hist.percentile(h_total, 0.50)), p95_ms=ms(hist.percentile(h_total, 0.95)),
         p99_ms=ms(hist.percentile(h_total, 0.99)),
-        queue_p99_ms=ms(hist.percentile(h_queue, 0.99)))
+        queue_p99_ms=ms(hist.percentile(h_queue, 0.99)),
+        cache_hits=c.get("cache_hits", 0), cache_hit_rate=c.get("cache_hits", 0) / req
+        if req else None)
 
 
 class MetricsStore:
@@ -190,6 +196,9 @@ class MetricsStore:
             if not self.readonly:
                 self._setup()
             self._identity = self._file_identity()
+            have = {row[1] for row in conn.execute("PRAGMA table_info(samples)")}
+            # an older agent's database read read-only: its missing counters read as 0
+            self._missing = {c for c in _ADDED_COUNTERS if have and c not in have}
         except sqlite3.DatabaseError as exc:
             raise StateStoreError(
                 f"cannot open the metrics database {self.path}: {exc}; it holds only history, "
@@ -225,6 +234,9 @@ class MetricsStore:
             self._connect()
         return True
 
+    def _sums(self) -> str:
+        return ", ".join("0" if n in self._missing else f"SUM({n})" for n in _COUNTERS)
+
     @classmethod
     def open(cls, state_dir: str | os.PathLike[str], **kwargs: Any) -> MetricsStore:
         """Open ``<state_dir>/metrics.db`` (keyword arguments as for the constructor)."""
@@ -252,6 +264,11 @@ class MetricsStore:
         with write_transaction(c, self._lock):
             for statement in _SCHEMA:
                 c.execute(statement)
+            have = {row[1] for row in c.execute("PRAGMA table_info(samples)")}
+            for column in _ADDED_COUNTERS:
+                if column not in have:  # a database written by an older agent
+                    c.execute(f"ALTER TABLE samples ADD COLUMN {column} INTEGER NOT NULL "
+                              "DEFAULT 0")
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -260,7 +277,7 @@ class MetricsStore:
         """Store one interval's rows (merging with rows already at ``ts``); returns the count."""
         self.check_file()
         params = [(r.model, r.version, ts, res, r.requests, r.errors, r.rows, r.batches,
-                   r.batch_rows, r.queue_ns_sum, r.compute_ns_sum, r.total_ns_sum,
+                   r.batch_rows, r.queue_ns_sum, r.compute_ns_sum, r.total_ns_sum, r.cache_hits,
                    hist.encode(r.h_queue) or None, hist.encode(r.h_compute) or None,
                    hist.encode(r.h_total) or None) for r in rows]
         with write_transaction(self._conn, self._lock) as c:
@@ -378,7 +395,7 @@ class MetricsStore:
             if coarsest is None:
                 return []
             step = max(int(step_s), int(coarsest), 1)
-            sums = ", ".join(f"SUM({n})" for n in _COUNTERS)
+            sums = self._sums()
             rows = self._conn.execute(
                 f"SELECT (ts / {step}) * {step} AS b, {sums}, "
                 "CAST(group_concat(h_queue, '') AS BLOB), CAST(group_concat(h_total, '') AS BLOB) "
@@ -397,7 +414,7 @@ class MetricsStore:
         if model is not None:
             where += " AND model = ?"
             args.append(model)
-        cols = ", ".join(_COUNTERS)
+        cols = ", ".join("0" if n in self._missing else n for n in _COUNTERS)
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT model, version, ts, {cols}, h_queue, h_total FROM samples s "
@@ -412,7 +429,7 @@ class MetricsStore:
         """One point per model version over the last ``window_s`` seconds (for the CLI)."""
         now = time.time() if now is None else now
         start = int(now) - window_s
-        sums = ", ".join(f"SUM({n})" for n in _COUNTERS)
+        sums = self._sums()
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT model, version, {sums}, CAST(group_concat(h_queue, '') AS BLOB), "

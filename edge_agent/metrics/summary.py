@@ -23,13 +23,15 @@ def build_summary_table(points: list[MetricPoint], system: SystemPoint | None,
     """The per model version table (and a system line in the caption)."""
     table = Table(title=f"edge-agent metrics, last {window_s} s", title_justify="left")
     for col in ("model", "version", "requests", "req/s", "errors", "mean batch",
-                "p50 ms", "p95 ms", "p99 ms", "queue p99 ms"):
+                "p50 ms", "p95 ms", "p99 ms", "queue p99 ms", "cache hits"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for p in points:
         table.add_row(p.model, str(p.version), str(p.requests), f"{p.requests_per_s:.1f}",
                       f"{p.errors} ({p.error_rate:.1%})",
                       "-" if p.mean_batch is None else f"{p.mean_batch:.1f}",
-                      _ms(p.p50_ms), _ms(p.p95_ms), _ms(p.p99_ms), _ms(p.queue_p99_ms))
+                      _ms(p.p50_ms), _ms(p.p95_ms), _ms(p.p99_ms), _ms(p.queue_p99_ms),
+                      f"{p.cache_hits} ({p.cache_hit_rate:.0%})" if p.cache_hits and
+                      p.cache_hit_rate is not None else "-")
     if system is not None:
         temp = "" if system.temp_c is None else f"  temp {system.temp_c:.0f} °C"
         table.caption = (f"cpu {system.cpu_percent:.0f}%  mem {system.mem_percent:.0f}%  "

@@ -2,6 +2,8 @@
 
 Per-request work is parsing plus at most one copy: raw input bytes are viewed in place with
 ``numpy.frombuffer`` (the core copies when it batches); outputs are written once as raw bytes.
+Tensors in system shared memory (``shared_memory_region`` parameters) are read from and written
+to their regions through :mod:`edge_agent.protocol.shared_memory`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from edge_agent.protocol.datatypes import (
 )
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import model_config_pb2 as mc
+from edge_agent.protocol.shared_memory import Placement, SharedMemoryRegistry, region_reference
 from edge_agent.undecodable import Undecodable
 from packager.manifest import TensorSpec
 
@@ -103,6 +106,9 @@ def _check_bounds(msg: pb.ModelInferRequest) -> None:
         _check_parameters(out.parameters, f"output '{out.name}'")
 
 
+REGION_PARAM = "shared_memory_region"
+
+
 MAX_DIMS = 32  # numpy's limit is 64
 MAX_ELEMENTS = 1 << 40  # far past any message size; keeps byte counts inside numpy's intp
 
@@ -155,8 +161,46 @@ def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> np.ndarray:
     return np.asarray(values, dtype=dtype).reshape(shape)
 
 
-def to_infer_request(msg: pb.ModelInferRequest) -> tuple[InferRequest, bool]:
-    """Decode a ModelInferRequest; returns the core request and whether it used raw contents."""
+def _no_shm(what: str) -> InvalidInputError:
+    return InvalidInputError(f"{what}: shared memory is not served on this connection; "
+                             "send the tensor in the request")
+
+
+def _shm_inputs(msg: pb.ModelInferRequest, shm: SharedMemoryRegistry | None,
+                raws: list[bytes]) -> dict[str, np.ndarray]:
+    """Inputs of a request where some name a shared memory region; the others take the raw
+    contents in order (one per input not in shared memory) or their typed contents."""
+    inputs: dict[str, np.ndarray] = {}
+    in_request = [t for t in msg.inputs if region_reference(t.parameters, t.name) is None]
+    if raws and len(raws) != len(in_request):
+        raise InvalidInputError(
+            f"request for model '{msg.model_name}' has {len(in_request)} inputs outside shared "
+            f"memory but {len(raws)} raw_input_contents entries; send one per such input")
+    next_raw = iter(raws)
+    for tensor in msg.inputs:
+        if tensor.name in inputs:
+            raise InvalidInputError(f"input '{tensor.name}' is given more than once")
+        ref = region_reference(tensor.parameters, f"input '{tensor.name}'")
+        if ref is None:
+            inputs[tensor.name] = _from_raw(tensor, next(next_raw)) if raws else \
+                _from_typed(tensor)
+            continue
+        if shm is None:
+            raise _no_shm(f"input '{tensor.name}'")
+        if tensor.HasField("contents"):
+            raise InvalidInputError(f"input '{tensor.name}': contents given together with a "
+                                    "shared memory region; use one")
+        inputs[tensor.name] = shm.read_input(ref, tensor.name,
+                                             wire_dtype(tensor.datatype, tensor.name),
+                                             _shape(tensor))
+    return inputs
+
+
+def to_infer_request(msg: pb.ModelInferRequest,
+                     shm: SharedMemoryRegistry | None = None) -> tuple[InferRequest, bool]:
+    """Decode a ModelInferRequest; returns the core request and whether it used raw contents.
+
+    Inputs naming a shared memory region are read from ``shm`` (refused when None)."""
     if isinstance(msg, Undecodable):
         raise msg.error()
     if not msg.model_name:
@@ -166,7 +210,11 @@ def to_infer_request(msg: pb.ModelInferRequest) -> tuple[InferRequest, bool]:
     _check_bounds(msg)
     raws = msg.raw_input_contents[:]
     inputs: dict[str, np.ndarray] = {}
-    if raws:
+    if any(len(t.parameters) for t in msg.inputs) and \
+            any(REGION_PARAM in t.parameters for t in msg.inputs):
+        inputs = _shm_inputs(msg, shm, raws)
+        raws = raws or [b""]  # outputs come back raw
+    elif raws:
         if len(raws) != len(msg.inputs):
             raise InvalidInputError(
                 f"request for model '{msg.model_name}' has {len(msg.inputs)} inputs but "
@@ -196,17 +244,45 @@ def to_infer_request(msg: pb.ModelInferRequest) -> tuple[InferRequest, bool]:
     return request, bool(raws)
 
 
+def output_placements(msg: pb.ModelInferRequest,
+                      shm: SharedMemoryRegistry | None) -> dict[str, Placement] | None:
+    """The requested outputs that go to shared memory, checked before inference; None when
+    none does."""
+    placed: dict[str, Placement] | None = None
+    for out in msg.outputs:
+        if not len(out.parameters):
+            continue
+        ref = region_reference(out.parameters, f"output '{out.name}'")
+        if ref is None:
+            continue
+        if shm is None:
+            raise _no_shm(f"output '{out.name}'")
+        if placed is None:
+            placed = {}
+        placed[out.name] = shm.placement(ref, out.name)
+    return placed
+
+
 def to_infer_response(result: InferResult, *, raw: bool = True,
-                      order: Iterable[str] | None = None) -> pb.ModelInferResponse:
-    """Encode an InferResult; outputs in ``order`` (the request's) or the result's order."""
+                      order: Iterable[str] | None = None,
+                      placed: Mapping[str, Placement] | None = None) -> pb.ModelInferResponse:
+    """Encode an InferResult; outputs in ``order`` (the request's) or the result's order.
+
+    Outputs in ``placed`` are written to their shared memory regions; the response lists them
+    (name, datatype, shape) with no bytes (an empty raw entry keeps the others' positions)."""
     response = pb.ModelInferResponse(model_name=result.model, model_version=str(result.version),
                                      id=result.id)
     names = list(order) if order else list(result.outputs)
+    in_response = len(names) - len(placed) if placed else len(names)
     for name in names:
         array = result.outputs[name]
         datatype = datatype_of(array.dtype)
         out = response.outputs.add(name=name, datatype=datatype, shape=array.shape)
-        if raw:
+        if placed and name in placed:
+            SharedMemoryRegistry.write_output(placed[name], name, array)
+            if in_response:
+                response.raw_output_contents.append(b"")
+        elif raw:
             if array.dtype.byteorder == ">":
                 array = array.astype(array.dtype.newbyteorder("<"))
             response.raw_output_contents.append(array.tobytes())
@@ -305,6 +381,8 @@ def to_model_statistics(stats: ModelStats) -> pb.ModelStatistics:
             compute_input=_duration(stats.compute_input),
             compute_infer=_duration(stats.compute_infer),
             compute_output=_duration(stats.compute_output),
+            cache_hit=_duration(stats.cache_hit),
+            cache_miss=_duration(stats.cache_miss),
         ),
         batch_stats=[
             pb.InferBatchStatistics(

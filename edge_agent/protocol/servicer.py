@@ -25,6 +25,7 @@ from edge_agent.protocol import converters, status
 from edge_agent.protocol.admission import ResponseBudget
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.protocol.shared_memory import SharedMemoryRegistry
 from edge_agent.protocol.streams import END, StreamSession, StreamSessions, peer_key
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,13 @@ def _log_control(call: str, name: str, context: _Ctx, result: str | BaseExceptio
         log.warning("%s of %r from %s: %s", call, name, context.peer(), result)
 
 
+def _no_cuda_shm(context: _Ctx) -> NoReturn:
+    context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                  "CUDA shared memory is not served by this agent; use system shared memory "
+                  "(SystemSharedMemoryRegister) or send tensors in the request")
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Serves the inference protocol from one data plane (thread-safe, stateless itself).
 
@@ -95,6 +103,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             ("model_repository",) if control is not None else ())
         self._streams = streams or StreamSessions()
         self._budget = budget or ResponseBudget(DEFAULT_MAX_RESPONSE_BYTES)
+        self._shm = SharedMemoryRegistry()  # regions live as long as this servicer
+        if self._shm.available:
+            self._extensions += ("system_shared_memory",)
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -139,13 +150,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
         try:
-            infer_request, raw = converters.to_infer_request(request)
+            infer_request, raw = converters.to_infer_request(request, self._shm)
+            placed = converters.output_placements(request, self._shm)  # shared memory outputs
             result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
             nbytes = _response_bytes(result, infer_request.outputs)
             self._budget.acquire(nbytes)
             if not context.add_callback(lambda: self._budget.release(nbytes)):
                 self._budget.release(nbytes)  # the call already ended
-            return converters.to_infer_response(result, raw=raw, order=infer_request.outputs)
+            return converters.to_infer_response(result, raw=raw, order=infer_request.outputs,
+                                                placed=placed)
         except Exception as exc:
             self._fail(context, exc)
 
@@ -186,7 +199,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 item: tuple[pb.ModelInferRequest, InferRequest | None, bool,
                             Future[InferResult] | None, Exception | None]
                 try:
-                    req, raw = converters.to_infer_request(msg)
+                    req, raw = converters.to_infer_request(msg, self._shm)
                     item = (msg, req, raw, self._dp.submit(req), None)
                 except Exception as exc:
                     item = (msg, None, False, None, exc)
@@ -218,8 +231,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 nbytes = _response_bytes(result, req.outputs if req else None)
                 self._budget.acquire(nbytes)
                 try:
+                    placed = converters.output_placements(msg, self._shm)  # shared memory
                     response = converters.to_infer_response(
-                        result, raw=raw, order=req.outputs if req else None)
+                        result, raw=raw, order=req.outputs if req else None, placed=placed)
                 except BaseException:
                     self._budget.release(nbytes)
                     raise
@@ -280,6 +294,49 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             self._fail(context, exc)
         _log_control("RepositoryModelUnload", request.model_name, context, summary)
         return pb.RepositoryModelUnloadResponse()
+
+    # -- shared memory (the KServe/Triton extension; protocol/shared_memory.py) ---------------
+
+    def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest,
+                                 context: _Ctx) -> pb.SystemSharedMemoryStatusResponse:
+        try:
+            response = pb.SystemSharedMemoryStatusResponse()
+            for region in self._shm.status(request.name):
+                response.regions[region.name].CopyFrom(
+                    pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                        name=region.name, key=region.key, offset=region.offset,
+                        byte_size=region.byte_size))
+            return response
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest,
+                                   context: _Ctx) -> pb.SystemSharedMemoryRegisterResponse:
+        try:
+            self._shm.register(request.name, request.key, request.offset, request.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest,
+                                     context: _Ctx) -> pb.SystemSharedMemoryUnregisterResponse:
+        try:
+            self._shm.unregister(request.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest,
+                               context: _Ctx) -> pb.CudaSharedMemoryStatusResponse:
+        _no_cuda_shm(context)
+
+    def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest,
+                                 context: _Ctx) -> pb.CudaSharedMemoryRegisterResponse:
+        _no_cuda_shm(context)
+
+    def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest,
+                                   context: _Ctx) -> pb.CudaSharedMemoryUnregisterResponse:
+        _no_cuda_shm(context)
 
     def _control_or_refuse(self, call: str) -> RepositoryControl:
         if self._control is None:
