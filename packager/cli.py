@@ -64,8 +64,11 @@ def _parser() -> argparse.ArgumentParser:
                        formatter_class=fmt, epilog=_EPILOG_BUILD,
                        description="Validate MODEL.onnx, convert it per profile, check numerical "
                                    "parity, and write signed bundles.")
-    b.add_argument("model", type=Path, metavar="MODEL.onnx", help="the source ONNX model")
-    b.add_argument("--name", required=True, help="model name (letters, digits, _ . -)")
+    b.add_argument("model", type=Path, metavar="MODEL.onnx",
+                   help="the source ONNX model, or a model spec SPEC.toml (a Python model or "
+                        "a pipeline; docs/bundle-format.md)")
+    b.add_argument("--name", help="model name (letters, digits, _ . -); required for ONNX, "
+                                  "optional for a spec (must repeat the spec's name)")
     b.add_argument("--version", required=True, dest="model_version", metavar="N",
                    help="model version, a positive integer")
     b.add_argument("--profile", required=True, action="append", dest="profiles", metavar="P",
@@ -126,6 +129,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from packager.build import build_bundles, check_version
 
     version = check_version(args.model_version)
+    if args.name is None and args.model.suffix != ".toml":
+        from packager.errors import UsageError
+
+        raise UsageError("--name is required when building from an ONNX model")
     max_batch = _positive_int(args.max_batch, "--max-batch")
     kwargs = dict(name=args.name, version=version, profiles=args.profiles, out_dir=args.out,
                   key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
@@ -151,7 +158,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
             paths = build_bundles(args.model, progress=progress, **kwargs)
     for p in paths:
         print(p)
-    if max_batch is not None and paths and not _batched(paths[0]):
+    if max_batch is not None and paths and args.model.suffix != ".toml" \
+            and not _batched(paths[0]):
         print(f"warning: --max-batch {max_batch} has no effect: the batch dimension of "
               f"{args.model.name} is fixed, so the agent runs one request per execution; "
               "rebuild with --dynamic-batch to let it batch requests", file=sys.stderr)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from edge_agent import __version__
+from edge_agent.core import planes
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.observer import InferenceObserver
@@ -82,6 +83,7 @@ class DataPlane:
         self._server_name = server_name
         self._closed = False
         self._startup_done = threading.Event()
+        planes.register(self.repository.models_dir, self)  # pipelines find their steps here
         if autoload:
             self.load_all()
 
@@ -228,3 +230,4 @@ class DataPlane:
         """Stop accepting requests, drain and unload every model."""
         self._closed = True
         self.repository.close()
+        planes.unregister(self.repository.models_dir, self)

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from edge_agent.core import bytes_tensors
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.types import (
     DurationStat,
@@ -80,6 +81,8 @@ def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> list[int]:
 
 
 def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.ndarray:
+    if tensor.datatype == "BYTES":  # length-prefixed elements
+        return bytes_tensors.decode(raw, _shape(tensor), tensor.name)
     dtype = wire_dtype(tensor.datatype, tensor.name)
     shape = _shape(tensor)
     expected = math.prod(shape) * dtype.itemsize
@@ -91,7 +94,8 @@ def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.n
 
 
 def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> np.ndarray:
-    dtype = wire_dtype(tensor.datatype, tensor.name)
+    dtype = np.dtype(object) if tensor.datatype == "BYTES" \
+        else wire_dtype(tensor.datatype, tensor.name)
     shape = _shape(tensor)
     field = CONTENTS_FIELDS.get(tensor.datatype)
     if field is None:
@@ -109,6 +113,10 @@ def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> np.ndarray:
             raise InvalidInputError(
                 f"input '{tensor.name}': {tensor.datatype} data belongs in contents.{field}, "
                 f"not contents.{other}")
+    if dtype.kind == "O":
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
     return np.asarray(values, dtype=dtype).reshape(shape)
 
 
@@ -160,6 +168,12 @@ def to_infer_response(result: InferResult, *, raw: bool = True,
         array = result.outputs[name]
         datatype = datatype_of(array.dtype)
         out = response.outputs.add(name=name, datatype=datatype, shape=array.shape)
+        if datatype == "BYTES":
+            if raw:
+                response.raw_output_contents.append(bytes_tensors.encode(array, name))
+            else:
+                out.contents.bytes_contents.extend(bytes_tensors.elements(array, name))
+            continue
         if raw:
             if array.dtype.byteorder == ">":
                 array = array.astype(array.dtype.newbyteorder("<"))

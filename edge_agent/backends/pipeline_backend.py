@@ -1,0 +1,179 @@
+"""Pipelines (ensembles): steps that name other models on the agent, tensors wired by name.
+
+Each step is one request to the data plane serving this agent's models, so every step model
+keeps its own batcher, statistics, versions and isolation; a step pinned to a version calls that
+version, an unpinned one the model's active version at each request (a member rolled back is
+followed). Loading checks the wiring against the members as they are served now: each must be
+loaded, have the tensors the wiring names with the datatypes and shapes it implies, batch at
+least as far as the pipeline, and no pipeline may reach itself through its members.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation
+from edge_agent.core import planes
+from edge_agent.core.types import InferRequest
+from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
+from packager.manifest import Manifest, TensorSpec
+from packager.spec import Step
+
+NAME = "pipeline"
+
+
+def _steps(manifest: Manifest) -> tuple[Step, ...]:
+    raw = manifest.backend_options.get(NAME, {}).get("steps")
+    if not isinstance(raw, list) or not raw:
+        raise BackendError(f"pipeline {manifest.name!r}: its manifest lists no steps "
+                           "(backend_options.pipeline.steps)")
+    try:
+        return tuple(Step.from_dict(s) for s in raw)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BackendError(f"pipeline {manifest.name!r}: malformed step: {exc}") from exc
+
+
+def _shapes_fit(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return len(a) == len(b) and all(x == y or x < 0 or y < 0 for x, y in zip(a, b, strict=True))
+
+
+def _inner(spec: TensorSpec, batched: bool) -> tuple[int, ...]:
+    return spec.shape[1:] if batched else spec.shape
+
+
+def _restated(exc: AgentError, message: str) -> AgentError:
+    """``exc``'s class (so that its status code stays) with ``message``."""
+    try:
+        return type(exc)(message)
+    except Exception:  # a subclass with another constructor
+        return BackendError(message)
+
+
+class PipelineBackend:
+    """One loaded pipeline version: runs its steps in order through the data plane."""
+
+    name = NAME
+    cancellation = Cancellation.NONE
+    device = "pipeline"
+
+    def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
+        self._label = f"pipeline {manifest.name!r} version {manifest.version}"
+        models_dir = Path(model_dir).resolve().parent.parent
+        plane = planes.serving(models_dir)
+        if plane is None:
+            raise BackendError(f"{self._label}: no data plane serves {models_dir}; pipelines "
+                               "run only inside an agent")
+        self._plane = plane
+        self._name = manifest.name
+        self._steps = _steps(manifest)
+        self._batched = manifest.batching.max_batch_size > 0
+        self.inputs = manifest.inputs
+        self.outputs = manifest.outputs
+        self._check(manifest)
+
+    # ------------------------------------------------------------------ deploy-time checks
+    def _check(self, manifest: Manifest) -> None:
+        known: dict[str, TensorSpec] = {t.name: t for t in manifest.inputs}
+        for i, step in enumerate(self._steps, 1):
+            where = f"{self._label}: step {i} (model {step.model!r}"
+            where += f" version {step.version})" if step.version else ")"
+            try:
+                info = self._plane.model_config(step.model, step.version)
+            except (ModelNotFoundError, ModelUnavailableError) as exc:
+                raise BackendError(f"{where} is not served on this agent ({exc}); deploy it "
+                                   "before the pipeline") from None
+            member: Manifest = info.manifest
+            self._check_cycle(member, [manifest.name])
+            m_batched = member.batching.max_batch_size > 0
+            if self._batched and not m_batched:
+                raise BackendError(f"{where} has no batch dimension, but the pipeline's "
+                                   "max_batch_size is "
+                                   f"{manifest.batching.max_batch_size}; set it to 0")
+            if not self._batched and m_batched:
+                raise BackendError(f"{where} is batched; a pipeline over it needs "
+                                   "max_batch_size > 0")
+            if self._batched and member.batching.max_batch_size \
+                    < manifest.batching.max_batch_size:
+                raise BackendError(f"{where} batches at most {member.batching.max_batch_size} "
+                                   "rows, fewer than the pipeline's max_batch_size "
+                                   f"{manifest.batching.max_batch_size}")
+            m_in = {t.name: t for t in member.inputs}
+            m_out = {t.name: t for t in member.outputs}
+            for step_in, tensor in step.inputs.items():
+                spec = m_in.get(step_in)
+                if spec is None:
+                    raise BackendError(f"{where} has no input {step_in!r} (its inputs: "
+                                       f"{sorted(m_in)})")
+                have = known[tensor]
+                self._match(where, f"input {step_in!r} <- {tensor!r}", spec, have, m_batched)
+            missing = sorted(set(m_in) - set(step.inputs))
+            if missing:
+                raise BackendError(f"{where}: its input(s) {missing} are wired to nothing")
+            for step_out, tensor in step.outputs.items():
+                spec = m_out.get(step_out)
+                if spec is None:
+                    raise BackendError(f"{where} has no output {step_out!r} (its outputs: "
+                                       f"{sorted(m_out)})")
+                known[tensor] = TensorSpec(tensor, spec.datatype, spec.shape)
+        for out in manifest.outputs:
+            self._match(f"{self._label}: output {out.name!r}", "as produced by its step",
+                        out, known[out.name], self._batched)
+
+    def _match(self, where: str, what: str, want: TensorSpec, have: TensorSpec,
+               batched: bool) -> None:
+        if want.datatype != have.datatype:
+            raise BackendError(f"{where}: {what}: datatype {have.datatype} does not match "
+                               f"{want.datatype}")
+        if not _shapes_fit(_inner(want, batched), _inner(have, batched)):
+            raise BackendError(f"{where}: {what}: shape {list(_inner(have, batched))} does not "
+                               f"match {list(_inner(want, batched))} (batch dim excluded)")
+
+    def _check_cycle(self, member: Manifest, path: list[str]) -> None:
+        if member.backend != NAME:
+            return
+        if member.name in path:
+            raise BackendError(f"{self._label}: the pipelines form a cycle: "
+                               f"{' -> '.join([*path, member.name])}")
+        for step in _steps(member):
+            try:
+                sub = self._plane.model_config(step.model, step.version).manifest
+            except AgentError:
+                continue
+            self._check_cycle(sub, [*path, member.name])
+
+    # ------------------------------------------------------------------ executions
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
+        """Run the steps in order, each through its model's batcher."""
+        tensors: dict[str, Any] = dict(inputs)
+        for i, step in enumerate(self._steps, 1):
+            request = InferRequest(model=step.model, version=step.version,
+                                   inputs={k: tensors[v] for k, v in step.inputs.items()},
+                                   outputs=list(step.outputs))
+            try:
+                result = self._plane.infer(request)
+            except AgentError as exc:
+                raise _restated(exc, f"{self._label}: step {i} (model {step.model!r}) "
+                                     f"failed: {exc}") from exc
+            for k, v in step.outputs.items():
+                tensors[v] = result.outputs[k]
+        return {t.name: tensors[t.name] for t in self.outputs}
+
+    def cancel(self, instance: int, execution: int) -> bool:
+        """A pipeline does not stop its steps (each step's own timeout does)."""
+        return False
+
+    def close(self) -> None:
+        """Nothing to release: the steps belong to their own models."""
+
+
+def load(model_dir: Path, manifest: Manifest, options: BackendOptions) -> PipelineBackend:
+    """Load a pipeline version: check its wiring against the models the agent serves."""
+    return PipelineBackend(model_dir, manifest, options)
+
+
+PLUGIN = BackendPlugin(load=load, runtime_modules=("numpy",), cancellation=Cancellation.NONE)
+"""The entry point ``edge_agent.backends: pipeline``."""
