@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import sys
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ from packager.signing import generate_keypair
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pipeline"
 PROFILE = "x86_64-cpu-onnxruntime"
+if str(EXAMPLE) not in sys.path:
+    sys.path.append(str(EXAMPLE))  # the tests compute the example's steps locally (imaging, ...)
 
 MISBEHAVING = '''
 import os

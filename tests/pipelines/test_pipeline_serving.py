@@ -3,7 +3,6 @@ unmodified tritonclient over TCP and the Unix socket, against the same steps com
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,12 +10,11 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.pipelines.conftest import EXAMPLE, Built, running_agent
+from tests.pipelines.conftest import Built, running_agent
 
-sys.path.insert(0, str(EXAMPLE))
-import imaging
-import post
-import prep
+import imaging  # isort: skip  (examples/pipeline, on the path through the conftest)
+import post  # isort: skip
+import prep  # isort: skip
 
 
 def images(n: int, seed: int = 0) -> list[bytes]:
