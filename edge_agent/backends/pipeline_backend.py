@@ -170,6 +170,22 @@ class PipelineBackend:
         """Nothing to release: the steps belong to their own models."""
 
 
+def pinned_by(manifests: list[Manifest], model: str, version: int) -> list[str]:
+    """The pipelines among ``manifests`` ("name version N") with a step pinned to ``model``
+    version ``version``: that version must stay while they are served."""
+    users = []
+    for m in manifests:
+        if m.backend != NAME:
+            continue
+        try:
+            steps = _steps(m)
+        except BackendError:
+            continue
+        if any(s.model == model and s.version == version for s in steps):
+            users.append(f"{m.name} version {m.version}")
+    return users
+
+
 def load(model_dir: Path, manifest: Manifest, options: BackendOptions) -> PipelineBackend:
     """Load a pipeline version: check its wiring against the models the agent serves."""
     return PipelineBackend(model_dir, manifest, options)

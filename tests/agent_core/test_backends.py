@@ -60,7 +60,8 @@ def test_the_registry_holds_the_entry_points_and_names_an_unknown_backend(
     assert get_plugin("onnxruntime").cancellation is Cancellation.TERMINATE
     assert get_plugin("openvino").cancellation is Cancellation.NONE
     assert get_plugin("tensorrt").runtime_modules == ("tensorrt", "pycuda")
-    unknown = r"backend 'nosuch' is unknown: .*register onnxruntime, openvino, tensorrt"
+    unknown = (r"backend .nosuch. is unknown: .*register onnxruntime, openvino, pipeline, python, "
+               r"tensorrt")
     with pytest.raises(BackendError, match=unknown):
         get_plugin("nosuch")
     with pytest.raises(BackendError, match=unknown):  # e.g. a typo in the agent config
