@@ -119,7 +119,8 @@ def test_a_new_backend_is_one_module_and_one_entry_point(mlp_dir: Path, tmp_path
                          capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
     names, imported = run.stdout.splitlines()
-    assert names == ("('doubler', 'onnxruntime', 'openvino', 'tensorrt') doubler (2, 10) 2.0")
+    assert names == ("('doubler', 'onnxruntime', 'openvino', 'pipeline', 'python', 'tensorrt') "
+                     "doubler (2, 10) 2.0")
     assert imported == "[]"
 
 
