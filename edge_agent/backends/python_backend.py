@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
+from edge_agent.core import planes
 from edge_agent.core.datatypes import numpy_dtype
 from edge_agent.errors import BackendError
 from packager.manifest import Manifest
@@ -32,22 +33,44 @@ NAME = "python"
 _import_lock = threading.Lock()
 
 
+Caller = Callable[[str, dict[str, np.ndarray], "int | None"], dict[str, np.ndarray]]
+"""``call(model, inputs, version)``: one request to another model on the agent."""
+
+
 class ModelContext:
-    """What a Python model's function gets besides its inputs: its name, version and logger.
+    """What a Python model's function gets besides its inputs: its name, version, a logger,
+    and ``infer`` to call other models on the agent (Business Logic Scripting)."""
 
-    ``infer`` (calling other models from the function) is not available in this release.
-    """
-
-    def __init__(self, name: str, version: int) -> None:
+    def __init__(self, name: str, version: int, caller: Caller | None = None) -> None:
         self.model_name = name
         self.model_version = version
         self.logger = logging.getLogger(f"edge_agent.models.{name}")
+        self.caller = caller
 
     def infer(self, model: str, inputs: dict[str, np.ndarray],
               version: int | None = None) -> dict[str, np.ndarray]:
-        """Call another model on the agent (not available yet: raises BackendError)."""
-        raise BackendError(f"model {self.model_name!r}: ctx.infer({model!r}) is not available "
-                           "in this release of the agent")
+        """Run ``inputs`` on ``model`` (its active version, or ``version``) through that
+        model's batcher, as a request from a client would; BackendError when it fails."""
+        if self.caller is None:
+            raise BackendError(f"model {self.model_name!r}: ctx.infer({model!r}) needs the "
+                               "agent's data plane, and this process has none")
+        return self.caller(model, inputs, version)
+
+
+def plane_caller(plane: Any, who: str) -> Caller:
+    """A :data:`Caller` running requests on ``plane`` (a DataPlane) in this process."""
+    from edge_agent.core.types import InferRequest
+    from edge_agent.errors import AgentError
+
+    def call(model: str, inputs: dict[str, np.ndarray],
+             version: int | None) -> dict[str, np.ndarray]:
+        try:
+            return plane.infer(InferRequest(model=model, inputs=dict(inputs),  # type: ignore[no-any-return]
+                                            version=version)).outputs
+        except AgentError as exc:
+            raise BackendError(f"{who}: ctx.infer({model!r}) failed: {exc}") from exc
+
+    return call
 
 
 def check_requires(manifest: Manifest, requires: list[str]) -> None:
@@ -108,7 +131,9 @@ class PythonBackend:
         self._fn = import_entry(Path(model_dir), manifest, entry)
         self._label = f"model {manifest.name!r} version {manifest.version}"
         self._entry = entry
-        self._ctx = ModelContext(manifest.name, manifest.version)
+        plane = planes.serving(Path(model_dir).resolve().parent.parent)
+        self._ctx = ModelContext(manifest.name, manifest.version,
+                                 plane_caller(plane, self._label) if plane else None)
         self._batched = manifest.batching.max_batch_size > 0
         self.inputs = manifest.inputs
         self.outputs = manifest.outputs
@@ -139,6 +164,10 @@ class PythonBackend:
                                    f"{list(out[spec.name].shape)}, but the batch has {rows} "
                                    "rows (dim 0 must be the batch)")
         return out
+
+    def set_caller(self, caller: Caller) -> None:
+        """Route ``ctx.infer`` through ``caller`` (a runtime process: back to the agent)."""
+        self._ctx.caller = caller
 
     def cancel(self, instance: int, execution: int) -> bool:
         """Python code cannot be stopped in-process (process isolation kills it instead)."""
