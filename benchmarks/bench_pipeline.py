@@ -96,6 +96,7 @@ def _specs(d: Path) -> dict[str, Path]:
         name = "e2e"
         kind = "pipeline"
         max_batch_size = 8
+        instances = 8
         [[inputs]]
         name = "IMAGE"
         datatype = "BYTES"
@@ -121,6 +122,7 @@ def _specs(d: Path) -> dict[str, Path]:
         name = "ident_step"
         kind = "pipeline"
         max_batch_size = 16
+        instances = 4
         [[inputs]]
         name = "X"
         datatype = "FP32"

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packager.bundle_format import check_model_name
+from packager.bundle_format import check_member_path, check_model_name
 from packager.errors import BundleError, UsageError
 from packager.manifest import DATATYPES, TensorSpec
 
 KINDS = ("python", "pipeline")
-_COMMON_KEYS = {"name", "kind", "max_batch_size", "inputs", "outputs", "description"}
-_PYTHON_KEYS = _COMMON_KEYS | {"source", "entry", "requires", "decoupled", "warmup",
-                               "instances"}
+_COMMON_KEYS = {"name", "kind", "max_batch_size", "inputs", "outputs", "description",
+                "instances"}
+_PYTHON_KEYS = _COMMON_KEYS | {"source", "entry", "requires", "decoupled", "warmup"}
 _PIPELINE_KEYS = _COMMON_KEYS | {"steps"}
 _TENSOR_KEYS = {"name", "datatype", "shape"}
 _STEP_KEYS = {"model", "version", "inputs", "outputs"}
@@ -129,6 +129,11 @@ def _inside(spec: Path, rel: Any) -> Path:
         raise _fail(spec, f"source {rel!r} is not a regular file in {spec.parent}")
     if full.suffix != ".py":
         raise _fail(spec, f"source {rel!r} is not a .py file")
+    try:
+        check_member_path(f"code/{p.as_posix()}")
+    except BundleError:
+        raise _fail(spec, f"source {rel!r}: bundle paths are letters, digits and _ . + = - "
+                          "separated by /; rename the file") from None
     return p
 
 
@@ -166,10 +171,8 @@ def _python(spec: Path, d: dict[str, Any]) -> dict[str, Any]:
     if flags["decoupled"]:
         raise _fail(spec, "decoupled = true (streaming responses) is not supported yet by this "
                           "edge-pack; set decoupled = false")
-    instances = _int(spec, "instances", d.get("instances", 0), 0, 64)
     return {"sources": sources, "entry": entry, "requires": tuple(requires),
-            "decoupled": flags["decoupled"], "warmup": flags["warmup"],
-            "instances": instances}
+            "decoupled": flags["decoupled"], "warmup": flags["warmup"]}
 
 
 def _names(spec: Path, where: str, value: Any) -> dict[str, str]:
@@ -253,8 +256,11 @@ def load_spec(path: Path | str, name: str | None = None) -> ModelSpec:
     mbs = _int(spec, "max_batch_size", data.get("max_batch_size", 0), 0, MAX_BATCH_LIMIT)
     inputs = _tensors(spec, "inputs", data.get("inputs"))
     outputs = _tensors(spec, "outputs", data.get("outputs"))
+    instances = _int(spec, "instances", data.get("instances", 0), 0, 64)
     if kind == "python":
         extra = _python(spec, data)
-        return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, **extra)
+        return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
+                         **extra)
     steps = _pipeline(spec, data, inputs, outputs, str(model))
-    return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, steps=steps)
+    return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
+                     steps=steps)

@@ -19,6 +19,7 @@ from tests.pipelines.conftest import EXAMPLE, PROFILE
 def src(tmp_path: Path) -> Path:
     d = tmp_path / "src"
     shutil.copytree(EXAMPLE, d)
+    (d / "my prep.py").write_text("")
     return d
 
 
@@ -75,6 +76,9 @@ BAD = [
     ('max_batch_size = "8"\n', "max_batch_size = '8' must be an integer"),
     ("requires = [1]\n", "requires = [1] must list distribution names"),
     ('decoupled = "yes"\n', "decoupled = 'yes' must be true or false"),
+    ("decoupled = true\n", "not supported yet"),
+    ("instances = 100\n", "instances = 100 must be an integer from 0 to 64"),
+    ('source = ["prep.py", "imaging.py", "my prep.py"]\n', "rename the file"),
     ('name = "a/b"\n', "must be a model name"),
     ("[[inputs]]\nname = \"X\"\ndatatype = \"FP99\"\nshape = [1]\n", "datatype 'FP99'"),
     ("[[inputs]]\nname = \"X\"\ndatatype = \"FP32\"\nshape = [0]\n", "shape [0]"),
