@@ -67,6 +67,10 @@ def test_pipeline_is_a_model_with_ensemble_metadata_and_step_statistics(agent) -
         meta = client.get_model_metadata("classify", as_json=True)
         assert meta["platform"] == "ensemble"
         assert [i["name"] for i in meta["inputs"]] == ["IMAGE"]
+        assert meta["inputs"][0]["datatype"] == "BYTES"
+        config = client.get_model_config("classify", as_json=True)["config"]
+        assert config["platform"] == "ensemble" and config["max_batch_size"] == 8
+        assert client.get_model_config("prep", as_json=True)["config"]["max_batch_size"] == 8
         stats = client.get_inference_statistics(as_json=True)["model_stats"]
         counts = {s["name"]: int(s.get("inference_count", 0)) for s in stats}
         assert counts["classify"] >= 2 and counts["prep"] >= 2 and counts["post"] >= 2
