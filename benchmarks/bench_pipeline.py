@@ -13,7 +13,10 @@ Figures, each pair interleaved in the same run:
      decodes and preprocesses itself, sends the float tensor to squeezenet and takes top-1:
      throughput ratio and the client's CPU per request (target >= 1.0x and <= 0.15x);
   2. server CPU per request (agent + its runtime processes) of ``ident_step`` vs. ``ident``
-     called directly, at concurrency 1 and 16 (target: <= 150 us added per step).
+     called directly, at concurrency 1 and 16 (target: <= 150 us added per step);
+  3. latency at concurrency 1 of ``ctx.infer("ident")`` from a Python model (in its runtime
+     process, timed inside the function) vs. the same call over the Unix socket from this
+     process.
 """
 
 from __future__ import annotations
@@ -66,6 +69,18 @@ def top1(inputs, ctx):
 
 def ident(inputs, ctx):
     return {"Y": inputs["X"]}
+
+
+def bls_time(inputs, ctx):
+    import time
+
+    x = inputs["X"]
+    ctx.infer("ident", {"X": x})
+    t0 = time.perf_counter()
+    for _ in range(200):
+        ctx.infer("ident", {"X": x})
+    us = (time.perf_counter() - t0) / 200 * 1e6
+    return {"US": np.full((len(x), 1), us, np.float32)}
 '''
 
 
@@ -91,6 +106,8 @@ def _specs(d: Path) -> dict[str, Path]:
                    _tensor("LABEL", "BYTES", [1])),
         "ident": py("ident", "ident", _tensor("X", "FP32", [64]), _tensor("Y", "FP32", [64]),
                     16),
+        "bls_time": py("bls_time", "bls_time", _tensor("X", "FP32", [64]),
+                       _tensor("US", "FP32", [1]), 1),
     }
     (d / "e2e.toml").write_text(textwrap.dedent('''\
         name = "e2e"
@@ -153,7 +170,7 @@ def build_all(work: Path) -> tuple[Path, list[Path]]:
                             out_dir=out, key_path=private, dynamic_batch=True, max_batch=8,
                             **LIGHT_BUILD)
     specs = _specs(work)
-    for name in ("prep224", "top1", "ident", "e2e", "ident_step"):  # members first
+    for name in ("prep224", "top1", "ident", "bls_time", "e2e", "ident_step"):  # members first
         bundles += build_bundles(specs[name], name=name, version=1, profiles=[PROFILE],
                                  out_dir=out, key_path=private)
     return public, bundles
@@ -300,7 +317,21 @@ def main(argv: list[str] | None = None) -> int:
                     client.infer(model, [inp])
                 return call
 
+            def bls_us(client) -> float:  # type: ignore[no-untyped-def]
+                inp = grpcclient.InferInput("X", [1, 64], "FP32")
+                inp.set_data_from_numpy(x64)
+                return float(client.infer("bls_time", [inp]).as_numpy("US")[0, 0])
+
+            def uds_us(client) -> float:  # type: ignore[no-untyped-def]
+                call = direct("ident")
+                call(client)
+                t0 = time.perf_counter()
+                for _ in range(200):
+                    call(client)
+                return (time.perf_counter() - t0) / 200 * 1e6
+
             results: dict[str, list[dict[str, float]]] = {}
+            latency: dict[str, list[float]] = {"ctx.infer": [], "unix socket": []}
             plan = [("e2e pipeline c8", pipeline, 8), ("client-side c8", client_side, 8),
                     ("ident direct c1", direct("ident"), 1),
                     ("ident_step c1", direct("ident_step"), 1),
@@ -312,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
                 for name, call, conc in plan:
                     results.setdefault(name, []).append(
                         run_load(target, call, conc, args.seconds, agent))
+                with grpcclient.InferenceServerClient(target) as client:
+                    latency["ctx.infer"].append(bls_us(client))
+                    latency["unix socket"].append(uds_us(client))
         finally:
             agent.stop()
 
@@ -330,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
         added = med(f"ident_step c{c}", "server_us") - med(f"ident direct c{c}", "server_us")
         print(f"figure 2: one pipeline step adds {added:.0f} us server CPU per request at "
               f"concurrency {c} (target <= 150 us)")
+    bls, uds = (float(np.median(latency[k])) for k in ("ctx.infer", "unix socket"))
+    print(f"figure 3: ctx.infer from a Python model's runtime process {bls:.0f} us per call vs. "
+          f"{uds:.0f} us over the Unix socket from another process (concurrency 1): "
+          f"{bls / uds:.2f}x")
     return 0
 
 
