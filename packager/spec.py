@@ -9,6 +9,7 @@ before anything is written; each problem is one :class:`UsageError` line naming 
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ _STEP_KEYS = {"model", "version", "inputs", "outputs"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_BATCH_LIMIT = 1 << 16
+_RESERVED_MODULES = frozenset({"edge_agent", "packager", "console", "numpy", "grpc",
+                               "onnxruntime", "openvino", "tensorrt"})
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,10 @@ def _python(spec: Path, d: dict[str, Any]) -> dict[str, Any]:
     module, func = entry.split(":")
     if not all(_IDENT.match(x) for x in (*module.split("."), func)):
         raise _fail(spec, f"entry = {entry!r}: module and function must be Python identifiers")
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top in _RESERVED_MODULES:
+        raise _fail(spec, f"entry module {module!r} has the name of a standard or agent "
+                          f"module ({top!r}); rename it")
     module_file = Path(*module.split(".")).with_suffix(".py")
     if module_file not in sources:
         raise _fail(spec, f"entry module {module!r} is not among the sources "

@@ -31,6 +31,7 @@ from packager.manifest import Manifest
 NAME = "python"
 
 _import_lock = threading.Lock()
+_imported: set[str] = set()  # top-level module names of Python models imported here
 
 
 Caller = Callable[[str, dict[str, np.ndarray], "int | None"], dict[str, np.ndarray]]
@@ -95,10 +96,14 @@ def import_entry(model_dir: Path, manifest: Manifest, entry: str) -> Callable[..
     entry_file = artifact_path(model_dir, manifest, NAME)
     code_dir = entry_file.parents[len(module_name.split(".")) - 1]
     label = f"model {manifest.name!r} version {manifest.version}"
+    top = module_name.split(".")[0]
     with _import_lock:
+        if top in sys.modules and top not in _imported:
+            raise BackendError(f"{label}: its entry module {module_name!r} has the name of a "
+                               f"module the agent already uses ({top!r}); rename it")
+        _imported.add(top)
         sys.path.insert(0, str(code_dir))
         try:
-            top = module_name.split(".")[0]
             for loaded in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
                 del sys.modules[loaded]  # another version of this model, in this process
             module = importlib.import_module(module_name)

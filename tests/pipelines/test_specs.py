@@ -20,6 +20,7 @@ def src(tmp_path: Path) -> Path:
     d = tmp_path / "src"
     shutil.copytree(EXAMPLE, d)
     (d / "my prep.py").write_text("")
+    (d / "json.py").write_text("")
     return d
 
 
@@ -77,6 +78,7 @@ BAD = [
     ("requires = [1]\n", "requires = [1] must list distribution names"),
     ('decoupled = "yes"\n', "decoupled = 'yes' must be true or false"),
     ("decoupled = true\n", "not supported yet"),
+    ('source = ["json.py"]\nentry = "json:f"\n', "has the name of a standard or agent module"),
     ("instances = 100\n", "instances = 100 must be an integer from 0 to 64"),
     ('source = ["prep.py", "imaging.py", "my prep.py"]\n', "rename the file"),
     ('name = "a/b"\n', "must be a model name"),
@@ -90,16 +92,17 @@ BAD = [
 
 
 def _spec_text(change: str) -> str:
-    """prep.toml with ``change`` in place of the key it sets (tables appended)."""
+    """prep.toml with ``change`` in place of the keys it sets (tables appended)."""
     base = (EXAMPLE / "prep.toml").read_text()
     if change == "this is not toml":
         return change
     if change.startswith("[["):
         return base + "\n" + change
-    key = change.split("=")[0].strip()
-    lines = [ln for ln in base.splitlines() if not ln.startswith(f"{key} ")]
+    keys = {ln.split("=")[0].strip() for ln in change.splitlines()}
+    lines = base.splitlines()
     cut = next(i for i, ln in enumerate(lines) if ln.startswith("[["))
-    return "\n".join([*lines[:cut], change.rstrip("\n"), *lines[cut:]]) + "\n"
+    top = [ln for ln in lines[:cut] if ln.split("=")[0].strip() not in keys]  # top-level keys
+    return "\n".join([*top, change.rstrip("\n"), *lines[cut:]]) + "\n"
 
 
 @pytest.mark.parametrize(("change", "needle"), BAD)
