@@ -163,9 +163,20 @@ def _cmd_build(args: argparse.Namespace) -> int:
         print(f"warning: --max-batch {max_batch} has no effect: the batch dimension of "
               f"{args.model.name} is fixed, so the agent runs one request per execution; "
               "rebuild with --dynamic-batch to let it batch requests", file=sys.stderr)
-    if args.key is None:
+    if args.key is None and paths and _carries_code(paths[0]):
+        print("warning: the bundles carry Python code and are unsigned: every agent refuses "
+              "them, even with --allow-unsigned (pass --key to sign them)", file=sys.stderr)
+    elif args.key is None:
         print("note: bundles are unsigned (pass --key to sign them)", file=sys.stderr)
     return 0
+
+
+def _carries_code(bundle: Path) -> bool:
+    """Whether a built bundle carries code (a Python model), which agents run only signed."""
+    from packager.reader import carries_code, open_bundle
+
+    with open_bundle(bundle) as reader:
+        return carries_code(reader.manifest)
 
 
 def _batched(bundle: Path) -> bool:

@@ -57,6 +57,7 @@ def test_a_pipeline_spec_builds_with_its_steps_in_the_manifest(
     code, out, err = run(capsys, str(src / "classify.toml"), "--name", "classify", "--version",
                          "1", "--profile", PROFILE, "--out", str(tmp_path / "dist"))
     assert code == 0, err
+    assert "note: bundles are unsigned" in err  # a pipeline carries no code
     with tarfile.open(out.strip()) as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
     steps = manifest["backend_options"]["pipeline"]["steps"]
@@ -156,3 +157,11 @@ def test_name_must_repeat_the_spec_and_onnx_flags_are_refused(
     code, _, err = run(capsys, str(tmp_path / "m.onnx"), "--version", "1", "--profile",
                        PROFILE, "--out", str(tmp_path / "d"))
     assert code == 1 and "--name is required" in err
+
+
+def test_an_unsigned_python_build_warns_that_agents_will_refuse_it(
+        src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, str(src / "post.toml"), "--version", "1", "--profile",
+                         PROFILE, "--out", str(tmp_path / "dist"))
+    assert code == 0 and out.strip().endswith(".edgepkg")
+    assert "carry Python code and are unsigned: every agent refuses them" in err
