@@ -24,6 +24,7 @@ import numpy as np
 
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
 from edge_agent.core import planes
+from edge_agent.core.api import DataPlaneAPI
 from edge_agent.core.datatypes import numpy_dtype
 from edge_agent.errors import BackendError
 from packager.manifest import Manifest
@@ -58,7 +59,7 @@ class ModelContext:
         return self.caller(model, inputs, version)
 
 
-def plane_caller(plane: Any, who: str) -> Caller:
+def plane_caller(plane: DataPlaneAPI, who: str) -> Caller:
     """A :data:`Caller` running requests on ``plane`` (a DataPlane) in this process."""
     from edge_agent.core.types import InferRequest
     from edge_agent.errors import AgentError
@@ -66,8 +67,8 @@ def plane_caller(plane: Any, who: str) -> Caller:
     def call(model: str, inputs: dict[str, np.ndarray],
              version: int | None) -> dict[str, np.ndarray]:
         try:
-            return plane.infer(InferRequest(model=model, inputs=dict(inputs),  # type: ignore[no-any-return]
-                                            version=version)).outputs
+            request = InferRequest(model=model, inputs=dict(inputs), version=version)
+            return plane.infer(request).outputs
         except AgentError as exc:
             raise BackendError(f"{who}: ctx.infer({model!r}) failed: {exc}") from exc
 
