@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--max-batch", metavar="N", help="override the profile's max batch size")
     b.add_argument("--allow-parity-failure", action="store_true",
                    help="write bundles even when parity is past the profile's tolerance")
+    b.add_argument("--member", action="append", default=[], type=Path, metavar="BUNDLE",
+                   help="a pipeline spec's step model bundle (repeatable): its wiring is "
+                        "checked against it now, not only at deploy")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
     i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
@@ -140,7 +143,22 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    if args.quiet or not console.is_terminal:
+    if args.member and args.model.suffix != ".toml":
+        from packager.errors import UsageError
+
+        raise UsageError("--member applies to a pipeline spec (SPEC.toml), not to an ONNX model")
+    if args.model.suffix == ".toml":
+        from packager.spec_build import build_spec_bundles
+
+        if args.dynamic_batch or max_batch is not None or args.allow_parity_failure:
+            from packager.errors import UsageError
+
+            raise UsageError("--dynamic-batch, --max-batch and --allow-parity-failure apply "
+                             "to ONNX models; a spec sets max_batch_size itself")
+        paths = build_spec_bundles(args.model, name=args.name, version=version,
+                                   profiles=args.profiles, out_dir=args.out, key_path=args.key,
+                                   members=args.member)
+    elif args.quiet or not console.is_terminal:
         paths = build_bundles(args.model, **kwargs)
     else:
         from rich.progress import (

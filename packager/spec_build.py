@@ -29,7 +29,8 @@ from packager.errors import UsageError
 from packager.manifest import BatchingConfig, Manifest
 from packager.profiles import DeviceProfile, load_profile
 from packager.signing import load_private_key
-from packager.spec import ModelSpec, load_spec
+from packager.spec import ModelSpec, Step, load_spec
+from packager.wiring import check_wiring
 
 CODE_DIR = "code"
 PIPELINE_FILE = "pipeline.json"
@@ -94,14 +95,54 @@ def _build_one(spec: ModelSpec, profile: DeviceProfile, version: int, stage: Pat
     return out
 
 
+def check_members(spec: ModelSpec, members: Sequence[Path | str]) -> None:
+    """Check a pipeline's wiring against the member bundles given (``--member``); steps whose
+    model is not among them are checked at deploy. UsageError for a member no step names."""
+    from packager.reader import open_bundle
+
+    manifests: dict[str, list[Manifest]] = {}
+    for path in members:
+        with open_bundle(Path(path)) as reader:
+            m = reader.manifest
+        manifests.setdefault(m.name, []).append(m)
+    named = {s.model for s in spec.steps}
+    stray = sorted(set(manifests) - named)
+    if stray:
+        raise UsageError(f"--member bundle(s) of {stray} are no step of pipeline "
+                         f"{spec.name!r} (its steps: {sorted(named)})")
+
+    def member(i: int, step: Step) -> Manifest | None:
+        candidates = manifests.get(step.model, [])
+        if step.version is not None:
+            candidates = [m for m in candidates if m.version == step.version]
+        return max(candidates, key=lambda m: m.version, default=None)
+
+    batching = _batching_of(spec)
+    probe = Manifest(name=spec.name, version=1, profile="", arch="", backend=spec.kind,
+                     precision="fp32", inputs=spec.manifest_tensors(spec.inputs),
+                     outputs=spec.manifest_tensors(spec.outputs), batching=batching,
+                     artifacts={})
+    check_wiring(f"{spec.path}: pipeline {spec.name!r}", probe, spec.steps, member)
+
+
+def _batching_of(spec: ModelSpec) -> BatchingConfig:
+    return BatchingConfig(max_batch_size=max(0, spec.max_batch_size))
+
+
 def build_spec_bundles(spec_path: Path | str, *, name: str | None, version: int,
                        profiles: Sequence[str], out_dir: Path | str,
-                       key_path: Path | str | None = None) -> list[Path]:
+                       key_path: Path | str | None = None,
+                       members: Sequence[Path | str] = ()) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` per profile from a spec; their paths.
 
+    ``members`` (bundles of a pipeline's step models) let the wiring be checked now.
     Raises a PackagerError subclass, and writes nothing to ``out_dir``, on any failure.
     """
     spec = load_spec(spec_path, name)
+    if members:
+        if spec.kind != "pipeline":
+            raise UsageError("--member applies to pipeline specs (kind = \"pipeline\")")
+        check_members(spec, members)
     if not profiles:
         raise UsageError("give at least one --profile (see `edge-pack profiles`)")
     if len(set(profiles)) != len(profiles):

@@ -17,10 +17,13 @@ import numpy as np
 
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation
 from edge_agent.core import planes
+from edge_agent.core.api import DataPlaneAPI
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
-from packager.manifest import Manifest, TensorSpec
+from packager.errors import PackagerError
+from packager.manifest import Manifest
 from packager.spec import Step
+from packager.wiring import check_wiring, step_label
 
 NAME = "pipeline"
 
@@ -34,14 +37,6 @@ def _steps(manifest: Manifest) -> tuple[Step, ...]:
         return tuple(Step.from_dict(s) for s in raw)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BackendError(f"pipeline {manifest.name!r}: malformed step: {exc}") from exc
-
-
-def _shapes_fit(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return len(a) == len(b) and all(x == y or x < 0 or y < 0 for x, y in zip(a, b, strict=True))
-
-
-def _inner(spec: TensorSpec, batched: bool) -> tuple[int, ...]:
-    return spec.shape[1:] if batched else spec.shape
 
 
 def _restated(exc: AgentError, message: str) -> AgentError:
@@ -66,7 +61,7 @@ class PipelineBackend:
         if plane is None:
             raise BackendError(f"{self._label}: no data plane serves {models_dir}; pipelines "
                                "run only inside an agent")
-        self._plane = plane
+        self._plane: DataPlaneAPI = plane
         self._name = manifest.name
         self._steps = _steps(manifest)
         self._batched = manifest.batching.max_batch_size > 0
@@ -76,60 +71,19 @@ class PipelineBackend:
 
     # ------------------------------------------------------------------ deploy-time checks
     def _check(self, manifest: Manifest) -> None:
-        known: dict[str, TensorSpec] = {t.name: t for t in manifest.inputs}
-        for i, step in enumerate(self._steps, 1):
-            where = f"{self._label}: step {i} (model {step.model!r}"
-            where += f" version {step.version})" if step.version else ")"
+        def member(i: int, step: Step) -> Manifest:
             try:
                 info = self._plane.model_config(step.model, step.version)
             except (ModelNotFoundError, ModelUnavailableError) as exc:
-                raise BackendError(f"{where} is not served on this agent ({exc}); deploy it "
-                                   "before the pipeline") from None
-            member: Manifest = info.manifest
-            self._check_cycle(member, [manifest.name])
-            m_batched = member.batching.max_batch_size > 0
-            if self._batched and not m_batched:
-                raise BackendError(f"{where} has no batch dimension, but the pipeline's "
-                                   "max_batch_size is "
-                                   f"{manifest.batching.max_batch_size}; set it to 0")
-            if not self._batched and m_batched:
-                raise BackendError(f"{where} is batched; a pipeline over it needs "
-                                   "max_batch_size > 0")
-            if self._batched and member.batching.max_batch_size \
-                    < manifest.batching.max_batch_size:
-                raise BackendError(f"{where} batches at most {member.batching.max_batch_size} "
-                                   "rows, fewer than the pipeline's max_batch_size "
-                                   f"{manifest.batching.max_batch_size}")
-            m_in = {t.name: t for t in member.inputs}
-            m_out = {t.name: t for t in member.outputs}
-            for step_in, tensor in step.inputs.items():
-                spec = m_in.get(step_in)
-                if spec is None:
-                    raise BackendError(f"{where} has no input {step_in!r} (its inputs: "
-                                       f"{sorted(m_in)})")
-                have = known[tensor]
-                self._match(where, f"input {step_in!r} <- {tensor!r}", spec, have, m_batched)
-            missing = sorted(set(m_in) - set(step.inputs))
-            if missing:
-                raise BackendError(f"{where}: its input(s) {missing} are wired to nothing")
-            for step_out, tensor in step.outputs.items():
-                spec = m_out.get(step_out)
-                if spec is None:
-                    raise BackendError(f"{where} has no output {step_out!r} (its outputs: "
-                                       f"{sorted(m_out)})")
-                known[tensor] = TensorSpec(tensor, spec.datatype, spec.shape)
-        for out in manifest.outputs:
-            self._match(f"{self._label}: output {out.name!r}", "as produced by its step",
-                        out, known[out.name], self._batched)
+                raise BackendError(f"{step_label(self._label, i, step)} is not served on this "
+                                   f"agent ({exc}); deploy it before the pipeline") from None
+            self._check_cycle(info.manifest, [manifest.name])
+            return info.manifest
 
-    def _match(self, where: str, what: str, want: TensorSpec, have: TensorSpec,
-               batched: bool) -> None:
-        if want.datatype != have.datatype:
-            raise BackendError(f"{where}: {what}: datatype {have.datatype} does not match "
-                               f"{want.datatype}")
-        if not _shapes_fit(_inner(want, batched), _inner(have, batched)):
-            raise BackendError(f"{where}: {what}: shape {list(_inner(have, batched))} does not "
-                               f"match {list(_inner(want, batched))} (batch dim excluded)")
+        try:
+            check_wiring(self._label, manifest, self._steps, member)
+        except PackagerError as exc:
+            raise BackendError(str(exc)) from None
 
     def _check_cycle(self, member: Manifest, path: list[str]) -> None:
         if member.backend != NAME:

@@ -165,3 +165,27 @@ def test_an_unsigned_python_build_warns_that_agents_will_refuse_it(
                          PROFILE, "--out", str(tmp_path / "dist"))
     assert code == 0 and out.strip().endswith(".edgepkg")
     assert "carry Python code and are unsigned: every agent refuses them" in err
+
+
+def test_given_member_bundles_a_pipeline_wiring_is_checked_at_build(
+        src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], built) -> None:  # type: ignore[no-untyped-def]
+    members = [arg for name in ("mlp", "prep", "post")
+               for arg in ("--member", str(built.bundles[name]))]
+    base = ["--version", "1", "--profile", PROFILE, "--out", str(tmp_path / "dist")]
+    code, out, err = run(capsys, str(src / "classify.toml"), *base, *members)
+    assert code == 0 and out.strip().endswith(".edgepkg"), err
+    text = (src / "classify.toml").read_text()
+    (src / "wrong.toml").write_text(text.replace('inputs = { input = "features" }',
+                                                 'inputs = { input = "IMAGE" }'))
+    code, out, err = run(capsys, str(src / "wrong.toml"), *base[:-1], str(tmp_path / "d2"),
+                         "--member", str(built.bundles["mlp"]))
+    assert code == 1 and err.count("\n") == 1, err
+    assert "step 2 (model 'mlp'): input 'input' <- 'IMAGE': datatype BYTES does not match " \
+           "FP32" in err
+    assert not (tmp_path / "d2").exists() or list((tmp_path / "d2").iterdir()) == []
+    code, _, err = run(capsys, str(src / "classify.toml"), *base, "--member",
+                       str(built.bundles["hang"]))
+    assert code == 1 and "bundle(s) of ['hang'] are no step of pipeline 'classify'" in err
+    code, _, err = run(capsys, str(src / "prep.toml"), *base, "--member",
+                       str(built.bundles["mlp"]))
+    assert code == 1 and "--member applies to pipeline specs" in err
