@@ -247,7 +247,16 @@ def build_bundles(
 
     ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
     Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure.
+    A ``.toml`` model path is a model spec (Python model or pipeline): packager/spec_build.py.
     """
+    if Path(model_path).suffix == ".toml":
+        from packager.spec_build import build_spec_bundles
+
+        if dynamic_batch or max_batch is not None or allow_parity_failure:
+            raise UsageError("--dynamic-batch, --max-batch and --allow-parity-failure apply to "
+                             "ONNX models; a spec sets max_batch_size itself")
+        return build_spec_bundles(model_path, name=name or None, version=check_version(version),
+                                  profiles=profiles, out_dir=out_dir, key_path=key_path)
     try:
         check_model_name(name)
     except BundleError as exc:

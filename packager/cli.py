@@ -64,8 +64,11 @@ def _parser() -> argparse.ArgumentParser:
                        formatter_class=fmt, epilog=_EPILOG_BUILD,
                        description="Validate MODEL.onnx, convert it per profile, check numerical "
                                    "parity, and write signed bundles.")
-    b.add_argument("model", type=Path, metavar="MODEL.onnx", help="the source ONNX model")
-    b.add_argument("--name", required=True, help="model name (letters, digits, _ . -)")
+    b.add_argument("model", type=Path, metavar="MODEL.onnx",
+                   help="the source ONNX model, or a model spec SPEC.toml (a Python model or "
+                        "a pipeline; docs/bundle-format.md)")
+    b.add_argument("--name", help="model name (letters, digits, _ . -); required for ONNX, "
+                                  "optional for a spec (must repeat the spec's name)")
     b.add_argument("--version", required=True, dest="model_version", metavar="N",
                    help="model version, a positive integer")
     b.add_argument("--profile", required=True, action="append", dest="profiles", metavar="P",
@@ -78,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--max-batch", metavar="N", help="override the profile's max batch size")
     b.add_argument("--allow-parity-failure", action="store_true",
                    help="write bundles even when parity is past the profile's tolerance")
+    b.add_argument("--member", action="append", default=[], type=Path, metavar="BUNDLE",
+                   help="a pipeline spec's step model bundle (repeatable): its wiring is "
+                        "checked against it now, not only at deploy")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
     i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
@@ -126,6 +132,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from packager.build import build_bundles, check_version
 
     version = check_version(args.model_version)
+    if args.name is None and args.model.suffix != ".toml":
+        from packager.errors import UsageError
+
+        raise UsageError("--name is required when building from an ONNX model")
     max_batch = _positive_int(args.max_batch, "--max-batch")
     kwargs = dict(name=args.name, version=version, profiles=args.profiles, out_dir=args.out,
                   key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
@@ -133,7 +143,22 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    if args.quiet or not console.is_terminal:
+    if args.member and args.model.suffix != ".toml":
+        from packager.errors import UsageError
+
+        raise UsageError("--member applies to a pipeline spec (SPEC.toml), not to an ONNX model")
+    if args.model.suffix == ".toml":
+        from packager.spec_build import build_spec_bundles
+
+        if args.dynamic_batch or max_batch is not None or args.allow_parity_failure:
+            from packager.errors import UsageError
+
+            raise UsageError("--dynamic-batch, --max-batch and --allow-parity-failure apply "
+                             "to ONNX models; a spec sets max_batch_size itself")
+        paths = build_spec_bundles(args.model, name=args.name, version=version,
+                                   profiles=args.profiles, out_dir=args.out, key_path=args.key,
+                                   members=args.member)
+    elif args.quiet or not console.is_terminal:
         paths = build_bundles(args.model, **kwargs)
     else:
         from rich.progress import (
@@ -151,13 +176,25 @@ def _cmd_build(args: argparse.Namespace) -> int:
             paths = build_bundles(args.model, progress=progress, **kwargs)
     for p in paths:
         print(p)
-    if max_batch is not None and paths and not _batched(paths[0]):
+    if max_batch is not None and paths and args.model.suffix != ".toml" \
+            and not _batched(paths[0]):
         print(f"warning: --max-batch {max_batch} has no effect: the batch dimension of "
               f"{args.model.name} is fixed, so the agent runs one request per execution; "
               "rebuild with --dynamic-batch to let it batch requests", file=sys.stderr)
-    if args.key is None:
+    if args.key is None and paths and _carries_code(paths[0]):
+        print("warning: the bundles carry Python code and are unsigned: every agent refuses "
+              "them, even with --allow-unsigned (pass --key to sign them)", file=sys.stderr)
+    elif args.key is None:
         print("note: bundles are unsigned (pass --key to sign them)", file=sys.stderr)
     return 0
+
+
+def _carries_code(bundle: Path) -> bool:
+    """Whether a built bundle carries code (a Python model), which agents run only signed."""
+    from packager.reader import carries_code, open_bundle
+
+    with open_bundle(bundle) as reader:
+        return carries_code(reader.manifest)
 
 
 def _batched(bundle: Path) -> bool:

@@ -47,3 +47,8 @@ class KeyFileError(PackagerError):
 
 class UsageError(PackagerError):
     """An argument is invalid (a model name, a version number, an option value)."""
+
+
+class UnsignedCodeError(SignatureError):
+    """A bundle that carries code (a Python model) without a signature from a trusted key:
+    refused whatever ``allow_unsigned`` says."""

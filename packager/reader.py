@@ -30,6 +30,7 @@ from packager.errors import (
     BundleError,
     NoTrustedKeyError,
     UnsignedBundleError,
+    UnsignedCodeError,
     UntrustedSignatureError,
 )
 from packager.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
@@ -60,6 +61,16 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
                               "the manifest's files")
 
 
+CODE_BACKENDS = frozenset({"python"})
+"""Backends whose bundles carry code that runs on the device (signature always required)."""
+
+
+def carries_code(manifest: Manifest) -> bool:
+    """Whether ``manifest``'s bundle carries code that the agent would run."""
+    return manifest.backend in CODE_BACKENDS or manifest.fallback_backend in CODE_BACKENDS \
+        or any(b in CODE_BACKENDS for b in manifest.artifacts)
+
+
 def check_manifest_signature(
     manifest_bytes: bytes, manifest: Manifest, signature: bytes | None,
     trusted_keys: Sequence[Path | Ed25519PublicKey] = (), allow_unsigned: bool = False, *,
@@ -76,6 +87,12 @@ def check_manifest_signature(
         raise BundleError(f"{label}: manifest.json is not in canonical form (modified "
                           "after it was written)")
     keys = [k if isinstance(k, Ed25519PublicKey) else load_public_key(k) for k in trusted_keys]
+    if carries_code(manifest) and (signature is None or not keys):
+        raise UnsignedCodeError(
+            f"{label}: the bundle carries Python code ({manifest.backend} model), which runs "
+            "only when signed by a trusted key, whatever --allow-unsigned says; "
+            + ("sign it (`edge-pack build --key KEY`) and " if signature is None else "")
+            + "start the agent with --trust KEY.pub")
     if signature is None:
         if allow_unsigned:
             return None

@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.core import bytes_tensors
+from edge_agent.errors import InvalidInputError
+
 _LEN = struct.Struct("<I")
 MAX_HEADER_BYTES = 1 << 20
 _ALIGN = 64
@@ -67,14 +70,20 @@ class Channel:
             if region is not None:
                 total = 0
                 for array in tensors.values():
-                    total += _aligned(array.nbytes)
+                    total += _aligned(array.nbytes) if array.dtype.kind != "O" else 0
                 shared = total <= len(region)
             pos = 0
             for name, array in tensors.items():
                 dtype = array.dtype
-                if dtype.kind in "OUS":
-                    raise WireError(f"tensor {name!r} has dtype {dtype}: only numeric tensors "
-                                    "cross the process boundary")
+                if dtype.kind == "O":  # BYTES: length-prefixed, the packed size after the shape
+                    packed = pack_bytes(name, array)
+                    listing.append((name, BYTES, (*array.shape, packed.nbytes), -1))
+                    if packed.nbytes:
+                        buffers.append(packed.data)
+                    continue
+                if dtype.kind in "US":
+                    raise WireError(f"tensor {name!r} has dtype {dtype}: only numeric and "
+                                    "bytes (object) tensors cross the process boundary")
                 if shared and region is not None:
                     dst = np.frombuffer(region, dtype, array.size, pos)
                     np.copyto(dst.reshape(array.shape), array)
@@ -137,14 +146,19 @@ class Channel:
                 array = np.frombuffer(region, dtype, math.prod(shape), pos).reshape(shape)
                 tensors[name] = array.copy() if copy else array
                 continue
-            array = np.empty(shape, dtype)
+            packed_bytes = dtype == BYTES
+            if packed_bytes:  # the packed size is the listing's last shape entry
+                array = np.empty(shape[-1], np.uint8)
+                shape = tuple(shape[:-1])
+            else:
+                array = np.empty(shape, dtype)
             if array.nbytes:
                 target = array.reshape(-1).view(np.uint8).data
                 take = min(len(extra), len(target))
                 target[:take] = extra[:take]
                 extra = extra[take:]
                 _recv_exactly(sock, target[take:])
-            tensors[name] = array
+            tensors[name] = unpack_bytes(name, array, shape) if packed_bytes else array
         if len(extra):
             raise WireError(f"{len(extra)} bytes after the message's last tensor")
         return header, tensors
@@ -154,6 +168,27 @@ class Channel:
         if n == 0:
             raise EOFError("the peer closed the connection mid-message")
         return n
+
+
+BYTES = "BYTES"
+"""The listing's dtype of a bytes (object) tensor: its elements length-prefixed
+(:mod:`edge_agent.core.bytes_tensors`), the packed size as the shape's last entry."""
+
+
+def pack_bytes(name: str, array: np.ndarray) -> np.ndarray:
+    """``array``'s elements length-prefixed in one uint8 array."""
+    try:
+        return np.frombuffer(bytes_tensors.encode(array, name), np.uint8)
+    except InvalidInputError as exc:
+        raise WireError(str(exc)) from None
+
+
+def unpack_bytes(name: str, packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The object array of ``shape`` that :func:`pack_bytes` packed."""
+    try:
+        return bytes_tensors.decode(packed.data, shape, name)
+    except InvalidInputError as exc:
+        raise WireError(str(exc)) from None
 
 
 def _recv_exactly(sock: socket.socket, view: memoryview) -> None:

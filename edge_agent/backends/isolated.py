@@ -225,6 +225,9 @@ class _RuntimeProcess:
         try:
             conn.send({"op": "infer"}, inputs)
             reply, outputs = conn.recv(copy=True)
+            while reply.get("op") == "call":  # a Python model's ctx.infer, mid-execution
+                conn.send(*self._owner.call(reply, outputs))
+                reply, outputs = conn.recv(copy=True)
         except (EOFError, OSError, WireError) as exc:
             raise self._lost(cancelled=executions.end(self.instance)) from exc
         if executions.end(self.instance):
@@ -332,6 +335,27 @@ class IsolatedBackend:
         self.device = str(info.get("device", "unknown"))
         log.info("model %s: %d runtime process(es) on %s/%s ready in %.2f s", self.label,
                  len(self._instances), self.name, self.device, time.monotonic() - t0)
+
+    def call(self, request: dict[str, Any], inputs: dict[str, np.ndarray],
+             ) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
+        """Run a runtime process's request on another model (``ctx.infer``) through the data
+        plane serving this model's directory; the reply to send back."""
+        from edge_agent.core import planes
+        from edge_agent.core.types import InferRequest
+        from edge_agent.errors import AgentError
+
+        model = str(request.get("model"))
+        plane = planes.serving(Path(self.load_request["model_dir"]).parent.parent)
+        if plane is None:
+            return {"ok": False, "error": f"model {self.label}: ctx.infer({model!r}): no data "
+                                          "plane serves this model"}, None
+        try:
+            version = request.get("version")
+            result = plane.infer(InferRequest(model=model, inputs=inputs, version=version))
+        except AgentError as exc:
+            return {"ok": False, "error": f"model {self.label}: ctx.infer({model!r}) failed: "
+                                          f"{exc}"}, None
+        return {"ok": True}, result.outputs
 
     @property
     def pids(self) -> list[int]:

@@ -21,6 +21,10 @@ from packager.manifest import Manifest
 
 ENTRY_POINT_GROUP = "edge_agent.backends"
 
+IN_AGENT_BACKENDS = frozenset({"pipeline"})
+"""Backends that always run in the agent's process (a pipeline calls the other models through
+the data plane); their steps are isolated as their own models are."""
+
 
 @functools.cache
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
@@ -103,11 +107,9 @@ def runs_in_process(isolation: str, manifest: Manifest, preferred: str | None = 
     if isolation not in ISOLATION_MODES:
         raise BackendError(f"isolation {isolation!r} is unknown; use one of "
                            f"{', '.join(ISOLATION_MODES)}")
-    carries_bytes = any(t.datatype == "BYTES" for t in (*manifest.inputs, *manifest.outputs))
-    if isolation == "process" and carries_bytes:
-        raise BackendError(f"model {manifest.name!r} has BYTES tensors, which cannot cross into "
-                           "a runtime process; set isolation = \"thread\" for it")
-    if isolation != "auto" or carries_bytes:
+    if manifest.backend in IN_AGENT_BACKENDS:
+        return False  # it calls the agent's data plane: it lives where the data plane does
+    if isolation != "auto":
         return isolation == "process"
     try:
         name = choose_backend(manifest, preferred)

@@ -59,6 +59,21 @@ def load(request: dict[str, Any]) -> Backend:
                         preferred=request.get("preferred"))
 
 
+def _agent_caller(conn: Channel) -> Any:
+    """``call(model, inputs, version)`` asking the agent, in the middle of an execution, to run
+    a request on another model (the agent answers before it expects this execution's result)."""
+    from edge_agent.errors import BackendError
+
+    def call(model: str, inputs: dict[str, Any], version: int | None) -> dict[str, Any]:
+        conn.send({"op": "call", "model": model, "version": version}, inputs)
+        reply, outputs = conn.recv(copy=True)
+        if not reply.get("ok"):
+            raise BackendError(str(reply.get("error", f"ctx.infer({model!r}) failed")))
+        return outputs
+
+    return call
+
+
 def serve(conn: Channel) -> int:
     """Load the model the first message names, then run executions until the socket closes."""
     try:
@@ -72,6 +87,9 @@ def serve(conn: Channel) -> int:
         return 1
     conn.send({"ok": True, "name": backend.name, "device": backend.device,
                         "pid": os.getpid()})
+    set_caller = getattr(backend, "set_caller", None)
+    if set_caller is not None:  # a Python model: ctx.infer goes back to the agent
+        set_caller(_agent_caller(conn))
     while True:
         try:
             request, inputs = conn.recv()

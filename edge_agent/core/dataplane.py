@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from edge_agent import __version__
+from edge_agent.core import planes
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.cache import ResponseCache
@@ -90,6 +91,7 @@ class DataPlane:
             else None
         self._closed = False
         self._startup_done = threading.Event()
+        planes.register(self.repository.models_dir, self)  # pipelines find their steps here
         if autoload:
             self.load_all()
 
@@ -302,3 +304,4 @@ class DataPlane:
         """Stop accepting requests, drain and unload every model."""
         self._closed = True
         self.repository.close()
+        planes.unregister(self.repository.models_dir, self)

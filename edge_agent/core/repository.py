@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from edge_agent.backends.base import BackendOptions
-from edge_agent.backends.registry import load_backend
+from edge_agent.backends.registry import IN_AGENT_BACKENDS, load_backend
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.overrides import ModelOverrides, effective_batching
@@ -28,7 +28,7 @@ from edge_agent.core.validation import Signature
 from edge_agent.core.warmup import run_warmup
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
 from packager.errors import PackagerError
-from packager.manifest import BatchingConfig, Manifest
+from packager.manifest import MANIFEST_NAME, BatchingConfig, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -172,12 +172,29 @@ class ModelRepository:
     def load_all(self, only: Callable[[str, int], bool] | None = None) -> list[ModelVersion]:
         """Load every version on disk (or those ``only(name, version)`` accepts; the model
         manager loads just the active ones); failures leave versions UNAVAILABLE."""
-        loaded = []
-        for name, versions in self.scan().items():
-            for v in versions:
-                if only is None or only(name, v):
-                    loaded.append(self.load_version(name, v, raise_on_error=False))
+        wanted = [(name, v) for name, versions in self.scan().items() for v in versions
+                  if only is None or only(name, v)]
+        later = [nv for nv in wanted if self._calls_models(*nv)]
+        loaded = [self.load_version(n, v, raise_on_error=False) for n, v in wanted
+                  if (n, v) not in later]
+        # pipelines after the models they call; one over other pipelines after those
+        while later:
+            tried = [self.load_version(n, v, raise_on_error=False) for n, v in later]
+            ready = [mv for mv in tried if mv.state is VersionState.READY]
+            loaded.extend(ready)
+            if not ready:
+                loaded.extend(tried)
+                break
+            later = [(mv.name, mv.version) for mv in tried if mv.state is not VersionState.READY]
         return loaded
+
+    def _calls_models(self, name: str, version: int) -> bool:
+        """Whether that version on disk is a model that calls other models (a pipeline)."""
+        try:
+            raw = (self.models_dir / name / str(version) / MANIFEST_NAME).read_bytes()
+            return Manifest.from_json(raw).backend in IN_AGENT_BACKENDS
+        except (AgentError, PackagerError, OSError):
+            return False
 
     def load_version(self, name: str, version: int, *, raise_on_error: bool = True,
                      model_dir: Path | None = None) -> ModelVersion:
@@ -233,7 +250,9 @@ class ModelRepository:
         backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
                                isolation=ov.isolation)
         try:
-            if ov.warmup:
+            # a code model (Python, pipeline) says in its manifest whether made-up inputs suit it
+            if ov.warmup and manifest.backend_options.get(manifest.backend, {}).get("warmup",
+                                                                                   True):
                 run_warmup(backend, mv.name, mv.version, batching, batching.instances)
             mv.signature = Signature(mv.name, mv.version, manifest.inputs, manifest.outputs,
                                      batching.max_batch_size)

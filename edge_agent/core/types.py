@@ -9,7 +9,7 @@ import numpy as np
 from packager.manifest import TensorSpec
 
 TRITON_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
-                    "tensorrt": "tensorrt_plan"}
+                    "tensorrt": "tensorrt_plan", "pipeline": "ensemble"}
 """Backend name -> the platform string Triton reports for the same kind of model."""
 
 

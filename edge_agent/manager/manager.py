@@ -22,6 +22,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from edge_agent.backends.pipeline_backend import pinned_by
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.errors import AgentError, ModelNotFoundError
 from edge_agent.manager.compat import display_name
@@ -193,6 +194,12 @@ class ModelManager:
                                         "roll back to another version first")
             if self.store.version(model, version) is None:
                 raise ModelNotFoundError(f"{model} has no version {version} on this device")
+            users = pinned_by([mv.manifest for mv in self.repository.versions()
+                               if mv.manifest is not None], model, version)
+            if users:
+                raise VersionInUseError(f"{model} version {version} is a step pinned by the "
+                                        f"pipeline {', '.join(users)}; remove or redeploy "
+                                        "that pipeline first")
             dep = self.pipeline.begin(model, DeploymentKind.REMOVE, version, None)
             try:
                 if self.pipeline.loaded(model, version):

@@ -21,6 +21,9 @@ def probe_version(mv: ModelVersion, timeout_s: float = 30.0) -> str:
     manifest, batcher = mv.manifest, mv.batcher
     if manifest is None or batcher is None:
         raise DeploymentFailedError(f"{mv.name} version {mv.version} is not loaded")
+    if not manifest.backend_options.get(manifest.backend, {}).get("warmup", True):
+        # a Python model or pipeline: made-up inputs need not be valid for its code
+        return "not probed: its spec says made-up inputs do not suit it (warmup = false)"
     batched = manifest.batching.max_batch_size > 0
     inputs = warmup_inputs(manifest.inputs, 1, batched=batched, seed=7)
     where = f"health probe of {mv.name} version {mv.version}"

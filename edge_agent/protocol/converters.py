@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.core import bytes_tensors
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.types import (
     DurationStat,
@@ -129,6 +130,8 @@ def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> list[int]:
 
 
 def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.ndarray:
+    if tensor.datatype == "BYTES":  # length-prefixed elements
+        return bytes_tensors.decode(raw, _shape(tensor), tensor.name)
     dtype = wire_dtype(tensor.datatype, tensor.name)
     shape = _shape(tensor)
     expected = math.prod(shape) * dtype.itemsize
@@ -140,7 +143,8 @@ def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.n
 
 
 def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> np.ndarray:
-    dtype = wire_dtype(tensor.datatype, tensor.name)
+    dtype = np.dtype(object) if tensor.datatype == "BYTES" \
+        else wire_dtype(tensor.datatype, tensor.name)
     shape = _shape(tensor)
     field = CONTENTS_FIELDS.get(tensor.datatype)
     if field is None:
@@ -158,6 +162,10 @@ def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> np.ndarray:
             raise InvalidInputError(
                 f"input '{tensor.name}': {tensor.datatype} data belongs in contents.{field}, "
                 f"not contents.{other}")
+    if dtype.kind == "O":
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
     return np.asarray(values, dtype=dtype).reshape(shape)
 
 
@@ -282,6 +290,11 @@ def to_infer_response(result: InferResult, *, raw: bool = True,
             SharedMemoryRegistry.write_output(placed[name], name, array)
             if in_response:
                 response.raw_output_contents.append(b"")
+        elif datatype == "BYTES":
+            if raw:
+                response.raw_output_contents.append(bytes_tensors.encode(array, name))
+            else:
+                out.contents.bytes_contents.extend(bytes_tensors.elements(array, name))
         elif raw:
             if array.dtype.byteorder == ">":
                 array = array.astype(array.dtype.newbyteorder("<"))

@@ -60,7 +60,8 @@ def test_the_registry_holds_the_entry_points_and_names_an_unknown_backend(
     assert get_plugin("onnxruntime").cancellation is Cancellation.TERMINATE
     assert get_plugin("openvino").cancellation is Cancellation.NONE
     assert get_plugin("tensorrt").runtime_modules == ("tensorrt", "pycuda")
-    unknown = r"backend 'nosuch' is unknown: .*register onnxruntime, openvino, tensorrt"
+    unknown = (r"backend .nosuch. is unknown: .*register onnxruntime, openvino, pipeline, python, "
+               r"tensorrt")
     with pytest.raises(BackendError, match=unknown):
         get_plugin("nosuch")
     with pytest.raises(BackendError, match=unknown):  # e.g. a typo in the agent config
@@ -118,7 +119,8 @@ def test_a_new_backend_is_one_module_and_one_entry_point(mlp_dir: Path, tmp_path
                          capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
     names, imported = run.stdout.splitlines()
-    assert names == ("('doubler', 'onnxruntime', 'openvino', 'tensorrt') doubler (2, 10) 2.0")
+    assert names == ("('doubler', 'onnxruntime', 'openvino', 'pipeline', 'python', 'tensorrt') "
+                     "doubler (2, 10) 2.0")
     assert imported == "[]"
 
 

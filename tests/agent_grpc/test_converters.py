@@ -59,7 +59,8 @@ def test_typed_request_and_version() -> None:
     ("mutate", "needle"),
     [
         (lambda m: m.raw_input_contents.__setitem__(0, b"\0" * 7), "'input'"),
-        (lambda m: setattr(m.inputs[0], "datatype", "BYTES"), "BYTES"),
+        (lambda m: (setattr(m.inputs[0], "datatype", "BYTES"),  # a length past the data
+                    m.raw_input_contents.__setitem__(0, b"\x09\0\0\0ab")), "BYTES element"),
         (lambda m: setattr(m.inputs[0], "datatype", "FLOAT"), "'input'"),
         (lambda m: m.inputs[0].shape.__setitem__(0, -1), "'input'"),
         (lambda m: setattr(m, "model_version", "latest"), "version"),
@@ -120,3 +121,34 @@ def test_statistics_roundtrip() -> None:
 )
 def test_status_mapping(exc: Exception, code: grpc.StatusCode) -> None:
     assert status.grpc_code(exc) is code
+
+
+def test_bytes_tensors_raw_and_typed_in_and_out() -> None:
+    """BYTES (tritonclient's object arrays) decode from raw and typed contents and encode
+    back the same way."""
+    import tritonclient.grpc as grpcclient
+
+    data = np.array([[b"a", b""], [b"\xff\x00", b"text"]], dtype=object)
+    inp = grpcclient.InferInput("s", [2, 2], "BYTES")
+    inp.set_data_from_numpy(data)
+    msg = pb.ModelInferRequest(model_name="m")
+    msg.inputs.add().CopyFrom(pb.ModelInferRequest.InferInputTensor.FromString(
+        inp._get_tensor().SerializeToString()))
+    msg.raw_input_contents.append(inp._get_content())
+    req, raw = converters.to_infer_request(msg)
+    assert raw and req.inputs["s"].tolist() == data.tolist()
+    typed = pb.ModelInferRequest(model_name="m")
+    t = typed.inputs.add(name="s", datatype="BYTES", shape=[2, 2])
+    t.contents.bytes_contents.extend(data.ravel().tolist())
+    req, _ = converters.to_infer_request(typed)
+    assert req.inputs["s"].tolist() == data.tolist()
+    from edge_agent.core.types import InferResult
+
+    result = InferResult(model="m", version=1, outputs={"s": data})
+    for as_raw in (True, False):
+        response = converters.to_infer_response(result, raw=as_raw)
+        assert response.outputs[0].datatype == "BYTES"
+        if as_raw:
+            assert response.raw_output_contents[0] == inp._get_content()
+        else:
+            assert list(response.outputs[0].contents.bytes_contents) == data.ravel().tolist()

@@ -1,0 +1,209 @@
+"""Python-function models: ``fn(inputs, ctx) -> outputs`` over numpy arrays, from the bundle.
+
+The bundle carries the model's source files under ``code/`` (their hashes are in the signed
+manifest; the agent refuses a code bundle without a trusted signature). ``load`` checks that
+the distributions in ``requires`` are installed and that the entry function imports, then
+``infer`` calls it with the whole batch. The plugin declares no cancellation (Python code cannot
+be stopped from outside), so ``isolation = "auto"`` runs each instance in a runtime process of
+its own: a hung function is killed at the execution timeout and its process replaced, a crash
+fails only the execution in flight.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
+from edge_agent.core import planes
+from edge_agent.core.api import DataPlaneAPI
+from edge_agent.core.datatypes import numpy_dtype
+from edge_agent.errors import BackendError
+from packager.manifest import Manifest
+
+NAME = "python"
+
+_import_lock = threading.Lock()
+_imported: set[str] = set()  # top-level module names of Python models imported here
+
+
+Caller = Callable[[str, dict[str, np.ndarray], "int | None"], dict[str, np.ndarray]]
+"""``call(model, inputs, version)``: one request to another model on the agent."""
+
+
+class ModelContext:
+    """What a Python model's function gets besides its inputs: its name, version, a logger,
+    and ``infer`` to call other models on the agent (Business Logic Scripting)."""
+
+    def __init__(self, name: str, version: int, caller: Caller | None = None) -> None:
+        self.model_name = name
+        self.model_version = version
+        self.logger = logging.getLogger(f"edge_agent.models.{name}")
+        self.caller = caller
+
+    def infer(self, model: str, inputs: dict[str, np.ndarray],
+              version: int | None = None) -> dict[str, np.ndarray]:
+        """Run ``inputs`` on ``model`` (its active version, or ``version``) through that
+        model's batcher, as a request from a client would; BackendError when it fails."""
+        if self.caller is None:
+            raise BackendError(f"model {self.model_name!r}: ctx.infer({model!r}) needs the "
+                               "agent's data plane, and this process has none")
+        return self.caller(model, inputs, version)
+
+
+def plane_caller(plane: DataPlaneAPI, who: str) -> Caller:
+    """A :data:`Caller` running requests on ``plane`` (a DataPlane) in this process."""
+    from edge_agent.core.types import InferRequest
+    from edge_agent.errors import AgentError
+
+    def call(model: str, inputs: dict[str, np.ndarray],
+             version: int | None) -> dict[str, np.ndarray]:
+        try:
+            request = InferRequest(model=model, inputs=dict(inputs), version=version)
+            return plane.infer(request).outputs
+        except AgentError as exc:
+            raise BackendError(f"{who}: ctx.infer({model!r}) failed: {exc}") from exc
+
+    return call
+
+
+def check_requires(manifest: Manifest, requires: list[str]) -> None:
+    """BackendError naming the first distribution in ``requires`` not installed here."""
+    missing = []
+    for dist in requires:
+        try:
+            importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(dist)
+    if missing:
+        raise BackendError(
+            f"model {manifest.name!r} version {manifest.version} requires the distribution(s) "
+            f"{', '.join(missing)}, not installed on this device; install them "
+            f"(pip install {' '.join(missing)}) and deploy again")
+
+
+def import_entry(model_dir: Path, manifest: Manifest, entry: str) -> Callable[..., Any]:
+    """Import ``module:function`` from the bundle's code directory; BackendError when the
+    module does not import or has no such callable."""
+    module_name, func_name = entry.split(":")
+    entry_file = artifact_path(model_dir, manifest, NAME)
+    code_dir = entry_file.parents[len(module_name.split(".")) - 1]
+    label = f"model {manifest.name!r} version {manifest.version}"
+    top = module_name.split(".")[0]
+    with _import_lock:
+        if top in sys.modules and top not in _imported:
+            raise BackendError(f"{label}: its entry module {module_name!r} has the name of a "
+                               f"module the agent already uses ({top!r}); rename it")
+        _imported.add(top)
+        sys.path.insert(0, str(code_dir))
+        try:
+            for loaded in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+                del sys.modules[loaded]  # another version of this model, in this process
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise BackendError(f"{label}: its entry module {module_name!r} does not import: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            sys.path.remove(str(code_dir))
+    fn = getattr(module, func_name, None)
+    if not callable(fn):
+        raise BackendError(f"{label}: module {module_name!r} has no function {func_name!r} "
+                           f"(entry {entry!r})")
+    return fn  # type: ignore[no-any-return]  # checked callable
+
+
+class PythonBackend:
+    """One loaded Python-function model version."""
+
+    name = NAME
+    cancellation = Cancellation.NONE
+    device = "python"
+
+    def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
+        opts = manifest.backend_options.get(NAME, {})
+        entry = str(opts.get("entry", ""))
+        if entry.count(":") != 1:
+            raise BackendError(f"model {manifest.name!r}: backend_options.python.entry "
+                               f"{entry!r} is not 'module:function'")
+        check_requires(manifest, [str(r) for r in opts.get("requires", [])])
+        self._fn = import_entry(Path(model_dir), manifest, entry)
+        self._label = f"model {manifest.name!r} version {manifest.version}"
+        self._entry = entry
+        plane = planes.serving(Path(model_dir).resolve().parent.parent)
+        self._ctx = ModelContext(manifest.name, manifest.version,
+                                 plane_caller(plane, self._label) if plane else None)
+        self._batched = manifest.batching.max_batch_size > 0
+        self.inputs = manifest.inputs
+        self.outputs = manifest.outputs
+        self._dtypes = {t.name: numpy_dtype(t.datatype) for t in manifest.outputs}
+
+    def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
+              execution: int = 0) -> dict[str, np.ndarray]:
+        """Call the function with the (batched) inputs; check and convert what it returns."""
+        try:
+            result = self._fn(dict(inputs), self._ctx)
+        except BackendError:
+            raise
+        except Exception as exc:
+            raise BackendError(f"{self._entry} raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(result, dict):
+            raise BackendError(f"{self._label}: {self._entry} returned a "
+                               f"{type(result).__name__}, not a dict of output arrays")
+        rows = next(iter(inputs.values())).shape[0] if self._batched and inputs else None
+        out: dict[str, np.ndarray] = {}
+        for spec in self.outputs:
+            if spec.name not in result:
+                raise BackendError(f"{self._label}: {self._entry} returned no output "
+                                   f"{spec.name!r} (it returned {sorted(map(str, result))})")
+            out[spec.name] = _as_array(result[spec.name], self._dtypes[spec.name])
+            if rows is not None and (out[spec.name].ndim == 0
+                                     or out[spec.name].shape[0] != rows):
+                raise BackendError(f"{self._label}: output {spec.name!r} has shape "
+                                   f"{list(out[spec.name].shape)}, but the batch has {rows} "
+                                   "rows (dim 0 must be the batch)")
+        return out
+
+    def set_caller(self, caller: Caller) -> None:
+        """Route ``ctx.infer`` through ``caller`` (a runtime process: back to the agent)."""
+        self._ctx.caller = caller
+
+    def cancel(self, instance: int, execution: int) -> bool:
+        """Python code cannot be stopped in-process (process isolation kills it instead)."""
+        return False
+
+    def close(self) -> None:
+        self._fn = _closed
+
+
+def _closed(*_: Any) -> Any:
+    raise BackendError("the Python model is closed")
+
+
+def _as_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
+    if dtype.kind == "O":
+        array = np.asarray(value, dtype=object)
+        flat = array.reshape(-1)
+        for i, item in enumerate(flat):
+            if isinstance(item, str):
+                flat[i] = item.encode("utf-8")
+            elif not isinstance(item, bytes):
+                flat[i] = bytes(item)
+        return array
+    return np.ascontiguousarray(value, dtype=dtype)
+
+
+def load(model_dir: Path, manifest: Manifest, options: BackendOptions) -> PythonBackend:
+    """Load ``manifest``'s Python model from ``model_dir``."""
+    return PythonBackend(model_dir, manifest, options)
+
+
+PLUGIN = BackendPlugin(load=load, runtime_modules=("numpy",), cancellation=Cancellation.NONE)
+"""The entry point ``edge_agent.backends: python``."""

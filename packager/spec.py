@@ -1,0 +1,273 @@
+"""Model specs: the TOML files ``edge-pack build SPEC.toml`` takes instead of an ONNX model.
+
+Two kinds (docs/bundle-format.md, "Model specs"): ``kind = "python"`` (a Python function over
+numpy arrays, its source files shipped in the bundle) and ``kind = "pipeline"`` (an ensemble:
+steps naming other models on the agent, tensors wired by name). Everything is checked here,
+before anything is written; each problem is one :class:`UsageError` line naming the key.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packager.bundle_format import check_member_path, check_model_name
+from packager.errors import BundleError, UsageError
+from packager.manifest import DATATYPES, TensorSpec
+
+KINDS = ("python", "pipeline")
+_COMMON_KEYS = {"name", "kind", "max_batch_size", "inputs", "outputs", "description",
+                "instances"}
+_PYTHON_KEYS = _COMMON_KEYS | {"source", "entry", "requires", "decoupled", "warmup"}
+_PIPELINE_KEYS = _COMMON_KEYS | {"steps"}
+_TENSOR_KEYS = {"name", "datatype", "shape"}
+_STEP_KEYS = {"model", "version", "inputs", "outputs"}
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_BATCH_LIMIT = 1 << 16
+_RESERVED_MODULES = frozenset({"edge_agent", "packager", "console", "numpy", "grpc",
+                               "onnxruntime", "openvino", "tensorrt"})
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pipeline step: ``inputs`` maps step input -> pipeline tensor, ``outputs`` maps step
+    output -> pipeline tensor."""
+
+    model: str
+    version: int | None
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "version": self.version, "inputs": dict(self.inputs),
+                "outputs": dict(self.outputs)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Step:
+        v = d.get("version")
+        return cls(str(d["model"]), None if v is None else int(v),
+                   {str(k): str(x) for k, x in d["inputs"].items()},
+                   {str(k): str(x) for k, x in d["outputs"].items()})
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A parsed, checked spec. Tensor shapes exclude the batch dim (as written in the spec)."""
+
+    path: Path
+    name: str
+    kind: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    sources: tuple[Path, ...] = ()
+    entry: str = ""
+    requires: tuple[str, ...] = ()
+    decoupled: bool = False
+    warmup: bool = False
+    instances: int = 0
+    steps: tuple[Step, ...] = ()
+
+    def manifest_tensors(self, specs: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
+        """The manifest form: a leading -1 batch dim when ``max_batch_size > 0``."""
+        if self.max_batch_size <= 0:
+            return specs
+        return tuple(TensorSpec(t.name, t.datatype, (-1, *t.shape)) for t in specs)
+
+
+def _fail(spec: Path, msg: str) -> UsageError:
+    return UsageError(f"{spec}: {msg}")
+
+
+def _int(spec: Path, key: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _fail(spec, f"{key} = {value!r} must be an integer from {lo} to {hi}")
+    return value
+
+
+def _tensors(spec: Path, key: str, value: Any) -> tuple[TensorSpec, ...]:
+    if not isinstance(value, list) or not value:
+        raise _fail(spec, f"[[{key}]] must list at least one tensor (name, datatype, shape)")
+    out: list[TensorSpec] = []
+    for i, t in enumerate(value):
+        where = f"{key}[{i}]"
+        if not isinstance(t, dict):
+            raise _fail(spec, f"{where} must be a table with name, datatype and shape")
+        unknown = sorted(set(t) - _TENSOR_KEYS)
+        if unknown:
+            raise _fail(spec, f"{where} has unknown key(s) {unknown}; allowed: "
+                              f"{sorted(_TENSOR_KEYS)}")
+        name, dt, shape = t.get("name"), t.get("datatype"), t.get("shape")
+        if not isinstance(name, str) or not name or len(name) > 256 \
+                or not name.isprintable():
+            raise _fail(spec, f"{where}.name must be a non-empty string")
+        if dt not in DATATYPES:
+            raise _fail(spec, f"{where} ({name}): datatype {dt!r} is not one of "
+                              f"{', '.join(DATATYPES)}")
+        if not isinstance(shape, list) or any(
+                isinstance(d, bool) or not isinstance(d, int) or d < -1 or d == 0
+                or d > 1 << 31 for d in shape) or len(shape) > 8:
+            raise _fail(spec, f"{where} ({name}): shape {shape!r} must be a list of at most 8 "
+                              "positive integers or -1 (dynamic), without the batch dim")
+        if name in {x.name for x in out}:
+            raise _fail(spec, f"{key} names tensor {name!r} twice")
+        out.append(TensorSpec(name, str(dt), tuple(shape)))
+    return tuple(out)
+
+
+def _inside(spec: Path, rel: Any) -> Path:
+    if not isinstance(rel, str) or not rel:
+        raise _fail(spec, f"source entry {rel!r} must be a path relative to the spec")
+    p = Path(rel)
+    if p.is_absolute() or ".." in p.parts:
+        raise _fail(spec, f"source {rel!r} escapes the spec's directory; give paths inside "
+                          f"{spec.parent}")
+    full = spec.parent / p
+    if full.is_symlink() or not full.is_file():
+        raise _fail(spec, f"source {rel!r} is not a regular file in {spec.parent}")
+    if full.suffix != ".py":
+        raise _fail(spec, f"source {rel!r} is not a .py file")
+    try:
+        check_member_path(f"code/{p.as_posix()}")
+    except BundleError:
+        raise _fail(spec, f"source {rel!r}: bundle paths are letters, digits and _ . + = - "
+                          "separated by /; rename the file") from None
+    return p
+
+
+def _python(spec: Path, d: dict[str, Any]) -> dict[str, Any]:
+    src = d.get("source")
+    if isinstance(src, str):
+        src = [src]
+    if not isinstance(src, list) or not src:
+        raise _fail(spec, "source must list the .py files of the model (relative to the spec)")
+    sources = tuple(_inside(spec, s) for s in src)
+    if len(set(sources)) != len(sources):
+        raise _fail(spec, f"source lists a file twice: {src}")
+    entry = d.get("entry")
+    if not isinstance(entry, str) or entry.count(":") != 1:
+        raise _fail(spec, f"entry = {entry!r} must be 'module:function', e.g. 'prep:decode'")
+    module, func = entry.split(":")
+    if not all(_IDENT.match(x) for x in (*module.split("."), func)):
+        raise _fail(spec, f"entry = {entry!r}: module and function must be Python identifiers")
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top in _RESERVED_MODULES:
+        raise _fail(spec, f"entry module {module!r} has the name of a standard or agent "
+                          f"module ({top!r}); rename it")
+    module_file = Path(*module.split(".")).with_suffix(".py")
+    if module_file not in sources:
+        raise _fail(spec, f"entry module {module!r} is not among the sources "
+                          f"({', '.join(s.as_posix() for s in sources)}); add "
+                          f"{module_file.as_posix()} to source")
+    requires = d.get("requires", [])
+    if not isinstance(requires, list) or not all(
+            isinstance(r, str) and _DIST.match(r) for r in requires):
+        raise _fail(spec, f"requires = {requires!r} must list distribution names, e.g. "
+                          "['pillow']")
+    flags: dict[str, bool] = {}
+    for key in ("decoupled", "warmup"):
+        value = d.get(key, False)
+        if not isinstance(value, bool):
+            raise _fail(spec, f"{key} = {value!r} must be true or false")
+        flags[key] = value
+    if flags["decoupled"]:
+        raise _fail(spec, "decoupled = true (streaming responses) is not supported yet by this "
+                          "edge-pack; set decoupled = false")
+    return {"sources": sources, "entry": entry, "requires": tuple(requires),
+            "decoupled": flags["decoupled"], "warmup": flags["warmup"]}
+
+
+def _names(spec: Path, where: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not value or not all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()):
+        raise _fail(spec, f"{where} must be a table of tensor names, e.g. {{ X = \"pixels\" }}")
+    return dict(value)
+
+
+def _pipeline(spec: Path, d: dict[str, Any], inputs: tuple[TensorSpec, ...],
+              outputs: tuple[TensorSpec, ...], name: str) -> tuple[Step, ...]:
+    raw = d.get("steps")
+    if not isinstance(raw, list) or not raw:
+        raise _fail(spec, "a pipeline needs at least one [[steps]] table")
+    known = {t.name for t in inputs}
+    steps: list[Step] = []
+    for i, s in enumerate(raw):
+        where = f"steps[{i}]"
+        if not isinstance(s, dict):
+            raise _fail(spec, f"{where} must be a table with model, inputs and outputs")
+        unknown = sorted(set(s) - _STEP_KEYS)
+        if unknown:
+            raise _fail(spec, f"{where} has unknown key(s) {unknown}; allowed: "
+                              f"{sorted(_STEP_KEYS)}")
+        model = s.get("model")
+        try:
+            check_model_name(model if isinstance(model, str) else "")
+        except BundleError:
+            raise _fail(spec, f"{where}.model = {model!r} is not a model name") from None
+        if model == name:
+            raise _fail(spec, f"{where} names the pipeline itself ({name!r}): a cycle")
+        version = s.get("version")
+        if version is not None:
+            version = _int(spec, f"{where}.version", version, 1, 2**31)
+        ins = _names(spec, f"{where}.inputs", s.get("inputs"))
+        outs = _names(spec, f"{where}.outputs", s.get("outputs"))
+        missing = sorted(v for v in ins.values() if v not in known)
+        if missing:
+            raise _fail(spec, f"{where} ({model}) reads {missing}, which no pipeline input or "
+                              "earlier step produces")
+        for v in outs.values():
+            if v in known:
+                raise _fail(spec, f"{where} ({model}) writes tensor {v!r}, which already "
+                                  "exists; each pipeline tensor is written once")
+            known.add(v)
+        steps.append(Step(str(model), version, ins, outs))
+    unproduced = sorted(t.name for t in outputs if t.name not in known)
+    if unproduced:
+        raise _fail(spec, f"pipeline output(s) {unproduced} are produced by no step")
+    return tuple(steps)
+
+
+def load_spec(path: Path | str, name: str | None = None) -> ModelSpec:
+    """Parse and check the spec at ``path``; ``name`` (from --name) must repeat the spec's."""
+    spec = Path(path)
+    try:
+        data = tomllib.loads(spec.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{spec}: no such spec file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{spec}: cannot read the spec: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{spec}: not valid TOML: {exc}") from None
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise _fail(spec, f"kind = {kind!r} must be one of {', '.join(repr(k) for k in KINDS)}")
+    allowed = _PYTHON_KEYS if kind == "python" else _PIPELINE_KEYS
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise _fail(spec, f"unknown key(s) {unknown} for kind {kind!r}; allowed: "
+                          f"{sorted(allowed)}")
+    model = data.get("name")
+    try:
+        check_model_name(model if isinstance(model, str) else "")
+    except BundleError:
+        raise _fail(spec, f"name = {model!r} must be a model name (letters, digits, _ . -)") \
+            from None
+    if name is not None and name != model:
+        raise _fail(spec, f"--name {name!r} differs from the spec's name {model!r}; drop "
+                          "--name or make them equal")
+    mbs = _int(spec, "max_batch_size", data.get("max_batch_size", 0), 0, MAX_BATCH_LIMIT)
+    inputs = _tensors(spec, "inputs", data.get("inputs"))
+    outputs = _tensors(spec, "outputs", data.get("outputs"))
+    instances = _int(spec, "instances", data.get("instances", 0), 0, 64)
+    if kind == "python":
+        extra = _python(spec, data)
+        return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
+                         **extra)
+    steps = _pipeline(spec, data, inputs, outputs, str(model))
+    return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
+                     steps=steps)

@@ -1,0 +1,182 @@
+"""Real bundles and real agents for the pipeline tests.
+
+Bundles are built once per session with ``edge-pack build`` (the CLI's library entry) from the
+specs in examples/pipeline/ and from test specs written here: the MLP (ONNX), prep and post
+(Python) and the classify pipeline, all signed; plus misbehaving Python models (hang, crash,
+raise). Agents run in-process with the inference port on 127.0.0.1 port 0 and the Unix socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_agent.config import AgentConfig, GrpcConfig
+from edge_agent.core.overrides import ModelOverrides
+from edge_agent.management.agent_main import run_agent
+from edge_agent.management.client import AgentClient
+from edge_agent.management.runtime import AgentRuntime, ManagementOptions
+from packager.build import build_bundles
+from packager.samples import make_mlp
+from packager.signing import generate_keypair
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "pipeline"
+PROFILE = "x86_64-cpu-onnxruntime"
+if str(EXAMPLE) not in sys.path:
+    sys.path.append(str(EXAMPLE))  # the tests compute the example's steps locally (imaging, ...)
+
+MISBEHAVING = '''
+import os
+import time
+
+import numpy as np
+
+
+def hang(inputs, ctx):
+    if float(inputs["X"].reshape(-1)[0]) < 0:
+        time.sleep(3600)
+    return {"Y": inputs["X"] * 2}
+
+
+def crash(inputs, ctx):
+    if float(inputs["X"].reshape(-1)[0]) < 0:
+        os._exit(3)
+    return {"Y": inputs["X"] * 2}
+
+
+def fail(inputs, ctx):
+    if float(inputs["X"].reshape(-1)[0]) < 0:
+        raise ValueError("negative input")
+    return {"Y": inputs["X"] * 2}
+'''
+
+
+def python_spec(directory: Path, name: str, entry: str, extra: str = "",
+                source: str = "bad.py") -> Path:
+    """A Python-model spec ``name`` over X (FP32 [4]) -> Y (FP32 [4]) in ``directory``."""
+    path = directory / f"{name}.toml"
+    path.write_text(textwrap.dedent(f'''\
+        name = "{name}"
+        kind = "python"
+        source = ["{source}"]
+        entry = "{entry}"
+        max_batch_size = 4
+        {extra}
+        [[inputs]]
+        name = "X"
+        datatype = "FP32"
+        shape = [4]
+        [[outputs]]
+        name = "Y"
+        datatype = "FP32"
+        shape = [4]
+        '''))
+    return path
+
+
+@dataclass
+class Built:
+    root: Path
+    public_key: Path
+    private_key: Path
+    mlp_source: Path
+    bundles: dict[str, Path] = field(default_factory=dict)
+
+
+def build(spec: Path | str, version: int, out: Path, key: Path | None,
+          name: str | None = None) -> Path:
+    (path,) = build_bundles(spec, name=name or "", version=version, profiles=[PROFILE],
+                            out_dir=out, key_path=key)
+    return path
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    root = tmp_path_factory.mktemp("pipelines")
+    private, public = generate_keypair(root / "keys")
+    out = root / "bundles"
+    src = root / "src"
+    shutil.copytree(EXAMPLE, src)
+    (src / "bad.py").write_text(MISBEHAVING)
+    mlp = make_mlp(root / "mlp.onnx", seed=5)
+    b = Built(root, public, private, mlp)
+    (b.bundles["mlp"],) = build_bundles(mlp, name="mlp", version=1, profiles=[PROFILE],
+                                        out_dir=out, key_path=private, dynamic_batch=True)
+    (b.bundles["mlp2"],) = build_bundles(make_mlp(root / "mlp2.onnx", seed=6), name="mlp",
+                                         version=2, profiles=[PROFILE], out_dir=out,
+                                         key_path=private, dynamic_batch=True)
+    for name in ("prep", "post", "classify"):
+        b.bundles[name] = build(src / f"{name}.toml", 1, out, private)
+    for name in ("hang", "crash", "fail"):
+        b.bundles[name] = build(python_spec(src, name, f"bad:{name}"), 1, out, private)
+    return b
+
+
+@dataclass
+class Agent:
+    state_dir: Path
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    runtime: AgentRuntime | None = None
+    dataplane: Any = None
+    tcp: str = ""
+    uds: str = ""
+    error: BaseException | None = None
+    thread: threading.Thread | None = None
+
+    def client(self) -> AgentClient:
+        assert self.runtime is not None and self.runtime.management_address
+        return AgentClient(self.runtime.management_address, token=self.runtime.token)
+
+    def deploy(self, bundle: Path) -> Any:
+        with self.client() as c:
+            return c.deploy(bundle)
+
+
+@contextlib.contextmanager
+def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: bool = False,
+                  models: dict[str, ModelOverrides] | None = None) -> Iterator[Agent]:
+    """An in-process agent (TCP on port 0 and a Unix socket) trusting ``public_key``."""
+    options = ManagementOptions(address="127.0.0.1:0", name="pipeline-agent",
+                                trusted_keys=(public_key,) if public_key else (),
+                                mdns=False, watch_window_s=0.0, insecure=True,
+                                allow_unsigned=allow_unsigned)
+    uds = state_dir / "run" / "i.sock"
+    config = AgentConfig(state_dir=state_dir, models=models or {},
+                         grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds,
+                                         workers=24))
+    agent = Agent(state_dir)
+    ready = threading.Event()
+
+    def on_ready(addresses: Any, dataplane: Any, runtime: AgentRuntime) -> None:
+        agent.runtime, agent.tcp, agent.dataplane = runtime, addresses.tcp, dataplane
+        agent.uds = f"unix://{uds}"
+        ready.set()
+
+    def main() -> None:
+        try:
+            run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
+                      grace=2.0)
+        except BaseException as exc:  # surfaced below
+            agent.error = exc
+            ready.set()
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    agent.thread = threading.Thread(target=main, name="pipeline-agent", daemon=True)
+    agent.thread.start()
+    try:
+        assert ready.wait(120) and agent.error is None, f"agent did not start: {agent.error!r}"
+        yield agent
+    finally:
+        agent.stop_event.set()
+        agent.thread.join(60)
+        assert not agent.thread.is_alive(), "agent did not stop"
