@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--max-batch", metavar="N", help="override the profile's max batch size")
     b.add_argument("--allow-parity-failure", action="store_true",
                    help="write bundles even when parity is past the profile's tolerance")
+    b.add_argument("--reference-data", type=Path, metavar="FILE.npz",
+                   help="real inputs (one array per model input, by name) to store as the "
+                        "reference data devices check parity on (default: seeded inputs)")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
     i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
@@ -129,7 +132,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     max_batch = _positive_int(args.max_batch, "--max-batch")
     kwargs = dict(name=args.name, version=version, profiles=args.profiles, out_dir=args.out,
                   key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
-                  allow_parity_failure=args.allow_parity_failure)
+                  allow_parity_failure=args.allow_parity_failure,
+                  reference_data=args.reference_data)
     from rich.console import Console
 
     console = Console(stderr=True)

@@ -1,5 +1,6 @@
 """The management part of the edge-agent command line: serve's management flags, and the
-``token``, ``metrics`` and ``install-service`` subcommands (``edge_agent.cli`` wires them)."""
+``token``, ``metrics``, ``install-service``, ``check`` and ``doctor`` subcommands
+(``edge_agent.cli`` wires them)."""
 
 from __future__ import annotations
 
@@ -119,6 +120,26 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="where to write the unit (default /etc/systemd/system)")
     svc.add_argument("--print", action="store_true", dest="print_only",
                      help="print the unit instead of installing it")
+    _add_check(sub, raw)
+
+
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               raw: type[argparse.HelpFormatter]) -> None:
+    check = sub.add_parser(
+        "check", help="run a bundle's parity check on this device (no agent needed)",
+        description="Verify BUNDLE, load it on the runtime this device would serve it with, "
+                    "run its reference inputs and compare with the source model's outputs "
+                    "stored at build time, within the profile's tolerance (the deploy "
+                    "pipeline's parity step, offline). Exit 0 when it agrees (or carries no "
+                    "reference data), 1 when it disagrees or cannot run.",
+        epilog="examples:\n  edge-agent check mlp-2-arm64-cpu-onnxruntime.edgepkg "
+               "--trust release.pub\n  edge-agent check BUNDLE --json | jq .max_abs_error",
+        formatter_class=raw)
+    check.add_argument("bundle", type=Path, metavar="BUNDLE")
+    check.add_argument("--trust", type=Path, action="append", default=[], metavar="PUBLIC_KEY",
+                       help="check the signature against this key (repeatable)")
+    check.add_argument("--backend", help="run on this backend instead of the bundle's choice")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -182,4 +203,22 @@ def cmd_install_service(args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS = {"token": cmd_token, "metrics": cmd_metrics, "install-service": cmd_install_service}
+def cmd_check(args: argparse.Namespace) -> int:
+    """Print the parity check of one bundle on this device; 1 when it disagrees."""
+    import json
+
+    from edge_agent.offline_check import check_bundle
+
+    result, verified = check_bundle(args.bundle, args.trust, backend=args.backend)
+    if args.json:
+        print(json.dumps({"passed": result.passed, "message": result.message,
+                          "verified": verified, **(result.report or {})}, indent=2))
+    else:
+        word = {True: "PASSED", False: "FAILED", None: "NOT CHECKED"}[result.passed]
+        print(f"{args.bundle.name}: {verified}")
+        print(f"parity on this device {word}: {result.message}")
+    return 1 if result.passed is False else 0
+
+
+HANDLERS = {"token": cmd_token, "metrics": cmd_metrics, "install-service": cmd_install_service,
+            "check": cmd_check}
