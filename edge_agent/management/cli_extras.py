@@ -141,6 +141,19 @@ def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     check.add_argument("--backend", help="run on this backend instead of the bundle's choice")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    doctor = sub.add_parser(
+        "doctor", help="what this device is and can run, and what to fix",
+        description="Check this device: architecture, CPU features the runtimes use, memory, "
+                    "installed runtimes with their execution providers and devices, NVIDIA "
+                    "GPU / Jetson (CUDA, TensorRT, pycuda, power mode), the profile the agent "
+                    "would report, and with --state-dir the state directory's health. "
+                    "Read-only; safe beside a running agent. Exit 1 when a check fails.",
+        epilog="examples:\n  edge-agent doctor\n  edge-agent doctor --state-dir "
+               "/var/lib/edge-agent --json",
+        formatter_class=raw)
+    doctor.add_argument("--state-dir", type=Path, help="also check this agent state directory")
+    doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
+
 
 def cmd_token(args: argparse.Namespace) -> int:
     """``edge-agent token [--rotate]``: the token, created if the agent never started here."""
@@ -220,5 +233,37 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if result.passed is False else 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Print every finding (a table, or JSON); 1 when any check failed."""
+    import dataclasses
+    import json
+
+    from edge_agent.doctor import FAIL, WARN, failed, run_doctor
+
+    findings = run_doctor(args.state_dir)
+    if args.json:
+        print(json.dumps({"ok": not failed(findings),
+                          "findings": [dataclasses.asdict(f) for f in findings]}, indent=2))
+        return 1 if failed(findings) else 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=UNLIMITED_WIDTH)
+    table = Table(title="edge-agent doctor", title_justify="left")
+    for col in ("area", "check", "status", "detail", "what to do"):
+        table.add_column(col)
+    colors = {FAIL: "red", WARN: "yellow", "ok": "green"}
+    for f in findings:
+        color = colors.get(f.status)
+        table.add_row(f.area, f.check, f"[{color}]{f.status}[/]" if color else f.status,
+                      f.detail, f.fix)
+    console.print(table)
+    bad = [f for f in findings if f.status == FAIL]
+    console.print(f"{len(bad)} check(s) failed" if bad else "no check failed", markup=False)
+    return 1 if bad else 0
+
+
 HANDLERS = {"token": cmd_token, "metrics": cmd_metrics, "install-service": cmd_install_service,
-            "check": cmd_check}
+            "check": cmd_check, "doctor": cmd_doctor}
