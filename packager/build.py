@@ -36,6 +36,7 @@ from packager.onnx_tools import (
 )
 from packager.parity import (
     REFERENCE_FILE,
+    GivenInputs,
     Runner,
     check_parity,
     load_given_inputs,
@@ -170,7 +171,8 @@ def _created() -> tuple[str, int]:
 
 
 def _write_reference(root: Path, source: Runner, prepared: PreparedModel,
-                     batch_sizes: Sequence[int | None], given: Any) -> dict[str, Any]:
+                     batch_sizes: Sequence[int | None],
+                     given: GivenInputs | None) -> dict[str, Any]:
     """Store reference inputs and the source model's outputs in the bundle (``reference.npz``,
     hashed in the signed manifest) for the device's own parity check; their summary."""
     arrays, origin = (given if given is not None else (None, "seeded"))
@@ -187,7 +189,7 @@ def _write_reference(root: Path, source: Runner, prepared: PreparedModel,
 
 def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,
                max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
-               steps: Steps, reference_inputs: Any = None) -> Path:
+               steps: Steps, reference_inputs: GivenInputs | None = None) -> Path:
     root = stage / profile.name
     root.mkdir()
     batching = _batching(profile, prepared.batched, max_batch)
@@ -306,7 +308,7 @@ def build_bundles(
     try:
         steps.start(f"validate {Path(model_path).name}")
         prepared = prepare_model(Path(model_path), stage, dynamic_batch)
-        reference_inputs = None
+        reference_inputs: GivenInputs | None = None
         if reference_data is not None:
             reference_inputs = (load_given_inputs(Path(reference_data), prepared.inputs,
                                                   prepared.batched), Path(reference_data).name)

@@ -169,6 +169,8 @@ def check_parity(source: Runner, candidate: Runner, inputs: Sequence[TensorSpec]
 REFERENCE_FILE = "reference.npz"
 REFERENCE_MAX_BYTES = 384 * 1024  # raw array bytes; larger cases are dropped (batch 1 kept first)
 _META_KEY = "meta"
+GivenInputs = tuple[dict[str, np.ndarray], str]
+"""Real reference inputs (by input name) and where they came from (a file name)."""
 
 
 @dataclass(frozen=True)
