@@ -104,3 +104,13 @@ def test_rollback_and_reload_run_the_check_too(managed: Managed,
     assert back.ok, back.message
     assert any(s.step == Step.PARITY and "agrees" in s.message for s in back.deployment.steps)
     assert managed.served_version() == 1
+
+
+def test_a_reload_of_the_active_version_runs_the_check_on_the_fresh_copy(
+        managed: Managed, parity_bundles: ParityBundles) -> None:
+    assert managed.manager.deploy(parity_bundles.good[1]).ok
+    again = managed.manager.activate("mlp", 1, force=True)
+    assert again.ok, again.message
+    steps = [s.step for s in again.deployment.steps]
+    assert steps.index(Step.PARITY) == steps.index(Step.PROBED) + 1 < steps.index(Step.SWITCHED)
+    assert managed.served_version() == 1
