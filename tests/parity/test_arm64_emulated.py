@@ -30,6 +30,7 @@ from tests.agent_management.agent_proc import AgentProcess
 ROOT_ENV = "EDGE_ARM64_ROOT"
 VENV = "/opt/edge"
 PROFILES = ("arm64-cpu-onnxruntime", "arm64-cpu-onnxruntime-int8")
+CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"  # found on the host's PATH
 X = np.random.default_rng(17).standard_normal((3, 64)).astype(np.float32)
 
 
@@ -61,7 +62,7 @@ class Emulated:
         return "/" + path.relative_to(self.root).as_posix()
 
     def run(self, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["chroot", str(self.root), *args], capture_output=True,
+        return subprocess.run([CHROOT, str(self.root), *args], capture_output=True,
                               text=True, timeout=timeout, env=_chroot_env(), check=False)
 
     def reference(self, version: int, x: np.ndarray) -> np.ndarray:
@@ -125,7 +126,7 @@ class EmulatedAgent(AgentProcess):
     def __init__(self, emulated: Emulated) -> None:
         state = emulated.work / "state"
         super().__init__(state, trust=emulated.public_key)
-        self.args = ["chroot", str(emulated.root), f"{VENV}/bin/edge-agent", "serve",
+        self.args = [CHROOT, str(emulated.root), f"{VENV}/bin/edge-agent", "serve",
                      "--state-dir", emulated.inside(state), "--grpc", "127.0.0.1:0",
                      "--no-uds", "--management", "127.0.0.1:0", "--name", "arm64-emulated",
                      "--trust", emulated.inside(emulated.public_key), "--insecure",
