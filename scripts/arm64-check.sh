@@ -9,7 +9,7 @@
 #
 # Needs root (chroot, mounts, binfmt_misc) and a Linux kernel with binfmt_misc.
 # Measured on the 2-core dev machine (shared, busy): debootstrap 521 s, aarch64 wheels and the
-# venv under emulation 210 s (both cached in EDGE_ARM64_CACHE, ~290 MB + ~400 MB tars), then
+# venv under emulation 210 s (both cached in EDGE_ARM64_CACHE: 290 MB + 510 MB of tars), then
 # each run 111 s (unpack 7 s, toolkit wheel 25 s, the tests 56 s).
 # Usage: sudo scripts/arm64-check.sh            (EDGE_ARM64_CACHE: the cache directory)
 set -euo pipefail

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,16 @@ def test_reference_cases_past_the_size_limit_are_left_out(tmp_path: Path) -> Non
     assert [c.rows for c in make_reference(run, inputs, [1, 4])] == [1, 4]
     assert [c.rows for c in make_reference(run, inputs, [1, 4], max_bytes=one)] == [1]
     assert make_reference(run, inputs, [1, 4], max_bytes=one - 1) == []
+
+
+def test_inspect_says_what_reference_data_a_bundle_carries(parity_bundles: ParityBundles) -> None:
+    def inspect(bundle: Path) -> str:
+        proc = subprocess.run([sys.executable, "-m", "packager.cli", "inspect", str(bundle)],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "COLUMNS": "200"})
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert "reference.npz: seeded inputs at batch sizes [1, 4]" in inspect(
+        parity_bundles.good[1])
+    assert "none (built before edge-pack stored it" in inspect(parity_bundles.old_format)
