@@ -4,6 +4,7 @@ except through the ``report`` callbacks the CLI passes in)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -124,13 +125,50 @@ class AgentStatus:
     info: AgentInfo
     versions: list[VersionInfo]
     deployments: list[DeploymentInfo] = field(default_factory=list)
+    parity: list[VersionParity] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class VersionParity:
+    """The latest on-device parity check of one version (the deploy pipeline's parity step):
+    ``passed`` None when the bundle carried no reference data; ``figures`` in short."""
+
+    model: str
+    version: int
+    passed: bool | None
+    figures: str
+    message: str
+
+
+_FIGURES = re.compile(r"max abs error (\S+), max rel error (\S+), top-1 agreement (\S+)")
+
+
+def version_parity(deployments: Sequence[DeploymentInfo]) -> list[VersionParity]:
+    """Per model version, its most recent parity step in ``deployments`` (newest first)."""
+    seen: dict[tuple[str, int], VersionParity] = {}
+    for d in deployments:
+        step = next((s for s in d.steps if s.step == "parity"), None)
+        if step is None or d.to_version is None or (d.model, d.to_version) in seen:
+            continue
+        found = _FIGURES.search(step.message)
+        passed = None if found is None and step.ok else step.ok
+        figures = ("not checked (no reference data)" if passed is None else
+                   f"{'ok' if step.ok else 'FAILED'}: abs {found[1]}, rel {found[2]}, "
+                   f"top-1 {found[3].rstrip(',')}" if found else
+                   ("ok" if step.ok else "FAILED"))
+        seen[(d.model, d.to_version)] = VersionParity(d.model, d.to_version, passed, figures,
+                                                      step.message)
+    return list(seen.values())
 
 
 def agent_status(target: str, settings: ConsoleSettings, token_file: Path | None,
                  history: int = 10) -> AgentStatus:
-    """Everything ``edge-console status`` shows for one agent."""
+    """Everything ``edge-console status`` shows for one agent (the parity figures of each
+    version from its last deployments' parity steps)."""
     with connect(target, settings, token_file) as c:
-        return AgentStatus(target, c.info(), c.models(), c.deployments(limit=history))
+        deployments = c.deployments(limit=max(history, 50))
+        return AgentStatus(target, c.info(), c.models(), deployments[:history],
+                           version_parity(deployments))
 
 
 # -- deploy ------------------------------------------------------------------------------------

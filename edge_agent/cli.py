@@ -196,7 +196,7 @@ def _install(bundle: BundleReader, state_dir: Path, *, replace: bool) -> tuple[P
     return target, existed
 
 
-_NEEDS_AGENT = ("serve", "metrics")
+_NEEDS_AGENT = ("serve", "metrics", "check")
 """Commands that need edge-toolkit[agent]; the others run in any installation."""
 
 

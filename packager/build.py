@@ -34,7 +34,17 @@ from packager.onnx_tools import (
     load_model,
     make_batch_dynamic,
 )
-from packager.parity import Runner, check_parity, onnxruntime_runner, openvino_runner
+from packager.parity import (
+    REFERENCE_FILE,
+    GivenInputs,
+    Runner,
+    check_parity,
+    load_given_inputs,
+    make_reference,
+    onnxruntime_runner,
+    openvino_runner,
+    save_reference,
+)
 from packager.profiles import DeviceProfile, load_profile
 from packager.progress import Steps
 from packager.signing import load_private_key
@@ -160,9 +170,26 @@ def _created() -> tuple[str, int]:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), ts
 
 
+def _write_reference(root: Path, source: Runner, prepared: PreparedModel,
+                     batch_sizes: Sequence[int | None],
+                     given: GivenInputs | None) -> dict[str, Any]:
+    """Store reference inputs and the source model's outputs in the bundle (``reference.npz``,
+    hashed in the signed manifest) for the device's own parity check; their summary."""
+    arrays, origin = (given if given is not None else (None, "seeded"))
+    if any(s.datatype == "BYTES" for s in prepared.inputs):
+        return {"omitted": "the model takes BYTES inputs"}
+    cases = make_reference(source, prepared.inputs, batch_sizes, arrays)
+    if not cases:
+        return {"omitted": "one reference case is larger than the size limit"}
+    save_reference(root / REFERENCE_FILE, cases, origin)
+    return {"file": REFERENCE_FILE, "origin": origin,
+            "batch_sizes": [c.rows if c.rows is not None else 1 for c in cases],
+            "bytes": (root / REFERENCE_FILE).stat().st_size}
+
+
 def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,
                max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
-               steps: Steps) -> Path:
+               steps: Steps, reference_inputs: GivenInputs | None = None) -> Path:
     root = stage / profile.name
     root.mkdir()
     batching = _batching(profile, prepared.batched, max_batch)
@@ -213,6 +240,8 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
             "pass --allow-parity-failure to build anyway")
 
     steps.start(f"{profile.name}: write bundle")
+    parity["reference"] = _write_reference(root, source, prepared, batch_sizes,
+                                           reference_inputs)
     created, mtime = _created()
     backend_options = {a.backend: dict(a.options) for a in artifacts}
     manifest = Manifest(
@@ -242,9 +271,12 @@ def build_bundles(
     max_batch: int | None = None,
     allow_parity_failure: bool = False,
     progress: Any = None,
+    reference_data: Path | str | None = None,
 ) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` for each profile; return their paths.
 
+    ``reference_data`` is an .npz of real inputs (one array per model input) stored as the
+    bundles' reference data instead of seeded inputs.
     ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
     Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure.
     A ``.toml`` model path is a model spec (Python model or pipeline): packager/spec_build.py.
@@ -285,11 +317,15 @@ def build_bundles(
     try:
         steps.start(f"validate {Path(model_path).name}")
         prepared = prepare_model(Path(model_path), stage, dynamic_batch)
+        reference_inputs: GivenInputs | None = None
+        if reference_data is not None:
+            reference_inputs = (load_given_inputs(Path(reference_data), prepared.inputs,
+                                                  prepared.batched), Path(reference_data).name)
         steps.advance(f"validated {Path(model_path).name}")
         built = [
             _build_one(prepared, p, name=name, version=version, max_batch=max_batch,
                        allow_parity_failure=allow_parity_failure, stage=stage, key=key,
-                       steps=steps)
+                       steps=steps, reference_inputs=reference_inputs)
             for p in loaded
         ]
         final = []

@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--member", action="append", default=[], type=Path, metavar="BUNDLE",
                    help="a pipeline spec's step model bundle (repeatable): its wiring is "
                         "checked against it now, not only at deploy")
+    b.add_argument("--reference-data", type=Path, metavar="FILE.npz",
+                   help="real inputs (one array per model input, by name) to store as the "
+                        "reference data devices check parity on (default: seeded inputs)")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
     i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
@@ -139,7 +142,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     max_batch = _positive_int(args.max_batch, "--max-batch")
     kwargs = dict(name=args.name, version=version, profiles=args.profiles, out_dir=args.out,
                   key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
-                  allow_parity_failure=args.allow_parity_failure)
+                  allow_parity_failure=args.allow_parity_failure,
+                  reference_data=args.reference_data)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -150,11 +154,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.model.suffix == ".toml":
         from packager.spec_build import build_spec_bundles
 
-        if args.dynamic_batch or max_batch is not None or args.allow_parity_failure:
+        if (args.dynamic_batch or max_batch is not None or args.allow_parity_failure
+                or args.reference_data is not None):
             from packager.errors import UsageError
 
-            raise UsageError("--dynamic-batch, --max-batch and --allow-parity-failure apply "
-                             "to ONNX models; a spec sets max_batch_size itself")
+            raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure and "
+                             "--reference-data apply to ONNX models; a spec sets "
+                             "max_batch_size itself and has no parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
                                    members=args.member)

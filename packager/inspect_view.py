@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -72,6 +73,7 @@ def render_manifest(m: Manifest, signed: bool, path: Path, console: Console | No
     for backend, why in sorted(m.parity.get("skipped", {}).items()):
         par.add_row(backend, "-", "-", "-", "-", f"skipped: {why}")
     console.print(par)
+    console.print(f"reference data for the device's parity check: {reference_line(m.parity)}")
 
     files = Table(title="files", title_justify="left")
     for col in ("path", "bytes", "sha256"):
@@ -97,3 +99,14 @@ def render_profiles(profiles: list[DeviceProfile], console: Console | None = Non
                   f", delay {b.max_queue_delay_us} us, {b.instances} instance(s)",
                   f"atol {p.parity.atol:g}, rtol {p.parity.rtol:g}")
     console.print(t)
+
+
+def reference_line(parity: dict[str, Any]) -> str:
+    """What reference data a bundle carries (``parity.reference``), in one line."""
+    ref = parity.get("reference")
+    if not ref:
+        return "none (built before edge-pack stored it; devices skip the check)"
+    if "omitted" in ref:
+        return f"none ({ref['omitted']})"
+    return (f"{ref.get('file')}: {ref.get('origin')} inputs at batch sizes "
+            f"{ref.get('batch_sizes')}, {ref.get('bytes')} bytes")

@@ -7,6 +7,7 @@ relative error per output and, for outputs that look like class scores, top-1 ag
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,189 @@ def check_parity(source: Runner, candidate: Runner, inputs: Sequence[TensorSpec]
         "batch_sizes": [b if b is not None else 1 for b in batch_sizes],
         "per_batch": per_batch,
     }
+
+
+# ---------------------------------------------------------------------------------- reference data
+# Reference inputs and the source model's outputs for them, stored in every bundle
+# (``reference.npz``, hashed in the signed manifest) so a device can check its own runtime.
+
+REFERENCE_FILE = "reference.npz"
+REFERENCE_MAX_BYTES = 384 * 1024  # raw array bytes; larger cases are dropped (batch 1 kept first)
+_META_KEY = "meta"
+GivenInputs = tuple[dict[str, np.ndarray], str]
+"""Real reference inputs (by input name) and where they came from (a file name)."""
+
+
+@dataclass(frozen=True)
+class ReferenceCase:
+    """One reference request: ``rows`` (None for an unbatched model), its inputs and the
+    source model's outputs."""
+
+    rows: int | None
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        """Raw size of every array of this case."""
+        return sum(a.nbytes for a in (*self.inputs.values(), *self.outputs.values()))
+
+
+def load_given_inputs(path: Path, inputs: Sequence[TensorSpec],
+                      batched: bool) -> dict[str, np.ndarray]:
+    """Real inputs from ``--reference-data FILE.npz`` (one array per model input, by name),
+    checked against the model's signature; UsageError naming what is wrong."""
+    from packager.errors import UsageError
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            given = {k: np.asarray(data[k]) for k in data.files}
+    except FileNotFoundError:
+        raise UsageError(f"--reference-data {path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--reference-data {path}: not a readable .npz file of arrays "
+                         f"({exc})") from None
+    names = [s.name for s in inputs]
+    missing = [n for n in names if n not in given]
+    extra = sorted(set(given) - set(names))
+    if missing or extra:
+        raise UsageError(f"--reference-data {path}: needs one array per model input "
+                         f"({', '.join(names)}); missing: {', '.join(missing) or 'none'}, "
+                         f"unknown: {', '.join(extra) or 'none'}")
+    out: dict[str, np.ndarray] = {}
+    rows: set[int] = set()
+    for spec in inputs:
+        arr, dtype = given[spec.name], np.dtype(NUMPY_DTYPES[spec.datatype])
+        if spec.datatype == "BYTES" or not np.can_cast(arr.dtype, dtype, "same_kind"):
+            raise UsageError(f"--reference-data {path}: input {spec.name!r} is {arr.dtype}, "
+                             f"the model takes {spec.datatype}")
+        fixed = [(i, d) for i, d in enumerate(spec.shape) if d >= 0 and not (batched and i == 0)]
+        if arr.ndim != len(spec.shape) or any(arr.shape[i] != d for i, d in fixed):
+            raise UsageError(f"--reference-data {path}: input {spec.name!r} has shape "
+                             f"{list(arr.shape)}, the model takes {list(spec.shape)} "
+                             "(-1: any size)")
+        if batched:
+            if arr.shape[0] < 1:
+                raise UsageError(f"--reference-data {path}: input {spec.name!r} has no rows")
+            rows.add(arr.shape[0])
+        out[spec.name] = arr.astype(dtype)
+    if len(rows) > 1:
+        raise UsageError(f"--reference-data {path}: the inputs have different numbers of rows "
+                         f"({sorted(rows)}); give the same rows for every input")
+    return out
+
+
+def make_reference(source: Runner, inputs: Sequence[TensorSpec],
+                   batch_sizes: Sequence[int | None],
+                   given: dict[str, np.ndarray] | None = None,
+                   max_bytes: int = REFERENCE_MAX_BYTES, seed: int = SEED) -> list[ReferenceCase]:
+    """Reference cases at ``batch_sizes`` (seeded inputs, or the first rows of ``given``),
+    with the source model's outputs; cases past ``max_bytes`` in all are left out."""
+    cases: list[ReferenceCase] = []
+    total = 0
+    for b in batch_sizes:
+        if given is None:
+            feeds = seeded_inputs(inputs, b, seed)
+        elif b is None:
+            feeds = dict(given)
+        else:
+            have = min(len(a) for a in given.values())
+            if cases and have <= (cases[-1].rows or 0):
+                break  # no more rows than the case before
+            feeds = {k: a[:min(b, have)] for k, a in given.items()}
+        rows = None if b is None else next(iter(feeds.values())).shape[0]
+        case = ReferenceCase(rows, feeds, source(feeds))
+        if total + case.nbytes > max_bytes:
+            break
+        cases.append(case)
+        total += case.nbytes
+    return cases
+
+
+def save_reference(path: Path, cases: Sequence[ReferenceCase], origin: str) -> None:
+    """Write ``cases`` as one .npz: arrays ``cN_in_K``/``cN_out_K`` and a JSON ``meta``."""
+    import json
+
+    arrays: dict[str, np.ndarray] = {}
+    meta: dict[str, Any] = {"origin": origin, "cases": []}
+    for i, case in enumerate(cases):
+        entry: dict[str, Any] = {"rows": case.rows, "inputs": {}, "outputs": {}}
+        for kind, tensors in (("in", case.inputs), ("out", case.outputs)):
+            for k, (name, arr) in enumerate(tensors.items()):
+                key = f"c{i}_{kind}_{k}"
+                arrays[key] = arr
+                entry["inputs" if kind == "in" else "outputs"][name] = key
+        meta["cases"].append(entry)
+    arrays[_META_KEY] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # names are str keys
+
+
+def load_reference(path: Path) -> tuple[str, list[ReferenceCase]]:
+    """Read a bundle's reference file: (origin, cases). ConversionError when malformed."""
+    import json
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(bytes(data[_META_KEY]).decode())
+            cases = [ReferenceCase(
+                c["rows"], {n: np.asarray(data[k]) for n, k in c["inputs"].items()},
+                {n: np.asarray(data[k]) for n, k in c["outputs"].items()})
+                for c in meta["cases"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConversionError(f"reference data {path.name} is unreadable: {exc}") from None
+    return str(meta.get("origin", "")), cases
+
+
+def check_reference(run: Runner, cases: Sequence[ReferenceCase],
+                    tol: ParityTolerance) -> dict[str, Any]:
+    """Run each reference case through ``run`` and compare with the stored source outputs;
+    a report shaped like :func:`check_parity`'s."""
+    per_batch: dict[str, Any] = {}
+    worst_abs, worst_rel, passed = 0.0, 0.0, True
+    agreements: list[float] = []
+    for case in cases:
+        got = run(dict(case.inputs))
+        outs: dict[str, Any] = {}
+        for name, ref in case.outputs.items():
+            if name not in got:
+                outs[name] = {"passed": False, "error": "output missing"}
+            else:
+                outs[name] = compare_outputs(ref, np.asarray(got[name]), tol,
+                                             batched=case.rows is not None)
+            o = outs[name]
+            passed = passed and o["passed"]
+            worst_abs = max(worst_abs, o.get("max_abs_error", 0.0))
+            worst_rel = max(worst_rel, o.get("max_rel_error", 0.0))
+            if o.get("top1_agreement") is not None:
+                agreements.append(o["top1_agreement"])
+        per_batch[str(case.rows if case.rows is not None else 1)] = outs
+    return {
+        "passed": passed,
+        "max_abs_error": worst_abs,
+        "max_rel_error": worst_rel,
+        "top1_agreement": min(agreements) if agreements else None,
+        "batch_sizes": [c.rows if c.rows is not None else 1 for c in cases],
+        "per_batch": per_batch,
+    }
+
+
+def first_error(report: dict[str, Any]) -> str:
+    """The first per-output error text of a report ('' when none)."""
+    for outs in report.get("per_batch", {}).values():
+        for name, o in outs.items():
+            if o.get("error"):
+                return f"output {name!r}: {o['error']}"
+    return ""
+
+
+def summary(report: dict[str, Any], tol: ParityTolerance) -> str:
+    """One line of figures: max abs/rel error, top-1 agreement, against the tolerance."""
+    top1 = report.get("top1_agreement")
+    text = (f"max abs error {report['max_abs_error']:.3g}, max rel error "
+            f"{report['max_rel_error']:.3g}, top-1 agreement "
+            f"{'n/a' if top1 is None else f'{top1:.3g}'} at batch sizes "
+            f"{report['batch_sizes']} (tolerance atol={tol.atol:g}, rtol={tol.rtol:g}, "
+            f"min top-1 {tol.min_top1_agreement:g})")
+    err = first_error(report)
+    return f"{text}; {err}" if err else text

@@ -1,5 +1,6 @@
 """The management part of the edge-agent command line: serve's management flags, and the
-``token``, ``metrics`` and ``install-service`` subcommands (``edge_agent.cli`` wires them)."""
+``token``, ``metrics``, ``install-service``, ``check`` and ``doctor`` subcommands
+(``edge_agent.cli`` wires them)."""
 
 from __future__ import annotations
 
@@ -119,6 +120,39 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="where to write the unit (default /etc/systemd/system)")
     svc.add_argument("--print", action="store_true", dest="print_only",
                      help="print the unit instead of installing it")
+    _add_check(sub, raw)
+
+
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               raw: type[argparse.HelpFormatter]) -> None:
+    check = sub.add_parser(
+        "check", help="run a bundle's parity check on this device (no agent needed)",
+        description="Verify BUNDLE, load it on the runtime this device would serve it with, "
+                    "run its reference inputs and compare with the source model's outputs "
+                    "stored at build time, within the profile's tolerance (the deploy "
+                    "pipeline's parity step, offline). Exit 0 when it agrees (or carries no "
+                    "reference data), 1 when it disagrees or cannot run.",
+        epilog="examples:\n  edge-agent check mlp-2-arm64-cpu-onnxruntime.edgepkg "
+               "--trust release.pub\n  edge-agent check BUNDLE --json | jq .max_abs_error",
+        formatter_class=raw)
+    check.add_argument("bundle", type=Path, metavar="BUNDLE")
+    check.add_argument("--trust", type=Path, action="append", default=[], metavar="PUBLIC_KEY",
+                       help="check the signature against this key (repeatable)")
+    check.add_argument("--backend", help="run on this backend instead of the bundle's choice")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    doctor = sub.add_parser(
+        "doctor", help="what this device is and can run, and what to fix",
+        description="Check this device: architecture, CPU features the runtimes use, memory, "
+                    "installed runtimes with their execution providers and devices, NVIDIA "
+                    "GPU / Jetson (CUDA, TensorRT, pycuda, power mode), the profile the agent "
+                    "would report, and with --state-dir the state directory's health. "
+                    "Read-only; safe beside a running agent. Exit 1 when a check fails.",
+        epilog="examples:\n  edge-agent doctor\n  edge-agent doctor --state-dir "
+               "/var/lib/edge-agent --json",
+        formatter_class=raw)
+    doctor.add_argument("--state-dir", type=Path, help="also check this agent state directory")
+    doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -182,4 +216,54 @@ def cmd_install_service(args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS = {"token": cmd_token, "metrics": cmd_metrics, "install-service": cmd_install_service}
+def cmd_check(args: argparse.Namespace) -> int:
+    """Print the parity check of one bundle on this device; 1 when it disagrees."""
+    import json
+
+    from edge_agent.offline_check import check_bundle
+
+    result, verified = check_bundle(args.bundle, args.trust, backend=args.backend)
+    if args.json:
+        print(json.dumps({"passed": result.passed, "message": result.message,
+                          "verified": verified, **(result.report or {})}, indent=2))
+    else:
+        word = {True: "PASSED", False: "FAILED", None: "NOT CHECKED"}[result.passed]
+        print(f"{args.bundle.name}: {verified}")
+        print(f"parity on this device {word}: {result.message}")
+    return 1 if result.passed is False else 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Print every finding (a table, or JSON); 1 when any check failed."""
+    import dataclasses
+    import json
+
+    from edge_agent.doctor import FAIL, WARN, failed, run_doctor
+
+    findings = run_doctor(args.state_dir)
+    if args.json:
+        print(json.dumps({"ok": not failed(findings),
+                          "findings": [dataclasses.asdict(f) for f in findings]}, indent=2))
+        return 1 if failed(findings) else 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=UNLIMITED_WIDTH)
+    table = Table(title="edge-agent doctor", title_justify="left")
+    for col in ("area", "check", "status", "detail", "what to do"):
+        table.add_column(col)
+    colors = {FAIL: "red", WARN: "yellow", "ok": "green"}
+    for f in findings:
+        color = colors.get(f.status)
+        table.add_row(f.area, f.check, f"[{color}]{f.status}[/]" if color else f.status,
+                      f.detail, f.fix)
+    console.print(table)
+    bad = [f for f in findings if f.status == FAIL]
+    console.print(f"{len(bad)} check(s) failed" if bad else "no check failed", markup=False)
+    return 1 if bad else 0
+
+
+HANDLERS = {"token": cmd_token, "metrics": cmd_metrics, "install-service": cmd_install_service,
+            "check": cmd_check, "doctor": cmd_doctor}

@@ -1,6 +1,7 @@
 """The deploy pipeline: received -> verified -> staged -> loaded and warmed -> probed ->
-switched -> drained -> unloaded -> committed, for a bundle (deploy) or a version on disk
-(activate, rollback). The caller holds the model's lock.
+parity (the bundle's reference inputs against the source model's outputs) -> switched ->
+drained -> unloaded -> committed, for a bundle (deploy) or a version on disk (activate,
+rollback). The caller holds the model's lock.
 
 A failure before the switch leaves the old version serving and untouched; the deployment is
 recorded as failed with the step and the reason. The hooks given to the constructor hear of a
@@ -20,6 +21,7 @@ from edge_agent.core.repository import ModelRepository, ModelVersion
 from edge_agent.errors import AgentError, StateStoreError
 from edge_agent.manager.compat import check_fits, check_signature
 from edge_agent.manager.device import DeviceInfo
+from edge_agent.manager.device_parity import check_loaded_version
 from edge_agent.manager.errors import InvalidBundleError
 from edge_agent.manager.files import VersionFiles, bundle_manifest_sha, dir_size
 from edge_agent.manager.journal import DeploymentJournal, EventSink, RecordingFailed
@@ -186,8 +188,12 @@ class DeployPipeline:
             else:
                 loaded_here = self._load(dep, name, version, on_event)
                 step = Step.PROBED
-                msg = probe_version(repo.resolve(name, version), settings.probe_timeout_s)
+                mv = repo.resolve(name, version)
+                msg = probe_version(mv, settings.probe_timeout_s)
                 j.reached(dep, Step.PROBED, msg, on_event)
+                step = Step.PARITY
+                j.reached(dep, Step.PARITY, check_loaded_version(mv, settings.probe_timeout_s),
+                          on_event)
         except _StepFailed as failure:
             return j.fail(dep, failure.step, failure.error, on_event, name, version)
         except _STEP_ERRORS as exc:
@@ -258,6 +264,11 @@ class DeployPipeline:
             except AgentError as exc:
                 raise _StepFailed(Step.PROBED, exc) from exc
             j.reached(dep, Step.PROBED, msg, on_event)
+            try:
+                msg = check_loaded_version(mv, settings.probe_timeout_s)
+            except AgentError as exc:
+                raise _StepFailed(Step.PARITY, exc) from exc
+            j.reached(dep, Step.PARITY, msg, on_event)
 
         try:
             drained = self.repository.reload_version(

@@ -44,6 +44,7 @@ class Step(StrEnum):
     LOADED = "loaded"
     WARMED = "warmed"
     PROBED = "probed"
+    PARITY = "parity"  # the bundle's reference inputs checked against the source model
     SWITCHED = "switched"
     DRAINED = "drained"
     UNLOADED = "unloaded"

@@ -15,8 +15,8 @@ from edge_agent.manager.pause import PAUSE_ENV, PAUSE_FILE
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles
 
-STEPS = ("received", "verified", "staged", "loaded", "warmed", "probed", "switched", "drained",
-         "unloaded")
+STEPS = ("received", "verified", "staged", "loaded", "warmed", "probed", "parity", "switched",
+         "drained", "unloaded")
 X = np.random.default_rng(3).standard_normal((2, 64)).astype(np.float32)
 
 

@@ -74,7 +74,8 @@ def test_deploy_switches_versions_and_records_each_step(managed: Managed,
 
     steps = [s.step for s in second.deployment.steps]
     assert steps == [Step.RECEIVED, Step.VERIFIED, Step.STAGED, Step.LOADED, Step.WARMED,
-                     Step.PROBED, Step.SWITCHED, Step.DRAINED, Step.UNLOADED, Step.COMMITTED]
+                     Step.PROBED, Step.PARITY, Step.SWITCHED, Step.DRAINED, Step.UNLOADED,
+                     Step.COMMITTED]
     assert [e.step for e in events][-1] == "committed"
     assert "signed by key" in second.deployment.steps[1].message
     views = {v.version: v for v in managed.manager.versions("mlp")}

@@ -118,7 +118,7 @@ def test_rejected_requests_count_as_failed_requests(served: InProcessAgent) -> N
                 triton.infer("mlp", [wrong])
             assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
         stats = triton.get_inference_statistics("mlp", "2").model_stats[0].inference_stats
-        assert stats.fail.count == 8  # (success counts the deploy's health probe)
+        assert stats.fail.count == 8  # (success counts the deploy's probe and parity check)
     deadline = time.monotonic() + 60  # the recorder flushes to metrics.db once a second
     while True:
         run = _piped("metrics", "--state-dir", str(served.state_dir), "--json",
@@ -129,7 +129,8 @@ def test_rejected_requests_count_as_failed_requests(served: InProcessAgent) -> N
             break
         time.sleep(0.2)
     point = points[0]
-    assert point["errors"] == 8 and point["error_rate"] == 8 / point["requests"] > 0.8, point
+    # 8 errors of 11: the deploy's health probe and its 2 parity-check requests succeeded
+    assert point["errors"] == 8 and point["error_rate"] == 8 / point["requests"] > 0.7, point
     table = _piped("metrics", "--state-dir", str(served.state_dir), module="edge_agent.cli")
     assert table.returncode == 0 and f"8 ({point['error_rate']:.1%})" in table.stdout, \
         table.stdout

@@ -62,7 +62,8 @@ def test_one_flipped_byte_in_any_member_fails_and_names_it(mlp_bundles, keypair,
     bundle = mlp_bundles["x86_64-cpu-openvino"]
     offsets = _member_offsets(bundle)
     assert set(offsets) == {"manifest.json", "manifest.sig", "artifacts/onnxruntime/model.onnx",
-                            "artifacts/openvino/model.xml", "artifacts/openvino/model.bin"}
+                            "artifacts/openvino/model.xml", "artifacts/openvino/model.bin",
+                            "reference.npz"}
     for name, (start, size) in offsets.items():
         for where in (0, size // 2, size - 1):
             bad = _flip(bundle, tmp_path / "bad.edgepkg", start + where)
