@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bench_serve import ORT, OV
+from benchmarks.bench_serve import ORT, OV, _cpu_s
 from benchmarks.loadgen import LoadResult, infer_request_bytes, run_load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,9 +90,15 @@ def _install(work: Path, states: list[Path]) -> None:
                 raise SystemExit(f"add-bundle {b} failed")
 
 
-def _load(target: str, payload: bytes, c: int, seconds: float) -> LoadResult:
+def _load(target: str, payload: bytes, c: int, seconds: float, pid: int) -> LoadResult:
+    """One closed-loop run after a short warm-up, with the server's CPU per request (its
+    runtime processes included): CPU moves much less than wall-clock figures under noise."""
     asyncio.run(run_load(target, payload, concurrency=c, seconds=0.5, warmup=0.0))
-    return asyncio.run(run_load(target, payload, concurrency=c, seconds=seconds, warmup=0.0))
+    cpu0 = _cpu_s(pid)
+    result = asyncio.run(run_load(target, payload, concurrency=c, seconds=seconds, warmup=0.0))
+    if result.requests:
+        result.cpu_us_per_request = (_cpu_s(pid) - cpu0) * 1e6 / result.requests
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         for side in sides:
             side.start()
         ratios: dict[str, list[float]] = {label: [] for label, *_ in cases}
+        cpu: dict[str, dict[str, list[float]]] = {label: {"before": [], "after": []}
+                                                  for label, *_ in cases}
         for r in range(args.rounds):
             for label, model, x, transport, c, figure in cases:
                 payload = infer_request_bytes(model, {input_name[model]: x})
@@ -130,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                 order = sides if r % 2 == 0 else sides[::-1]  # alternate who goes first
                 for side in order:
                     target = side.tcp if transport == "tcp" else f"unix:{side.sock}"
-                    res = _load(target, payload, c, args.seconds)
+                    assert side.popen is not None
+                    res = _load(target, payload, c, args.seconds, side.popen.pid)
+                    if res.cpu_us_per_request is not None:
+                        cpu[label][side.name].append(res.cpu_us_per_request)
                     if res.errors:
                         print(f"  {side.name} {label}: {res.errors} errors ({res.first_error})")
                     got[side.name] = res.p50_ms if figure == "p50" else res.throughput
@@ -142,8 +153,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"{got['after']:9.2f}  after vs before {ratio:5.2f}x", flush=True)
         print("\nmedian over rounds (>1: after is better; p50 as before/after):")
         for label, values in ratios.items():
+            before_cpu = statistics.median(cpu[label]["before"] or [float("nan")])
+            after_cpu = statistics.median(cpu[label]["after"] or [float("nan")])
             print(f"  {label:<26} {statistics.median(values):5.2f}x  "
-                  f"(rounds {', '.join(f'{v:.2f}' for v in values)})")
+                  f"(rounds {', '.join(f'{v:.2f}' for v in values)}); server CPU per request "
+                  f"before {before_cpu:.0f} us, after {after_cpu:.0f} us")
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
               f"{time.strftime('%Y-%m-%d %H:%M')}")
     finally:
