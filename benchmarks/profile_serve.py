@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", "-c", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--config", type=Path, metavar="AGENT_TOML")
+    parser.add_argument("--top", type=int, default=0, metavar="N",
+                        help="also print the N innermost frames of ours that hold the GIL most")
     args = parser.parse_args(argv)
     py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if py_spy is None:
@@ -79,13 +81,22 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             agent.stop()
         layers: Counter[str] = Counter()
+        ours: Counter[str] = Counter()
         for line in raw.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
-            layers[classify(stack.split(";"))] += int(count)
+            frames = stack.split(";")
+            layers[classify(frames)] += int(count)
+            mine = [f for f in frames if "edge_agent/" in f]
+            if mine:
+                ours[mine[-1]] += int(count)
     total = sum(layers.values()) or 1
     print(f"GIL-holding samples: {total}")
     for layer, n in layers.most_common():
         print(f"  {100 * n / total:5.1f}%  {layer}")
+    if args.top:
+        print(f"innermost edge_agent frame of the GIL holder (top {args.top}):")
+        for frame, n in ours.most_common(args.top):
+            print(f"  {100 * n / total:5.1f}%  {frame}")
     return 0
 
 

@@ -36,6 +36,7 @@ def request_arrived() -> None:
     this first; until then the call counts as waiting for its request)."""
     deadline = getattr(_local, "deadline", None)
     if deadline is not None:
+        _local.deadline = None  # told once: the pool need not tell it again
         deadline.arrived()
 
 
@@ -43,7 +44,10 @@ def _rpc_event(args: tuple[Any, ...]) -> Any:
     # gRPC's sync server submits (run, handler-in-pool, rpc_event, state, ...): the event is
     # the argument carrying the call; cancelling it is ServicerContext.cancel() before the
     # context exists
-    return next((a for a in args if hasattr(a, "call_details") and hasattr(a, "call")), None)
+    for a in args:
+        if hasattr(a, "call_details") and hasattr(a, "call"):
+            return a
+    return None
 
 
 class ReceiveDeadline:
@@ -109,9 +113,9 @@ class WatchedPool(futures.ThreadPoolExecutor):
         try:
             return fn(*args, **kwargs)
         finally:
-            if event is not None:
-                self.deadline.arrived()
+            if event is not None and _local.deadline is not None:  # no request_arrived()
                 _local.deadline = None
+                self.deadline.arrived()
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
         return super().submit(self._watched, fn, args, kwargs)

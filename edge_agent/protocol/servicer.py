@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 
 _Ctx: TypeAlias = grpc.ServicerContext
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+UNARY_BUDGET_FROM = 1 << 20
+"""Unary responses from this size (or 1/64 of a smaller budget) on are counted in the
+response budget. Smaller ones are not: unary admission (4 calls per handler thread) already
+bounds them to a few MiB in all, and counting them cost two locks and a completion callback
+per call. Streams count every response (a stream may queue many)."""
 
 
 def _response_bytes(result: InferResult, order: list[str] | None) -> int:
@@ -103,6 +108,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             ("model_repository",) if control is not None else ())
         self._streams = streams or StreamSessions()
         self._budget = budget or ResponseBudget(DEFAULT_MAX_RESPONSE_BYTES)
+        self._budget_from = min(UNARY_BUDGET_FROM, self._budget.max_bytes // 64)
         self._shm = SharedMemoryRegistry()  # regions live as long as this servicer
         if self._shm.available:
             self._extensions += ("system_shared_memory",)
@@ -154,9 +160,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             placed = converters.output_placements(request, self._shm)  # shared memory outputs
             result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
             nbytes = _response_bytes(result, infer_request.outputs)
-            self._budget.acquire(nbytes)
-            if not context.add_callback(lambda: self._budget.release(nbytes)):
-                self._budget.release(nbytes)  # the call already ended
+            if nbytes >= self._budget_from:  # smaller ones are bounded by unary admission
+                self._budget.acquire(nbytes)
+                if not context.add_callback(lambda: self._budget.release(nbytes)):
+                    self._budget.release(nbytes)  # the call already ended
             return converters.to_infer_response(result, raw=raw, order=infer_request.outputs,
                                                 placed=placed)
         except Exception as exc:
