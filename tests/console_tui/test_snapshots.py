@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,9 @@ async def _agent_setup(pilot: Pilot[None]) -> None:
                                     NOW - 1800, NOW - 1795, steps),
                      DeploymentInfo(6, "mlp", "rollback", 3, 2, "failed", "probed",
                                     "probe: NaN in output probs", NOW - 7200, NOW - 7190))))
+    history = [_sample(t).points[0] for t in range(-240, 0, 2)]  # stored: QueryMetrics
+    screen.add_history({"mlp": [replace(p, requests=2 * p.requests, step_s=2) for p in history]},
+                       NOW)
     for t in range(60):
         screen.add_sample(_sample(t))
     await pilot.pause()
