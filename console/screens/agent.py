@@ -260,8 +260,9 @@ class AgentScreen(ConsoleScreen):
         plot_range = next(r for r in RANGES if r.label == label)
         until = time.time()
         try:
-            versions = self._call(lambda c: c.models())
-            models = sorted({v.model for v in versions})
+            agent = self.agent  # the fleet's probe already knows the active models: one call less
+            models = sorted({m.rpartition(":")[0] for m in agent.models} if agent and agent.models
+                            else {v.model for v in self._call(lambda c: c.models())})
 
             def query(c: AgentClient) -> dict[str, list[object]]:
                 return {m: list(c.query_metrics(m, start=until - plot_range.span_s, end=until,

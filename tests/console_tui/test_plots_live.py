@@ -11,6 +11,7 @@ from collections.abc import Callable
 from console.fleet import AgentState
 from console.screens.agent import AgentScreen
 from console.screens.history import HistoryScreen
+from console.widgets.fleet_table import FleetTable
 from console.widgets.metric_plots import ModelPlots, TimePlot
 from edge_agent.management.client import AgentClient
 from tests.console_tui.agents import BundleSet, RunningAgent
@@ -45,8 +46,14 @@ async def test_plots_are_backfilled_from_history_then_switch_range(
     app = console_app(discovery=False, tokens={alpha.address: alpha.token},
                       agents=(_static(alpha),))
     async with app.run_test(size=(160, 45)) as pilot:
-        await wait_for(pilot, lambda: app.fleet.find("alpha").state is AgentState.ONLINE,
+        await wait_for(pilot, lambda: app.fleet.find("alpha").state  # type: ignore[union-attr]
+                       is AgentState.ONLINE,
                        "alpha online")
+        # the fleet row has the agent's own rate sparkline (QueryMetrics of its active models)
+        await wait_for(pilot, lambda: any(app.fleet.find("alpha").rates),  # type: ignore[union-attr]
+                       "alpha's request rate in the fleet table")
+        row = [str(c) for c in app.screen.query_one(FleetTable).get_row_at(0)]
+        assert any(ch in row[2] for ch in "▂▃▄▅▆▇█") and row[3].startswith("▁")
         await pilot.press("colon", *"agent alpha", "enter")
         screen = app.screen
         assert isinstance(screen, AgentScreen)

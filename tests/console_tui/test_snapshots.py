@@ -49,8 +49,10 @@ def _fill_fleet(app: EdgeConsoleApp) -> None:
             id=f"id-{name}", name=name, host=f"192.168.1.{10 + i}", port=50051, arch=arch,
             profile=profile, api=api, grpc_port=8001, txt={"models": models},
             addresses=(f"192.168.1.{10 + i}",), last_seen=NOW - ago)))
-    fleet.apply_probe("id-kitchen-pi", ProbeResult(AgentState.ONLINE, models=("mlp:3",
-                                                                              "resnet:1")))
+    fleet.apply_probe("id-kitchen-pi", ProbeResult(
+        AgentState.ONLINE, models=("mlp:3", "resnet:1"),
+        rates=(0.0, 4.0, 12.5, 30.0, 61.0, 64.0, 58.0, 64.2, 20.0, 3.5),
+        errors=(0.0,) * 7 + (0.5, 2.0, 0.0)))
     fleet.apply_probe("id-edge-x86-a", ProbeResult(
         AgentState.AUTH_FAILED, "agent 192.168.1.13:50051 refused GetInfo: missing or wrong "
         "management token"))
