@@ -58,3 +58,11 @@ class HistoryArrived(Message):
     points: dict[str, list[object]]  # model -> edge_agent.management.types.MetricPoint list
     until: float = 0.0  # the query's end: live seconds before it are in the points
     error: str = ""
+
+
+@dataclass
+class RolloutsChanged(Message):
+    """A background rollout moved on; a newer one replaces an unhandled older one."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RolloutsChanged)

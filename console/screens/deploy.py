@@ -8,7 +8,6 @@ from pathlib import Path
 
 from rich.markup import escape
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -25,13 +24,13 @@ from textual.widgets import (
     Static,
 )
 from textual.widgets.selection_list import Selection
-from textual.worker import Worker, get_current_worker
 
 from console.commands import LocalBundle, read_bundles
 from console.errors import ConsoleError
 from console.fleet import AgentState, FleetAgent
-from console.messages import FleetChanged
-from console.rollout import Rollout, RolloutOutcome, TargetProgress, group_bundles
+from console.messages import FleetChanged, RolloutsChanged
+from console.rollout import RolloutOutcome, TargetProgress, group_bundles
+from console.rollouts import RolloutJob
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.widgets.bundle_tree import BundleTree
@@ -58,7 +57,7 @@ class DeployScreen(ConsoleScreen):
     """Bundles + targets + canary -> confirmation -> staged rollout."""
 
     BINDINGS = [
-        Binding("escape", "back", "Back", tooltip="Back (not while a rollout runs)"),
+        Binding("escape", "back", "Back", tooltip="Back (a rollout goes on in the background)"),
         Binding("ctrl+s", "deploy", "Start rollout", tooltip="Deploy the picked bundles"),
         Binding("delete", "clear_bundles", "Clear bundles", tooltip="Unpick every bundle"),
         Binding("ctrl+x", "cancel_rollout", "Cancel rollout",
@@ -70,13 +69,13 @@ class DeployScreen(ConsoleScreen):
         self.preselect = set(preselect)
         self.root = root
         self.bundles: list[LocalBundle] = []
-        self.running = False
+        self.job: RolloutJob | None = None  # the rollout started here (the app runs it)
         self.outcome: RolloutOutcome | None = None
         self.rows: dict[str, TargetRow] = {}
         self._target_keys: list[str] = []
         self._shown_targets: list[tuple[str, str | None]] | None = None
         self._unsubscribe: Callable[[], None] = lambda: None
-        self._worker: Worker[None] | None = None
+        self._unsubscribe_rollouts: Callable[[], None] = lambda: None
 
     def compose(self) -> ComposeResult:
         root = self.root or self.console.settings.bundle_dir or Path.cwd()
@@ -111,11 +110,14 @@ class DeployScreen(ConsoleScreen):
         self.query_one("#steps-table", DataTable).add_columns("AGENT", "STEP", "OK", "DETAIL")
         self._unsubscribe = self.console.fleet.subscribe(
             lambda: self.post_message(FleetChanged()))
+        self._unsubscribe_rollouts = self.console.rollouts.subscribe(
+            lambda: self.post_message(RolloutsChanged()))
         self._refresh_targets()
         self.query_one(BundleTree).focus()
 
     def on_unmount(self) -> None:
         self._unsubscribe()
+        self._unsubscribe_rollouts()
 
     # -- picking -------------------------------------------------------------------------------
     def on_fleet_changed(self, _: FleetChanged) -> None:
@@ -199,8 +201,7 @@ class DeployScreen(ConsoleScreen):
 
     def action_back(self) -> None:
         if self.running:
-            self.notify("A rollout is running; wait for it to finish", severity="warning")
-            return
+            self.notify("The rollout goes on in the background: R lists rollouts")
         self.app.pop_screen()
 
     # -- rollout -------------------------------------------------------------------------------
@@ -248,15 +249,18 @@ class DeployScreen(ConsoleScreen):
         self.app.push_screen(ConfirmScreen("Deploy", question, yes="Deploy"), confirmed)
 
     def start_rollout(self, targets: Sequence[FleetAgent], canary: str, soak_s: float) -> None:
-        """Show a row per target and run the rollout in a worker thread."""
-        self.running = True
-        self.refresh_bindings()
+        """Start the rollout in the background (the app owns it) and follow it here."""
         self.outcome = None
         self.show_targets(targets, canary)
-        self.query_one("#deploy-status", Static).update("[b]rollout running…[/b]")
-        self.console.fleet.log("", "info", f"rollout of {len(self.bundles)} bundle(s) to "
-                               f"{len(targets)} agent(s) started")
-        self._worker = self.run_rollout(list(targets), canary, soak_s)
+        self.query_one("#deploy-status", Static).update(
+            "[b]rollout running…[/b] (it goes on in the background: Esc, R lists rollouts)")
+        self.job = self.console.start_rollout(list(self.bundles), targets, canary, soak_s)
+        self.refresh_bindings()
+
+    @property
+    def running(self) -> bool:
+        """True while the rollout started here runs."""
+        return self.job is not None and self.job.running
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel_rollout" and not self.running:
@@ -264,13 +268,12 @@ class DeployScreen(ConsoleScreen):
         return super().check_action(action, parameters)
 
     def action_cancel_rollout(self) -> None:
-        if not self.running or self._worker is None:
+        job = self.job
+        if job is None or not job.running:
             return
-        worker = self._worker
 
         def confirmed(yes: bool | None) -> None:
-            if yes and self.running:
-                worker.cancel()
+            if yes and self.console.rollouts.cancel(job.id):
                 self.query_one("#deploy-status", Static).update(
                     "[b]cancelling: finishing the upload in flight…[/b]")
 
@@ -289,24 +292,19 @@ class DeployScreen(ConsoleScreen):
             box.mount(row)
         self.query_one("#steps-table", DataTable).clear()
 
-    @work(thread=True, exclusive=True, group="rollout", exit_on_error=False)
-    def run_rollout(self, targets: list[FleetAgent], canary: str, soak_s: float) -> None:
-        """The rollout itself (blocking client calls, off the UI thread)."""
-        worker = get_current_worker()
-        rollout = Rollout(self.console.connections, list(self.bundles), targets, canary=canary,
-                          soak_s=soak_s, cancelled=lambda: worker.is_cancelled,
-                          report=lambda p: self.app.call_from_thread(self.show_progress, p))
-        try:
-            outcome = rollout.run()
-        except Exception as exc:  # shown, never a traceback
-            outcome = RolloutOutcome(False, f"rollout stopped: {type(exc).__name__}: {exc}",
-                                     dict(rollout.progress))
-        self.app.call_from_thread(self.finish, outcome)
+    def on_rollouts_changed(self, _: RolloutsChanged) -> None:
+        job = self.job
+        if job is None:
+            return
+        for progress in job.targets.values():
+            self.show_progress(progress)
+        if job.outcome is not None and self.outcome is None:
+            self.finish(job.outcome)
 
     def show_progress(self, progress: TargetProgress) -> None:
         """Render one target's new state (and any new step results)."""
         row = self.rows.get(progress.key)
-        if row is not None:
+        if row is not None and row.progress != progress:
             before = len(row.progress.steps)
             row.show(progress)
             table = self.query_one("#steps-table", DataTable)
@@ -317,22 +315,10 @@ class DeployScreen(ConsoleScreen):
                               step.message)
 
     def finish(self, outcome: RolloutOutcome) -> None:
-        """The rollout ended: say how, log it, refresh the fleet."""
-        self.running = False
-        self.refresh_bindings()
+        """The rollout ended: say how (the app logged it and refreshes the fleet)."""
         self.outcome = outcome
+        self.refresh_bindings()
         for progress in outcome.targets.values():
-            row = self.rows.get(progress.key)
-            if row is not None:
-                row.show(progress)
+            self.show_progress(progress)
         style = "green" if outcome.ok else "bold red"
         self.query_one("#deploy-status", Static).update(f"[{style}]{escape(outcome.message)}[/]")
-        self.console.fleet.log("", "info" if outcome.ok else "error",
-                               f"rollout: {outcome.message}")
-        for progress in outcome.targets.values():
-            self.console.fleet.log(progress.name, "info" if progress.phase.value == "done"
-                                   else "error", f"deploy: {progress.phase.value} "
-                                   f"{progress.message}")
-        self.notify(outcome.message, severity="information" if outcome.ok else "error",
-                    timeout=10)
-        self.console.poll_agents()
