@@ -19,7 +19,6 @@ from textual.widgets import (
     Header,
     Input,
     Label,
-    Select,
     SelectionList,
     Static,
 )
@@ -29,11 +28,13 @@ from console.commands import LocalBundle, read_bundles
 from console.errors import ConsoleError
 from console.fleet import AgentState, FleetAgent
 from console.messages import FleetChanged, RolloutsChanged
+from console.remembered import last_bundle_dir, remember_bundle_dir
 from console.rollout import RolloutOutcome, TargetProgress, group_bundles
 from console.rollouts import RolloutJob
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.widgets.bundle_tree import BundleTree
+from console.widgets.target_list import TargetList
 from console.widgets.target_row import TargetRow
 
 
@@ -60,6 +61,7 @@ class DeployScreen(ConsoleScreen):
         Binding("escape", "back", "Back", tooltip="Back (a rollout goes on in the background)"),
         Binding("ctrl+s", "deploy", "Start rollout", tooltip="Deploy the picked bundles"),
         Binding("delete", "clear_bundles", "Clear bundles", tooltip="Unpick every bundle"),
+        Binding("c", "mark_canary", "Canary", tooltip="The highlighted target goes first"),
         Binding("ctrl+x", "cancel_rollout", "Cancel rollout",
                 tooltip="Stop the running rollout (a canary under watch is rolled back)"),
     ]
@@ -73,12 +75,15 @@ class DeployScreen(ConsoleScreen):
         self.outcome: RolloutOutcome | None = None
         self.rows: dict[str, TargetRow] = {}
         self._target_keys: list[str] = []
-        self._shown_targets: list[tuple[str, str | None]] | None = None
+        self._shown_targets: list[tuple[str, str | None, bool]] | None = None
+        self.canary: str | None = None  # the target that goes first (None: the first ticked)
         self._unsubscribe: Callable[[], None] = lambda: None
         self._unsubscribe_rollouts: Callable[[], None] = lambda: None
 
     def compose(self) -> ComposeResult:
-        root = self.root or self.console.settings.bundle_dir or Path.cwd()
+        settings = self.console.settings
+        root = (self.root or last_bundle_dir(settings.state_dir) or settings.bundle_dir
+                or Path.cwd())
         yield Header()
         with Horizontal(id="deploy-pick"):
             with Vertical(id="deploy-files"):
@@ -87,11 +92,11 @@ class DeployScreen(ConsoleScreen):
             with Vertical(id="deploy-targets"):
                 yield Label("Picked bundles", classes="section-title")
                 yield Static("none yet", id="picked-bundles")
-                yield Label("Targets: Space ticks", classes="section-title")
-                yield SelectionList[str](id="target-list")
+                yield Label("Targets: Space ticks, c marks the canary", classes="section-title")
+                yield TargetList(id="target-list")
                 with Horizontal(id="deploy-options"):
                     yield Label("canary", classes="option-label")
-                    yield Select[str]([], id="canary-select", prompt="first target")
+                    yield Static("the first ticked", id="canary-name")
                     yield Label("soak s", classes="option-label")
                     yield Input(str(int(self.console.settings.canary_soak_s)) if
                                 self.console.settings.canary_soak_s.is_integer() else
@@ -130,36 +135,59 @@ class DeployScreen(ConsoleScreen):
 
     def _refresh_targets(self) -> None:
         """List the agents that could take the picked bundles (refusals shown, not ticked)."""
-        targets = self.query_one("#target-list", SelectionList)
+        targets = self.query_one("#target-list", TargetList)
         ticked = set(targets.selected) | self.preselect
         agents = self._candidates()
         keys = [a.key for a in agents]
         refusals = {a.key: profile_mismatch(self.bundles, a) for a in agents}
-        shown = [(a.key, refusals[a.key]) for a in agents]
+        shown = [(a.key, refusals[a.key], a.key == self.canary) for a in agents]
         if shown == self._shown_targets:
             return
         self._shown_targets = shown
+        highlighted = targets.highlighted
         targets.clear_options()
         for agent in agents:
             why = refusals[agent.key]
             label = Text(f"{agent.name}  {agent.profile or '?'}")
-            if why:
+            if agent.key == self.canary and not why:
+                label.append("  ◆ canary", style="bold yellow")
+            if why:  # wrapped by the list, never clipped
                 label.append(f"  refused: {why}", style="magenta")
             # a refused agent cannot be ticked: nothing would be sent to it
             targets.add_option(Selection(label, agent.key, agent.key in ticked and not why,
                                          id=agent.key, disabled=bool(why)))
         self._target_keys = keys
+        if highlighted is not None and targets.option_count:
+            targets.highlighted = min(highlighted, targets.option_count - 1)
         self._refresh_canary()
 
+    def _canary_key(self) -> str | None:
+        """The canary: the marked target while it is ticked, else the first ticked one."""
+        ticked = self.query_one("#target-list", TargetList).selected
+        if self.canary in ticked:
+            return self.canary
+        return next((k for k in self._target_keys if k in ticked), None)
+
     def _refresh_canary(self) -> None:
-        targets: SelectionList[str] = self.query_one("#target-list", SelectionList)
-        select = self.query_one("#canary-select", Select)
-        names = {a.key: a.name for a in self.console.fleet.agents()}
-        current = select.value
-        options = [(names.get(k, k), k) for k in targets.selected]
-        select.set_options(options)
-        if current in targets.selected:
-            select.value = current
+        key = self._canary_key()
+        agent = self.console.fleet.get(key) if key else None
+        text = (agent.name if agent else "-") + ("" if key == self.canary else
+                                                 "  (the first ticked; c marks another)")
+        self.query_one("#canary-name", Static).update(Text(text))
+
+    def action_mark_canary(self) -> None:
+        """Mark the highlighted target as the canary (ticking it)."""
+        targets = self.query_one("#target-list", TargetList)
+        if targets.highlighted is None:
+            return
+        option = targets.get_option_at_index(targets.highlighted)
+        if option.disabled:
+            self.notify("A refused target cannot be the canary", severity="warning")
+            return
+        self.canary = option.value
+        targets.select(option.value)
+        self._refresh_targets()
+        self._refresh_canary()
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged[str]) -> None:
         targets = event.selection_list
@@ -182,6 +210,7 @@ class DeployScreen(ConsoleScreen):
             except ConsoleError as exc:
                 self.notify(str(exc), severity="error", timeout=8)
                 return
+            remember_bundle_dir(self.console.settings.state_dir, path.parent)
         self._show_bundles()
         self._refresh_targets()
 
@@ -215,7 +244,7 @@ class DeployScreen(ConsoleScreen):
     def action_deploy(self) -> None:
         if self.running:
             return
-        picked = [a for k in self.query_one("#target-list", SelectionList).selected
+        picked = [a for k in self.query_one("#target-list", TargetList).selected
                   if (a := self.console.fleet.get(k)) is not None]
         listed = [a for a in self._candidates() if a not in picked]
         refused = {a.key: why for a in [*picked, *listed]
@@ -229,8 +258,8 @@ class DeployScreen(ConsoleScreen):
             self.notify(problem, severity="warning")
             return
         assert soak is not None
-        canary_value = self.query_one("#canary-select", Select).value
-        canary = canary_value if isinstance(canary_value, str) else targets[0].key
+        chosen = self._canary_key()
+        canary = chosen if chosen in {a.key for a in targets} else targets[0].key
         canary_name = next((a.name for a in targets if a.key == canary), targets[0].name)
         models = ", ".join(sorted({f"{b.manifest.name} v{b.manifest.version}"
                                    for b in self.bundles}))

@@ -36,7 +36,7 @@ async def test_a_rollout_runs_on_while_the_operator_browses_and_is_cancelled_fro
         deploy.toggle_bundle(bundles.mlp[2])
         targets = deploy.query_one("#target-list", SelectionList)
         await wait_for(pilot, lambda: len(targets.selected) == 2, "both targets ticked")
-        deploy.query_one("#canary-select").value = alpha_key
+        deploy.canary = alpha_key
         deploy.query_one("#soak-input").value = "120"
         await pilot.press("ctrl+s", "y")
         job = app.rollouts.jobs[0]

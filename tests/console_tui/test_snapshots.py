@@ -18,6 +18,8 @@ from console.fleet import AgentState, ProbeResult
 from console.rollout import Phase, TargetProgress
 from console.screens.agent import AgentScreen
 from console.screens.deploy import DeployScreen
+from console.widgets.bundle_tree import BundleTree
+from console.widgets.target_list import TargetList
 from edge_agent.management.types import (
     AgentInfo,
     DeploymentInfo,
@@ -170,6 +172,11 @@ def _deploy_setup(bundle_dir: Path) -> Callable[[Pilot[None]], Awaitable[None]]:
         for path in sorted(bundle_dir.glob("*.edgepkg")):
             screen.toggle_bundle(path)
         await pilot.pause()
+        targets = screen.query_one("#target-list", TargetList)
+        targets.focus()
+        targets.highlighted = screen._target_keys.index("id-kitchen-pi")
+        await pilot.press("c")  # kitchen-pi is the canary, marked in the list
+        screen.query_one(BundleTree).focus()
         targets = [a for a in app.fleet.agents() if a.name in ("kitchen-pi", "edge-x86-a")]
         screen.show_targets(targets, "id-kitchen-pi")
         await pilot.pause()
