@@ -80,9 +80,15 @@ class AgentScreen(ConsoleScreen):
             yield DataTable(id="models-table", cursor_type="row", zebra_stripes=True)
             with Vertical(id="plots"):
                 yield Static(self._range_line(), id="plots-range")
-                yield VerticalScroll(Static("metrics: asking the agent for its history",
-                                            id="plots-empty"), DevicePlots(id="device-plots"),
-                                     id="plots-scroll")
+                with VerticalScroll(id="plots-scroll"):
+                    yield Static("metrics: asking the agent for its history", id="plots-empty")
+                    # the models the fleet knows get their plots now (shown once they have
+                    # data): the history's arrival then only draws, nothing is mounted
+                    for model in self._known_models():
+                        plot = self._plots[model] = ModelPlots(model)
+                        plot.display = False
+                        yield plot
+                    yield DevicePlots(id="device-plots")
         with TabbedContent(id="agent-tabs"):
             with TabPane("Deployments", id="tab-deployments"):
                 yield DataTable(id="deployments-table", cursor_type="row")
@@ -90,6 +96,11 @@ class AgentScreen(ConsoleScreen):
                 yield DataTable(id="agent-events", cursor_type="row")
         yield Static("", id="agent-status")
         yield Footer()
+
+    def _known_models(self) -> list[str]:
+        """The models the fleet's last probe saw active on this agent."""
+        agent = self.agent
+        return sorted({m.rpartition(":")[0] for m in agent.models} if agent else set())
 
     @property
     def agent(self) -> FleetAgent | None:
@@ -224,11 +235,13 @@ class AgentScreen(ConsoleScreen):
                 plot.draw(self.plot_data, self.metrics.series.get(model))  # drawn once mounted
                 scroll.mount(plot, before=self.query_one("#device-plots"))
         for model, plot in self._plots.items():  # compact: the summary line stands in
+            plot.display = model in models
             plot.draw(self.plot_data, self.metrics.series.get(model), plots=not self.compact)
         if self.compact:
             return
         device = self.query_one("#device-plots", DevicePlots)
-        if device.is_mounted:
+        device.display = bool(self.plot_data.device)  # shown from the first system sample
+        if device.display and device.is_mounted:
             device.draw(self.plot_data)
 
     def on_compact_changed(self, compact: bool) -> None:
@@ -260,9 +273,9 @@ class AgentScreen(ConsoleScreen):
         plot_range = next(r for r in RANGES if r.label == label)
         until = time.time()
         try:
-            agent = self.agent  # the fleet's probe already knows the active models: one call less
-            models = sorted({m.rpartition(":")[0] for m in agent.models} if agent and agent.models
-                            else {v.model for v in self._call(lambda c: c.models())})
+            # the fleet's probe already knows the active models: one call less
+            models = self._known_models() or sorted(
+                {v.model for v in self._call(lambda c: c.models())})
 
             def query(c: AgentClient) -> dict[str, list[object]]:
                 return {m: list(c.query_metrics(m, start=until - plot_range.span_s, end=until,

@@ -36,6 +36,8 @@ class TimePlot(PlotextPlot):
         self.unit = unit
         self.drawn = False  # True once lines with at least one point were drawn
         self._drawing: tuple[list[Line], int, PlotRange] | None = None
+        self._rendered: tuple[object, RenderResult] | None = None  # (what, how it looked)
+        self.painted_at: float | None = None  # perf_counter of the first render with data
 
     def draw(self, lines: Sequence[Line], newest: int, plot_range: PlotRange) -> None:
         """Replace the plot's lines (each (label, colour, points)) and redraw."""
@@ -44,8 +46,15 @@ class TimePlot(PlotextPlot):
         self.refresh()
 
     def render(self) -> RenderResult:
-        self._plot = self._figure()  # built afresh at every size: no state of an earlier one
-        return super().render()
+        # built afresh for new lines or a new size (no state of an earlier figure carries
+        # over), else the last drawing again: a screen repaint does not rebuild eight plots
+        key = (self._drawing, self.size, self.app.theme)
+        if self._rendered is None or self._rendered[0] != key:
+            self._plot = self._figure()
+            self._rendered = (key, super().render())
+            if self.drawn and self.painted_at is None:
+                self.painted_at = time.perf_counter()
+        return self._rendered[1]
 
     def _figure(self) -> Plot:
         plt = Plot()

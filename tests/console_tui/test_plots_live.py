@@ -50,10 +50,15 @@ async def test_plots_are_backfilled_from_history_then_switch_range(
                        is AgentState.ONLINE,
                        "alpha online")
         # the fleet row has the agent's own rate sparkline (QueryMetrics of its active models)
-        await wait_for(pilot, lambda: any(app.fleet.find("alpha").rates),  # type: ignore[union-attr]
-                       "alpha's request rate in the fleet table")
-        row = [str(c) for c in app.screen.query_one(FleetTable).get_row_at(0)]
-        assert any(ch in row[2] for ch in "▂▃▄▅▆▇█") and row[3].startswith("▁")
+        table = app.screen.query_one(FleetTable)
+
+        def row() -> list[str]:
+            return [str(c) for c in table.get_row_at(0)] if table.row_count else ["", ""] * 2
+
+        await wait_for(pilot, lambda: any(ch in row()[2] for ch in "▂▃▄▅▆▇█"),
+                       "alpha's request-rate sparkline in the fleet table")
+        assert any(app.fleet.find("alpha").rates)  # type: ignore[union-attr]
+        assert row()[3].startswith("▁")  # no errors
         await pilot.press("colon", *"agent alpha", "enter")
         screen = app.screen
         assert isinstance(screen, AgentScreen)
