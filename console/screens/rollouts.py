@@ -47,7 +47,7 @@ class RolloutsScreen(ConsoleScreen):
     def on_mount(self) -> None:
         self.sub_title = "rollouts"
         self.query_one("#rollouts-table", DataTable).add_columns(
-            "#", "STARTED (UTC)", "WHAT", "CANARY", "STATUS", "ENDED")
+            "#", "STARTED (UTC)", "ENDED", "WHAT", "CANARY", "STATUS")
         self.query_one("#rollout-steps", DataTable).add_columns(
             "AGENT", "PHASE", "STEP", "OK", "AT (UTC)", "DETAIL")
         self._unsubscribe = self.console.rollouts.subscribe(
@@ -80,9 +80,9 @@ class RolloutsScreen(ConsoleScreen):
             style = ("yellow" if job.running else "green" if job.outcome and job.outcome.ok
                      else "bold red")
             canary = job.targets.get(job.canary)
-            table.add_row(str(job.id), _clock(job.started_at), job.title,
-                          canary.name if canary else "-", Text(status[:80], style=style),
-                          _clock(job.ended_at), key=str(job.id))
+            table.add_row(str(job.id), _clock(job.started_at), _clock(job.ended_at), job.title,
+                          canary.name if canary else "-", Text(status[:100], style=style),
+                          key=str(job.id))
         self._order = [j.id for j in jobs]
         if chosen is not None and chosen.id in self._order:
             table.move_cursor(row=self._order.index(chosen.id), animate=False)

@@ -71,5 +71,5 @@ async def test_a_rollout_runs_on_while_the_operator_browses_and_is_cancelled_fro
             "alpha": Phase.ROLLED_BACK, "beta": Phase.SKIPPED}
         assert app.title == "edge-console"  # nothing runs: the header is plain again
         await pilot.pause()
-        assert "failed: " in str(view.query_one("#rollouts-table", DataTable).get_row_at(0)[4])
+        assert "failed: " in str(view.query_one("#rollouts-table", DataTable).get_row_at(0)[5])
         assert [await asyncio.to_thread(_active, a) for a in (alpha, beta)] == [1, 1]

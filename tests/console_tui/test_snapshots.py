@@ -15,7 +15,7 @@ from console.app import EdgeConsoleApp
 from console.config import ConsoleSettings, StaticAgent
 from console.discovery import DiscoveredAgent, DiscoveryEvent
 from console.fleet import AgentState, ProbeResult
-from console.rollout import Phase, TargetProgress
+from console.rollout import Phase, RolloutOutcome, TargetProgress
 from console.screens.agent import AgentScreen
 from console.screens.deploy import DeployScreen
 from console.widgets.bundle_tree import BundleTree
@@ -201,3 +201,30 @@ def test_deploy_screen_at_every_size(snap_compare, bundle_dir: Path,  # type: ig
                                      size: tuple[int, int]) -> None:
     """80x24 keeps the Start button and the rollout rows on screen."""
     assert snap_compare(_app(), terminal_size=size, run_before=_deploy_setup(bundle_dir))
+
+
+def test_rollouts_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """A running rollout (progress in the header) and an ended one, with per-target steps."""
+    async def setup(pilot: Pilot[None]) -> None:
+        app: EdgeConsoleApp = pilot.app  # type: ignore[assignment]
+        _fill_fleet(app)
+        old = app.rollouts.add("mlp v2 to 1 agent(s)", [TargetProgress(
+            "id-edge-x86-a", "edge-x86-a", canary=True)], "id-edge-x86-a")
+        app.rollouts.finished(old.id, RolloutOutcome(False, "canary edge-x86-a failed: "
+                                                     "refused the token; nothing else touched",
+                                                     {"id-edge-x86-a": TargetProgress(
+                                                         "id-edge-x86-a", "edge-x86-a",
+                                                         canary=True, phase=Phase.FAILED,
+                                                         message="refused the token")}))
+        job = app.rollouts.add("mlp v3 to 2 agent(s)", [
+            TargetProgress("id-kitchen-pi", "kitchen-pi", canary=True),
+            TargetProgress("10.0.0.9:50051", "line-9")], "id-kitchen-pi")
+        app.rollouts.progress(job.id, TargetProgress(
+            "id-kitchen-pi", "kitchen-pi", canary=True, phase=Phase.SOAKING, sent=20480,
+            total=20480, steps=(StepInfo("received", True, "20480 bytes", NOW + 1),
+                                StepInfo("committed", True, "version 3 is active", NOW + 4)),
+            message="healthy; watching 21s more"))
+        await pilot.press("R")
+        await pilot.pause()
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=setup)
