@@ -1,7 +1,9 @@
 """Console figures with 100 agents advertised on loopback: time until all are listed in the
-fleet table, and the cost of refreshing that table.
+fleet table, and the cost of refreshing that table; and with one real agent: agent view open
+-> first plot drawn with the agent's stored history (QueryMetrics).
 
 Run: .venv/bin/python benchmarks/bench_console.py [--agents 100] [--rounds 3]
+     .venv/bin/python benchmarks/bench_console.py --agent-view-only [--rounds 5]
 
 The advertisers are lightweight fakes (one AsyncZeroconf on 127.0.0.1 registering N services
 with the agent's TXT record; nobody answers management calls, so the console does not poll);
@@ -27,12 +29,13 @@ from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 from console.app import EdgeConsoleApp
 from console.config import ConsoleSettings
 from console.discovery import DiscoveredAgent, DiscoveryEvent
-from console.fleet import AgentState, ProbeResult
+from console.fleet import SORT_COLUMNS, AgentState, ProbeResult
 from console.screens.fleet import FleetScreen
 from edge_agent.discovery import SERVICE_TYPE, AgentAdvert
 
 LOOPBACK = ["127.0.0.1"]
 DEADLINE_S = 120.0
+MODELS = SORT_COLUMNS.index("models")
 
 
 def _info(n: int, run: str) -> AsyncServiceInfo:
@@ -178,11 +181,87 @@ async def refresh_costs(n: int, reps: int) -> dict[str, float]:
             for i in range(n):  # 100 probe answers: 100 FleetChanged, collapsed into one
                 app.fleet.apply_probe(f"id-{i:03d}", ProbeResult(
                     AgentState.ONLINE, models=(f"mlp:{r + 100}",)))
-            while f"mlp:{r + 100}" not in str(screen.table._shown[last][5]):
+            while f"mlp:{r + 100}" not in str(screen.table._shown[last][MODELS]):
                 await asyncio.sleep(0.0005)
             samples.append(time.perf_counter() - t0)
         out["100 answers -> table"] = statistics.median(samples) * 1e3
     return out
+
+
+def _stored_traffic(agent: object, seconds: float) -> None:
+    """Real KServe v2 requests to mlp for ``seconds``, then wait until the agent's SQLite
+    history holds them (what the agent view backfills from)."""
+    import numpy as np
+    import tritonclient.grpc as triton
+
+    from edge_agent.management.client import AgentClient
+
+    address, token = agent.address, agent.token  # type: ignore[attr-defined]
+    with AgentClient(address, token=token) as c:
+        client = triton.InferenceServerClient(url=c.info().inference_address)
+        x = np.random.default_rng(0).random((2, 64), dtype=np.float32)
+        inp = triton.InferInput("input", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            client.infer("mlp", [inp])
+        client.close()
+        deadline = time.monotonic() + DEADLINE_S
+        while not sum(p.requests for p in c.query_metrics("mlp", start=time.time() - 300,
+                                                          end=time.time(), step_s=2)):
+            if time.monotonic() > deadline:
+                raise SystemExit("the agent never stored its metrics")
+            time.sleep(0.2)
+
+
+async def agent_view_open(rounds: int) -> list[float]:
+    """Seconds from opening the agent view of a real agent (edge-agent serve, plaintext, with
+    stored traffic) until its first model plot is drawn with the stored history."""
+    import tempfile
+
+    from console.config import StaticAgent
+    from console.screens.agent import AgentScreen
+    from console.widgets.metric_plots import TimePlot
+    from edge_agent.management.client import AgentClient
+    from tests.console_tui.agents import build_test_bundles, start_agent
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        bundles = build_test_bundles(root)
+        agent = start_agent(root / "agents", "bench-view", bundles.public_key, mdns=False)
+        try:
+            with AgentClient(agent.address, token=agent.token) as c:
+                assert c.deploy(bundles.mlp[1]).ok
+            await asyncio.to_thread(_stored_traffic, agent, 5.0)
+            host, port = agent.address.rsplit(":", 1)
+            settings = ConsoleSettings(discovery=False, insecure=True,
+                                       tokens={agent.address: agent.token},
+                                       agents=(StaticAgent(host, int(port), "bench-view"),))
+            app = EdgeConsoleApp(settings)
+            times = []
+            async with app.run_test(size=(160, 45)) as pilot:
+                while not app.fleet.agents() or app.fleet.agents()[0].state is not \
+                        AgentState.ONLINE:
+                    await pilot.pause(0.01)
+                key = app.fleet.agents()[0].key
+                for _ in range(rounds):
+                    t0 = time.perf_counter()
+                    screen = AgentScreen(key)
+                    await app.push_screen(screen)
+                    painted: list[float] = []
+                    while not painted:  # a plot with data rendered, its data from history
+                        painted = [p.painted_at for p in screen.query(TimePlot)
+                                   if p.painted_at is not None
+                                   and screen.plot_data.history_loaded]
+                        if time.perf_counter() - t0 > DEADLINE_S:
+                            raise SystemExit("no plot drawn")
+                        await pilot.pause(0.005)
+                    times.append(min(painted) - t0)
+                    app.pop_screen()
+                    await pilot.pause(0.2)
+            return times
+        finally:
+            agent.stop()
 
 
 async def main() -> None:
@@ -190,7 +269,15 @@ async def main() -> None:
     parser.add_argument("--agents", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--agent-view-only", action="store_true",
+                        help="only the agent view figure (one real agent)")
     args = parser.parse_args()
+    times = await agent_view_open(max(args.rounds, 3))
+    print(f"agent view open -> first plot drawn with history (real agent, {len(times)} opens): "
+          f"median {statistics.median(times) * 1e3:.0f} ms (min {min(times) * 1e3:.0f} ms, "
+          f"max {max(times) * 1e3:.0f} ms)")
+    if args.agent_view_only:
+        return
     n = args.agents
     print(f"{n} agents advertised on 127.0.0.1 (mDNS), {args.rounds} rounds")
     medians = {}

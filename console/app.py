@@ -14,17 +14,20 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.dom import DOMNode
 from textual.screen import Screen
+from textual.worker import get_current_worker
 
 from console.config import ConsoleSettings
 from console.connections import Connections
 from console.discovery import AgentBrowser
 from console.fleet import AgentState, Fleet, FleetAgent
+from console.rollouts import RolloutJob, Rollouts
 from console.screens.base import MUTATING_ACTIONS
 from console.screens.details import DetailsScreen
 from console.screens.events import EventsScreen
@@ -32,7 +35,12 @@ from console.screens.fleet import FleetScreen
 from console.screens.help import HelpScreen
 from console.screens.jump import JumpScreen
 
+if TYPE_CHECKING:
+    from console.commands import LocalBundle
+    from console.rollout import RolloutOutcome
+
 PROBE_THREADS = 16
+VIEWS_HINT = "try fleet, events, deploy, rollouts, agent NAME, history NAME, help"
 
 
 # vi motions and the widget actions that perform them (a table, an option list, a scroll pane)
@@ -53,6 +61,7 @@ class EdgeConsoleApp(App[None]):
         Binding("question_mark", "help", "Help", tooltip="Keys of this screen"),
         Binding("colon", "jump", "Jump", tooltip="Jump to a view: fleet, events, agent NAME..."),
         Binding("l", "events", "Events", tooltip="The console's event log"),
+        Binding("R", "rollouts", "Rollouts", tooltip="Running and recent rollouts"),
         Binding("q", "quit", "Quit", tooltip="Leave edge-console"),
         Binding("j", "move('down')", "Down", show=False, tooltip="Next row (vi)"),
         Binding("k", "move('up')", "Up", show=False, tooltip="Previous row (vi)"),
@@ -77,10 +86,12 @@ class EdgeConsoleApp(App[None]):
         self.polling = False  # a round is in flight
         self._poll_now = asyncio.Event()
         self._asked_trust: set[str] = set()  # first contacts already put to the operator
+        self.rollouts = Rollouts(clock=clock)  # run in the background, whatever is on screen
 
     # -- lifecycle -----------------------------------------------------------------------------
     def on_mount(self) -> None:
         self.fleet.add_static(self.settings.agents)
+        self.rollouts.subscribe(self._show_rollouts_in_header)
         self.push_screen(FleetScreen())
         if self.settings.discovery:
             self.browse()
@@ -165,6 +176,61 @@ class EdgeConsoleApp(App[None]):
             return False  # its advert already says it speaks another API
         return not (agent.left and not agent.static)
 
+    # -- rollouts (owned here: they outlive the deploy view) -----------------------------------
+    def start_rollout(self, bundles: Sequence[LocalBundle], targets: Sequence[FleetAgent],
+                      canary: str, soak_s: float) -> RolloutJob:
+        """Start a staged rollout in a background thread; its progress goes to
+        :attr:`rollouts` (the header, the rollouts view and the deploy view show it)."""
+        from console.rollout import TargetProgress
+
+        models = ", ".join(sorted({f"{b.manifest.name} v{b.manifest.version}" for b in bundles}))
+        job = self.rollouts.add(f"{models} to {len(targets)} agent(s)", [
+            TargetProgress(a.key, a.name, canary=a.key == canary) for a in targets], canary)
+        self.fleet.log("", "info", f"rollout #{job.id} of {len(bundles)} bundle(s) to "
+                       f"{len(targets)} agent(s) started")
+        self.run_worker(partial(self._run_rollout, job, list(bundles), list(targets), canary,
+                                soak_s), thread=True, group="rollouts", exit_on_error=False,
+                        name=f"rollout-{job.id}")
+        return job
+
+    def _run_rollout(self, job: RolloutJob, bundles: list[LocalBundle],
+                     targets: list[FleetAgent], canary: str, soak_s: float) -> None:
+        from console.rollout import Rollout, RolloutOutcome
+
+        worker = get_current_worker()
+        rollout = Rollout(
+            self.connections, bundles, targets, canary=canary, soak_s=soak_s,
+            cancelled=lambda: job.cancel_requested.is_set() or worker.is_cancelled,
+            report=lambda p: self.call_from_thread(self.rollouts.progress, job.id, p))
+        try:
+            outcome = rollout.run()
+        except Exception as exc:  # shown, never a traceback
+            outcome = RolloutOutcome(False, f"rollout stopped: {type(exc).__name__}: {exc}",
+                                     dict(rollout.progress))
+        if not worker.is_cancelled:  # the app is not closing
+            self.call_from_thread(self._rollout_finished, job.id, outcome)
+
+    def _rollout_finished(self, job_id: int, outcome: RolloutOutcome) -> None:
+        self.rollouts.finished(job_id, outcome)
+        self.fleet.log("", "info" if outcome.ok else "error",
+                       f"rollout #{job_id}: {outcome.message}")
+        for progress in outcome.targets.values():
+            self.fleet.log(progress.name, "info" if progress.phase.value == "done"
+                           else "error", f"deploy: {progress.phase.value} {progress.message}")
+        self.notify(f"rollout #{job_id}: {outcome.message}",
+                    severity="information" if outcome.ok else "error", timeout=10)
+        self.poll_agents()
+
+    def _show_rollouts_in_header(self) -> None:
+        text = self.rollouts.header_text()
+        self.title = f"{self.TITLE} · {text}" if text else self.TITLE
+
+    def action_rollouts(self) -> None:
+        from console.screens.rollouts import RolloutsScreen
+
+        if not isinstance(self.screen, RolloutsScreen):
+            self.push_screen(RolloutsScreen())
+
     # -- navigation ----------------------------------------------------------------------------
     def open_agent(self, key: str) -> None:
         """Show the agent screen of ``key``."""
@@ -216,18 +282,11 @@ class EdgeConsoleApp(App[None]):
         names = [a.name for a in self.fleet.agents()]
         self.push_screen(JumpScreen(names), self.jump_to)
 
-    def _back_to_fleet(self) -> bool:
-        """Pop every view above the fleet (a jump replaces the view stack, k9s-style);
-        False, with a note, while a rollout runs in a view that would be closed."""
-        from console.screens.deploy import DeployScreen
-
-        if any(isinstance(s, DeployScreen) and s.running for s in self.screen_stack[2:]):
-            self.notify("A rollout is running in the deploy view; the jump opens on top of it",
-                        severity="warning")
-            return False
+    def _back_to_fleet(self) -> None:
+        """Pop every view above the fleet (a jump replaces the view stack, k9s-style); a
+        rollout keeps running in the background."""
         while len(self.screen_stack) > 2:
             self.pop_screen()
-        return True
 
     def jump_to(self, target: str | None) -> None:
         """Go to the view named by ``target`` (what was typed after ``:``); the view replaces
@@ -251,13 +310,14 @@ class EdgeConsoleApp(App[None]):
                 self.notify(why, severity="warning")
                 return
         if word not in ("fleet", "agents", "events", "log", "logs", "deploy", "agent",
-                        "history"):
-            self.notify(f"Unknown view {target!r}: try fleet, events, deploy, agent NAME, "
-                        "history NAME, help", severity="warning")
+                        "history", "rollouts"):
+            self.notify(f"Unknown view {target!r}: {VIEWS_HINT}", severity="warning")
             return
         self._back_to_fleet()
         if word in ("events", "log", "logs"):
             self.action_events()
+        elif word == "rollouts":
+            self.action_rollouts()
         elif word == "deploy":
             self.open_deploy()
         elif agent is not None and word == "agent":
@@ -265,8 +325,7 @@ class EdgeConsoleApp(App[None]):
         elif agent is not None:
             self.open_history(agent.key)
         else:
-            self.notify(f"Unknown view {target!r}: try fleet, events, deploy, agent NAME, "
-                        "history NAME, help", severity="warning")
+            self.notify(f"Unknown view {target!r}: {VIEWS_HINT}", severity="warning")
 
     # -- command palette: every bound action of the screen and the app -------------------------
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:

@@ -178,9 +178,10 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
     from console.commands import list_agents
 
-    rows = list_agents(_targets(args), _settings(args), args.token_file,
-                       interfaces=args.mdns_interface or None, timeout_s=args.timeout,
-                       browse=not args.no_mdns)
+    settings = _settings(args)  # [discovery] interfaces from the config, as the UI reads them
+    rows = list_agents(_targets(args), settings, args.token_file,
+                       interfaces=args.mdns_interface or settings.interfaces,
+                       timeout_s=args.timeout, browse=not args.no_mdns)
     if args.json:
         _dump(rows)
         return 0

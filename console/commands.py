@@ -19,7 +19,7 @@ from console.errors import (
     RolloutAbortedError,
 )
 from console.known_agents import open_client
-from edge_agent.management.client import AgentClient, ManagementError
+from edge_agent.management.client import AgentClient, AuthenticationError, ManagementError
 from edge_agent.management.types import (
     AgentInfo,
     DeploymentInfo,
@@ -57,9 +57,45 @@ def connect(target: str, settings: ConsoleSettings, token_file: Path | None,
             timeout_s: float = 10.0) -> AgentClient:
     """A client for ``target``: the token from ``--token-file``, else the console config; TLS
     with the agent's pinned certificate (console.known_agents), a CA, or --insecure."""
-    token = read_token(token_file) if token_file is not None else settings.token_for(
-        address=target)
-    return open_client(target, settings, token, timeout_s=timeout_s)
+    if token_file is not None:
+        return open_client(target, settings, read_token(token_file), timeout_s=timeout_s)
+    token = settings.token_for(address=target)
+    client = open_client(target, settings, token, timeout_s=timeout_s)
+    named = _named_tokens(settings, target)
+    if not named:
+        return client  # a token of its own (static entry or keyed by this address), or no other
+    try:
+        client.info()
+        return client  # the default token (or none) is enough
+    except AuthenticationError:
+        pass
+    for key, candidate in named.items():  # [tokens] keyed by agent name or id
+        other = open_client(target, settings, candidate, timeout_s=timeout_s)
+        try:
+            info = other.info()
+        except AuthenticationError:
+            other.close()
+            continue
+        if key in (info.name, info.agent_id):  # the agent's own name: its token
+            client.close()
+            return other
+        other.close()
+    return client  # refused: its calls say so
+
+
+def _named_tokens(settings: ConsoleSettings, address: str) -> dict[str, str]:
+    """[tokens] keyed by an agent's name or id (not by an address), unless ``address`` has a
+    token of its own."""
+    if address in settings.tokens or any(a.address == address and a.token
+                                         for a in settings.agents):
+        return {}
+    out = {}
+    for key, token in settings.tokens.items():
+        try:
+            parse_address(key, where="[tokens]")
+        except ConsoleConfigError:
+            out[key] = token  # not HOST:PORT: a name or an id
+    return out
 
 
 # -- agents ------------------------------------------------------------------------------------
@@ -82,9 +118,16 @@ class AgentRow:
 
 
 async def _browse(interfaces: Sequence[str] | None, timeout_s: float) -> list[AgentRow]:
-    async with AgentBrowser(interfaces=interfaces) as browser:
-        await asyncio.sleep(timeout_s)
-        found = browser.agents()
+    try:
+        async with AgentBrowser(interfaces=interfaces) as browser:
+            await asyncio.sleep(timeout_s)
+            found = browser.agents()
+    except OSError as exc:  # e.g. an interface address this machine does not have
+        where = f"on {', '.join(interfaces)}" if interfaces else "on every interface"
+        raise ConsoleConfigError(
+            f"mDNS discovery {where} failed ({exc.strerror or exc}); choose addresses of this "
+            "machine with --mdns-interface or [discovery] interfaces, or pass --no-mdns"
+        ) from None
     return [AgentRow(address=f"{a.host}:{a.port}", source="mdns", name=a.name, id=a.id,
                      arch=a.arch, profile=a.profile, api=a.api, inference_port=a.grpc_port,
                      models=a.txt.get("models", "")) for a in found]
@@ -194,6 +237,22 @@ def read_bundles(paths: Sequence[Path]) -> list[LocalBundle]:
     return out
 
 
+def verify_bundle_files(bundles: Sequence[LocalBundle]) -> None:
+    """Re-hash every file of every bundle against its manifest, locally, before any upload
+    (BundleRejectedError naming the bundle and file that differ)."""
+    for b in bundles:
+        try:
+            with open_bundle(b.path) as reader:
+                if reader.manifest != b.manifest:
+                    raise BundleRejectedError(f"{b.path}: the bundle changed on disk since it "
+                                              "was picked; pick it again")
+                reader.verify_files()
+        except PackagerError as exc:
+            text = str(exc)
+            raise BundleRejectedError(text if str(b.path) in text else f"{b.path}: {text}"
+                                      ) from None
+
+
 def pick_bundle(candidates: Sequence[LocalBundle], info: AgentInfo) -> LocalBundle:
     """The bundle for this agent: its exact profile if given, else any that fits its arch and
     runtimes (the agent's compatibility rule); BundleRejectedError naming the agent's profile
@@ -244,6 +303,7 @@ def deploy(bundle_paths: Sequence[Path], agents: Sequence[str], settings: Consol
     failed.
     """
     bundles = read_bundles(bundle_paths)
+    verify_bundle_files(bundles)  # every file hashed locally before anything is uploaded
     groups: dict[tuple[str, int], list[LocalBundle]] = {}
     for b in bundles:
         groups.setdefault((b.manifest.name, b.manifest.version), []).append(b)

@@ -110,6 +110,7 @@ class ConsoleSettings:
     insecure: bool = False  # plaintext to every agent (--insecure)
     accept_new: bool = False  # pin an agent's certificate at first contact without asking
     known_agents: Path | None = None  # the pins; None: known_agents beside the config file
+    state_dir: Path | None = None  # what the console remembers (last bundle folder); None: nothing
     # asked at a first contact when accept_new is off: (address, fingerprint, file) -> trust?
     ask_new: Callable[[str, str, Path], bool] | None = field(default=None, compare=False)
 
@@ -285,11 +286,11 @@ def load_settings(path: Path | None = None) -> ConsoleSettings:
     except FileNotFoundError:
         if explicit:
             raise ConsoleConfigError(f"config file {path} does not exist") from None
-        return ConsoleSettings()
+        return ConsoleSettings(state_dir=path.parent)
     except OSError as exc:
         raise ConsoleConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConsoleConfigError(f"{path}: not valid TOML: {exc}") from exc
-    return parse_settings(data, path)
+    return replace(parse_settings(data, path), state_dir=path.parent)

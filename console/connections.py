@@ -8,6 +8,7 @@ functions from worker threads (``asyncio.to_thread`` or thread workers), never o
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -31,6 +32,8 @@ from edge_agent.management import client as mgmt
 
 T = TypeVar("T")
 PROBE_TIMEOUT_S = 3.0
+TRAFFIC_STEP_S = 30  # the fleet table's rate and error sparklines: 10 buckets of 30 s
+TRAFFIC_BUCKETS = 10
 
 
 def console_error(exc: Exception) -> ConsoleError:
@@ -69,6 +72,26 @@ def _transport(client: mgmt.AgentClient) -> str:
     if client.tls is not None:
         return f"TLS, certificate signed by {client.tls.ca}"
     return "PLAINTEXT (--insecure)"
+
+
+def _recent_traffic(client: mgmt.AgentClient, models: list[str], *, now: float | None = None
+                    ) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """Requests/s and errors/s of ``models`` summed, over the last
+    ``TRAFFIC_BUCKETS`` x ``TRAFFIC_STEP_S`` seconds (idle buckets are zeros; None: unknown)."""
+    end = time.time() if now is None else now
+    first = int(end) - int(end) % TRAFFIC_STEP_S - (TRAFFIC_BUCKETS - 1) * TRAFFIC_STEP_S
+    requests = [0.0] * TRAFFIC_BUCKETS
+    errors = [0.0] * TRAFFIC_BUCKETS
+    try:
+        for model in models:
+            for p in client.query_metrics(model, start=first, end=end, step_s=TRAFFIC_STEP_S):
+                i = (p.ts - first) // TRAFFIC_STEP_S
+                if 0 <= i < TRAFFIC_BUCKETS:
+                    requests[i] += p.requests / TRAFFIC_STEP_S
+                    errors[i] += p.errors / TRAFFIC_STEP_S
+    except mgmt.ManagementError:
+        return None, None  # the row keeps its last sparkline; the probe itself went fine
+    return tuple(requests), tuple(errors)
 
 
 class Connections:
@@ -140,9 +163,10 @@ class Connections:
                    "keep versions": str(info.keep_versions),
                    "unsigned bundles": "allowed" if info.allow_unsigned else "refused",
                    "connection": _transport(client)}
+        rates, errors = _recent_traffic(client, sorted({v.model for v in versions if v.active}))
         return ProbeResult(AgentState.ONLINE, "", agent_id=info.agent_id, name=info.name,
                            arch=info.arch, profile=info.profile, api=info.api_version,
-                           models=active, details=details)
+                           models=active, details=details, rates=rates, errors=errors)
 
     def trust(self, address: str, fingerprint: str) -> None:
         """Pin ``fingerprint`` for ``address`` (the operator said yes at first contact)."""

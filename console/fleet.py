@@ -67,6 +67,8 @@ class FleetAgent:
     answered: bool = False  # has answered a probe at least once
     left: bool = False  # said goodbye over mDNS (and has not come back)
     fingerprint: str = ""  # certificate fingerprint from the mDNS advert ("plaintext": none)
+    rates: tuple[float, ...] = ()  # requests/s of all models, last minutes, oldest first
+    errors: tuple[float, ...] = ()  # errors/s over the same buckets
 
     @property
     def address(self) -> str:
@@ -97,6 +99,8 @@ class ProbeResult:
     api: str = ""
     models: tuple[str, ...] | None = None
     details: Mapping[str, str] | None = None
+    rates: tuple[float, ...] | None = None  # None: not asked (the last ones stay)
+    errors: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,9 @@ def _sort_value(agent: FleetAgent, column: str) -> tuple[object, ...]:
             return (len(agent.models), agent.models)
         case "seen":
             return (-(agent.last_seen or 0.0), agent.name.lower())
+        case "rate" | "errors":
+            values = getattr(agent, "rates" if column == "rate" else "errors")
+            return (-(values[-1] if values else -1.0), agent.name.lower())
         case _:
             return (agent.name.lower(), agent.key)
 
@@ -132,7 +139,8 @@ def _is_offline(agent: FleetAgent) -> bool:
     return agent.state is AgentState.OFFLINE
 
 
-SORT_COLUMNS = ("name", "status", "address", "arch", "profile", "models", "seen")
+SORT_COLUMNS = ("name", "status", "rate", "errors", "address", "arch", "profile", "models",
+                "seen")
 
 
 def matches(agent: FleetAgent, query: str | Filter) -> bool:
@@ -325,7 +333,9 @@ class Fleet:
             arch=result.arch or agent.arch, profile=result.profile or agent.profile,
             api=result.api or agent.api,
             models=agent.models if result.models is None else result.models,
-            details=agent.details if result.details is None else result.details)
+            details=agent.details if result.details is None else result.details,
+            rates=agent.rates if result.rates is None else result.rates,
+            errors=agent.errors if result.errors is None else result.errors)
         if updated != agent:
             self._put(updated)
             self._changed()

@@ -47,3 +47,22 @@ class ActionFinished(Message):
     title: str
     ok: bool
     message: str
+
+
+@dataclass
+class HistoryArrived(Message):
+    """Stored metrics of one agent's models for one plot range (``error``: why not)."""
+
+    key: str
+    range_label: str
+    points: dict[str, list[object]]  # model -> edge_agent.management.types.MetricPoint list
+    until: float = 0.0  # the query's end: live seconds before it are in the points
+    error: str = ""
+
+
+@dataclass
+class RolloutsChanged(Message):
+    """A background rollout moved on; a newer one replaces an unhandled older one."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RolloutsChanged)

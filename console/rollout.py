@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from console.commands import LocalBundle, pick_bundle
+from console.commands import LocalBundle, pick_bundle, verify_bundle_files
 from console.connections import Connections
 from console.errors import BundleRejectedError, ConsoleError
 from console.fleet import FleetAgent
@@ -233,7 +233,13 @@ class Rollout:
 
     # -- the whole thing -----------------------------------------------------------------------
     def run(self) -> RolloutOutcome:
-        """Check fit, canary, soak, the rest. Never raises for an agent's failure."""
+        """Check the bundles' files, fit, canary, soak, the rest. Never raises for an agent's
+        failure."""
+        try:  # every file hashed locally first: a corrupt bundle never reaches any agent
+            verify_bundle_files([b for group in self.groups for b in group])
+        except BundleRejectedError as exc:
+            self._skip(self.targets, "nothing sent: a bundle failed its local check")
+            return self._outcome(False, str(exc))
         fitting = self.check_fit()
         if not fitting:
             return self._outcome(False, "no target can take these bundles (see each reason)")

@@ -14,7 +14,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
@@ -22,14 +22,15 @@ from textual.worker import get_current_worker
 from console.agent_view import AgentSnapshot, LiveMetrics, format_bytes, step_lines, system_line
 from console.errors import ConsoleError
 from console.fleet import AgentState, FleetAgent, format_ago
-from console.messages import ActionFinished, AgentSnapshotReady, MetricsArrived
+from console.messages import ActionFinished, AgentSnapshotReady, HistoryArrived, MetricsArrived
+from console.plot_data import RANGES, PlotData
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.rollback import RollbackScreen
 from console.widgets.fleet_table import STATE_STYLES
-from console.widgets.model_plot import ModelPlot
+from console.widgets.metric_plots import DevicePlots, ModelPlots
 from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.management.types import DeployResult, MetricsSample
+from edge_agent.management.types import DeployResult, MetricPoint, MetricsSample
 
 WATCH_RETRY_S = 2.0
 
@@ -53,6 +54,7 @@ class AgentScreen(ConsoleScreen):
         Binding("h", "history", "History", tooltip="Past throughput and latency"),
         Binding("l", "events", "Events", tooltip="This agent's recent events"),
         Binding("d", "details", "Details", tooltip="Everything known about this agent"),
+        Binding("t", "next_range", "Range", tooltip="Plot range: 5 min, 1 h, 24 h"),
         Binding("ctrl+r", "refresh", "Refresh", show=False, tooltip="Ask the agent now"),
     ]
 
@@ -63,7 +65,8 @@ class AgentScreen(ConsoleScreen):
         self.snapshot = AgentSnapshot()
         self.metrics = LiveMetrics()
         self.busy = ""  # the change in flight, shown in the status line
-        self._plots: dict[str, ModelPlot] = {}
+        self.plot_data = PlotData()
+        self._plots: dict[str, ModelPlots] = {}
         self._last_sample_at: float | None = None
         self._refresh_now = asyncio.Event()
 
@@ -73,10 +76,19 @@ class AgentScreen(ConsoleScreen):
         yield Static(id="agent-summary")
         yield Static(system_line(None), id="agent-system")
         yield Static("live metrics: waiting for samples", id="plot-summary")
-        with Horizontal(id="agent-main"):
+        with Vertical(id="agent-main"):
             yield DataTable(id="models-table", cursor_type="row", zebra_stripes=True)
-            yield VerticalScroll(Static("live metrics: waiting for samples", id="plots-empty"),
-                                 id="plots")
+            with Vertical(id="plots"):
+                yield Static(self._range_line(), id="plots-range")
+                with VerticalScroll(id="plots-scroll"):
+                    yield Static("metrics: asking the agent for its history", id="plots-empty")
+                    # the models the fleet knows get their plots now (shown once they have
+                    # data): the history's arrival then only draws, nothing is mounted
+                    for model in self._known_models():
+                        plot = self._plots[model] = ModelPlots(model)
+                        plot.display = False
+                        yield plot
+                    yield DevicePlots(id="device-plots")
         with TabbedContent(id="agent-tabs"):
             with TabPane("Deployments", id="tab-deployments"):
                 yield DataTable(id="deployments-table", cursor_type="row")
@@ -84,6 +96,11 @@ class AgentScreen(ConsoleScreen):
                 yield DataTable(id="agent-events", cursor_type="row")
         yield Static("", id="agent-status")
         yield Footer()
+
+    def _known_models(self) -> list[str]:
+        """The models the fleet's last probe saw active on this agent."""
+        agent = self.agent
+        return sorted({m.rpartition(":")[0] for m in agent.models} if agent else set())
 
     @property
     def agent(self) -> FleetAgent | None:
@@ -99,7 +116,10 @@ class AgentScreen(ConsoleScreen):
         self._render_summary()
         if self.live and self.console.poll_enabled:
             self.refresh_loop()
+            self.load_history(self.plot_data.range.label)
             self.watch_loop()
+        else:
+            self.plot_data.add_history({}, 0.0)  # nothing to ask: samples fed in go straight in
 
     # -- workers -------------------------------------------------------------------------------
     def _call(self, fn: Callable[[AgentClient], Any]) -> Any:
@@ -172,7 +192,7 @@ class AgentScreen(ConsoleScreen):
             if self._last_sample_at is not None:
                 text += f" (plots below are from {format_ago(time.time() - self._last_sample_at)})"
             self.query_one("#agent-system", Static).update(Text(text, style="red"))
-            self.query_one("#plots", VerticalScroll).add_class("stale")
+            self.query_one("#plots").add_class("stale")
             return
         assert isinstance(message.sample, MetricsSample)
         self.add_sample(message.sample)
@@ -188,24 +208,93 @@ class AgentScreen(ConsoleScreen):
     def add_sample(self, sample: MetricsSample) -> None:
         """Fold a live sample into the plots and the system line."""
         self.metrics.add(sample)
+        self.plot_data.add_sample(sample)
         self._last_sample_at = time.time()
         self.query_one("#agent-system", Static).update(system_line(self.metrics.system))
-        plots = self.query_one("#plots", VerticalScroll)
-        plots.remove_class("stale")
+        self.query_one("#plots").remove_class("stale")
         self.query_one("#plot-summary", Static).update(self.metrics.summary_line())
-        if not self.metrics.models():
-            for empty in plots.query("#plots-empty").results(Static):
-                empty.update("live metrics: no requests since this screen opened")
-        for model in self.metrics.models():
-            plot = self._plots.get(model)
-            if plot is None:
-                for placeholder in plots.query("#plots-empty"):
-                    placeholder.remove()
-                plot = self._plots[model] = ModelPlot(model)
-                plot.show(self.metrics.series[model])
-                plots.mount(plot)
-            else:
-                plot.show(self.metrics.series[model])
+        self.draw_plots()
+
+    def add_history(self, points: dict[str, list[MetricPoint]], until: float) -> None:
+        """The stored history of the current range arrived: the plots start from it."""
+        self.plot_data.add_history(points, until)
+        self.draw_plots()
+
+    def draw_plots(self) -> None:
+        """Redraw every plot from the plot data (skipped while the plot pane is hidden)."""
+        scroll = self.query_one("#plots-scroll", VerticalScroll)
+        models = self.plot_data.model_names()
+        for placeholder in scroll.query("#plots-empty").results(Static):
+            if models:
+                placeholder.remove()
+            elif self.plot_data.history_loaded:
+                placeholder.update(f"metrics: no requests in the last {self.plot_data.range.label}")
+        for model in models:
+            if model not in self._plots:
+                plot = self._plots[model] = ModelPlots(model)
+                plot.draw(self.plot_data, self.metrics.series.get(model))  # drawn once mounted
+                scroll.mount(plot, before=self.query_one("#device-plots"))
+        for model, plot in self._plots.items():  # compact: the summary line stands in
+            plot.display = model in models
+            plot.draw(self.plot_data, self.metrics.series.get(model), plots=not self.compact)
+        if self.compact:
+            return
+        device = self.query_one("#device-plots", DevicePlots)
+        device.display = bool(self.plot_data.device)  # shown from the first system sample
+        if device.display and device.is_mounted:
+            device.draw(self.plot_data)
+
+    def on_compact_changed(self, compact: bool) -> None:
+        if not compact and self.is_mounted:
+            self.call_after_refresh(self.draw_plots)
+
+    def _range_line(self) -> str:
+        names = " / ".join(f"[b]{r.label}[/b]" if r == self.plot_data.range else r.label
+                           for r in RANGES)
+        return f"range {names}  (t switches)"
+
+    def action_next_range(self) -> None:
+        """Switch the plots to the next time range and ask the agent for its history."""
+        index = RANGES.index(self.plot_data.range)
+        self.plot_data.reset(RANGES[(index + 1) % len(RANGES)])
+        self.query_one("#plots-range", Static).update(self._range_line())
+        for plot in self._plots.values():
+            plot.remove()
+        self._plots.clear()
+        if self.live and self.console.poll_enabled:
+            self.load_history(self.plot_data.range.label)
+        else:
+            self.plot_data.add_history({}, 0.0)
+        self.draw_plots()
+
+    @work(thread=True, exclusive=True, group="agent-history", exit_on_error=False)
+    def load_history(self, label: str) -> None:
+        """QueryMetrics of every model on the agent for the plot range ``label``."""
+        plot_range = next(r for r in RANGES if r.label == label)
+        until = time.time()
+        try:
+            # the fleet's probe already knows the active models: one call less
+            models = self._known_models() or sorted(
+                {v.model for v in self._call(lambda c: c.models())})
+
+            def query(c: AgentClient) -> dict[str, list[object]]:
+                return {m: list(c.query_metrics(m, start=until - plot_range.span_s, end=until,
+                                                step_s=plot_range.step_s)) for m in models}
+
+            points = self._call(query)
+        except (ConsoleError, ManagementError) as exc:
+            self.post_message(HistoryArrived(self.key, label, {}, until, str(exc)))
+            return
+        self.post_message(HistoryArrived(self.key, label, points, until))
+
+    def on_history_arrived(self, message: HistoryArrived) -> None:
+        if message.range_label != self.plot_data.range.label or self.plot_data.history_loaded:
+            return  # an answer for a range no longer shown
+        if message.error:
+            self._status(f"[red]history: {escape(message.error)}[/]")
+        points = {m: [p for p in ps if isinstance(p, MetricPoint)]
+                  for m, ps in message.points.items()}
+        self.add_history(points, message.until)
 
     def _render_summary(self) -> None:
         agent = self.agent

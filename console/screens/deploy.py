@@ -8,7 +8,6 @@ from pathlib import Path
 
 from rich.markup import escape
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -20,21 +19,22 @@ from textual.widgets import (
     Header,
     Input,
     Label,
-    Select,
     SelectionList,
     Static,
 )
 from textual.widgets.selection_list import Selection
-from textual.worker import Worker, get_current_worker
 
 from console.commands import LocalBundle, read_bundles
 from console.errors import ConsoleError
 from console.fleet import AgentState, FleetAgent
-from console.messages import FleetChanged
-from console.rollout import Rollout, RolloutOutcome, TargetProgress, group_bundles
+from console.messages import FleetChanged, RolloutsChanged
+from console.remembered import last_bundle_dir, remember_bundle_dir
+from console.rollout import RolloutOutcome, TargetProgress, group_bundles
+from console.rollouts import RolloutJob
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.widgets.bundle_tree import BundleTree
+from console.widgets.target_list import TargetList
 from console.widgets.target_row import TargetRow
 
 
@@ -58,9 +58,10 @@ class DeployScreen(ConsoleScreen):
     """Bundles + targets + canary -> confirmation -> staged rollout."""
 
     BINDINGS = [
-        Binding("escape", "back", "Back", tooltip="Back (not while a rollout runs)"),
+        Binding("escape", "back", "Back", tooltip="Back (a rollout goes on in the background)"),
         Binding("ctrl+s", "deploy", "Start rollout", tooltip="Deploy the picked bundles"),
         Binding("delete", "clear_bundles", "Clear bundles", tooltip="Unpick every bundle"),
+        Binding("c", "mark_canary", "Canary", tooltip="The highlighted target goes first"),
         Binding("ctrl+x", "cancel_rollout", "Cancel rollout",
                 tooltip="Stop the running rollout (a canary under watch is rolled back)"),
     ]
@@ -70,16 +71,19 @@ class DeployScreen(ConsoleScreen):
         self.preselect = set(preselect)
         self.root = root
         self.bundles: list[LocalBundle] = []
-        self.running = False
+        self.job: RolloutJob | None = None  # the rollout started here (the app runs it)
         self.outcome: RolloutOutcome | None = None
         self.rows: dict[str, TargetRow] = {}
         self._target_keys: list[str] = []
-        self._shown_targets: list[tuple[str, str | None]] | None = None
+        self._shown_targets: list[tuple[str, str | None, bool]] | None = None
+        self.canary: str | None = None  # the target that goes first (None: the first ticked)
         self._unsubscribe: Callable[[], None] = lambda: None
-        self._worker: Worker[None] | None = None
+        self._unsubscribe_rollouts: Callable[[], None] = lambda: None
 
     def compose(self) -> ComposeResult:
-        root = self.root or self.console.settings.bundle_dir or Path.cwd()
+        settings = self.console.settings
+        root = (self.root or last_bundle_dir(settings.state_dir) or settings.bundle_dir
+                or Path.cwd())
         yield Header()
         with Horizontal(id="deploy-pick"):
             with Vertical(id="deploy-files"):
@@ -88,11 +92,11 @@ class DeployScreen(ConsoleScreen):
             with Vertical(id="deploy-targets"):
                 yield Label("Picked bundles", classes="section-title")
                 yield Static("none yet", id="picked-bundles")
-                yield Label("Targets: Space ticks", classes="section-title")
-                yield SelectionList[str](id="target-list")
+                yield Label("Targets: Space ticks, c marks the canary", classes="section-title")
+                yield TargetList(id="target-list")
                 with Horizontal(id="deploy-options"):
                     yield Label("canary", classes="option-label")
-                    yield Select[str]([], id="canary-select", prompt="first target")
+                    yield Static("the first ticked", id="canary-name")
                     yield Label("soak s", classes="option-label")
                     yield Input(str(int(self.console.settings.canary_soak_s)) if
                                 self.console.settings.canary_soak_s.is_integer() else
@@ -111,11 +115,14 @@ class DeployScreen(ConsoleScreen):
         self.query_one("#steps-table", DataTable).add_columns("AGENT", "STEP", "OK", "DETAIL")
         self._unsubscribe = self.console.fleet.subscribe(
             lambda: self.post_message(FleetChanged()))
+        self._unsubscribe_rollouts = self.console.rollouts.subscribe(
+            lambda: self.post_message(RolloutsChanged()))
         self._refresh_targets()
         self.query_one(BundleTree).focus()
 
     def on_unmount(self) -> None:
         self._unsubscribe()
+        self._unsubscribe_rollouts()
 
     # -- picking -------------------------------------------------------------------------------
     def on_fleet_changed(self, _: FleetChanged) -> None:
@@ -128,36 +135,59 @@ class DeployScreen(ConsoleScreen):
 
     def _refresh_targets(self) -> None:
         """List the agents that could take the picked bundles (refusals shown, not ticked)."""
-        targets = self.query_one("#target-list", SelectionList)
+        targets = self.query_one("#target-list", TargetList)
         ticked = set(targets.selected) | self.preselect
         agents = self._candidates()
         keys = [a.key for a in agents]
         refusals = {a.key: profile_mismatch(self.bundles, a) for a in agents}
-        shown = [(a.key, refusals[a.key]) for a in agents]
+        shown = [(a.key, refusals[a.key], a.key == self.canary) for a in agents]
         if shown == self._shown_targets:
             return
         self._shown_targets = shown
+        highlighted = targets.highlighted
         targets.clear_options()
         for agent in agents:
             why = refusals[agent.key]
             label = Text(f"{agent.name}  {agent.profile or '?'}")
-            if why:
+            if agent.key == self.canary and not why:
+                label.append("  ◆ canary", style="bold yellow")
+            if why:  # wrapped by the list, never clipped
                 label.append(f"  refused: {why}", style="magenta")
             # a refused agent cannot be ticked: nothing would be sent to it
             targets.add_option(Selection(label, agent.key, agent.key in ticked and not why,
                                          id=agent.key, disabled=bool(why)))
         self._target_keys = keys
+        if highlighted is not None and targets.option_count:
+            targets.highlighted = min(highlighted, targets.option_count - 1)
         self._refresh_canary()
 
+    def _canary_key(self) -> str | None:
+        """The canary: the marked target while it is ticked, else the first ticked one."""
+        ticked = self.query_one("#target-list", TargetList).selected
+        if self.canary in ticked:
+            return self.canary
+        return next((k for k in self._target_keys if k in ticked), None)
+
     def _refresh_canary(self) -> None:
-        targets: SelectionList[str] = self.query_one("#target-list", SelectionList)
-        select = self.query_one("#canary-select", Select)
-        names = {a.key: a.name for a in self.console.fleet.agents()}
-        current = select.value
-        options = [(names.get(k, k), k) for k in targets.selected]
-        select.set_options(options)
-        if current in targets.selected:
-            select.value = current
+        key = self._canary_key()
+        agent = self.console.fleet.get(key) if key else None
+        text = (agent.name if agent else "-") + ("" if key == self.canary else
+                                                 "  (the first ticked; c marks another)")
+        self.query_one("#canary-name", Static).update(Text(text))
+
+    def action_mark_canary(self) -> None:
+        """Mark the highlighted target as the canary (ticking it)."""
+        targets = self.query_one("#target-list", TargetList)
+        if targets.highlighted is None:
+            return
+        option = targets.get_option_at_index(targets.highlighted)
+        if option.disabled:
+            self.notify("A refused target cannot be the canary", severity="warning")
+            return
+        self.canary = option.value
+        targets.select(option.value)
+        self._refresh_targets()
+        self._refresh_canary()
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged[str]) -> None:
         targets = event.selection_list
@@ -180,6 +210,7 @@ class DeployScreen(ConsoleScreen):
             except ConsoleError as exc:
                 self.notify(str(exc), severity="error", timeout=8)
                 return
+            remember_bundle_dir(self.console.settings.state_dir, path.parent)
         self._show_bundles()
         self._refresh_targets()
 
@@ -199,8 +230,7 @@ class DeployScreen(ConsoleScreen):
 
     def action_back(self) -> None:
         if self.running:
-            self.notify("A rollout is running; wait for it to finish", severity="warning")
-            return
+            self.notify("The rollout goes on in the background: R lists rollouts")
         self.app.pop_screen()
 
     # -- rollout -------------------------------------------------------------------------------
@@ -214,7 +244,7 @@ class DeployScreen(ConsoleScreen):
     def action_deploy(self) -> None:
         if self.running:
             return
-        picked = [a for k in self.query_one("#target-list", SelectionList).selected
+        picked = [a for k in self.query_one("#target-list", TargetList).selected
                   if (a := self.console.fleet.get(k)) is not None]
         listed = [a for a in self._candidates() if a not in picked]
         refused = {a.key: why for a in [*picked, *listed]
@@ -228,8 +258,8 @@ class DeployScreen(ConsoleScreen):
             self.notify(problem, severity="warning")
             return
         assert soak is not None
-        canary_value = self.query_one("#canary-select", Select).value
-        canary = canary_value if isinstance(canary_value, str) else targets[0].key
+        chosen = self._canary_key()
+        canary = chosen if chosen in {a.key for a in targets} else targets[0].key
         canary_name = next((a.name for a in targets if a.key == canary), targets[0].name)
         models = ", ".join(sorted({f"{b.manifest.name} v{b.manifest.version}"
                                    for b in self.bundles}))
@@ -248,15 +278,18 @@ class DeployScreen(ConsoleScreen):
         self.app.push_screen(ConfirmScreen("Deploy", question, yes="Deploy"), confirmed)
 
     def start_rollout(self, targets: Sequence[FleetAgent], canary: str, soak_s: float) -> None:
-        """Show a row per target and run the rollout in a worker thread."""
-        self.running = True
-        self.refresh_bindings()
+        """Start the rollout in the background (the app owns it) and follow it here."""
         self.outcome = None
         self.show_targets(targets, canary)
-        self.query_one("#deploy-status", Static).update("[b]rollout running…[/b]")
-        self.console.fleet.log("", "info", f"rollout of {len(self.bundles)} bundle(s) to "
-                               f"{len(targets)} agent(s) started")
-        self._worker = self.run_rollout(list(targets), canary, soak_s)
+        self.query_one("#deploy-status", Static).update(
+            "[b]rollout running…[/b] (it goes on in the background: Esc, R lists rollouts)")
+        self.job = self.console.start_rollout(list(self.bundles), targets, canary, soak_s)
+        self.refresh_bindings()
+
+    @property
+    def running(self) -> bool:
+        """True while the rollout started here runs."""
+        return self.job is not None and self.job.running
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel_rollout" and not self.running:
@@ -264,13 +297,12 @@ class DeployScreen(ConsoleScreen):
         return super().check_action(action, parameters)
 
     def action_cancel_rollout(self) -> None:
-        if not self.running or self._worker is None:
+        job = self.job
+        if job is None or not job.running:
             return
-        worker = self._worker
 
         def confirmed(yes: bool | None) -> None:
-            if yes and self.running:
-                worker.cancel()
+            if yes and self.console.rollouts.cancel(job.id):
                 self.query_one("#deploy-status", Static).update(
                     "[b]cancelling: finishing the upload in flight…[/b]")
 
@@ -289,24 +321,19 @@ class DeployScreen(ConsoleScreen):
             box.mount(row)
         self.query_one("#steps-table", DataTable).clear()
 
-    @work(thread=True, exclusive=True, group="rollout", exit_on_error=False)
-    def run_rollout(self, targets: list[FleetAgent], canary: str, soak_s: float) -> None:
-        """The rollout itself (blocking client calls, off the UI thread)."""
-        worker = get_current_worker()
-        rollout = Rollout(self.console.connections, list(self.bundles), targets, canary=canary,
-                          soak_s=soak_s, cancelled=lambda: worker.is_cancelled,
-                          report=lambda p: self.app.call_from_thread(self.show_progress, p))
-        try:
-            outcome = rollout.run()
-        except Exception as exc:  # shown, never a traceback
-            outcome = RolloutOutcome(False, f"rollout stopped: {type(exc).__name__}: {exc}",
-                                     dict(rollout.progress))
-        self.app.call_from_thread(self.finish, outcome)
+    def on_rollouts_changed(self, _: RolloutsChanged) -> None:
+        job = self.job
+        if job is None:
+            return
+        for progress in job.targets.values():
+            self.show_progress(progress)
+        if job.outcome is not None and self.outcome is None:
+            self.finish(job.outcome)
 
     def show_progress(self, progress: TargetProgress) -> None:
         """Render one target's new state (and any new step results)."""
         row = self.rows.get(progress.key)
-        if row is not None:
+        if row is not None and row.progress != progress:
             before = len(row.progress.steps)
             row.show(progress)
             table = self.query_one("#steps-table", DataTable)
@@ -317,22 +344,10 @@ class DeployScreen(ConsoleScreen):
                               step.message)
 
     def finish(self, outcome: RolloutOutcome) -> None:
-        """The rollout ended: say how, log it, refresh the fleet."""
-        self.running = False
-        self.refresh_bindings()
+        """The rollout ended: say how (the app logged it and refreshes the fleet)."""
         self.outcome = outcome
+        self.refresh_bindings()
         for progress in outcome.targets.values():
-            row = self.rows.get(progress.key)
-            if row is not None:
-                row.show(progress)
+            self.show_progress(progress)
         style = "green" if outcome.ok else "bold red"
         self.query_one("#deploy-status", Static).update(f"[{style}]{escape(outcome.message)}[/]")
-        self.console.fleet.log("", "info" if outcome.ok else "error",
-                               f"rollout: {outcome.message}")
-        for progress in outcome.targets.values():
-            self.console.fleet.log(progress.name, "info" if progress.phase.value == "done"
-                                   else "error", f"deploy: {progress.phase.value} "
-                                   f"{progress.message}")
-        self.notify(outcome.message, severity="information" if outcome.ok else "error",
-                    timeout=10)
-        self.console.poll_agents()

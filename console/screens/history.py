@@ -1,4 +1,5 @@
-"""The history screen: past throughput and latency of one agent's models (QueryMetrics)."""
+"""The history screen: past throughput, latency, errors, batch size and queue time of one
+agent's models (QueryMetrics), in the same plots as the agent view."""
 
 from __future__ import annotations
 
@@ -11,20 +12,24 @@ from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Label, Select, Sparkline, Static
+from textual.widgets import DataTable, Footer, Header, Label, Select, Static
 
 from console.errors import ConsoleError
+from console.plot_data import PlotData, PlotRange
 from console.screens.base import ConsoleScreen
+from console.widgets.metric_plots import ModelPlots
 from edge_agent.management.client import AgentClient
 from edge_agent.management.types import MetricPoint
 
 T = TypeVar("T")
 
-# (label, seconds back, rollup step in seconds)
-RANGES = (("last 15 min", 900, 10), ("last hour", 3600, 60), ("last 6 hours", 21600, 300),
-          ("last day", 86400, 900), ("last week", 604800, 3600))
+# label, seconds back, rollup step in seconds, time axis labels
+RANGES = (PlotRange("last 15 min", 900, 10, "%H:%M"), PlotRange("last hour", 3600, 60, "%H:%M"),
+          PlotRange("last 6 hours", 21600, 300, "%H:%M"),
+          PlotRange("last day", 86400, 900, "%H:%M"),
+          PlotRange("last week", 604800, 3600, "%m-%d"))
 
 
 @dataclass
@@ -65,14 +70,9 @@ class HistoryScreen(ConsoleScreen):
             yield Label("model", classes="option-label")
             yield Select[str]([], id="history-model", prompt="model")
             yield Label("range", classes="option-label")
-            yield Select[int]([(label, i) for i, (label, _, _) in enumerate(RANGES)],
+            yield Select[int]([(r.label, i) for i, r in enumerate(RANGES)],
                               value=1, allow_blank=False, id="history-range")
-        with Horizontal(classes="plot-row"):
-            yield Label("req/s ", classes="plot-label")
-            yield Sparkline([], id="history-rps", summary_function=max)
-        with Horizontal(classes="plot-row"):
-            yield Label("p95 ms", classes="plot-label")
-            yield Sparkline([], id="history-p95", summary_function=max)
+        yield VerticalScroll(id="history-plots")
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-status")
         yield Footer()
@@ -120,10 +120,10 @@ class HistoryScreen(ConsoleScreen):
         index = self.query_one("#history-range", Select).value
         if not isinstance(model, str) or not isinstance(index, int):
             return
-        label, back, step = RANGES[index]
-        self._status(f"querying {model}, {label}…")
+        r = RANGES[index]
+        self._status(f"querying {model}, {r.label}…")
         now = time.time()
-        self.query_history(model, now - back, now, step)
+        self.query_history(model, now - r.span_s, now, r.step_s)
 
     @work(thread=True, exclusive=True, group="history-query", exit_on_error=False)
     def query_history(self, model: str, start: float, end: float, step_s: int) -> None:
@@ -140,13 +140,22 @@ class HistoryScreen(ConsoleScreen):
         if message.error:
             self._status(message.error, error=True)
             return
-        self.show_points(message.model, message.points)
+        index = self.query_one("#history-range", Select).value
+        self.show_points(message.model, message.points,
+                         RANGES[index if isinstance(index, int) else 1], time.time())
 
-    def show_points(self, model: str, points: list[MetricPoint]) -> None:
-        """Render the points of ``model`` (oldest first)."""
+    def show_points(self, model: str, points: list[MetricPoint], plot_range: PlotRange,
+                    until: float) -> None:
+        """Render the points of ``model`` queried over ``plot_range`` up to ``until``."""
         self.points = sorted(points, key=lambda p: p.ts)
-        self.query_one("#history-rps", Sparkline).data = [p.requests_per_s for p in self.points]
-        self.query_one("#history-p95", Sparkline).data = [p.p95_ms or 0.0 for p in self.points]
+        data = PlotData(plot_range)
+        data.add_history({model: self.points}, until)
+        data.newest = max(data.newest, int(until))  # the time axis ends at the query's end
+        pane = self.query_one("#history-plots", VerticalScroll)
+        pane.remove_children()
+        plots = ModelPlots(model)
+        plots.draw(data)
+        pane.mount(plots)
         table = self.query_one(DataTable)
         table.clear()
         for p in reversed(self.points):

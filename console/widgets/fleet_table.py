@@ -10,8 +10,10 @@ from textual.widgets import DataTable
 
 from console.fleet import SORT_COLUMNS, AgentState, FleetAgent, format_ago
 from console.messages import SortRequested
+from console.plot_data import sparkline
 
-COLUMN_TITLES = {"name": "NAME", "status": "STATUS", "address": "ADDRESS", "arch": "ARCH",
+COLUMN_TITLES = {"name": "NAME", "status": "STATUS", "rate": "REQ/S", "errors": "ERR/S",
+                 "address": "ADDRESS", "arch": "ARCH",
                  "profile": "PROFILE", "models": "MODELS", "seen": "LAST SEEN"}
 STATE_STYLES = {AgentState.ONLINE: "green", AgentState.UNKNOWN: "dim",
                 AgentState.OFFLINE: "dim red", AgentState.UNREACHABLE: "bold red",
@@ -21,6 +23,15 @@ STATE_ICONS = {AgentState.ONLINE: "●", AgentState.UNKNOWN: "○", AgentState.O
                AgentState.API_MISMATCH: "≠"}
 
 Cells = tuple[str | Text, ...]
+SPARK_WIDTH = 10
+
+
+def traffic_cell(values: tuple[float, ...], *, errors: bool = False) -> str | Text:
+    """A sparkline of the last minutes and the newest value (``-`` when unknown)."""
+    if not values:
+        return "-"
+    text = f"{sparkline(values, SPARK_WIDTH)} {values[-1]:.1f}"
+    return Text(text, style="bold red") if errors and any(values) else text
 
 
 def row_cells(agent: FleetAgent, now: float) -> Cells:
@@ -31,12 +42,14 @@ def row_cells(agent: FleetAgent, now: float) -> Cells:
     if agent.state is AgentState.OFFLINE:  # a row for the record, not a live agent: dimmed
         return (Text(agent.name, style="dim bold"),
                 Text(f"{STATE_ICONS[agent.state]} {agent.state.value}", style=style),
-                *(Text(c, style="dim") for c in (
+                *(Text(c if isinstance(c, str) else c.plain, style="dim") for c in (
+                    traffic_cell(agent.rates), traffic_cell(agent.errors),
                     agent.address, agent.arch or "-", agent.profile or "-",
                     models if len(models) <= 40 else models[:39] + "…", seen)))
     return (Text(agent.name, style="bold"),
             Text(f"{STATE_ICONS[agent.state]} {agent.state.value}", style=style),
-            agent.address, agent.arch or "-", agent.profile or "-",
+            traffic_cell(agent.rates), traffic_cell(agent.errors, errors=True), agent.address,
+            agent.arch or "-", agent.profile or "-",
             models if len(models) <= 40 else models[:39] + "…", seen)
 
 

@@ -19,6 +19,7 @@ from console.screens.confirm import ConfirmScreen
 from console.screens.events import EventsScreen
 from console.screens.fleet import FleetScreen
 from console.screens.history import HistoryScreen
+from console.widgets.metric_plots import TimePlot
 from edge_agent.management.client import AgentClient
 from tests.console_tui.agents import BundleSet, RunningAgent
 from tests.console_tui.conftest import console_app, wait_for
@@ -64,6 +65,8 @@ async def test_agent_screen_live_metrics_history_and_remove(
                            max(screen.metrics.series["mlp"].rps) > 0,
                            "live throughput of mlp from WatchMetrics")
             await wait_for(pilot, lambda: "mlp" in screen._plots, "the mlp plot")
+            await wait_for(pilot, lambda: any(
+                p.drawn for p in screen._plots["mlp"].query(TimePlot)), "the mlp plot drawn")
             assert screen.metrics.system is not None
             assert "CPU" in str(screen.query_one("#agent-system").render())
 

@@ -135,7 +135,7 @@ async def test_a_failing_canary_stops_the_rollout(agents: Callable[..., RunningA
         await pilot.pause()
         targets = screen.query_one("#target-list", SelectionList)
         await wait_for(pilot, lambda: len(targets.selected) == 2, "both targets ticked")
-        screen.query_one("#canary-select").value = app.fleet.find("beta").key
+        screen.canary = app.fleet.find("beta").key
         await pilot.press("ctrl+s", "y")
         await wait_for(pilot, lambda: screen.outcome is not None, "the rollout to end", 90)
         outcome = screen.outcome
@@ -235,7 +235,7 @@ async def test_a_canary_that_turns_unhealthy_is_rolled_back(
             screen.toggle_bundle(bundles.fragile)
             targets = screen.query_one("#target-list", SelectionList)
             await wait_for(pilot, lambda: len(targets.selected) == 2, "both targets ticked")
-            screen.query_one("#canary-select").value = app.fleet.find("alpha").key
+            screen.canary = app.fleet.find("alpha").key
             screen.query_one("#soak-input").value = "20"
             await pilot.press("ctrl+s", "y")
             await wait_for(pilot, lambda: screen.outcome is not None, "the rollout to end", 90)
@@ -267,7 +267,7 @@ async def test_cancelling_during_the_canary_watch_rolls_it_back(
         screen.toggle_bundle(bundles.mlp[2])
         targets = screen.query_one("#target-list", SelectionList)
         await wait_for(pilot, lambda: len(targets.selected) == 2, "both targets ticked")
-        screen.query_one("#canary-select").value = alpha_key
+        screen.canary = alpha_key
         screen.query_one("#soak-input").value = "120"
         await pilot.press("ctrl+s", "y")
         await wait_for(pilot, lambda: screen.rows[alpha_key].progress.phase is Phase.SOAKING,

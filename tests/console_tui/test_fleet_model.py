@@ -130,7 +130,8 @@ def test_missing_default_config_is_fine_but_a_named_one_is_not(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    assert load_settings() == ConsoleSettings()
+    # defaults, remembering things (the last bundle folder) beside where the config would be
+    assert load_settings() == ConsoleSettings(state_dir=tmp_path / "edge-console")
     with pytest.raises(ConsoleConfigError, match="does not exist"):
         load_settings(tmp_path / "nope.toml")
 

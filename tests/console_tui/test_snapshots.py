@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,11 @@ from console.app import EdgeConsoleApp
 from console.config import ConsoleSettings, StaticAgent
 from console.discovery import DiscoveredAgent, DiscoveryEvent
 from console.fleet import AgentState, ProbeResult
-from console.rollout import Phase, TargetProgress
+from console.rollout import Phase, RolloutOutcome, TargetProgress
 from console.screens.agent import AgentScreen
 from console.screens.deploy import DeployScreen
 from console.widgets.bundle_tree import BundleTree
+from console.widgets.target_list import TargetList
 from edge_agent.management.types import (
     AgentInfo,
     DeploymentInfo,
@@ -49,8 +51,10 @@ def _fill_fleet(app: EdgeConsoleApp) -> None:
             id=f"id-{name}", name=name, host=f"192.168.1.{10 + i}", port=50051, arch=arch,
             profile=profile, api=api, grpc_port=8001, txt={"models": models},
             addresses=(f"192.168.1.{10 + i}",), last_seen=NOW - ago)))
-    fleet.apply_probe("id-kitchen-pi", ProbeResult(AgentState.ONLINE, models=("mlp:3",
-                                                                              "resnet:1")))
+    fleet.apply_probe("id-kitchen-pi", ProbeResult(
+        AgentState.ONLINE, models=("mlp:3", "resnet:1"),
+        rates=(0.0, 4.0, 12.5, 30.0, 61.0, 64.0, 58.0, 64.2, 20.0, 3.5),
+        errors=(0.0,) * 7 + (0.5, 2.0, 0.0)))
     fleet.apply_probe("id-edge-x86-a", ProbeResult(
         AgentState.AUTH_FAILED, "agent 192.168.1.13:50051 refused GetInfo: missing or wrong "
         "management token"))
@@ -128,6 +132,9 @@ async def _agent_setup(pilot: Pilot[None]) -> None:
                                     NOW - 1800, NOW - 1795, steps),
                      DeploymentInfo(6, "mlp", "rollback", 3, 2, "failed", "probed",
                                     "probe: NaN in output probs", NOW - 7200, NOW - 7190))))
+    history = [_sample(t).points[0] for t in range(-240, 0, 2)]  # stored: QueryMetrics
+    screen.add_history({"mlp": [replace(p, requests=2 * p.requests, step_s=2) for p in history]},
+                       NOW)
     for t in range(60):
         screen.add_sample(_sample(t))
     await pilot.pause()
@@ -171,6 +178,11 @@ def _deploy_setup(bundle_dir: Path) -> Callable[[Pilot[None]], Awaitable[None]]:
         for path in sorted(bundle_dir.glob("*.edgepkg")):
             screen.toggle_bundle(path)
         await pilot.pause()
+        targets = screen.query_one("#target-list", TargetList)
+        targets.focus()
+        targets.highlighted = screen._target_keys.index("id-kitchen-pi")
+        await pilot.press("c")  # kitchen-pi is the canary, marked in the list
+        screen.query_one(BundleTree).focus()
         targets = [a for a in app.fleet.agents() if a.name in ("kitchen-pi", "edge-x86-a")]
         screen.show_targets(targets, "id-kitchen-pi")
         await pilot.pause()
@@ -195,3 +207,30 @@ def test_deploy_screen_at_every_size(snap_compare, bundle_dir: Path,  # type: ig
                                      size: tuple[int, int]) -> None:
     """80x24 keeps the Start button and the rollout rows on screen."""
     assert snap_compare(_app(), terminal_size=size, run_before=_deploy_setup(bundle_dir))
+
+
+def test_rollouts_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """A running rollout (progress in the header) and an ended one, with per-target steps."""
+    async def setup(pilot: Pilot[None]) -> None:
+        app: EdgeConsoleApp = pilot.app  # type: ignore[assignment]
+        _fill_fleet(app)
+        old = app.rollouts.add("mlp v2 to 1 agent(s)", [TargetProgress(
+            "id-edge-x86-a", "edge-x86-a", canary=True)], "id-edge-x86-a")
+        app.rollouts.finished(old.id, RolloutOutcome(False, "canary edge-x86-a failed: "
+                                                     "refused the token; nothing else touched",
+                                                     {"id-edge-x86-a": TargetProgress(
+                                                         "id-edge-x86-a", "edge-x86-a",
+                                                         canary=True, phase=Phase.FAILED,
+                                                         message="refused the token")}))
+        job = app.rollouts.add("mlp v3 to 2 agent(s)", [
+            TargetProgress("id-kitchen-pi", "kitchen-pi", canary=True),
+            TargetProgress("10.0.0.9:50051", "line-9")], "id-kitchen-pi")
+        app.rollouts.progress(job.id, TargetProgress(
+            "id-kitchen-pi", "kitchen-pi", canary=True, phase=Phase.SOAKING, sent=20480,
+            total=20480, steps=(StepInfo("received", True, "20480 bytes", NOW + 1),
+                                StepInfo("committed", True, "version 3 is active", NOW + 4)),
+            message="healthy; watching 21s more"))
+        await pilot.press("R")
+        await pilot.pause()
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=setup)

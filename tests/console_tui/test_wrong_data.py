@@ -25,7 +25,7 @@ from console.rollout import Phase, TargetProgress
 from console.screens.agent import AgentScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.deploy import DeployScreen
-from console.widgets.model_plot import ModelPlot
+from console.widgets.metric_plots import ModelPlots
 from console.widgets.target_row import TargetRow
 from edge_agent.management.types import AgentInfo, MetricPoint, MetricsSample, VersionInfo
 from tests.console_tui.agents import BundleSet
@@ -64,8 +64,8 @@ def _sample(ts: int, *points: tuple[str, float, int]) -> MetricsSample:
         for model, rps, errors in points), system=None)
 
 
-def _label(plot: ModelPlot, wid: str) -> str:
-    return str(plot.query_one(f"#{wid}", Label).render())
+def _headline(plot: ModelPlots) -> str:
+    return str(plot.query_one(".plot-title", Label).render())
 
 
 async def test_live_metrics_fall_to_zero_when_traffic_stops_and_show_errors() -> None:
@@ -77,17 +77,19 @@ async def test_live_metrics_fall_to_zero_when_traffic_stops_and_show_errors() ->
         for t in range(5):
             screen.add_sample(_sample(int(NOW) + t, ("mlp", 64.0, 3 if t == 4 else 0)))
         await pilot.pause()
-        plot = screen.query_one(ModelPlot)
-        assert "64.0" in _label(plot, "rps-label")
-        assert "3.0" in _label(plot, "err-label")  # errors are on screen, not only collected
+        plot = screen.query_one(ModelPlots)
+        assert "64.0 req/s" in _headline(plot)
+        assert "3.0 err/s" in _headline(plot)  # errors are on screen, not only collected
         # load ends: the agent's samples carry no point for the model any more
         for t in range(5, 8):
             screen.add_sample(_sample(int(NOW) + t))
         await pilot.pause()
         assert list(screen.metrics.series["mlp"].rps)[-3:] == [0.0, 0.0, 0.0]
-        assert "0.0" in _label(plot, "rps-label") and "64" not in _label(plot, "rps-label")
-        assert _label(plot, "p95-label").endswith("-")  # no requests: no latency to show
-        assert "0.0" in _label(plot, "err-label")
+        assert "0.0 req/s" in _headline(plot) and "64" not in _headline(plot)
+        assert "p95 -" in _headline(plot)  # no requests: no latency to show
+        assert "0.0 err/s" in _headline(plot)
+        rates = [v for _, v in screen.plot_data.model_series("mlp")["rps"]]
+        assert rates[-1] == 0.0 and max(rates) > 0  # the plot falls to zero too
 
 
 def test_a_goodbye_is_stamped_with_the_consoles_clock_and_events_stay_in_order() -> None:
