@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bench_serve import ORT, OV, _cpu_s
+from benchmarks.bench_serve import _cpu_s, install_models, stop_process
 from benchmarks.loadgen import LoadResult, infer_request_bytes, run_load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,31 +63,7 @@ class Side:
 
     def stop(self) -> None:
         if self.popen is not None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-
-
-def _install(work: Path, states: list[Path]) -> None:
-    from edge_agent.cli import main as agent_cli
-    from packager.build import build_bundles
-    from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
-
-    mlp = make_mlp(work / "mlp.onnx", seed=1)
-    squeeze = light_model_path("squeezenet")
-    out = work / "bundles"
-    bundles = build_bundles(mlp, name="mlp", version=1, profiles=[ORT], out_dir=out)
-    bundles += build_bundles(squeeze, name="squeezenet", version=1, profiles=[ORT],
-                             out_dir=out, dynamic_batch=True, **LIGHT_BUILD)
-    bundles += build_bundles(squeeze, name="squeezenet_ov", version=1, profiles=[OV],
-                             out_dir=out, dynamic_batch=True, **LIGHT_BUILD)
-    for state in states:
-        for b in bundles:
-            if agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned", str(b)]):
-                raise SystemExit(f"add-bundle {b} failed")
+            stop_process(self.popen)
 
 
 def _load(target: str, payload: bytes, c: int, seconds: float, pid: int) -> LoadResult:
@@ -125,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = [Side("before", args.before.resolve(), work / "before", work / "before.sock"),
              Side("after", args.after.resolve(), work / "after", work / "after.sock")]
     try:
-        _install(work, [s.state for s in sides])
+        install_models(work, [s.state for s in sides])
         for side in sides:
             side.start()
         ratios: dict[str, list[float]] = {label: [] for label, *_ in cases}

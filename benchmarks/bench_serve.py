@@ -45,6 +45,13 @@ OV = "x86_64-cpu-openvino"
 
 def build_state(work: Path) -> tuple[Path, Path]:
     """Bundles for mlp (ORT), squeezenet (ORT) and squeezenet_ov (OV) installed in a state dir."""
+    state = work / "state"
+    return state, install_models(work, [state])
+
+
+def install_models(work: Path, states: list[Path]) -> Path:
+    """Build the mlp (ORT), squeezenet (ORT) and squeezenet_ov (OV) bundles once and install
+    them in each of ``states``; returns the MLP's ONNX file."""
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
     from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
@@ -57,11 +64,11 @@ def build_state(work: Path) -> tuple[Path, Path]:
                              out_dir=out, dynamic_batch=True, **LIGHT_BUILD)
     bundles += build_bundles(squeeze, name="squeezenet_ov", version=1, profiles=[OV],
                              out_dir=out, dynamic_batch=True, **LIGHT_BUILD)
-    state = work / "state"
-    for b in bundles:
-        if agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned", str(b)]):
-            raise SystemExit(f"add-bundle {b} failed")
-    return state, mlp
+    for state in states:
+        for b in bundles:
+            if agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned", str(b)]):
+                raise SystemExit(f"add-bundle {b} failed")
+    return mlp
 
 
 class Proc:
@@ -84,12 +91,17 @@ class Proc:
         return _tree_sum(self.pid, lambda p: p.memory_info().rss) / 2**20
 
     def stop(self) -> None:
-        self.popen.terminate()
-        try:
-            self.popen.wait(30)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        stop_process(self.popen)
+
+
+def stop_process(popen: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL after 30 s."""
+    popen.terminate()
+    try:
+        popen.wait(30)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
 
 
 def _tree_sum(pid: int, read: Callable[[psutil.Process], float]) -> float:

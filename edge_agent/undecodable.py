@@ -6,9 +6,12 @@ API's authentication layer use it, and clients import the latter.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from edge_agent.errors import InvalidInputError
 
-__all__ = ["Undecodable"]
+__all__ = ["Undecodable", "safe_deserializer"]
 
 
 class Undecodable:
@@ -25,3 +28,21 @@ class Undecodable:
         """The error the caller gets."""
         return InvalidInputError(f"the request is not a valid {self.message_type} message "
                                  f"({self.reason[:200]})")
+
+
+def safe_deserializer(deserialize: Callable[[bytes], Any] | None
+                      ) -> Callable[[bytes], Any] | None:
+    """``deserialize`` (a protobuf ``FromString``) that returns an :class:`Undecodable` instead
+    of raising: gRPC would log a traceback per call, for anyone who can reach the port."""
+    if deserialize is None:
+        return None
+    owner = getattr(deserialize, "__self__", None)
+    name = str(getattr(getattr(owner, "DESCRIPTOR", None), "full_name", "request"))
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:
+            return Undecodable(name, str(exc) or type(exc).__name__)
+
+    return decode

@@ -26,7 +26,7 @@ from edge_agent.errors import ConfigError
 from edge_agent.logthrottle import LogThrottle
 from edge_agent.settings import TlsFiles
 from edge_agent.state.token import tokens_equal
-from edge_agent.undecodable import Undecodable
+from edge_agent.undecodable import Undecodable, safe_deserializer
 
 log = logging.getLogger(__name__)
 _throttle = LogThrottle(log, interval_s=10.0, burst=3)
@@ -151,26 +151,9 @@ class DelayedAnswers:
                 log.debug("a delayed refusal could not be sent", exc_info=True)
 
 
-def _safe(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    """``deserialize`` that returns an :class:`Undecodable` instead of raising (gRPC would log
-    a traceback per call, for anyone who can reach the port)."""
-    if deserialize is None:
-        return None
-    owner = getattr(deserialize, "__self__", None)
-    name = getattr(getattr(owner, "DESCRIPTOR", None), "full_name", "request")
-
-    def decode(data: bytes) -> Any:
-        try:
-            return deserialize(data)
-        except Exception as exc:
-            return Undecodable(name, str(exc) or type(exc).__name__)
-
-    return decode
-
-
 def _rebuild(handler: grpc.RpcMethodHandler[Any, Any], behavior: Callable[..., Any]
              ) -> grpc.RpcMethodHandler[Any, Any]:
-    kw = {"request_deserializer": _safe(handler.request_deserializer),
+    kw = {"request_deserializer": safe_deserializer(handler.request_deserializer),
           "response_serializer": handler.response_serializer}
     make: Callable[..., grpc.RpcMethodHandler[Any, Any]]
     if handler.request_streaming and handler.response_streaming:

@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2_grpc
 from edge_agent.logthrottle import LogThrottle
 from edge_agent.protocol.admission import refused, request_arrived
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from edge_agent.undecodable import Undecodable
+from edge_agent.undecodable import Undecodable, safe_deserializer
 
 # grpc's method handler is a namedtuple whose ``_replace`` (and the server's
 # ``add_registered_method_handlers``) the type stubs do not describe: handled as Any here.
@@ -51,23 +51,6 @@ class _Capture:
 
     def add_registered_method_handlers(self, service: str, handlers: Mapping[str, Any]) -> None:
         self.handlers = dict(handlers)
-
-
-def _safe_deserializer(deserialize: Callable[[bytes], Any], type_name: str
-                       ) -> Callable[[bytes], Any]:
-    def decode(data: bytes) -> Any:
-        try:
-            return deserialize(data)
-        except Exception as exc:
-            return Undecodable(type_name, str(exc) or type(exc).__name__)
-
-    return decode
-
-
-def _type_name(deserialize: Callable[[bytes], Any]) -> str:
-    owner = getattr(deserialize, "__self__", None)
-    descriptor = getattr(owner, "DESCRIPTOR", None)
-    return getattr(descriptor, "full_name", "request")
 
 
 def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
@@ -106,7 +89,7 @@ def inference_handlers(servicer: pb_grpc.GRPCInferenceServiceServicer,
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
     out: dict[str, Handler] = {}
     for name, h in capture.handlers.items():
-        decode = _safe_deserializer(h.request_deserializer, _type_name(h.request_deserializer))
+        decode = safe_deserializer(h.request_deserializer)
         if h.unary_unary is not None:
             behavior = _guarded_unary(h.unary_unary, name)
             if name in LIVENESS:
