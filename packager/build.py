@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-import secrets
 import shutil
 import time
 from collections.abc import Sequence
@@ -45,9 +44,10 @@ from packager.parity import (
     openvino_runner,
     save_reference,
 )
-from packager.profiles import DeviceProfile, load_profile
+from packager.profiles import DeviceProfile
 from packager.progress import Steps
 from packager.signing import load_private_key
+from packager.staging import load_profiles, open_stage, publish
 
 PARITY_BATCH = 4  # the second batch size of the parity check (when the model is batched)
 
@@ -297,21 +297,9 @@ def build_bundles(
     if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int)
                                   or max_batch < 1):
         raise UsageError(f"--max-batch {max_batch!r} must be a positive integer")
-    if not profiles:
-        raise UsageError("give at least one --profile (see `edge-pack profiles`)")
-    if len(set(profiles)) != len(profiles):
-        raise UsageError(f"a profile is given twice: {list(profiles)}")
-    loaded = [load_profile(p) for p in profiles]
+    loaded = load_profiles(profiles)
     key = load_private_key(Path(key_path)) if key_path is not None else None
-
-    out = Path(out_dir)
-    stage = out / f".edge-pack-{secrets.token_hex(6)}.tmp"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        stage.mkdir()
-    except OSError as exc:
-        raise UsageError(f"cannot write to the output directory {out}: "
-                         f"{exc.strerror or exc}") from exc
+    out, stage = open_stage(out_dir)
     per_profile = [1 + (1 if p.fallback_backend else 0) for p in loaded]
     steps = Steps(progress, total=1 + sum(2 * n + 1 for n in per_profile))
     try:
@@ -328,11 +316,6 @@ def build_bundles(
                        steps=steps, reference_inputs=reference_inputs)
             for p in loaded
         ]
-        final = []
-        for tmp in built:
-            dest = out / tmp.name
-            os.replace(tmp, dest)
-            final.append(dest)
-        return final
+        return publish(built, out)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

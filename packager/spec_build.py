@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import platform
-import secrets
 import shutil
 import time
 from collections.abc import Sequence
@@ -27,9 +26,10 @@ from packager.bundle_format import bundle_filename, sha256_file
 from packager.bundle_writer import write_bundle
 from packager.errors import UsageError
 from packager.manifest import BatchingConfig, Manifest
-from packager.profiles import DeviceProfile, load_profile
+from packager.profiles import DeviceProfile
 from packager.signing import load_private_key
 from packager.spec import ModelSpec, Step, load_spec
+from packager.staging import load_profiles, open_stage, publish
 from packager.wiring import check_wiring
 
 CODE_DIR = "code"
@@ -143,27 +143,10 @@ def build_spec_bundles(spec_path: Path | str, *, name: str | None, version: int,
         if spec.kind != "pipeline":
             raise UsageError("--member applies to pipeline specs (kind = \"pipeline\")")
         check_members(spec, members)
-    if not profiles:
-        raise UsageError("give at least one --profile (see `edge-pack profiles`)")
-    if len(set(profiles)) != len(profiles):
-        raise UsageError(f"a profile is given twice: {list(profiles)}")
-    loaded = [load_profile(p) for p in profiles]
+    loaded = load_profiles(profiles)
     key = load_private_key(Path(key_path)) if key_path is not None else None
-    out = Path(out_dir)
-    stage = out / f".edge-pack-{secrets.token_hex(6)}.tmp"
+    out, stage = open_stage(out_dir)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        stage.mkdir()
-    except OSError as exc:
-        raise UsageError(f"cannot write to the output directory {out}: "
-                         f"{exc.strerror or exc}") from exc
-    try:
-        built = [_build_one(spec, p, version, stage, key) for p in loaded]
-        final = []
-        for tmp in built:
-            dest = out / tmp.name
-            os.replace(tmp, dest)
-            final.append(dest)
-        return final
+        return publish([_build_one(spec, p, version, stage, key) for p in loaded], out)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
