@@ -31,6 +31,13 @@ def refused() -> bool:
     return getattr(_local, "refused", False)
 
 
+def _refuse(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    # runs only on the refusal pool's own threads, whose every call is a refusal: the flag is
+    # set once per thread and never cleared (admitted calls run on other threads)
+    _local.refused = True
+    return fn(*args, **kwargs)
+
+
 def request_arrived() -> None:
     """Tell the pool running this thread that the call's request is in hand (handlers call
     this first; until then the call counts as waiting for its request)."""
@@ -149,9 +156,9 @@ class AdmissionPool(WatchedPool):
             if admit:
                 self._admitted += 1
         if not admit:
-            return self._refusals.submit(self._run, True, fn, *args, **kwargs)
+            return self._refusals.submit(_refuse, fn, *args, **kwargs)
         try:
-            return super().submit(self._run, False, fn, *args, **kwargs)
+            return super().submit(self._admitted_run, fn, *args, **kwargs)
         except BaseException:
             self._release()
             raise
@@ -160,14 +167,11 @@ class AdmissionPool(WatchedPool):
         with self._lock:
             self._admitted -= 1
 
-    def _run(self, refuse: bool, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        _local.refused = refuse
+    def _admitted_run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         finally:
-            _local.refused = False
-            if not refuse:
-                self._release()
+            self._release()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._refusals.shutdown(wait, cancel_futures=cancel_futures)

@@ -78,33 +78,45 @@ def _check_parameters(params: Any, where: str) -> None:
         raise InvalidInputError(
             f"{where} has {len(params)} parameters; at most {MAX_PARAMETERS} are accepted")
     for key, p in params.items():
-        if len(key.encode()) > MAX_PARAMETER_BYTES or (
+        if _longer(key, MAX_PARAMETER_BYTES) or (
                 p.WhichOneof("parameter_choice") == "string_param"
-                and len(p.string_param.encode()) > MAX_PARAMETER_BYTES):
+                and _longer(p.string_param, MAX_PARAMETER_BYTES)):
             raise InvalidInputError(
                 f"{where}: parameter {key[:40]!r} is longer than {MAX_PARAMETER_BYTES} bytes "
                 "(key or string value)")
 
 
+def _longer(text: str, limit: int) -> bool:
+    # a character encodes to at most 4 UTF-8 bytes: encode only a text that might be too long
+    return len(text) * 4 > limit and len(text.encode()) > limit
+
+
 def _check_bounds(msg: pb.ModelInferRequest) -> None:
-    """Refuse ids, parameters and output lists beyond the documented limits."""
-    if len(msg.model_name.encode()) > MAX_PARAMETER_BYTES:
+    """Refuse ids, parameters and output lists beyond the documented limits (on the hot path:
+    nothing is encoded or formatted unless a limit may be passed)."""
+    if _longer(msg.model_name, MAX_PARAMETER_BYTES):
         raise InvalidInputError(f"model name is longer than {MAX_PARAMETER_BYTES} bytes")
-    if len(msg.id.encode()) > MAX_REQUEST_ID_BYTES:
+    if _longer(msg.id, MAX_REQUEST_ID_BYTES):
         raise InvalidInputError(
             f"request id is {len(msg.id.encode())} bytes; at most {MAX_REQUEST_ID_BYTES} are "
             "accepted")
-    where = f"request for model '{msg.model_name}'"
-    _check_parameters(msg.parameters, where)
+    if len(msg.parameters):
+        _check_parameters(msg.parameters, f"request for model '{msg.model_name}'")
     for tensor in msg.inputs:
-        _check_parameters(tensor.parameters, f"input '{tensor.name}'")
-    seen: set[str] = set()
-    for out in msg.outputs:
-        if out.name in seen:
-            raise InvalidInputError(
-                f"{where} asks for output '{out.name}' more than once; name each output once")
-        seen.add(out.name)
-        _check_parameters(out.parameters, f"output '{out.name}'")
+        if len(tensor.parameters):
+            _check_parameters(tensor.parameters, f"input '{tensor.name}'")
+    outputs = msg.outputs
+    if len(outputs) > 1 and len({o.name for o in outputs}) != len(outputs):
+        seen: set[str] = set()
+        for out in outputs:
+            if out.name in seen:
+                raise InvalidInputError(
+                    f"request for model '{msg.model_name}' asks for output '{out.name}' more "
+                    "than once; name each output once")
+            seen.add(out.name)
+    for out in outputs:
+        if len(out.parameters):
+            _check_parameters(out.parameters, f"output '{out.name}'")
 
 
 REGION_PARAM = "shared_memory_region"
