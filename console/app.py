@@ -60,7 +60,7 @@ class EdgeConsoleApp(App[None]):
     BINDINGS = [
         Binding("question_mark", "help", "Help", tooltip="Keys of this screen"),
         Binding("colon", "jump", "Jump", tooltip="Jump to a view: fleet, events, agent NAME..."),
-        Binding("l", "events", "Events", tooltip="The console's event log"),
+        Binding("e", "events", "Events", tooltip="The console's event log"),
         Binding("R", "rollouts", "Rollouts", tooltip="Running and recent rollouts"),
         Binding("q", "quit", "Quit", tooltip="Leave edge-console"),
         Binding("j", "move('down')", "Down", show=False, tooltip="Next row (vi)"),

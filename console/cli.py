@@ -133,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(remove)
     remove.add_argument("--json", action="store_true", help="print JSON results")
 
+    from console import diagnostics_cli
+
+    diagnostics_cli.add_parsers(sub, _common, raw)
+
     sub.add_parser("ui", help="the terminal UI (the default; see edge-console ui --help)",
                    add_help=False)
     return parser
@@ -230,6 +234,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print(table)
         console.print(deployments_table(s.deployments, cut=cut))
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from console.diagnostics_cli import cmd_doctor as run
+
+    return run(args, _settings(args), _targets(args), _stdout())
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from console.diagnostics_cli import cmd_logs as run
+
+    return run(args, _settings(args), _targets(args), _stdout())
 
 
 def deployments_table(deployments: list[DeploymentInfo], *, cut: bool = True) -> Any:
@@ -360,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     from edge_agent.errors import AgentError
 
     handlers = {"agents": cmd_agents, "status": cmd_status, "deploy": cmd_deploy,
-                "rollback": cmd_rollback, "remove": cmd_remove}
+                "rollback": cmd_rollback, "remove": cmd_remove, "doctor": cmd_doctor,
+                "logs": cmd_logs}
     try:
         return handlers[args.command](args)
     except (ConsoleError, AgentError) as exc:

@@ -186,32 +186,39 @@ class VersionParity:
 _FIGURES = re.compile(r"max abs error (\S+), max rel error (\S+), top-1 agreement (\S+)")
 
 
-def version_parity(deployments: Sequence[DeploymentInfo]) -> list[VersionParity]:
-    """Per model version, its most recent parity step in ``deployments`` (newest first)."""
-    seen: dict[tuple[str, int], VersionParity] = {}
+def _parity(model: str, version: int, ok: bool, message: str) -> VersionParity:
+    found = _FIGURES.search(message)
+    passed = None if found is None and ok else ok
+    figures = ("not checked (no reference data)" if passed is None else
+               f"{'ok' if ok else 'FAILED'}: abs {found[1]}, rel {found[2]}, "
+               f"top-1 {found[3].rstrip(',')}" if found else ("ok" if ok else "FAILED"))
+    return VersionParity(model, version, passed, figures, message)
+
+
+def version_parity(deployments: Sequence[DeploymentInfo],
+                   versions: Sequence[VersionInfo] = ()) -> list[VersionParity]:
+    """Per model version, the figures the agent keeps for it (``versions``), else its most
+    recent parity step in ``deployments`` (newest first; agents before the stored figures)."""
+    seen: dict[tuple[str, int], VersionParity] = {
+        (v.model, v.version): _parity(v.model, v.version, *v.parity)
+        for v in versions if v.parity is not None}
     for d in deployments:
         step = next((s for s in d.steps if s.step == "parity"), None)
         if step is None or d.to_version is None or (d.model, d.to_version) in seen:
             continue
-        found = _FIGURES.search(step.message)
-        passed = None if found is None and step.ok else step.ok
-        figures = ("not checked (no reference data)" if passed is None else
-                   f"{'ok' if step.ok else 'FAILED'}: abs {found[1]}, rel {found[2]}, "
-                   f"top-1 {found[3].rstrip(',')}" if found else
-                   ("ok" if step.ok else "FAILED"))
-        seen[(d.model, d.to_version)] = VersionParity(d.model, d.to_version, passed, figures,
-                                                      step.message)
+        seen[(d.model, d.to_version)] = _parity(d.model, d.to_version, step.ok, step.message)
     return list(seen.values())
 
 
 def agent_status(target: str, settings: ConsoleSettings, token_file: Path | None,
                  history: int = 10) -> AgentStatus:
-    """Everything ``edge-console status`` shows for one agent (the parity figures of each
-    version from its last deployments' parity steps)."""
+    """Everything ``edge-console status`` shows for one agent (each version's parity figures as
+    the agent keeps them)."""
     with connect(target, settings, token_file) as c:
         deployments = c.deployments(limit=max(history, 50))
-        return AgentStatus(target, c.info(), c.models(), deployments[:history],
-                           version_parity(deployments))
+        versions = c.models()
+        return AgentStatus(target, c.info(), versions, deployments[:history],
+                           version_parity(deployments, versions))
 
 
 # -- deploy ------------------------------------------------------------------------------------

@@ -52,7 +52,9 @@ class AgentScreen(ConsoleScreen):
         Binding("x", "remove", "Remove", tooltip="Delete the selected (inactive) version"),
         Binding("D", "deploy_here", "Deploy", tooltip="Deploy a bundle to this agent"),
         Binding("h", "history", "History", tooltip="Past throughput and latency"),
-        Binding("l", "events", "Events", tooltip="This agent's recent events"),
+        Binding("l", "logs", "Log", tooltip="The agent's own log (its recent lines, followed)"),
+        Binding("e", "events", "Events", tooltip="This agent's recent events (console side)"),
+        Binding("c", "doctor", "Doctor", tooltip="The agent's device checks, with fixes"),
         Binding("d", "details", "Details", tooltip="Everything known about this agent"),
         Binding("t", "next_range", "Range", tooltip="Plot range: 5 min, 1 h, 24 h"),
         Binding("ctrl+r", "refresh", "Refresh", show=False, tooltip="Ask the agent now"),
@@ -463,6 +465,16 @@ class AgentScreen(ConsoleScreen):
     def action_details(self) -> None:
         if self.agent is not None:
             self.console.show_details(self.agent)
+
+    def action_logs(self) -> None:
+        from console.screens.agent_log import AgentLogScreen
+
+        self.app.push_screen(AgentLogScreen(self.key))
+
+    def action_doctor(self) -> None:
+        from console.screens.doctor import DoctorScreen
+
+        self.app.push_screen(DoctorScreen(self.key))
 
     def action_refresh(self) -> None:
         self._refresh_now.set()  # the loop asks again once the fetch in flight is done

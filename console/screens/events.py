@@ -1,4 +1,4 @@
-"""The events screen (``l``): the console's log of discoveries, state changes and actions."""
+"""The events screen (``e``): the console's log of discoveries, state changes and actions."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class EventsScreen(ConsoleScreen):
     """Newest first; ``agent`` limits it to one agent's lines."""
 
     BINDINGS = [
-        Binding("escape,q,l", "back", "Back"),
+        Binding("escape,q,e", "back", "Back"),
         Binding("slash", "filter", "Filter", tooltip="Filter events (regex words, !word)"),
     ]
 

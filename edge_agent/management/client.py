@@ -42,9 +42,12 @@ from edge_agent.management.types import (
     DeployCheck,
     DeploymentInfo,
     DeployResult,
+    DoctorReport,
+    LogLine,
     MetricPoint,
     MetricsSample,
     StepInfo,
+    SystemPoint,
     VersionInfo,
 )
 
@@ -432,6 +435,35 @@ class AgentClient:
                                                   step_s=step_s, per_version=per_version),
                            "QueryMetrics")
         return [convert.metric_point(p) for p in reply.points]
+
+    def query_system(self, *, start: float = 0.0, end: float = 0.0,
+                     step_s: int = 60) -> list[SystemPoint]:
+        """Stored device samples (start/end 0: the last hour up to now)."""
+        reply = self._call(self._stub.QuerySystemMetrics,
+                           pb.QuerySystemMetricsRequest(start=start, end=end, step_s=step_s),
+                           "QuerySystemMetrics")
+        return [convert.system_point(p) for p in reply.points]
+
+    def doctor(self) -> DoctorReport:
+        """The agent's device checks (``edge-agent doctor`` run on the device)."""
+        reply = self._call_long(self._stub.GetDoctor, pb.GetDoctorRequest(), "GetDoctor")
+        return convert.doctor_report(reply)
+
+    def logs(self, *, tail: int = 200, min_level: str = "",
+             follow: bool = False) -> Iterator[LogLine]:
+        """The agent's recent log lines, then (``follow``) new ones until closed."""
+        call = self._stub.StreamLogs(pb.StreamLogsRequest(tail=tail, min_level=min_level,
+                                                          follow=follow),
+                                     metadata=self._metadata,
+                                     timeout=None if follow else self.timeout_s)
+        try:
+            for line in call:
+                yield convert.log_line(line)
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.CANCELLED:
+                raise self._error(exc, "StreamLogs") from None
+        finally:
+            call.cancel()
 
     def watch_metrics(self, model: str | None = None) -> Iterator[MetricsSample]:
         """Live samples, one a second, until the iterator is closed (``.close()``)."""

@@ -14,9 +14,13 @@ from edge_agent.management.types import (
     AgentInfo,
     DeploymentInfo,
     DeployResult,
+    DoctorFinding,
+    DoctorReport,
+    LogLine,
     MetricPoint,
     MetricsSample,
     StepInfo,
+    SystemPoint,
     VersionInfo,
 )
 
@@ -65,7 +69,9 @@ def version_pb(v: VersionView) -> pb.ModelVersionInfo:
         model=v.model, version=v.version, active=v.active, state=v.state,
         stored_state=v.stored_state, profile=v.profile, backend=v.backend,
         load_ms=v.load_ms or 0.0, rss_delta_bytes=v.rss_delta_bytes or 0,
-        load_error=v.load_error, size_bytes=v.size_bytes, added_at=v.added_at)
+        load_error=v.load_error, size_bytes=v.size_bytes, added_at=v.added_at,
+        parity_checked=v.parity is not None, parity_ok=bool(v.parity and v.parity[0]),
+        parity=v.parity[1] if v.parity else "")
 
 
 def point_pb(p: StoredPoint) -> pb.MetricPoint:
@@ -91,7 +97,25 @@ def version_info(m: pb.ModelVersionInfo) -> VersionInfo:
     return VersionInfo(model=m.model, version=m.version, active=m.active, state=m.state,
                        stored_state=m.stored_state, profile=m.profile, backend=m.backend,
                        load_ms=m.load_ms or None, rss_delta_bytes=m.rss_delta_bytes or None,
-                       load_error=m.load_error, size_bytes=m.size_bytes, added_at=m.added_at)
+                       load_error=m.load_error, size_bytes=m.size_bytes, added_at=m.added_at,
+                       parity=(m.parity_ok, m.parity) if m.parity_checked else None)
+
+
+def doctor_report(m: pb.DoctorReport) -> DoctorReport:
+    return DoctorReport(ok=m.ok, findings=tuple(
+        DoctorFinding(area=f.area, check=f.check, status=f.status, detail=f.detail, fix=f.fix)
+        for f in m.findings))
+
+
+def log_line(m: pb.LogLine) -> LogLine:
+    return LogLine(seq=m.seq, ts=m.ts, level=m.level, logger=m.logger, message=m.message)
+
+
+def system_point(m: pb.SystemPoint) -> SystemPoint:
+    return SystemPoint(ts=m.ts, step_s=m.step_s, cpu_percent=m.cpu_percent,
+                       mem_percent=m.mem_percent, rss_bytes=m.rss_bytes,
+                       temp_c=m.temp_c if m.has_temp else None,
+                       disk_free_bytes=m.disk_free_bytes)
 
 
 def step_info(m: pb.DeploymentStep) -> StepInfo:

@@ -153,8 +153,13 @@ class AgentRuntime:
         self._inference_port = int(port) if port.isdigit() else 0
         if self.options.address is None:
             return None
+        from edge_agent import log_ring
+        from edge_agent.management.diagnostics import Diagnostics
+
+        diagnostics = Diagnostics(self.state_dir, log_ring.install(), self.metrics)
         servicer = ManagementServicer(self.manager, self.identity, metrics=self.metrics,
-                                      recorder=self.recorder, on_change=self._advert_changed)
+                                      recorder=self.recorder, on_change=self._advert_changed,
+                                      diagnostics=diagnostics)
         tls = self._server_tls()
         self.fingerprint = fingerprint(tls.cert.read_bytes()) if tls is not None else ""
         self.management = ManagementServer(servicer, self.options.address,

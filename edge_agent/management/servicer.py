@@ -27,6 +27,7 @@ from edge_agent.errors import (
     StateStoreError,
 )
 from edge_agent.management import convert
+from edge_agent.management.diagnostics import Diagnostics
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.identity import AgentIdentity
@@ -59,8 +60,10 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                  recorder: MetricsRecorder | None = None,
                  on_change: Callable[[], None] | None = None, max_watchers: int = 8,
                  max_deploys: int = MAX_DEPLOYS, upload_idle_s: float = UPLOAD_IDLE_S,
-                 upload_total_s: float = UPLOAD_TOTAL_S) -> None:
+                 upload_total_s: float = UPLOAD_TOTAL_S,
+                 diagnostics: Diagnostics | None = None) -> None:
         self.manager = manager
+        self.diagnostics = diagnostics or Diagnostics(None, None, metrics)
         # each Deploy stream holds a server thread while it uploads: cap them too
         self._deploys = threading.BoundedSemaphore(max_deploys)
         self.max_deploys = max_deploys
@@ -295,6 +298,37 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 yield _sample_pb(sample, request.model)
         finally:
             unsubscribe()
+            self._watchers.release()
+
+    # -- diagnostics ---------------------------------------------------------------------------
+    def GetDoctor(self, request: pb.GetDoctorRequest,
+                  context: grpc.ServicerContext) -> pb.DoctorReport:
+        return self.diagnostics.doctor()
+
+    def QuerySystemMetrics(self, request: pb.QuerySystemMetricsRequest,
+                           context: grpc.ServicerContext) -> pb.QuerySystemMetricsResponse:
+        try:
+            return self.diagnostics.system(request, _MAX_UNIX_S)
+        except AgentError as exc:
+            abort(context, exc)
+
+    def StreamLogs(self, request: pb.StreamLogsRequest,
+                   context: grpc.ServicerContext) -> Iterator[pb.LogLine]:
+        if not request.follow:
+            try:
+                yield from self.diagnostics.log_lines(request, context.is_active)
+            except AgentError as exc:
+                abort(context, exc)
+            return
+        if not self._watchers.acquire(blocking=False):
+            abort(context, QueueFullError(
+                f"this agent already streams to {self.max_watchers} watchers; close one (or "
+                "read the log without --follow)"))
+        try:
+            yield from self.diagnostics.log_lines(request, context.is_active)
+        except AgentError as exc:
+            abort(context, exc)
+        finally:
             self._watchers.release()
 
 

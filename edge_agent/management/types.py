@@ -40,6 +40,7 @@ class VersionInfo:
     load_error: str
     size_bytes: int
     added_at: float
+    parity: tuple[bool, str] | None = None  # the last on-device parity check: (agreed, figures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,49 @@ class MetricsSample:
     ts: int
     points: tuple[MetricPoint, ...]
     system: dict[str, float] | None = field(default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorFinding:
+    """One check of the device doctor; ``status`` is ok, info, warn or fail."""
+
+    area: str
+    check: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    """GetDoctor: what the device is and can run (``ok``: no check failed)."""
+
+    ok: bool
+    findings: tuple[DoctorFinding, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of the agent's own log (StreamLogs)."""
+
+    seq: int
+    ts: float
+    level: str
+    logger: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class SystemPoint:
+    """Stored device samples averaged over one step (``temp_c`` None where not reported)."""
+
+    ts: int
+    step_s: int
+    cpu_percent: float
+    mem_percent: float
+    rss_bytes: int
+    temp_c: float | None
+    disk_free_bytes: int
 
 
 def to_jsonable(value: Any) -> Any:

@@ -75,6 +75,8 @@ class DeploymentJournal:
         """Record that ``dep`` reached ``step``; then tell the event sink and the hooks."""
         try:
             self.store.record_step(dep, step, message)
+            if step is Step.PARITY:
+                self.store.record_parity(dep, True, message)
         except StateStoreError as exc:
             raise RecordingFailed(step, self.clean(exc, f"record step {step.value}")) from exc
         if on_event is not None:
@@ -104,6 +106,9 @@ class DeploymentJournal:
             with contextlib.suppress(StateStoreError):
                 self.store.set_version_state(name, version, VersionState.FAILED,
                                              load_error=text)
+        if step is Step.PARITY:
+            with contextlib.suppress(StateStoreError):
+                self.store.record_parity(dep, False, text)
         try:
             done = self.store.fail_deployment(dep, reason, failed_step=step)
         except StateStoreError as err:

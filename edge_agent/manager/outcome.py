@@ -44,3 +44,4 @@ class VersionView:
     size_bytes: int = 0
     added_at: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
+    parity: tuple[bool, str] | None = None  # the last on-device parity check: (agreed, figures)

@@ -47,6 +47,7 @@ class VersionQueries:
     def versions(self, model: str | None = None) -> list[VersionView]:
         """Every version on disk (of one model, or all), with serving state and load figures."""
         active = self.store.active_versions()
+        parity = self.store.parity()
         loaded = {(mv.name, mv.version): mv for mv in self.repository.versions()}
         out = []
         for rec in self.store.versions(model):
@@ -66,7 +67,8 @@ class VersionQueries:
                 active=active.get(rec.model) == rec.version, state=state,
                 stored_state=rec.state.value, profile=profile, backend=backend,
                 load_ms=rec.load_ms, rss_delta_bytes=rec.rss_delta_bytes, load_error=error or "",
-                size_bytes=rec.size_bytes, added_at=rec.added_at))
+                size_bytes=rec.size_bytes, added_at=rec.added_at,
+                parity=parity.get((rec.model, rec.version))))
         return out
 
     def history(self, model: str | None = None, limit: int = 50) -> list[Deployment]:

@@ -85,6 +85,14 @@ CREATE TABLE IF NOT EXISTS deployment_steps (
     at REAL NOT NULL,
     PRIMARY KEY (deployment_id, seq)
 );
+CREATE TABLE IF NOT EXISTS version_parity (
+    model TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    figures TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (model, version)
+);
 """
 
 _ACTIVATING = (DeploymentKind.DEPLOY, DeploymentKind.ROLLBACK, DeploymentKind.ACTIVATE,
@@ -216,6 +224,23 @@ class StateStore:
             if cur.rowcount == 0:
                 raise StateStoreError(f"model {model!r} has no recorded version {version}")
 
+    def record_parity(self, deployment_id: int, ok: bool, figures: str) -> None:
+        """Keep the on-device parity result of ``deployment_id``'s target version (the latest
+        check of a version replaces the one before)."""
+        with self._tx() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO version_parity (model, version, ok, figures, at) "
+                "SELECT model, to_version, ?, ?, ? FROM deployments "
+                "WHERE id = ? AND to_version IS NOT NULL",
+                (int(ok), figures, time.time(), deployment_id))
+
+    def parity(self) -> dict[tuple[str, int], tuple[bool, str]]:
+        """Every version's last on-device parity result: (ok, figures)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT model, version, ok, figures FROM version_parity").fetchall()
+        return {(r[0], int(r[1])): (bool(r[2]), str(r[3])) for r in rows}
+
     def remove_version(self, model: str, version: int) -> None:
         """Forget a version (after its files are deleted). Refuses the active version."""
         with self._tx() as c:
@@ -224,6 +249,8 @@ class StateStore:
                     f"version {version} of {model!r} is active; activate another version "
                     "or remove the model first")
             c.execute("DELETE FROM versions WHERE model = ? AND version = ?", (model, version))
+            c.execute("DELETE FROM version_parity WHERE model = ? AND version = ?",
+                      (model, version))
 
     def version(self, model: str, version: int) -> VersionRecord | None:
         """One recorded version, or None."""

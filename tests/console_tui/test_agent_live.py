@@ -10,12 +10,14 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
-from textual.widgets import DataTable, TabbedContent
+from textual.widgets import DataTable, RichLog, TabbedContent
 
 from console.config import StaticAgent
 from console.fleet import AgentState
 from console.screens.agent import AgentScreen
+from console.screens.agent_log import AgentLogScreen
 from console.screens.confirm import ConfirmScreen
+from console.screens.doctor import DoctorScreen
 from console.screens.events import EventsScreen
 from console.screens.fleet import FleetScreen
 from console.screens.history import HistoryScreen
@@ -70,9 +72,27 @@ async def test_agent_screen_live_metrics_history_and_remove(
             assert screen.metrics.system is not None
             assert "CPU" in str(screen.query_one("#agent-system").render())
 
-            await pilot.press("l")
+            await pilot.press("e")
             assert screen.query_one(TabbedContent).active == "tab-events"
             assert screen.query_one("#agent-events", DataTable).row_count > 0
+
+            # the agent's own log (the agent process logged its start-up)
+            await pilot.press("l")
+            log_screen = app.screen
+            assert isinstance(log_screen, AgentLogScreen)
+            await wait_for(pilot, lambda: log_screen.shown > 0, "the agent's log lines")
+            assert log_screen.query_one(RichLog).lines
+            await pilot.press("escape")
+            # the device checks, run by the agent
+            await pilot.press("c")
+            doctor = app.screen
+            assert isinstance(doctor, DoctorScreen)
+            await wait_for(pilot, lambda: doctor.report is not None, "the doctor's report")
+            assert doctor.report is not None
+            assert any(f.check == "architecture" for f in doctor.report.findings)
+            assert doctor.query_one(DataTable).row_count == len(doctor.report.findings)
+            await pilot.press("escape")
+            assert app.screen is screen
 
             # remove v1 (inactive): confirmation first, then it is gone from the agent
             table = screen.query_one("#models-table", DataTable)
@@ -129,5 +149,5 @@ async def test_read_only_hides_changes_and_the_palette_lists_every_action(
         assert (type(app.screen).__name__ == "RollbackScreen") is not read_only
         if not read_only:
             await pilot.press("escape")
-        await pilot.press("escape", "l")
+        await pilot.press("escape", "e")
         assert isinstance(app.screen, EventsScreen)

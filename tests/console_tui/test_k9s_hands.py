@@ -161,7 +161,7 @@ async def test_the_events_view_is_filterable() -> None:
     async with app.run_test(size=SIZE) as pilot:
         _fill(app.fleet)
         await pilot.pause()
-        await pilot.press("l")
+        await pilot.press("e")
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, EventsScreen)

@@ -45,7 +45,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class ModelVersionInfo(_message.Message):
-    __slots__ = ("model", "version", "active", "state", "stored_state", "profile", "backend", "load_ms", "rss_delta_bytes", "load_error", "size_bytes", "added_at")
+    __slots__ = ("model", "version", "active", "state", "stored_state", "profile", "backend", "load_ms", "rss_delta_bytes", "load_error", "size_bytes", "added_at", "parity_checked", "parity_ok", "parity")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,9 @@ class ModelVersionInfo(_message.Message):
     LOAD_ERROR_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     ADDED_AT_FIELD_NUMBER: _ClassVar[int]
+    PARITY_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    PARITY_OK_FIELD_NUMBER: _ClassVar[int]
+    PARITY_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: int
     active: bool
@@ -70,7 +73,10 @@ class ModelVersionInfo(_message.Message):
     load_error: str
     size_bytes: int
     added_at: float
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: _Optional[bool] = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ...) -> None: ...
+    parity_checked: bool
+    parity_ok: bool
+    parity: str
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: _Optional[bool] = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ..., parity_checked: _Optional[bool] = ..., parity_ok: _Optional[bool] = ..., parity: _Optional[str] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("versions",)
@@ -315,3 +321,89 @@ class MetricsSample(_message.Message):
     points: _containers.RepeatedCompositeFieldContainer[MetricPoint]
     system: SystemSample
     def __init__(self, ts: _Optional[int] = ..., points: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., system: _Optional[_Union[SystemSample, _Mapping]] = ...) -> None: ...
+
+class GetDoctorRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DoctorFinding(_message.Message):
+    __slots__ = ("area", "check", "status", "detail", "fix")
+    AREA_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    FIX_FIELD_NUMBER: _ClassVar[int]
+    area: str
+    check: str
+    status: str
+    detail: str
+    fix: str
+    def __init__(self, area: _Optional[str] = ..., check: _Optional[str] = ..., status: _Optional[str] = ..., detail: _Optional[str] = ..., fix: _Optional[str] = ...) -> None: ...
+
+class DoctorReport(_message.Message):
+    __slots__ = ("ok", "findings")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    findings: _containers.RepeatedCompositeFieldContainer[DoctorFinding]
+    def __init__(self, ok: _Optional[bool] = ..., findings: _Optional[_Iterable[_Union[DoctorFinding, _Mapping]]] = ...) -> None: ...
+
+class StreamLogsRequest(_message.Message):
+    __slots__ = ("tail", "min_level", "follow")
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    MIN_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    tail: int
+    min_level: str
+    follow: bool
+    def __init__(self, tail: _Optional[int] = ..., min_level: _Optional[str] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("seq", "ts", "level", "logger", "message")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TS_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    LOGGER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    ts: float
+    level: str
+    logger: str
+    message: str
+    def __init__(self, seq: _Optional[int] = ..., ts: _Optional[float] = ..., level: _Optional[str] = ..., logger: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class QuerySystemMetricsRequest(_message.Message):
+    __slots__ = ("start", "end", "step_s")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    STEP_S_FIELD_NUMBER: _ClassVar[int]
+    start: float
+    end: float
+    step_s: int
+    def __init__(self, start: _Optional[float] = ..., end: _Optional[float] = ..., step_s: _Optional[int] = ...) -> None: ...
+
+class SystemPoint(_message.Message):
+    __slots__ = ("ts", "step_s", "cpu_percent", "mem_percent", "rss_bytes", "has_temp", "temp_c", "disk_free_bytes")
+    TS_FIELD_NUMBER: _ClassVar[int]
+    STEP_S_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEM_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HAS_TEMP_FIELD_NUMBER: _ClassVar[int]
+    TEMP_C_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ts: int
+    step_s: int
+    cpu_percent: float
+    mem_percent: float
+    rss_bytes: int
+    has_temp: bool
+    temp_c: float
+    disk_free_bytes: int
+    def __init__(self, ts: _Optional[int] = ..., step_s: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., mem_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., has_temp: _Optional[bool] = ..., temp_c: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ...) -> None: ...
+
+class QuerySystemMetricsResponse(_message.Message):
+    __slots__ = ("points",)
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    points: _containers.RepeatedCompositeFieldContainer[SystemPoint]
+    def __init__(self, points: _Optional[_Iterable[_Union[SystemPoint, _Mapping]]] = ...) -> None: ...

@@ -84,6 +84,21 @@ class AgentManagementStub:
                 request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.WatchMetricsRequest.SerializeToString,
                 response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.MetricsSample.FromString,
                 _registered_method=True)
+        self.GetDoctor = channel.unary_unary(
+                '/edge.agent.v1.AgentManagement/GetDoctor',
+                request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.GetDoctorRequest.SerializeToString,
+                response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DoctorReport.FromString,
+                _registered_method=True)
+        self.StreamLogs = channel.unary_stream(
+                '/edge.agent.v1.AgentManagement/StreamLogs',
+                request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.StreamLogsRequest.SerializeToString,
+                response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.LogLine.FromString,
+                _registered_method=True)
+        self.QuerySystemMetrics = channel.unary_unary(
+                '/edge.agent.v1.AgentManagement/QuerySystemMetrics',
+                request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsRequest.SerializeToString,
+                response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentManagementServicer:
@@ -162,6 +177,27 @@ class AgentManagementServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetDoctor(self, request, context):
+        """What this device is and can run (the checks of `edge-agent doctor`), each problem with its fix.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamLogs(self, request, context):
+        """The agent's recent log lines (a bounded in-memory ring), then new ones while follow is set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QuerySystemMetrics(self, request, context):
+        """Stored device samples (CPU, memory, temperature, disk) over a time range, one point per step.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentManagementServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -214,6 +250,21 @@ def add_AgentManagementServicer_to_server(servicer, server):
                     servicer.WatchMetrics,
                     request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.WatchMetricsRequest.FromString,
                     response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.MetricsSample.SerializeToString,
+            ),
+            'GetDoctor': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDoctor,
+                    request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.GetDoctorRequest.FromString,
+                    response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DoctorReport.SerializeToString,
+            ),
+            'StreamLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamLogs,
+                    request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.StreamLogsRequest.FromString,
+                    response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.LogLine.SerializeToString,
+            ),
+            'QuerySystemMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.QuerySystemMetrics,
+                    request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsRequest.FromString,
+                    response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -486,6 +537,87 @@ class AgentManagement:
             '/edge.agent.v1.AgentManagement/WatchMetrics',
             edge__agent_dot_management_dot_generated_dot_management__pb2.WatchMetricsRequest.SerializeToString,
             edge__agent_dot_management_dot_generated_dot_management__pb2.MetricsSample.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDoctor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edge.agent.v1.AgentManagement/GetDoctor',
+            edge__agent_dot_management_dot_generated_dot_management__pb2.GetDoctorRequest.SerializeToString,
+            edge__agent_dot_management_dot_generated_dot_management__pb2.DoctorReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/edge.agent.v1.AgentManagement/StreamLogs',
+            edge__agent_dot_management_dot_generated_dot_management__pb2.StreamLogsRequest.SerializeToString,
+            edge__agent_dot_management_dot_generated_dot_management__pb2.LogLine.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QuerySystemMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edge.agent.v1.AgentManagement/QuerySystemMetrics',
+            edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsRequest.SerializeToString,
+            edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsResponse.FromString,
             options,
             channel_credentials,
             insecure,
