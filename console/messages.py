@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from textual.message import Message
 
@@ -58,6 +58,7 @@ class HistoryArrived(Message):
     points: dict[str, list[object]]  # model -> edge_agent.management.types.MetricPoint list
     until: float = 0.0  # the query's end: live seconds before it are in the points
     error: str = ""
+    system: list[object] = field(default_factory=list)  # SystemPoint list: the device's
 
 
 @dataclass

@@ -1,18 +1,18 @@
 """Protocol-free data behind the console's plots: per-model metrics and device load in time
 buckets of one range (5 min, 1 h, 24 h).
 
-A range's buckets start from the agent's stored history (QueryMetrics rolled up to the range's
-step) and then grow from live WatchMetrics seconds folded into the same buckets. Everything is
-keyed by the samples' own timestamps (never the console's clock), so a plot of given data is
-always drawn the same way.
+A range's buckets start from the agent's stored history (QueryMetrics and QuerySystemMetrics
+rolled up to the range's step) and then grow from live WatchMetrics seconds folded into the same
+buckets. Everything is keyed by the samples' own timestamps (never the console's clock), so a
+plot of given data is always drawn the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from edge_agent.management.types import MetricPoint, MetricsSample
+from edge_agent.management.types import MetricPoint, MetricsSample, SystemPoint
 
 
 @dataclass(frozen=True)
@@ -107,9 +107,21 @@ class PlotData:
     def _bucket(self, ts: int) -> int:
         return ts - ts % self.range.step_s
 
-    def add_history(self, points: dict[str, list[MetricPoint]], until: float) -> None:
-        """Stored points per model (all versions), queried up to ``until``; live seconds that
-        came before are folded in after them (those the history already holds are skipped)."""
+    def add_history(self, points: dict[str, list[MetricPoint]], until: float,
+                    system: Sequence[SystemPoint] = ()) -> None:
+        """Stored points per model (all versions) and of the device, queried up to ``until``;
+        live seconds that came before are folded in after them (those the history already
+        holds are skipped)."""
+        for sp in system:
+            d = self.device.setdefault(self._bucket(sp.ts), DeviceBucket())
+            n, w = d.seconds, max(sp.step_s, 1)  # a stored point weighs its step's seconds
+            d.cpu_percent = (d.cpu_percent * n + sp.cpu_percent * w) / (n + w)
+            d.mem_percent = (d.mem_percent * n + sp.mem_percent * w) / (n + w)
+            if sp.temp_c is not None:
+                d.temp_c = sp.temp_c if d.temp_c is None else (d.temp_c * n + sp.temp_c * w) / (
+                    n + w)
+            d.seconds = n + w
+            self.newest = max(self.newest, sp.ts)
         for model, model_points in points.items():
             buckets = self.models.setdefault(model, {})
             for p in model_points:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.markup import escape
@@ -30,7 +30,7 @@ from console.screens.rollback import RollbackScreen
 from console.widgets.fleet_table import STATE_STYLES
 from console.widgets.metric_plots import DevicePlots, ModelPlots
 from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.management.types import DeployResult, MetricPoint, MetricsSample
+from edge_agent.management.types import DeployResult, MetricPoint, MetricsSample, SystemPoint
 
 WATCH_RETRY_S = 2.0
 
@@ -40,6 +40,17 @@ STALE_STATES = frozenset({AgentState.OFFLINE, AgentState.UNREACHABLE, AgentState
 
 def _clock(ts: float | None) -> str:
     return "-" if not ts else time.strftime("%H:%M:%S", time.gmtime(ts))
+
+
+def device_history(client: AgentClient, start: float, end: float,
+                   step_s: int) -> list[object]:
+    """The agent's stored device samples; [] from an agent that predates QuerySystemMetrics."""
+    try:
+        return list(client.query_system(start=start, end=end, step_s=step_s))
+    except ManagementError as exc:
+        if exc.status == "UNIMPLEMENTED":
+            return []
+        raise
 
 
 class AgentScreen(ConsoleScreen):
@@ -217,9 +228,10 @@ class AgentScreen(ConsoleScreen):
         self.query_one("#plot-summary", Static).update(self.metrics.summary_line())
         self.draw_plots()
 
-    def add_history(self, points: dict[str, list[MetricPoint]], until: float) -> None:
+    def add_history(self, points: dict[str, list[MetricPoint]], until: float,
+                    system: Sequence[SystemPoint] = ()) -> None:
         """The stored history of the current range arrived: the plots start from it."""
-        self.plot_data.add_history(points, until)
+        self.plot_data.add_history(points, until, system)
         self.draw_plots()
 
     def draw_plots(self) -> None:
@@ -284,10 +296,12 @@ class AgentScreen(ConsoleScreen):
                                                 step_s=plot_range.step_s)) for m in models}
 
             points = self._call(query)
+            system = self._call(lambda c: device_history(c, until - plot_range.span_s, until,
+                                                         plot_range.step_s))
         except (ConsoleError, ManagementError) as exc:
             self.post_message(HistoryArrived(self.key, label, {}, until, str(exc)))
             return
-        self.post_message(HistoryArrived(self.key, label, points, until))
+        self.post_message(HistoryArrived(self.key, label, points, until, system=system))
 
     def on_history_arrived(self, message: HistoryArrived) -> None:
         if message.range_label != self.plot_data.range.label or self.plot_data.history_loaded:
@@ -296,7 +310,8 @@ class AgentScreen(ConsoleScreen):
             self._status(f"[red]history: {escape(message.error)}[/]")
         points = {m: [p for p in ps if isinstance(p, MetricPoint)]
                   for m, ps in message.points.items()}
-        self.add_history(points, message.until)
+        self.add_history(points, message.until,
+                         [p for p in message.system if isinstance(p, SystemPoint)])
 
     def _render_summary(self) -> None:
         agent = self.agent

@@ -139,7 +139,7 @@ class DevicePlots(Vertical):
     """The device: CPU and memory in percent, temperature in °C."""
 
     def compose(self) -> ComposeResult:
-        yield Label("device (live since this opened)", classes="plot-title")
+        yield Label("device", classes="plot-title")
         with Grid(classes="plot-grid"):
             yield TimePlot("CPU", "%", classes="cpu")
             yield TimePlot("memory", "%", classes="mem")

@@ -4,7 +4,7 @@ are zeros, a range switch starts over, and old buckets fall out of the range."""
 from __future__ import annotations
 
 from console.plot_data import RANGES, PlotData, sparkline
-from edge_agent.management.types import MetricPoint, MetricsSample
+from edge_agent.management.types import MetricPoint, MetricsSample, SystemPoint
 
 T0 = 1_800_000_000  # a multiple of every range's step
 
@@ -45,6 +45,20 @@ def test_idle_seconds_are_zeros_and_device_load_is_plotted() -> None:
     assert [ts for ts, _ in data.model_series("mlp")["p95"]] == [T0]  # no latency when idle
     device = data.device_series()
     assert device["cpu"] == [(T0, 30.0), (T0 + 2, 10.0)] and device["temp"] == [(T0, 60.0)]
+
+
+def test_device_plots_start_from_the_stored_samples() -> None:
+    data = PlotData(RANGES[1])  # 1 h in 15 s buckets
+    stored = [SystemPoint(ts=T0, step_s=15, cpu_percent=20.0, mem_percent=40.0, rss_bytes=1,
+                          temp_c=None, disk_free_bytes=1),
+              SystemPoint(ts=T0 + 15, step_s=15, cpu_percent=60.0, mem_percent=42.0,
+                          rss_bytes=1, temp_c=55.0, disk_free_bytes=1)]
+    data.add_history({}, until=T0 + 20, system=stored)
+    # a live second in the second bucket weighs one second against the stored 15
+    data.add_sample(_sample(T0 + 21, None, {"cpu_percent": 76.0, "mem_percent": 42.0}))
+    device = data.device_series()
+    assert device["cpu"] == [(T0, 20.0), (T0 + 15, 61.0)]
+    assert device["temp"] == [(T0 + 15, 55.0)]
 
 
 def test_old_buckets_leave_the_range_and_a_switch_starts_over() -> None:

@@ -74,6 +74,10 @@ async def test_plots_are_backfilled_from_history_then_switch_range(
             p.drawn for p in screen._plots["mlp"].query(TimePlot)), "the mlp plot drawn")
         p95 = [v for _, v in screen.plot_data.model_series("mlp")["p95"]]
         assert p95 and max(p95) > 0  # latency from the history too, not only the rate
+        # the device plots start from the agent's stored system samples (QuerySystemMetrics)
+        past_cpu = [ts for ts, _ in screen.plot_data.device_series()["cpu"]
+                    if ts < screen.plot_data.history_until - 2]
+        assert past_cpu, "no stored device samples in the device plot"
 
         await pilot.press("t")  # 5 min -> 1 h: the history of the new range is asked for
         assert screen.plot_data.range.label == "1 h"
