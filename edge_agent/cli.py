@@ -208,6 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     # only log a warning. The agent never forks a child that uses gRPC, so turn them off.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    # stderr (the journal) gets --log-level; the in-memory ring that `edge-console logs` reads
+    # keeps INFO and up as well (deploys, swaps, rollbacks), so the root logger passes INFO on
+    root = logging.getLogger()
+    if root.level > logging.INFO:
+        for handler in root.handlers:
+            handler.setLevel(root.level)
+        root.setLevel(logging.INFO)
     if args.command is None:
         parser.print_help()
         return 2

@@ -23,6 +23,7 @@ import logging
 import os
 import resource
 import socket
+import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,7 +195,15 @@ class AgentServer:
         """Report NOT_SERVING, finish in-flight calls within ``grace`` seconds, unbind."""
         self.health.enter_graceful_shutdown()
         if self._server is not None:
-            self._server.stop(grace).wait()
+            # new calls get UNAVAILABLE ("shutting down, retry") while the admitted ones finish;
+            # only then does gRPC stop (calls it finds arriving at its own stop are CANCELLED,
+            # which clients do not retry)
+            t0 = time.monotonic()
+            main = self._pools[0] if self._pools else None
+            if isinstance(main, AdmissionPool):
+                main.close()
+                main.drain(grace)
+            self._server.stop(max(grace - (time.monotonic() - t0), 0.5)).wait()
             self._server = None
         if self.streams is not None:
             self.streams.stop()

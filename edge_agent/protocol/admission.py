@@ -26,15 +26,25 @@ _throttle = LogThrottle(log)
 _local = threading.local()
 
 
-def refused() -> bool:
-    """True inside a call that :class:`AdmissionPool` did not admit."""
-    return getattr(_local, "refused", False)
+BUSY = "busy"
+CLOSING = "closing"
+
+
+def refused() -> str:
+    """Inside a call that :class:`AdmissionPool` did not admit: why (:data:`BUSY`, or
+    :data:`CLOSING` once the server drains); "" inside an admitted call."""
+    return getattr(_local, "refused", "")
 
 
 def _refuse(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    # runs only on the refusal pool's own threads, whose every call is a refusal: the flag is
-    # set once per thread and never cleared (admitted calls run on other threads)
-    _local.refused = True
+    # runs only on the refusal pool's own threads, whose every call is a refusal: the reason
+    # is set per call there (admitted calls run on other threads and never see it)
+    _local.refused = BUSY
+    return fn(*args, **kwargs)
+
+
+def _refuse_closing(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    _local.refused = CLOSING
     return fn(*args, **kwargs)
 
 
@@ -144,6 +154,21 @@ class AdmissionPool(WatchedPool):
         self._admitted = 0
         self._refusals = WatchedPool(2, request_arrival_s=request_arrival_s,
                                      thread_name_prefix=f"{thread_name_prefix}-refuse")
+        self.closing = False
+
+    def close(self) -> None:
+        """Admit no more calls: from now on they are refused as :data:`CLOSING` (the server
+        drains; clients retry elsewhere or later) while admitted ones finish."""
+        self.closing = True
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until no admitted call is left (True), or ``timeout_s`` passed (False)."""
+        deadline = time.monotonic() + timeout_s
+        while self._admitted > 0:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     @property
     def admitted(self) -> int:
@@ -152,11 +177,12 @@ class AdmissionPool(WatchedPool):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
         with self._lock:
-            admit = self._admitted < self.limit
+            admit = self._admitted < self.limit and not self.closing
             if admit:
                 self._admitted += 1
         if not admit:
-            return self._refusals.submit(_refuse, fn, *args, **kwargs)
+            return self._refusals.submit(_refuse_closing if self.closing else _refuse, fn,
+                                         *args, **kwargs)
         try:
             return super().submit(self._admitted_run, fn, *args, **kwargs)
         except BaseException:

@@ -21,7 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from edge_agent.logthrottle import LogThrottle
-from edge_agent.protocol.admission import refused, request_arrived
+from edge_agent.protocol.admission import CLOSING, refused, request_arrived
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.undecodable import Undecodable, safe_deserializer
 
@@ -38,6 +38,7 @@ LIVENESS = frozenset({"ServerLive", "ServerReady"})
 """KServe's own health calls: served on the health pool, never refused."""
 REFUSED = ("the agent is at its limit of concurrent calls (4 per handler thread, "
            "grpc.workers); retry shortly")
+CLOSING_MESSAGE = "the agent is shutting down (draining in-flight requests); retry shortly"
 
 
 class _Capture:
@@ -57,7 +58,9 @@ def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method:
                    ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         request_arrived()
-        if method not in LIVENESS and refused():
+        if method not in LIVENESS and (why := refused()):
+            if why == CLOSING:
+                context.abort(grpc.StatusCode.UNAVAILABLE, CLOSING_MESSAGE)
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED)
         if isinstance(request, Undecodable):
             throttle.warning("undecodable", "refused an undecodable %s call from %s: %s",

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# systemd for real: the agent's unit under systemd, in a Debian root file system booted with
+# `systemd-nspawn --boot` (Debian's systemd-container and debootstrap).
+#
+# Builds (once, cached) a Debian bookworm amd64 root file system with systemd and python3,
+# installs the toolkit's [agent] extra in a venv there (/opt/edge, from wheels downloaded on the
+# host), then runs tests/reliability/test_systemd_nspawn.py from the host. The test boots the
+# container, installs the unit with `edge-agent install-service` as the README says, and checks:
+# Type=notify READY only when models serve, the watchdog restarting a hung agent, kill -9
+# restarting it with the previous version serving, and SIGTERM draining.
+#
+# Needs root (debootstrap, systemd-nspawn). The container shares the host's network (loopback).
+# Usage: sudo scripts/systemd-check.sh           (EDGE_SYSTEMD_CACHE: the cache directory)
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${EDGE_SYSTEMD_CACHE:-/var/cache/edge-toolkit-systemd}
+SUITE=bookworm
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+PY=${PYTHON:-$HERE/.venv/bin/python}
+t0=$(date +%s)
+say() { printf '==> [%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
+die() { echo "systemd-check: error: $*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, systemd-nspawn); run it with sudo"
+[ -x "$PY" ] || die "$PY not found: run ./scripts/test.sh once (it creates .venv), or set PYTHON"
+if ! command -v debootstrap >/dev/null || ! command -v systemd-nspawn >/dev/null; then
+    say "installing systemd-container and debootstrap"
+    apt-get install -y --no-install-recommends systemd-container debootstrap >/dev/null
+fi
+
+mkdir -p "$CACHE"
+BASE="$CACHE/rootfs-$SUITE-amd64-systemd.tar"
+if [ ! -f "$BASE" ]; then
+    say "debootstrap $SUITE amd64 (minbase + systemd + python3; a few minutes)"
+    rm -rf "$CACHE/root.build"
+    debootstrap --variant=minbase \
+        --include=systemd,systemd-sysv,dbus,python3,python3-venv,ca-certificates,procps \
+        "$SUITE" "$CACHE/root.build" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
+        || die "debootstrap failed; see $CACHE/debootstrap.log"
+    tar -C "$CACHE/root.build" -cf "$BASE.tmp" . && mv "$BASE.tmp" "$BASE"
+    rm -rf "$CACHE/root.build"
+fi
+
+# the venv in the root file system, cached per pyproject.toml (the toolkit itself each run)
+KEY=$(sha256sum "$HERE/pyproject.toml" | cut -c1-16)
+READY="$CACHE/rootfs-$SUITE-amd64-systemd-venv-$KEY.tar"
+TOOLKIT=$(mktemp -d /var/tmp/edge-systemd-wheel.XXXXXX)
+"$PY" -m pip wheel --no-deps -q -w "$TOOLKIT" "$HERE"
+if [ ! -f "$READY" ]; then
+    say "downloading the [agent] wheels"
+    WHEELS="$CACHE/wheels-$KEY"
+    rm -rf "$WHEELS" && mkdir -p "$WHEELS"
+    "$PY" -m pip download -q -d "$WHEELS" --only-binary=:all: --python-version 3.11 \
+        --implementation cp --abi cp311 --platform manylinux2014_x86_64 \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64 \
+        "$(ls "$TOOLKIT"/edge_toolkit-*.whl)[agent]"
+    rm -f "$WHEELS"/edge_toolkit-*.whl
+    BUILD=$(mktemp -d /var/tmp/edge-systemd-build.XXXXXX)
+    tar -C "$BUILD" -xf "$BASE"
+    mkdir -p "$BUILD/wheels" && cp "$WHEELS"/*.whl "$BUILD/wheels/"
+    say "creating the venv in the root file system"
+    chroot "$BUILD" /usr/bin/python3 -m venv /opt/edge
+    chroot "$BUILD" /bin/sh -c '/opt/edge/bin/pip install -q --no-index /wheels/*.whl' \
+        || die "pip install in the root file system failed"
+    rm -rf "$BUILD/wheels" "$WHEELS"
+    tar -C "$BUILD" -cf "$READY.tmp" . && mv "$READY.tmp" "$READY"
+    rm -rf "$BUILD"
+fi
+
+ROOT=$(mktemp -d /var/tmp/edge-systemd.XXXXXX)
+cleanup() { rm -rf --one-file-system "$ROOT" "$TOOLKIT"; }
+trap cleanup EXIT
+say "unpacking the root file system"
+tar -C "$ROOT" -xf "$READY"
+cp "$TOOLKIT"/edge_toolkit-*.whl "$ROOT/tmp/"
+chroot "$ROOT" /bin/sh -c '/opt/edge/bin/pip install -q --no-index --no-deps /tmp/edge_toolkit-*.whl'
+rm -f "$ROOT"/tmp/edge_toolkit-*.whl
+
+say "running tests/reliability/test_systemd_nspawn.py"
+cd "$HERE"
+EDGE_NSPAWN_ROOT="$ROOT" "$PY" -m pytest tests/reliability/test_systemd_nspawn.py -v -s -rs \
+    -p no:cacheprovider --timeout 1800
+say "done"
