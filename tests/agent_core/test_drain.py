@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 import tritonclient.grpc as tc
 from tritonclient.utils import InferenceServerException
 

@@ -11,6 +11,7 @@ and exits cleanly, under systemd 252 with the unit's hardening (DynamicUser, Pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -198,10 +199,8 @@ def _poweroff(proc: subprocess.Popen[bytes], leader: int | None) -> None:
     if proc.poll() is None and leader is not None:
         subprocess.run(["nsenter", "-t", str(leader), "-a", "systemctl", "poweroff",
                         "--no-block"], capture_output=True, timeout=60, check=False)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(90)
-        except subprocess.TimeoutExpired:
-            pass
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
