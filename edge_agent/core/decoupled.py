@@ -24,6 +24,7 @@ from edge_agent.errors import (
     BackendError,
     DecoupledModelError,
     ModelUnavailableError,
+    RequestTimeoutError,
 )
 from packager.manifest import Manifest
 
@@ -36,6 +37,8 @@ class StreamingBackend(Protocol):
     def stream(self, inputs: dict[str, np.ndarray], instance: int = 0,
                execution: int = 0) -> Iterator[dict[str, np.ndarray]]: ...
 
+    def cancel(self, instance: int, execution: int) -> bool: ...
+
 
 def is_decoupled(manifest: Manifest) -> bool:
     """Whether ``manifest``'s model streams its responses (``decoupled = true``)."""
@@ -43,9 +46,14 @@ def is_decoupled(manifest: Manifest) -> bool:
 
 
 class DecoupledRunner:
-    """Runs the requests of one decoupled model version, one per free instance."""
+    """Runs the requests of one decoupled model version, one per free instance.
 
-    def __init__(self, backend: Any, *, model: str, version: int, instances: int) -> None:
+    ``response_timeout_s`` (the model's execution timeout) bounds the wait for each response;
+    an overdue one cancels the execution (a runtime process is killed and replaced) and the
+    stream answers DEADLINE_EXCEEDED."""
+
+    def __init__(self, backend: Any, *, model: str, version: int, instances: int,
+                 response_timeout_s: float = 0.0) -> None:
         if not callable(getattr(backend, "stream", None)):
             raise BackendError(f"model {model!r} version {version} is decoupled, but its "
                                f"backend ({getattr(backend, 'name', '?')}) cannot stream")
@@ -55,6 +63,7 @@ class DecoupledRunner:
         for i in range(max(1, instances)):
             self._free.put(i)
         self._ids = itertools.count(1)
+        self._timeout_s = response_timeout_s  # per response; 0: none
         self._lock = threading.Lock()
         self._drained = threading.Condition(self._lock)
         self._inflight = 0
@@ -85,19 +94,55 @@ class DecoupledRunner:
         except BaseException:
             self._done()
             raise
+        execution = next(self._ids)
+        responses = self._backend.stream(inputs, instance, execution)
+        timed_out = threading.Event()
         try:
-            for outputs in self._backend.stream(inputs, instance, next(self._ids)):
+            while True:
+                timer = self._watch(instance, execution, timed_out)
+                try:
+                    outputs = next(responses)
+                except StopIteration:
+                    return
+                except AgentError as exc:
+                    raise self._failed(exc, timed_out.is_set()) from exc
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+                # the time the caller takes a response does not count against the model
                 yield InferResult(model=self.model, version=self.version, outputs=outputs,
                                   id=request_id)
-        except BackendError as exc:
-            if repr(self.model) not in str(exc):
-                raise type(exc)(f"model {self.model!r} version {self.version}: {exc}") from exc
-            raise
-        except AgentError:
-            raise
         finally:
+            close = getattr(responses, "close", None)
+            if close is not None:
+                close()  # a caller that went away stops the model's generator
             self._free.put(instance)
             self._done()
+
+    def _watch(self, instance: int, execution: int,
+               timed_out: threading.Event) -> threading.Timer | None:
+        """A timer cancelling the execution when its next response is overdue."""
+        if self._timeout_s <= 0:
+            return None
+
+        def fire() -> None:
+            timed_out.set()
+            self._backend.cancel(instance, execution)
+
+        timer = threading.Timer(self._timeout_s, fire)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def _failed(self, exc: AgentError, timed_out: bool) -> AgentError:
+        label = f"model {self.model!r} version {self.version}"
+        if timed_out:
+            return RequestTimeoutError(
+                f"{label}: no response within the execution timeout ({self._timeout_s:g} s); "
+                "the execution was cancelled (a runtime process is killed and replaced)")
+        if isinstance(exc, BackendError) and repr(self.model) not in str(exc):
+            return type(exc)(f"{label}: {exc}")
+        return exc
 
     def _done(self) -> None:
         with self._lock:

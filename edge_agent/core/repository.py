@@ -264,7 +264,8 @@ class ModelRepository:
                                         execution_timeout_s=ov.execution_timeout_s())
             if decoupled:
                 mv.streamer = DecoupledRunner(backend, model=mv.name, version=mv.version,
-                                              instances=batching.instances)
+                                              instances=batching.instances,
+                                              response_timeout_s=ov.execution_timeout_s())
         except BaseException:
             backend.close()
             raise

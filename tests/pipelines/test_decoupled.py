@@ -15,9 +15,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from edge_agent.core.overrides import ModelOverrides
 from tests.pipelines.conftest import Agent, Built, build, python_spec, running_agent
 
 COUNTING = textwrap.dedent('''
+    import time
+
     import numpy as np
 
 
@@ -28,6 +31,14 @@ COUNTING = textwrap.dedent('''
             yield {"Y": x + i}
         if float(x[0, 1]) < 0:
             raise ValueError("gave up mid-stream")
+
+
+    def stall(inputs, ctx):
+        """One response, then hangs when X[0, 1] < 0."""
+        yield {"Y": inputs["X"]}
+        if float(inputs["X"][0, 1]) < 0:
+            time.sleep(3600)
+        yield {"Y": inputs["X"] + 1}
 
 
     def not_a_generator(inputs, ctx):
@@ -58,8 +69,12 @@ def agent(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ag
                                  source="counting.py"), 1, out, built.private_key)
     plain = build(python_spec(src, "plain", "counting:not_a_generator", "decoupled = true",
                               source="counting.py"), 1, out, built.private_key)
-    with running_agent(tmp_path_factory.mktemp("agent"), built.public_key) as running:
-        for bundle in (counting, plain, built.bundles["fail"]):
+    stall = build(python_spec(src, "stall", "counting:stall", "decoupled = true",
+                              source="counting.py"), 1, out, built.private_key)
+    models = {"stall": ModelOverrides(execution_timeout_ms=1500)}
+    with running_agent(tmp_path_factory.mktemp("agent"), built.public_key,
+                       models=models) as running:
+        for bundle in (counting, plain, stall, built.bundles["fail"]):
             result = running.deploy(bundle)
             assert result.ok, result.message
         yield running
@@ -205,3 +220,18 @@ def test_a_pipeline_step_on_a_decoupled_model_is_refused_at_deploy(
     result = agent.deploy(build(spec, 1, tmp_path / "out", built.private_key))
     assert not result.ok
     assert "step 1 (model 'count') is decoupled" in result.message
+
+
+def test_a_generator_that_hangs_mid_stream_is_cancelled_and_replaced(agent: Agent) -> None:
+    stream = Stream(agent.tcp)
+    try:
+        stream.client.async_stream_infer("stall", request(1, fail=True), request_id="hung")
+        stream.client.async_stream_infer("stall", request(1), request_id="fine")
+        got = stream.take(4)
+    finally:
+        stream.close()
+    assert got[0][1] is None and got[0][0].get_response().id == "hung"
+    error = got[1][1]
+    assert error is not None and "'stall'" in str(error)
+    assert "no response within the execution timeout (1.5 s)" in str(error)
+    assert [r.get_response().id for r, e in got[2:] if e is None] == ["fine", "fine"]
