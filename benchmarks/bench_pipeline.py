@@ -1,6 +1,6 @@
 """Pipelines on the device (issue 11), as ratios measured in one run on this machine.
 
-    PYTHONPATH=. python -m benchmarks.bench_pipeline                 # ~3 minutes
+    PYTHONPATH=. python -m benchmarks.bench_pipeline                 # ~5 minutes
     PYTHONPATH=. python -m benchmarks.bench_pipeline --seconds 20
 
 One agent (a subprocess, Unix socket) serves, signed and deployed like any model:
