@@ -1,17 +1,20 @@
 """Pipelines on the device (issue 11), as ratios measured in one run on this machine.
 
-    PYTHONPATH=. python -m benchmarks.bench_pipeline                 # ~1-2 minutes
+    PYTHONPATH=. python -m benchmarks.bench_pipeline                 # ~5 minutes
     PYTHONPATH=. python -m benchmarks.bench_pipeline --seconds 20
 
 One agent (a subprocess, Unix socket) serves, signed and deployed like any model:
-  * ``e2e``: compressed 640x480 grey image (examples/pipeline/imaging.py's EPI format: zlib,
-    numpy only; no Pillow here) -> a Python step (decode, resize to 224, normalise, 3 channels)
-    -> the light squeezenet (ONNX Runtime) -> a Python step (top-1 label as BYTES);
+  * ``e2e``: a 640x480 colour JPEG -> examples/pipeline/jpeg_prep.py (Pillow decode at the
+    smallest JPEG scale >= 224, bilinear resize to 224, ImageNet normalisation, CHW) ->
+    squeezenet (ONNX Runtime) -> a Python step (top-1 label as BYTES);
   * ``ident_step``: a pipeline of one identity Python step over ``ident`` (FP32 [64]).
 Figures, each pair interleaved in the same run:
-  1. concurrency 8 over the Unix socket: the client sends image bytes to ``e2e`` vs. the client
-     decodes and preprocesses itself, sends the float tensor to squeezenet and takes top-1:
-     throughput ratio and the client's CPU per request (target >= 1.0x and <= 0.15x);
+  1. concurrency 8 over the Unix socket: the client sends the JPEG to ``e2e`` vs. the client
+     runs the same jpeg_prep function itself, sends the float tensor to squeezenet and takes
+     top-1: throughput ratio and the client's CPU per request (target >= 1.0x and <= 0.15x).
+     Measured twice: with tritonclient (InferInput/infer per call) and with a lean client
+     (grpcio and the generated stubs, raw contents, as examples/infer_grpc.py: what an app
+     that cares about its CPU uses); the client's fixed cost per call is shown by ``ident``;
   2. server CPU per request (agent + its runtime processes) of ``ident_step`` vs. ``ident``
      called directly, at concurrency 1 and 16 (target: <= 150 us added per step);
   3. latency at concurrency 1 of ``ctx.infer("ident")`` from a Python model (in its runtime
@@ -33,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -41,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pipeline"
 sys.path.append(str(EXAMPLE))
 
-import imaging  # noqa: E402  (examples/pipeline)
+import jpeg_prep  # noqa: E402  (examples/pipeline; needs Pillow)
 
 PROFILE = "x86_64-cpu-onnxruntime"
 READY = re.compile(r"edge-agent ready: listening on (?P<listen>.*?); management on "
@@ -49,16 +53,6 @@ READY = re.compile(r"edge-agent ready: listening on (?P<listen>.*?); management 
 
 PREP = '''
 import numpy as np
-from imaging import decode, resize
-
-MEAN, STD = 114.0, 58.0
-
-
-def prep(inputs, ctx):
-    out = np.empty((len(inputs["IMAGE"]), 3, 224, 224), np.float32)
-    for i, row in enumerate(inputs["IMAGE"]):
-        out[i] = (resize(decode(bytes(row[0])), 224) - MEAN) / STD
-    return {"PIXELS": out}
 
 
 def top1(inputs, ctx):
@@ -88,25 +82,26 @@ def _tensor(name: str, dt: str, shape: list[int]) -> str:
     return f'name = "{name}"\ndatatype = "{dt}"\nshape = {shape}\n'
 
 
-def _specs(d: Path) -> dict[str, Path]:
+def _specs(d: Path, prep_instances: int = 4) -> dict[str, Path]:
     (d / "steps.py").write_text(PREP)
-    shutil.copy(EXAMPLE / "imaging.py", d / "imaging.py")
+    shutil.copy(EXAMPLE / "jpeg_prep.py", d / "jpeg_prep.py")
 
     def py(name: str, entry: str, ins: str, outs: str, mbs: int = 8) -> Path:
         path = d / f"{name}.toml"
+        instances = prep_instances if name == "prep224" else 2
         path.write_text(f'name = "{name}"\nkind = "python"\nsource = ["steps.py", '
-                        f'"imaging.py"]\nentry = "steps:{entry}"\nmax_batch_size = {mbs}\n'
-                        f"instances = 2\n[[inputs]]\n{ins}[[outputs]]\n{outs}")
+                        f'"jpeg_prep.py"]\nentry = "{entry}"\nmax_batch_size = {mbs}\n'
+                        f"instances = {instances}\n[[inputs]]\n{ins}[[outputs]]\n{outs}")
         return path
 
     specs = {
-        "prep224": py("prep224", "prep", _tensor("IMAGE", "BYTES", [1]),
+        "prep224": py("prep224", "jpeg_prep:preprocess", _tensor("JPEG", "BYTES", [1]),
                       _tensor("PIXELS", "FP32", [3, 224, 224])),
-        "top1": py("top1", "top1", _tensor("SCORES", "FP32", [1000, 1, 1]),
+        "top1": py("top1", "steps:top1", _tensor("SCORES", "FP32", [1000, 1, 1]),
                    _tensor("LABEL", "BYTES", [1])),
-        "ident": py("ident", "ident", _tensor("X", "FP32", [64]), _tensor("Y", "FP32", [64]),
+        "ident": py("ident", "steps:ident", _tensor("X", "FP32", [64]), _tensor("Y", "FP32", [64]),
                     16),
-        "bls_time": py("bls_time", "bls_time", _tensor("X", "FP32", [64]),
+        "bls_time": py("bls_time", "steps:bls_time", _tensor("X", "FP32", [64]),
                        _tensor("US", "FP32", [1]), 1),
     }
     (d / "e2e.toml").write_text(textwrap.dedent('''\
@@ -115,7 +110,7 @@ def _specs(d: Path) -> dict[str, Path]:
         max_batch_size = 8
         instances = 8
         [[inputs]]
-        name = "IMAGE"
+        name = "JPEG"
         datatype = "BYTES"
         shape = [1]
         [[outputs]]
@@ -124,7 +119,7 @@ def _specs(d: Path) -> dict[str, Path]:
         shape = [1]
         [[steps]]
         model = "prep224"
-        inputs = { IMAGE = "IMAGE" }
+        inputs = { JPEG = "JPEG" }
         outputs = { PIXELS = "pixels" }
         [[steps]]
         model = "squeezenet"
@@ -158,7 +153,7 @@ def _specs(d: Path) -> dict[str, Path]:
     return specs
 
 
-def build_all(work: Path) -> tuple[Path, list[Path]]:
+def build_all(work: Path, prep_instances: int = 4) -> tuple[Path, list[Path]]:
     from packager.build import build_bundles
     from packager.signing import generate_keypair
     from tests.model_factory import LIGHT_BUILD, conditioned_light_model
@@ -169,7 +164,7 @@ def build_all(work: Path) -> tuple[Path, list[Path]]:
     bundles = build_bundles(cnn, name="squeezenet", version=1, profiles=[PROFILE],
                             out_dir=out, key_path=private, dynamic_batch=True, max_batch=8,
                             **LIGHT_BUILD)
-    specs = _specs(work)
+    specs = _specs(work, prep_instances)
     for name in ("prep224", "top1", "ident", "bls_time", "e2e", "ident_step"):  # members first
         bundles += build_bundles(specs[name], name=name, version=1, profiles=[PROFILE],
                                  out_dir=out, key_path=private)
@@ -228,23 +223,90 @@ class Agent:
 
 
 def _client_preprocess(image: bytes) -> np.ndarray:
-    pixels = (imaging.resize(imaging.decode(image), 224) - 114.0) / 58.0
-    return np.broadcast_to(pixels, (1, 3, 224, 224)).astype(np.float32)
+    return jpeg_prep.pixels(image)[None]
+
+
+def _camera_jpeg() -> bytes:
+    """A 640x480 colour JPEG (quality 90) with gradients and noise, as a camera sends."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:480, 0:640].astype(np.float32)
+    rgb = np.stack([np.sin(xx / 50 + k) * np.cos(yy / 70 - k) for k in range(3)], -1) * 100
+    rgb += 128 + rng.normal(0, 8, rgb.shape)
+    out = io.BytesIO()
+    Image.fromarray(rgb.clip(0, 255).astype(np.uint8)).save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+class Lean:
+    """A lean client: grpcio and the generated stubs, raw contents (examples/infer_grpc.py)."""
+
+    def __init__(self, target: str) -> None:
+        import grpc
+
+        from edge_agent.protocol.generated import grpc_service_pb2 as pb
+        from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+
+        self.pb = pb
+        self.channel = grpc.insecure_channel(target)
+        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+
+    def pipeline(self, image: bytes) -> bytes:
+        request = self.pb.ModelInferRequest(model_name="e2e")
+        request.inputs.add(name="JPEG", datatype="BYTES", shape=(1, 1))
+        request.raw_input_contents.append(len(image).to_bytes(4, "little") + image)
+        return bytes(self.stub.ModelInfer(request).raw_output_contents[0][4:])  # the label
+
+    def client_side(self, image: bytes) -> int:
+        x = _client_preprocess(image)
+        request = self.pb.ModelInferRequest(model_name="squeezenet")
+        request.inputs.add(name="data_0", datatype="FP32", shape=x.shape)
+        request.raw_input_contents.append(x.tobytes())
+        raw = self.stub.ModelInfer(request).raw_output_contents[0]
+        return int(np.frombuffer(raw, np.float32).argmax())
+
+    def ident(self, x: np.ndarray) -> None:
+        request = self.pb.ModelInferRequest(model_name="ident")
+        request.inputs.add(name="X", datatype="FP32", shape=x.shape)
+        request.raw_input_contents.append(x.tobytes())
+        self.stub.ModelInfer(request)
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 def run_load(target: str, call: Callable, concurrency: int, seconds: float,
-             agent: Agent) -> dict[str, float]:
+             agent: Agent, *, lean: bool = False) -> dict[str, float]:
     """``call(client)`` from ``concurrency`` threads for ``seconds``: req/s, client CPU ms per
-    request, server CPU us per request."""
+    request, server CPU us per request. ``lean``: the client is a :class:`Lean`, not
+    tritonclient."""
+    import contextlib
+
     import tritonclient.grpc as grpcclient
+
+    def make() -> Any:
+        if lean:
+            return contextlib.closing(Lean(target))
+        return grpcclient.InferenceServerClient(target)
 
     stop = threading.Event()
     counts = [0] * concurrency
     errors: list[str] = []
+    # clients connect and make a first call before the clock starts: a connection's setup is
+    # paid once by an app, not per request (it was ~0.3 ms per request of an 8 s e2e run)
+    ready = threading.Barrier(concurrency + 1)
 
     def worker(i: int) -> None:
-        with grpcclient.InferenceServerClient(target) as client:
-            while not stop.is_set():
+        with make() as client:
+            try:
+                call(client)
+            except Exception as exc:  # reported with the figures
+                errors.append(str(exc))
+            ready.wait()
+            while not stop.is_set() and not errors:
                 try:
                     call(client)
                     counts[i] += 1
@@ -253,18 +315,19 @@ def run_load(target: str, call: Callable, concurrency: int, seconds: float,
                     return
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
-    c0, s0, t0 = time.process_time(), agent.cpu_s(), time.monotonic()
     for t in threads:
         t.start()
+    ready.wait()
+    c0, s0, t0 = time.process_time(), agent.cpu_s(), time.monotonic()
     time.sleep(seconds)
+    n = max(1, sum(counts))  # answered within the window (the calls in flight are not counted)
+    wall, client_cpu, server_cpu = (time.monotonic() - t0, time.process_time() - c0,
+                                    agent.cpu_s() - s0)
     stop.set()
     for t in threads:
         t.join()
-    wall, client_cpu, server_cpu = (time.monotonic() - t0, time.process_time() - c0,
-                                    agent.cpu_s() - s0)
     if errors:
         raise RuntimeError(f"{len(errors)} failed requests, e.g. {errors[0]}")
-    n = max(1, sum(counts))
     return {"rps": n / wall, "client_ms": 1e3 * client_cpu / n, "server_us": 1e6 * server_cpu / n}
 
 
@@ -273,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=8.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--prep-instances", type=int, default=4,
+                        help="instances (runtime processes) of the JPEG step")
     args = parser.parse_args(argv)
     import tritonclient.grpc as grpcclient
 
@@ -280,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         work = Path(tmp)
-        public, bundles = build_all(work)
+        public, bundles = build_all(work, args.prep_instances)
         agent = Agent(work / "state", public)
         try:
             token = (agent.state / "management.token").read_text().strip()
@@ -290,14 +355,13 @@ def main(argv: list[str] | None = None) -> int:
                     if not r.ok:
                         raise RuntimeError(f"deploy of {b.name} failed: {r.message}")
             target = f"unix://{agent.uds}"
-            yy, xx = np.mgrid[0:480, 0:640]
-            image = imaging.encode(((yy * 3 + xx * 2) // 5 % 256).astype(np.uint8))
+            image = _camera_jpeg()
             jpeg = np.array([[image]], dtype=object)
-            print(f"image: 640x480 grey, {len(image)} bytes compressed; float tensor "
+            print(f"image: 640x480 colour JPEG, {len(image)} bytes; float tensor "
                   f"{3 * 224 * 224 * 4} bytes")
 
             def pipeline(client) -> None:  # type: ignore[no-untyped-def]
-                inp = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+                inp = grpcclient.InferInput("JPEG", [1, 1], "BYTES")
                 inp.set_data_from_numpy(jpeg)
                 client.infer("e2e", [inp]).as_numpy("LABEL")
 
@@ -332,17 +396,29 @@ def main(argv: list[str] | None = None) -> int:
 
             results: dict[str, list[dict[str, float]]] = {}
             latency: dict[str, list[float]] = {"ctx.infer": [], "unix socket": []}
-            plan = [("e2e pipeline c8", pipeline, 8), ("client-side c8", client_side, 8),
-                    ("ident direct c1", direct("ident"), 1),
-                    ("ident_step c1", direct("ident_step"), 1),
-                    ("ident direct c16", direct("ident"), 16),
-                    ("ident_step c16", direct("ident_step"), 16)]
-            for _name, call, conc in plan:  # warm-up
-                run_load(target, call, conc, 1.0, agent)
+            plan = [("e2e pipeline c8", pipeline, 8, False),
+                    ("client-side c8", client_side, 8, False),
+                    ("lean e2e c8", lambda c: c.pipeline(image), 8, True),
+                    ("lean client-side c8", lambda c: c.client_side(image), 8, True),
+                    ("ident c8", direct("ident"), 8, False),
+                    ("lean ident c8", lambda c: c.ident(x64), 8, True),
+                    ("ident direct c1", direct("ident"), 1, False),
+                    ("ident_step c1", direct("ident_step"), 1, False),
+                    ("ident direct c16", direct("ident"), 16, False),
+                    ("ident_step c16", direct("ident_step"), 16, False)]
+            for _name, call, conc, lean in plan:  # warm-up
+                run_load(target, call, conc, 1.0, agent, lean=lean)
+            c0, t0 = time.process_time(), time.monotonic()
+            time.sleep(3.0)  # this process's own CPU with no request (its log pump, ...)
+            idle_ms_per_s = 1e3 * (time.process_time() - c0) / (time.monotonic() - t0)
+            t0 = time.perf_counter()
+            for _ in range(200):
+                _client_preprocess(image)
+            prep_ms = (time.perf_counter() - t0) / 200 * 1e3
             for _ in range(args.rounds):
-                for name, call, conc in plan:
+                for name, call, conc, lean in plan:
                     results.setdefault(name, []).append(
-                        run_load(target, call, conc, args.seconds, agent))
+                        run_load(target, call, conc, args.seconds, agent, lean=lean))
                 with grpcclient.InferenceServerClient(target) as client:
                     latency["ctx.infer"].append(bls_us(client))
                     latency["unix socket"].append(uds_us(client))
@@ -356,10 +432,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in results:
         print(f"{name:<18} {med(name, 'rps'):8.1f} {med(name, 'client_ms'):18.2f} "
               f"{med(name, 'server_us'):18.0f}")
-    thr = med("e2e pipeline c8", "rps") / med("client-side c8", "rps")
-    cpu = med("e2e pipeline c8", "client_ms") / med("client-side c8", "client_ms")
-    print(f"figure 1: pipeline throughput {thr:.2f}x the client-side path (target >= 1.0x; "
-          f"Triton 2.51 reached 0.83x); client CPU per request {cpu:.2f}x (target <= 0.15x)")
+    print(f"client-side preprocessing alone (jpeg_prep.pixels, one thread): {prep_ms:.2f} ms")
+    for label, pipe, side in (("tritonclient", "e2e pipeline c8", "client-side c8"),
+                              ("lean client", "lean e2e c8", "lean client-side c8")):
+        thr = med(pipe, "rps") / med(side, "rps")
+        cpu = med(pipe, "client_ms") / med(side, "client_ms")
+        net = [max(0.0, med(n, "client_ms") - idle_ms_per_s / med(n, "rps"))
+               for n in (pipe, side)]
+        print(f"figure 1 ({label}): pipeline throughput {thr:.2f}x the client-side path "
+              f"(target >= 1.0x; Triton 2.51 reached 0.83x); client CPU per request "
+              f"{cpu:.2f}x (target <= 0.15x); net of the idle CPU of this process "
+              f"({idle_ms_per_s:.1f} ms/s): {net[0]:.2f} vs {net[1]:.2f} ms, "
+              f"{net[0] / max(net[1], 1e-9):.2f}x")
     for c in (1, 16):
         added = med(f"ident_step c{c}", "server_us") - med(f"ident direct c{c}", "server_us")
         print(f"figure 2: one pipeline step adds {added:.0f} us server CPU per request at "

@@ -35,6 +35,10 @@ class InvalidInputError(AgentError):
     code = ErrorCode.INVALID_ARGUMENT
 
 
+class DecoupledModelError(InvalidInputError):
+    """Unary inference on a decoupled model (it answers only over ModelStreamInfer)."""
+
+
 class ModelNotFoundError(AgentError):
     """No such model, or no such version of it."""
 

@@ -175,9 +175,9 @@ def _python(spec: Path, d: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(value, bool):
             raise _fail(spec, f"{key} = {value!r} must be true or false")
         flags[key] = value
-    if flags["decoupled"]:
-        raise _fail(spec, "decoupled = true (streaming responses) is not supported yet by this "
-                          "edge-pack; set decoupled = false")
+    if flags["decoupled"] and flags["warmup"]:
+        raise _fail(spec, "decoupled = true cannot be warmed up (its responses stream over "
+                          "ModelStreamInfer); set warmup = false")
     return {"sources": sources, "entry": entry, "requires": tuple(requires),
             "decoupled": flags["decoupled"], "warmup": flags["warmup"]}
 

@@ -21,7 +21,8 @@ import onnx
 
 from packager.samples import make_mlp
 
-__all__ = ["LIGHT_BUILD", "LIGHT_MODELS", "conditioned_light_model", "light_model_path", "make_mlp"]
+__all__ = ["LIGHT_BUILD", "LIGHT_MODELS", "conditioned_light_model", "light_model_path", "make_mlp",
+           "varied_light_model"]
 
 LIGHT_BUILD: dict[str, bool] = {"allow_parity_failure": True}
 """``build_bundles`` keywords for a light CNN (see the module docstring)."""
@@ -60,5 +61,46 @@ def conditioned_light_model(name: str, out_dir: Path) -> Path:
                     attr.t.CopyFrom(value)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"conditioned_{name}.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def varied_light_model(name: str, out_dir: Path, seed: int = 0) -> Path:
+    """A copy of light CNN ``name`` whose conv weights are seeded random (He-scaled: activations
+    keep their scale), so that different images get different top classes.
+
+    ``conditioned_light_model`` gives every output channel the same weights, so its softmax is
+    uniform: right for parity of values, useless for labels (top-k is always 0, 1, 2, ...).
+    """
+    import numpy as np
+    from onnx import numpy_helper
+
+    model = onnx.load(str(light_model_path(name)))
+    weights = {n.input[1] for n in model.graph.node if n.op_type == "Conv" and len(n.input) > 1}
+    shapes = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    rng = np.random.default_rng(seed)
+    kept = []
+    for node in model.graph.node:
+        if node.op_type == "ConstantOfShape" and node.output[0] in weights:
+            shape = [int(d) for d in shapes[node.input[0]]]
+            fan_in = int(np.prod(shape[1:]))
+            value = (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+            model.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+            # this IR version lists initializers among the graph's inputs
+            model.graph.input.append(onnx.helper.make_tensor_value_info(
+                node.output[0], onnx.TensorProto.FLOAT, shape))
+        else:
+            kept.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    used = {i for n in kept for i in n.input}
+    unused = [i for i in model.graph.initializer if i.name not in used
+              and i.name not in weights]
+    for init in unused:  # the dropped fills' shapes (initializers listed as inputs too)
+        model.graph.initializer.remove(init)
+    for inp in [i for i in model.graph.input if i.name in {u.name for u in unused}]:
+        model.graph.input.remove(inp)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"varied_{name}.onnx"
     onnx.save(model, str(path))
     return path

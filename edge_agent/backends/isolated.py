@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,56 @@ class _RuntimeProcess:
             raise BackendError(f"model {self._owner.label}: {reply.get('error')}")
         return outputs
 
+    def stream(self, inputs: dict[str, np.ndarray], execution: int,
+               ) -> Iterator[dict[str, np.ndarray]]:
+        """A decoupled model's responses from the runtime process, one at a time (the
+        process produces the next only once this one is taken); closing early stops it."""
+        conn = self._ensure_running()
+        executions = self._owner.executions
+        executions.begin(self.instance, execution)
+        done = False
+        try:
+            conn.send({"op": "stream"}, inputs)
+            while True:
+                reply, outputs = conn.recv(copy=True)
+                op = reply.get("op")
+                if op == "call":  # ctx.infer from the generator
+                    conn.send(*self._owner.call(reply, outputs))
+                elif op == "item":
+                    yield outputs
+                    conn.send({"op": "next"})
+                else:
+                    done = True
+                    break
+        except (EOFError, OSError, WireError) as exc:
+            done = True
+            raise self._lost(cancelled=executions.end(self.instance)) from exc
+        finally:
+            if not done:  # the caller stopped taking responses: stop the generator
+                self._stop_stream(conn)
+        if executions.end(self.instance):
+            self._lost(cancelled=True)
+        if not reply.get("ok"):
+            raise BackendError(f"model {self._owner.label}: {reply.get('error')}")
+
+    def _stop_stream(self, conn: Channel) -> None:
+        """Ask the process to close the generator and wait for its last message; a process
+        that does not answer within the load timeout is replaced."""
+        try:
+            conn.send({"op": "stop"})
+            conn.sock.settimeout(self._owner.load_timeout_s)
+            while True:
+                reply, _ = conn.recv(copy=True)
+                if reply.get("op") == "call":
+                    conn.send({"ok": False, "error": "the stream was stopped"})
+                elif reply.get("op") != "item":
+                    break
+            conn.sock.settimeout(None)
+            if self._owner.executions.end(self.instance):
+                self._lost(cancelled=True)
+        except (EOFError, OSError, WireError):
+            self._lost(cancelled=self._owner.executions.end(self.instance))
+
     def _lost(self, *, cancelled: bool) -> BackendError:
         """The process died (or was killed by ``cancel``): reap it, restart it, and say what
         happened."""
@@ -366,6 +417,11 @@ class IsolatedBackend:
               execution: int = 0) -> dict[str, np.ndarray]:
         """Run one execution in ``instance``'s runtime process."""
         return self._instances[instance].infer(inputs, execution)
+
+    def stream(self, inputs: dict[str, np.ndarray], instance: int = 0,
+               execution: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        """A decoupled model's responses, produced in ``instance``'s runtime process."""
+        return self._instances[instance].stream(inputs, execution)
 
     def cancel(self, instance: int, execution: int) -> bool:
         """Stop ``execution`` if it runs on ``instance`` now by killing the instance's process;

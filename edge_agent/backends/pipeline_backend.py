@@ -18,6 +18,7 @@ import numpy as np
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation
 from edge_agent.core import planes
 from edge_agent.core.api import DataPlaneAPI
+from edge_agent.core.decoupled import is_decoupled
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
 from packager.errors import PackagerError
@@ -77,6 +78,9 @@ class PipelineBackend:
             except (ModelNotFoundError, ModelUnavailableError) as exc:
                 raise BackendError(f"{step_label(self._label, i, step)} is not served on this "
                                    f"agent ({exc}); deploy it before the pipeline") from None
+            if is_decoupled(info.manifest):
+                raise BackendError(f"{step_label(self._label, i, step)} is decoupled (it "
+                                   "streams many responses); a pipeline step must answer once")
             self._check_cycle(info.manifest, [manifest.name])
             return info.manifest
 

@@ -16,7 +16,7 @@ import importlib.metadata
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,16 +144,55 @@ class PythonBackend:
         self.inputs = manifest.inputs
         self.outputs = manifest.outputs
         self._dtypes = {t.name: numpy_dtype(t.datatype) for t in manifest.outputs}
+        self.decoupled = bool(opts.get("decoupled", False))
 
     def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
               execution: int = 0) -> dict[str, np.ndarray]:
         """Call the function with the (batched) inputs; check and convert what it returns."""
+        if self.decoupled:
+            raise BackendError(f"{self._label} is decoupled: it streams its responses "
+                               "(ModelStreamInfer), it has no single answer")
         try:
             result = self._fn(dict(inputs), self._ctx)
         except BackendError:
             raise
         except Exception as exc:
             raise BackendError(f"{self._entry} raised {type(exc).__name__}: {exc}") from exc
+        return self._checked(result, inputs)
+
+    def stream(self, inputs: dict[str, np.ndarray], instance: int = 0,
+               execution: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        """A decoupled model's responses: each output dict its generator yields, checked."""
+        try:
+            produced = self._fn(dict(inputs), self._ctx)
+        except BackendError:
+            raise
+        except Exception as exc:
+            raise BackendError(f"{self._entry} raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(produced, Iterator) or isinstance(produced, dict):
+            raise BackendError(f"{self._label}: {self._entry} is decoupled but returned a "
+                               f"{type(produced).__name__}, not a generator (yield each "
+                               "response's dict of output arrays)")
+        sent = 0
+        try:
+            while True:
+                try:
+                    result = next(produced)
+                except StopIteration:
+                    return
+                except BackendError:
+                    raise
+                except Exception as exc:
+                    raise BackendError(f"{self._entry} raised {type(exc).__name__}: {exc} "
+                                       f"after {sent} response(s)") from exc
+                yield self._checked(result, inputs)
+                sent += 1
+        finally:
+            close = getattr(produced, "close", None)
+            if close is not None:
+                close()  # a caller that stops early ends the user's generator too
+
+    def _checked(self, result: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not isinstance(result, dict):
             raise BackendError(f"{self._label}: {self._entry} returned a "
                                f"{type(result).__name__}, not a dict of output arrays")

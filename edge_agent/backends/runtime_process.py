@@ -74,6 +74,24 @@ def _agent_caller(conn: Channel) -> Any:
     return call
 
 
+def _stream(conn: Channel, backend: Any, inputs: dict[str, Any]) -> None:
+    """Run a decoupled model's generator: each response is sent as ``{"op": "item"}`` and the
+    next one is produced only when the agent has read it (``{"op": "next"}``; ``"stop"`` ends
+    the generator early); the last message is ``{"ok": ...}`` as for an execution."""
+    try:
+        produced = backend.stream(inputs, 0)
+        for outputs in produced:
+            conn.send({"op": "item"}, outputs)
+            ack, _ = conn.recv()
+            if ack.get("op") != "next":
+                produced.close()
+                break
+    except Exception as exc:
+        conn.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
+        return
+    conn.send({"ok": True})
+
+
 def serve(conn: Channel) -> int:
     """Load the model the first message names, then run executions until the socket closes."""
     try:
@@ -90,13 +108,19 @@ def serve(conn: Channel) -> int:
     set_caller = getattr(backend, "set_caller", None)
     if set_caller is not None:  # a Python model: ctx.infer goes back to the agent
         set_caller(_agent_caller(conn))
+    # a Python model's inputs are copied out of shared memory: the answer to a ctx.infer
+    # arrives there while the function still reads them
+    copy = set_caller is not None
     while True:
         try:
-            request, inputs = conn.recv()
+            request, inputs = conn.recv(copy=copy)
         except EOFError:
             break
         if request.get("op") == "close":
             break
+        if request.get("op") == "stream":
+            _stream(conn, backend, inputs)
+            continue
         try:
             outputs = backend.infer(inputs, 0)
         except Exception as exc:

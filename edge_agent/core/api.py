@@ -6,6 +6,7 @@ protobuf messages to these calls and maps :mod:`edge_agent.errors` to status cod
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
@@ -69,6 +70,12 @@ class DataPlaneAPI(Protocol):
         """Blocking form of submit() for thread-pool servers (added by the serving core):
         when nothing else is in flight the request runs on the calling thread with no Future
         and no thread handoff. Raises every AgentError (including execution failures)."""
+        ...
+
+    def stream(self, request: InferRequest) -> Iterator[InferResult]:
+        """A decoupled model's responses to ``request`` (each taken as it is produced).
+        Raises AgentError subclasses for bad input; failures while streaming raise from the
+        iterator."""
         ...
 
     def statistics(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
@@ -171,6 +171,22 @@ class DataPlane:
             return self._on_current_version(request, self._infer_cached, timeout_s)
         return self._on_current_version(request, _infer, timeout_s)
 
+    def stream(self, request: InferRequest) -> Iterator[InferResult]:
+        """The responses of a decoupled model to ``request``, produced as they are taken
+        (:mod:`edge_agent.core.decoupled`). Validates now (raises AgentError subclasses); a
+        failure while streaming raises from the iterator. A model that is not decoupled
+        answers with its one response."""
+        start = _now()
+        mv = self.repository.resolve(request.model, request.version)
+        if mv.streamer is None:
+            return iter((self.infer(request),))
+        try:
+            mv.signature.validate(request)  # type: ignore[union-attr]  # READY: set
+        except AgentError:
+            mv.batcher.record_rejected(_now() - start)  # type: ignore[union-attr]  # READY: set
+            raise
+        return mv.streamer.stream(request.inputs, request.id)
+
     # ------------------------------------------------------------------ response cache
     def _cached(self, model: str) -> bool:
         return self.response_cache is not None and \
@@ -250,6 +266,8 @@ class DataPlane:
 
     def _route(self, request: InferRequest, start: int) -> tuple[DynamicBatcher, int, int]:
         mv = self.repository.resolve(request.model, request.version)
+        if mv.streamer is not None:  # a decoupled model answers only over a stream
+            raise mv.streamer.refusal()
         try:
             rows = mv.signature.validate(request)  # type: ignore[union-attr]  # resolve() gives a READY version: all set
         except AgentError:  # a rejected request is a failed request of this version

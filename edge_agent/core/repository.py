@@ -22,6 +22,7 @@ from pathlib import Path
 from edge_agent.backends.base import BackendOptions
 from edge_agent.backends.registry import IN_AGENT_BACKENDS, load_backend
 from edge_agent.core.batcher import DynamicBatcher
+from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.overrides import ModelOverrides, effective_batching
 from edge_agent.core.validation import Signature
@@ -57,6 +58,7 @@ class ModelVersion:
     batching: BatchingConfig | None = None
     signature: Signature | None = None
     batcher: DynamicBatcher | None = None
+    streamer: DecoupledRunner | None = None  # a decoupled model's (ModelStreamInfer only)
 
 
 @dataclass(eq=False)
@@ -250,15 +252,20 @@ class ModelRepository:
         backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
                                isolation=ov.isolation)
         try:
+            decoupled = is_decoupled(manifest)
             # a code model (Python, pipeline) says in its manifest whether made-up inputs suit it
-            if ov.warmup and manifest.backend_options.get(manifest.backend, {}).get("warmup",
-                                                                                   True):
+            if ov.warmup and not decoupled and manifest.backend_options.get(
+                    manifest.backend, {}).get("warmup", True):
                 run_warmup(backend, mv.name, mv.version, batching, batching.instances)
             mv.signature = Signature(mv.name, mv.version, manifest.inputs, manifest.outputs,
                                      batching.max_batch_size)
             mv.batcher = DynamicBatcher(backend, model=mv.name, version=mv.version,
                                         config=batching, observer=self._observer,
                                         execution_timeout_s=ov.execution_timeout_s())
+            if decoupled:
+                mv.streamer = DecoupledRunner(backend, model=mv.name, version=mv.version,
+                                              instances=batching.instances,
+                                              response_timeout_s=ov.execution_timeout_s())
         except BaseException:
             backend.close()
             raise
@@ -343,6 +350,8 @@ class ModelRepository:
             if mv.batcher is not None:
                 timeout = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
                 drained = mv.batcher.close(timeout)
+                if mv.streamer is not None:
+                    drained = mv.streamer.close(timeout) and drained
                 mv.batcher.backend.close()
         finally:
             with self._lock:

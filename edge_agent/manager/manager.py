@@ -22,7 +22,6 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from edge_agent.backends.pipeline_backend import pinned_by
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.errors import AgentError, ModelNotFoundError
 from edge_agent.manager.compat import display_name
@@ -37,6 +36,7 @@ from edge_agent.manager.journal import (
 )
 from edge_agent.manager.locks import ModelLocks
 from edge_agent.manager.outcome import DeployOutcome, VersionView
+from edge_agent.manager.pins import pinned_message, pipelines_pinning
 from edge_agent.manager.pipeline import DeployPipeline
 from edge_agent.manager.pruning import prune
 from edge_agent.manager.queries import RollbackPlan, VersionQueries, names_of
@@ -194,12 +194,9 @@ class ModelManager:
                                         "roll back to another version first")
             if self.store.version(model, version) is None:
                 raise ModelNotFoundError(f"{model} has no version {version} on this device")
-            users = pinned_by([mv.manifest for mv in self.repository.versions()
-                               if mv.manifest is not None], model, version)
+            users = pipelines_pinning(self.repository, model, version)
             if users:
-                raise VersionInUseError(f"{model} version {version} is a step pinned by the "
-                                        f"pipeline {', '.join(users)}; remove or redeploy "
-                                        "that pipeline first")
+                raise VersionInUseError(pinned_message(model, version, users))
             dep = self.pipeline.begin(model, DeploymentKind.REMOVE, version, None)
             try:
                 if self.pipeline.loaded(model, version):
@@ -226,6 +223,11 @@ class ModelManager:
         self.watchers.close()
 
     # ------------------------------------------------------------------ hooks
+    def _kept(self, model: str, version: int) -> bool:
+        """Whether retention must keep ``version``: loaded, or pinned by a served pipeline."""
+        return self.pipeline.loaded(model, version) or bool(
+            pipelines_pinning(self.repository, model, version))
+
     def _committed(self, done: Deployment, previous: int | None) -> None:
         """After a commit: prune old versions (deploys) and watch the new version's errors."""
         if done.kind is not DeploymentKind.DEPLOY:
@@ -234,7 +236,7 @@ class ModelManager:
         try:
             pruned = prune(done.model, keep=self.settings.keep_versions, store=self.store,
                            files=self.files, rollback_target=self.rollback_target(done.model),
-                           is_loaded=self.pipeline.loaded)
+                           is_loaded=self._kept)
         except (AgentError, OSError) as exc:  # the deploy is committed: pruning waits
             log.warning("%s: old versions were not pruned: %s", done.model, exc)
             pruned = []

@@ -26,6 +26,7 @@ from edge_agent.manager.errors import InvalidBundleError
 from edge_agent.manager.files import VersionFiles, bundle_manifest_sha, dir_size
 from edge_agent.manager.journal import DeploymentJournal, EventSink, RecordingFailed
 from edge_agent.manager.outcome import DeployOutcome
+from edge_agent.manager.pins import pipelines_pinning
 from edge_agent.manager.probe import probe_version
 from edge_agent.manager.settings import ManagerSettings
 from edge_agent.state import (
@@ -205,7 +206,13 @@ class DeployPipeline:
             repo.set_default(name, version)
             j.reached(dep, Step.SWITCHED, f"requests now go to version {version}"
                       + (f" (was {previous})" if previous is not None else ""), on_event)
-            if previous is not None and previous != version and self.loaded(name, previous):
+            pins = pipelines_pinning(repo, name, previous) if previous is not None else []
+            if previous is not None and previous != version and pins:
+                j.reached(dep, Step.DRAINED, f"version {previous} keeps serving: it is a step "
+                          f"pinned by the pipeline {', '.join(pins)}", on_event)
+                j.reached(dep, Step.UNLOADED, f"version {previous} stays loaded while pinned",
+                          on_event)
+            elif previous is not None and previous != version and self.loaded(name, previous):
                 drained = repo.unload_version(name, previous,
                                               drain_timeout_s=settings.drain_timeout_s)
                 j.reached(dep, Step.DRAINED, (

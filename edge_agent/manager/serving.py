@@ -13,9 +13,10 @@ from collections.abc import Callable
 
 from edge_agent.core.repository import ModelRepository
 from edge_agent.errors import AgentError, ModelNotFoundError, StateStoreError
-from edge_agent.manager.errors import ManagerError
+from edge_agent.manager.errors import ManagerError, VersionInUseError
 from edge_agent.manager.journal import DeploymentJournal
 from edge_agent.manager.locks import ModelLocks
+from edge_agent.manager.pins import pinned_message, pipelines_pinning
 from edge_agent.manager.settings import ManagerSettings
 from edge_agent.state import StateStore, VersionState
 
@@ -62,6 +63,10 @@ class ServingControl:
                 if self.store.versions(name):
                     return f"{name} was not loaded"
                 raise ModelNotFoundError(f"model {name!r} is not on this device")
+            for v in versions:
+                users = pipelines_pinning(self.repository, name, v)
+                if users:
+                    raise VersionInUseError(pinned_message(name, v, users))
             if self._on_unload is not None:
                 self._on_unload(name)
             for v in versions:

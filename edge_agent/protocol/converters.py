@@ -16,6 +16,7 @@ import numpy as np
 
 from edge_agent.core import bytes_tensors
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
+from edge_agent.core.decoupled import is_decoupled
 from edge_agent.core.types import (
     DurationStat,
     InferRequest,
@@ -373,6 +374,8 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
         instance_group=[_instance_group(m.name, info)],
         default_model_filename=m.artifacts.get(info.backend, ""),
     )
+    if is_decoupled(m):
+        config.model_transaction_policy.decoupled = True
     if batched:
         config.dynamic_batching.CopyFrom(mc.ModelDynamicBatching(
             preferred_batch_size=list(b.preferred_batch_sizes),

@@ -19,10 +19,11 @@ import grpc
 
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.core.types import InferRequest, InferResult
-from edge_agent.errors import AgentError, InvalidInputError
+from edge_agent.errors import AgentError, DecoupledModelError, InvalidInputError
 from edge_agent.manager.errors import RepositoryControlDisabledError
 from edge_agent.protocol import converters, status
 from edge_agent.protocol.admission import ResponseBudget
+from edge_agent.protocol.decoupled import DecoupledCall
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.protocol.shared_memory import SharedMemoryRegistry
@@ -208,6 +209,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 try:
                     req, raw = converters.to_infer_request(msg, self._shm)
                     item = (msg, req, raw, self._dp.submit(req), None)
+                except DecoupledModelError:  # many responses: protocol/decoupled.py
+                    item = DecoupledCall(self._dp, msg, req, raw)  # type: ignore[assignment]
                 except Exception as exc:
                     item = (msg, None, False, None, exc)
                 session.push(item, self._send_stream)
@@ -222,6 +225,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             if item is END:
                 session.finish()
                 return
+            if isinstance(item, DecoupledCall):
+                try:
+                    item.answer(session.send)
+                finally:
+                    session.answered_one()
+                continue
             response, nbytes = self._stream_response(*item)
             try:
                 session.send(response)

@@ -144,16 +144,17 @@ class Agent:
 
 @contextlib.contextmanager
 def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: bool = False,
-                  models: dict[str, ModelOverrides] | None = None) -> Iterator[Agent]:
+                  models: dict[str, ModelOverrides] | None = None, keep_versions: int = 3,
+                  repository_control: bool = False) -> Iterator[Agent]:
     """An in-process agent (TCP on port 0 and a Unix socket) trusting ``public_key``."""
     options = ManagementOptions(address="127.0.0.1:0", name="pipeline-agent",
                                 trusted_keys=(public_key,) if public_key else (),
                                 mdns=False, watch_window_s=0.0, insecure=True,
-                                allow_unsigned=allow_unsigned)
+                                allow_unsigned=allow_unsigned, keep_versions=keep_versions)
     uds = state_dir / "run" / "i.sock"
     config = AgentConfig(state_dir=state_dir, models=models or {},
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds,
-                                         workers=24))
+                                         workers=24, repository_control=repository_control))
     agent = Agent(state_dir)
     ready = threading.Event()
 

@@ -28,6 +28,13 @@ def gate(inputs, ctx):
     return {"probs": out}
 
 
+def keep(inputs, ctx):
+    """Reads its inputs after a ctx.infer: they must still be the request's."""
+    x = inputs["input"]
+    ctx.infer("mlp", {"input": x})
+    return {"probs": x[:, :10] * 1.0}
+
+
 def broken(inputs, ctx):
     return ctx.infer("no_such_model", {"input": inputs["input"]})
 '''
@@ -97,3 +104,13 @@ def test_a_python_model_calls_a_model_only_under_a_condition(built: Built,
         np.testing.assert_allclose(_call(agent.tcp, "gate", np.ones((1, 64), np.float32)),
                                    ref.run(None, {"input": np.ones((1, 64), np.float32)})[0],
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_stay_intact_after_a_ctx_infer_from_a_runtime_process(built: Built,
+                                                                     tmp_path: Path) -> None:
+    with running_agent(tmp_path / "agent", built.public_key) as agent:
+        assert agent.deploy(built.bundles["mlp"]).ok
+        result = agent.deploy(_bundle(tmp_path, built, "keep", "keep"))
+        assert result.ok, result.message
+        x = np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32)
+        np.testing.assert_array_equal(_call(agent.uds, "keep", x), x[:, :10])

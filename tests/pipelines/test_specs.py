@@ -78,7 +78,7 @@ BAD = [
     ('max_batch_size = "8"\n', "max_batch_size = '8' must be an integer"),
     ("requires = [1]\n", "requires = [1] must list distribution names"),
     ('decoupled = "yes"\n', "decoupled = 'yes' must be true or false"),
-    ("decoupled = true\n", "not supported yet"),
+    ("decoupled = true\nwarmup = true\n", "decoupled = true cannot be warmed up"),
     ('source = ["json.py"]\nentry = "json:f"\n', "has the name of a standard or agent module"),
     ("instances = 100\n", "instances = 100 must be an integer from 0 to 64"),
     ('source = ["prep.py", "imaging.py", "my prep.py"]\n', "rename the file"),

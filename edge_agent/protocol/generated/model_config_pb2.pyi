@@ -126,8 +126,14 @@ class ModelDynamicBatching(_message.Message):
     default_queue_policy: ModelQueuePolicy
     def __init__(self, preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: _Optional[bool] = ..., default_queue_policy: _Optional[_Union[ModelQueuePolicy, _Mapping]] = ...) -> None: ...
 
+class ModelTransactionPolicy(_message.Message):
+    __slots__ = ("decoupled",)
+    DECOUPLED_FIELD_NUMBER: _ClassVar[int]
+    decoupled: bool
+    def __init__(self, decoupled: _Optional[bool] = ...) -> None: ...
+
 class ModelConfig(_message.Message):
-    __slots__ = ("name", "platform", "max_batch_size", "input", "output", "instance_group", "default_model_filename", "dynamic_batching", "backend")
+    __slots__ = ("name", "platform", "max_batch_size", "input", "output", "instance_group", "default_model_filename", "dynamic_batching", "backend", "model_transaction_policy")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PLATFORM_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +143,7 @@ class ModelConfig(_message.Message):
     DEFAULT_MODEL_FILENAME_FIELD_NUMBER: _ClassVar[int]
     DYNAMIC_BATCHING_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
+    MODEL_TRANSACTION_POLICY_FIELD_NUMBER: _ClassVar[int]
     name: str
     platform: str
     max_batch_size: int
@@ -146,4 +153,5 @@ class ModelConfig(_message.Message):
     default_model_filename: str
     dynamic_batching: ModelDynamicBatching
     backend: str
-    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., backend: _Optional[str] = ...) -> None: ...
+    model_transaction_policy: ModelTransactionPolicy
+    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., backend: _Optional[str] = ..., model_transaction_policy: _Optional[_Union[ModelTransactionPolicy, _Mapping]] = ...) -> None: ...

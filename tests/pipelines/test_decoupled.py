@@ -1,0 +1,237 @@
+"""Decoupled Python models (Triton's decoupled transaction policy) on a real agent: a generator
+streams N responses to one request over ModelStreamInfer, through the unmodified tritonclient
+streaming API, from the model's runtime process."""
+
+from __future__ import annotations
+
+import queue
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from edge_agent.core.overrides import ModelOverrides
+from tests.pipelines.conftest import Agent, Built, build, python_spec, running_agent
+
+COUNTING = textwrap.dedent('''
+    import time
+
+    import numpy as np
+
+
+    def count(inputs, ctx):
+        """X[0, 0] responses, each X + i; raises after them when X[0, 1] < 0."""
+        x = inputs["X"]
+        for i in range(int(x[0, 0])):
+            yield {"Y": x + i}
+        if float(x[0, 1]) < 0:
+            raise ValueError("gave up mid-stream")
+
+
+    def stall(inputs, ctx):
+        """One response, then hangs when X[0, 1] < 0."""
+        yield {"Y": inputs["X"]}
+        if float(inputs["X"][0, 1]) < 0:
+            time.sleep(3600)
+        yield {"Y": inputs["X"] + 1}
+
+
+    def not_a_generator(inputs, ctx):
+        return {"Y": inputs["X"]}
+    ''')
+
+Response = tuple[Any, Any]
+
+
+def request(n: int, *, fail: bool = False) -> list[grpcclient.InferInput]:
+    x = np.array([[n, -1.0 if fail else 1.0, 2.0, 3.0]], np.float32)
+    inp = grpcclient.InferInput("X", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    return [inp]
+
+
+def final(result: Any) -> bool:
+    params = result.get_response().parameters
+    return "triton_final_response" in params and params["triton_final_response"].bool_param
+
+
+@pytest.fixture(scope="module")
+def agent(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+    src = tmp_path_factory.mktemp("decoupled-src")
+    (src / "counting.py").write_text(COUNTING)
+    out = src / "bundles"
+    counting = build(python_spec(src, "count", "counting:count", "decoupled = true",
+                                 source="counting.py"), 1, out, built.private_key)
+    plain = build(python_spec(src, "plain", "counting:not_a_generator", "decoupled = true",
+                              source="counting.py"), 1, out, built.private_key)
+    stall = build(python_spec(src, "stall", "counting:stall", "decoupled = true",
+                              source="counting.py"), 1, out, built.private_key)
+    models = {"stall": ModelOverrides(execution_timeout_ms=1500)}
+    with running_agent(tmp_path_factory.mktemp("agent"), built.public_key,
+                       models=models) as running:
+        for bundle in (counting, plain, stall, built.bundles["fail"]):
+            result = running.deploy(bundle)
+            assert result.ok, result.message
+        yield running
+
+
+class Stream:
+    """tritonclient's streaming API, unmodified: responses collected from its callback."""
+
+    def __init__(self, url: str) -> None:
+        self.client = grpcclient.InferenceServerClient(url)
+        self.responses: queue.Queue[Response] = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: self.responses.put(
+            (result, error)))
+
+    def take(self, n: int) -> list[Response]:
+        return [self.responses.get(timeout=120) for _ in range(n)]
+
+    def close(self, *, cancel: bool = False) -> None:
+        self.client.stop_stream(cancel_requests=cancel)
+        self.client.close()
+
+
+@pytest.mark.parametrize("url", ["tcp", "uds"])
+def test_one_request_streams_n_responses_then_the_final_flag(agent: Agent, url: str) -> None:
+    stream = Stream(agent.tcp if url == "tcp" else agent.uds)
+    try:
+        stream.client.async_stream_infer("count", request(5), request_id="r-1",
+                                         enable_empty_final_response=True)
+        got = stream.take(6)
+    finally:
+        stream.close()
+    assert [error for _, error in got] == [None] * 6
+    for i, (result, _) in enumerate(got[:5]):
+        assert result.get_response().id == "r-1"
+        assert not final(result)
+        np.testing.assert_array_equal(result.as_numpy("Y"),
+                                      np.array([[5 + i, 1 + i, 2 + i, 3 + i]], np.float32))
+    last = got[5][0]
+    assert final(last) and last.get_response().id == "r-1"
+    assert not last.get_response().outputs
+
+
+def test_without_the_empty_final_response_only_the_data_responses_come(agent: Agent) -> None:
+    stream = Stream(agent.tcp)
+    try:
+        stream.client.async_stream_infer("count", request(2), request_id="a")
+        stream.client.async_stream_infer("count", request(3), request_id="b")
+        got = stream.take(5)
+    finally:
+        stream.close()
+    assert [r.get_response().id for r, _ in got] == ["a", "a", "b", "b", "b"]
+    assert stream.responses.empty()
+
+
+def test_a_generator_raising_mid_stream_answers_an_error_and_the_stream_goes_on(
+        agent: Agent) -> None:
+    stream = Stream(agent.uds)
+    try:
+        stream.client.async_stream_infer("count", request(2, fail=True), request_id="bad",
+                                         enable_empty_final_response=True)
+        stream.client.async_stream_infer("count", request(1), request_id="good",
+                                         enable_empty_final_response=True)
+        got = stream.take(5)
+    finally:
+        stream.close()
+    assert [e for _, e in got[:2]] == [None, None]
+    error = got[2][1]
+    assert isinstance(error, InferenceServerException)
+    assert "'count'" in str(error) and "counting:count" in str(error)
+    assert "gave up mid-stream" in str(error) and "after 2 response" in str(error)
+    good, end = got[3][0], got[4][0]
+    assert good.get_response().id == "good" and not final(good)
+    assert final(end) and end.get_response().id == "good"
+    # other models keep serving
+    with grpcclient.InferenceServerClient(agent.tcp) as client:
+        x = np.ones((1, 4), np.float32)
+        inp = grpcclient.InferInput("X", [1, 4], "FP32")
+        inp.set_data_from_numpy(x)
+        np.testing.assert_array_equal(client.infer("fail", [inp]).as_numpy("Y"), x * 2)
+
+
+def test_a_decoupled_function_that_returns_instead_of_yielding_is_named(agent: Agent) -> None:
+    stream = Stream(agent.tcp)
+    try:
+        stream.client.async_stream_infer("plain", request(1), request_id="p")
+        ((_, error),) = stream.take(1)
+    finally:
+        stream.close()
+    assert error is not None and "not a generator" in str(error) and "'plain'" in str(error)
+
+
+def test_unary_infer_on_a_decoupled_model_is_refused_clearly(agent: Agent) -> None:
+    with grpcclient.InferenceServerClient(agent.tcp) as client:
+        with pytest.raises(InferenceServerException) as err:
+            client.infer("count", request(1))
+        assert "decoupled" in str(err.value) and "ModelStreamInfer" in str(err.value)
+        config = client.get_model_config("count", as_json=True)["config"]
+        assert config["model_transaction_policy"]["decoupled"] is True
+        # the refusal changed nothing: the stream still serves
+    stream = Stream(agent.tcp)
+    try:
+        stream.client.async_stream_infer("count", request(1), request_id="after")
+        ((result, error),) = stream.take(1)
+    finally:
+        stream.close()
+    assert error is None and result.get_response().id == "after"
+
+
+def test_an_abandoned_stream_frees_the_instance(agent: Agent) -> None:
+    stream = Stream(agent.tcp)
+    stream.client.async_stream_infer("count", request(1_000_000), request_id="long")
+    stream.take(1)
+    stream.close(cancel=True)  # the caller leaves mid-stream
+    again = Stream(agent.tcp)
+    try:
+        again.client.async_stream_infer("count", request(2), request_id="next")
+        got = again.take(2)
+    finally:
+        again.close()
+    assert [r.get_response().id for r, _ in got] == ["next", "next"]
+
+
+def test_a_pipeline_step_on_a_decoupled_model_is_refused_at_deploy(
+        agent: Agent, built: Built, tmp_path: Path) -> None:
+    spec = tmp_path / "streamer.toml"
+    spec.write_text(textwrap.dedent('''\
+        name = "streamer"
+        kind = "pipeline"
+        max_batch_size = 4
+        [[inputs]]
+        name = "X"
+        datatype = "FP32"
+        shape = [4]
+        [[outputs]]
+        name = "Y"
+        datatype = "FP32"
+        shape = [4]
+        [[steps]]
+        model = "count"
+        inputs = { X = "X" }
+        outputs = { Y = "Y" }
+        '''))
+    result = agent.deploy(build(spec, 1, tmp_path / "out", built.private_key))
+    assert not result.ok
+    assert "step 1 (model 'count') is decoupled" in result.message
+
+
+def test_a_generator_that_hangs_mid_stream_is_cancelled_and_replaced(agent: Agent) -> None:
+    stream = Stream(agent.tcp)
+    try:
+        stream.client.async_stream_infer("stall", request(1, fail=True), request_id="hung")
+        stream.client.async_stream_infer("stall", request(1), request_id="fine")
+        got = stream.take(4)
+    finally:
+        stream.close()
+    assert got[0][1] is None and got[0][0].get_response().id == "hung"
+    error = got[1][1]
+    assert error is not None and "'stall'" in str(error)
+    assert "no response within the execution timeout (1.5 s)" in str(error)
+    assert [r.get_response().id for r, e in got[2:] if e is None] == ["fine", "fine"]
