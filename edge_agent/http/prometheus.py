@@ -53,16 +53,17 @@ class DeploymentHistory(Protocol):
 
 
 _TRITON_COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], float]], ...] = (
-    ("nv_inference_request_success", "Number of successful inference requests",
-     lambda s: s.success.count),
+    ("nv_inference_request_success", "Number of successful inference requests (response "
+     "cache hits included)", lambda s: s.success.count + s.cache_hit.count),
     ("nv_inference_request_failure", "Number of failed inference requests",
      lambda s: s.fail.count),
-    ("nv_inference_count", "Number of inferences performed (a batch of N counts N)",
-     lambda s: s.inference_count),
+    ("nv_inference_count", "Number of inferences performed (a batch of N counts N; response "
+     "cache hits not included)", lambda s: s.inference_count),
     ("nv_inference_exec_count", "Number of model executions performed",
      lambda s: s.execution_count),
     ("nv_inference_request_duration_us", "Cumulative inference request duration in "
-     "microseconds (cache hits included)", lambda s: (s.success.ns + s.fail.ns) / 1000),
+     "microseconds (cache hits included)",
+     lambda s: (s.success.ns + s.fail.ns + s.cache_hit.ns) / 1000),
     ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds",
      lambda s: s.queue.ns / 1000),
     ("nv_inference_compute_input_duration_us", "Cumulative compute input duration in "

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import socket
 import socketserver
+import sys
 import threading
 import time
 import zlib
@@ -76,7 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def setup(self) -> None:
-        self.connection.settimeout(self.server.config.idle_timeout_s)
+        self.request.settimeout(self.server.config.idle_timeout_s)
         super().setup()
 
     # every method goes through one place
@@ -246,8 +247,13 @@ class _Server(socketserver.ThreadingMixIn, HTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # a broken connection (reset, timeout) is routine; anything else is logged, once a
         # while, without a traceback on stderr
-        throttle.warning("http-error", "HTTP: a connection from %s ended with an error",
-                         client_address)
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError | TimeoutError):
+            log.debug("HTTP: connection from %s: %s", client_address, error)
+            return
+        throttle.warning("http-error", "HTTP: a connection from %s ended with an error: %r",
+                         client_address, error)
+        log.debug("HTTP: connection error", exc_info=True)
 
     def close_connections(self, grace: float) -> None:
         """Close idle connections now and busy ones once done (or after ``grace`` s)."""
