@@ -123,3 +123,19 @@ def test_prometheus_scrapes_the_agent_and_answers_a_counter(
     assert up and up[0]["value"][1] == "1"
     gauges = _query(prometheus, 'edge_model_version_ready{job="edge-agent",model="mlp"}')
     assert {g["metric"]["version"] for g in gauges} >= {"1", "2"}
+    # every query of the shipped Grafana dashboard is valid PromQL, and those over the
+    # inference counters find this agent's series
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs"
+                            / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    exprs += [a["expr"] for a in dashboard["annotations"]["list"]]
+    assert len(exprs) > 20
+    for expr in exprs:
+        concrete = (expr.replace("$__rate_interval", "1m").replace("$__range", "1h")
+                    .replace("$job", ".*").replace("$instance", ".*").replace("$model", ".*"))
+        status, body = _get(f"{prometheus}/api/v1/query?"
+                            + urllib.parse.urlencode({"query": concrete}))
+        assert status == 200 and json.loads(body)["status"] == "success", (expr, body[:300])
+    found = _query(prometheus, 'sum by (instance, model) (nv_inference_request_success'
+                               '{job=~".*",instance=~".*",model=~".*"})')
+    assert {r["metric"]["model"] for r in found} >= {"mlp"}
