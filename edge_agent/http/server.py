@@ -101,10 +101,10 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = self._metrics() if self.command == "GET" else \
                     HttpAnswer(405, _error_json("only GET is allowed on /metrics"))
             else:
+                peer = self.client_address
                 answer = self.server.routes.handle(HttpRequest(
                     self.command, path, body, header_length,
-                    f"ipv4:{self.client_address[0]}:{self.client_address[1]}"
-                    if isinstance(self.client_address, tuple) else "http"))
+                    f"http:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "http"))
             self._answer(answer)
         finally:
             self.server.busy(self, False)
@@ -165,6 +165,17 @@ class _Handler(BaseHTTPRequestHandler):
             head.append("Connection: close")
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
         self.wfile.write(data + answer.body if self.command != "HEAD" else data)
+
+    def handle_expect_100(self) -> bool:
+        """Answer ``Expect: 100-continue`` with 413 instead when the body is over the limit."""
+        text = self.headers.get("Content-Length", "")
+        limit = self.server.config.max_body_bytes
+        if text.strip().isdigit() and int(text) > limit:
+            self._answer(HttpAnswer(413, _error_json(
+                f"the request body is {int(text)} bytes; at most {limit} are accepted "
+                "(http.max_body_bytes)")), close=True)
+            return False
+        return super().handle_expect_100()
 
     def send_error(self, code: int, message: str | None = None,
                    explain: str | None = None) -> None:

@@ -189,3 +189,12 @@ def test_repository_control_off_is_refused_naming_the_setting(tmp_path) -> None:
         assert "model_repository" not in meta["extensions"]
     finally:
         plane.close()
+
+
+def test_expect_continue_over_the_limit_gets_413_without_a_body(http_agent: HttpAgent) -> None:
+    host, _, port = http_agent.http.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(f"POST {INFER} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                     f"Content-Length: {MAX_BODY * 2}\r\n\r\n".encode())
+        answer = sock.makefile("rb").read()
+    assert answer.startswith(b"HTTP/1.1 413") and b"100 Continue" not in answer
