@@ -52,6 +52,7 @@ SERVE_EPILOG = textwrap.dedent("""\
       edge-agent serve --state-dir /var/lib/edge-agent
       edge-agent serve --state-dir ./state --grpc 0.0.0.0:8001 --uds /run/edge/infer.sock
       edge-agent serve --config /etc/edge-agent/agent.toml
+      edge-agent serve --state-dir ./state --http 8000   # + KServe HTTP/REST, /metrics
 
     agent.toml (every key optional except state_dir when --state-dir is not given):
       state_dir = "/var/lib/edge-agent"
