@@ -10,7 +10,8 @@ Runtime) and measures, interleaved over ``--rounds`` rounds (medians reported):
     request serialized once) vs KServe v2 HTTP/REST with Triton's binary tensor extension
     (``http.client`` keep-alive, body built once) vs HTTP/REST with JSON tensors;
   * MLP over gRPC at 8 in flight: throughput and the server's CPU per request without and
-    with a Prometheus-style scrape of ``/metrics`` every second (a scraper thread here).
+    with a Prometheus-style scrape of ``/metrics`` every second (a scraper thread here; the
+    order alternates between rounds), and the agent's CPU time per scrape.
 
 ``--servers`` compares, on a bare echo endpoint, the candidate HTTP servers for the front end:
 the standard library (the agent's own ``edge_agent.http.server``), uvicorn + starlette and
@@ -147,6 +148,20 @@ class Scraper:
         self._thread.join(10)
 
 
+def _scrape_cpu_ms(address: str, pid: int, n: int = 200) -> float:
+    """The agent's CPU time per /metrics scrape (ms), from ``n`` scrapes in a row."""
+    host, _, port = address.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        cpu0 = _cpu_s(pid)
+        for _ in range(n):
+            conn.request("GET", "/metrics")
+            conn.getresponse().read()
+        return (_cpu_s(pid) - cpu0) * 1e3 / n
+    finally:
+        conn.close()
+
+
 def agent_part(rounds: int, seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         state = build_state(Path(tmp))
@@ -172,15 +187,19 @@ def agent_part(rounds: int, seconds: float) -> None:
                 p50["http-binary"].append(http_p50(http_address, path, binary, binary_headers,
                                                    seconds))
                 p50["http-json"].append(http_p50(http_address, path, js, js_headers, seconds))
-                plain.append(load(grpc_target, payload, 8, seconds, agent.pid))
-                with Scraper(http_address) as scraper:
-                    scraped.append(load(grpc_target, payload, 8, seconds, agent.pid))
-                scrapes += scraper.times
-                size = scraper.size
+                for with_scrape in ((False, True) if r % 2 == 0 else (True, False)):
+                    if not with_scrape:
+                        plain.append(load(grpc_target, payload, 8, seconds, agent.pid))
+                        continue
+                    with Scraper(http_address) as scraper:
+                        scraped.append(load(grpc_target, payload, 8, seconds, agent.pid))
+                    scrapes += scraper.times
+                    size = scraper.size
                 print(f"  round {r + 1}/{rounds}: " + ", ".join(
                     f"{k} {v[-1]:.3f} ms" for k, v in p50.items())
                     + f"; c=8 {plain[-1].throughput:.0f} vs {scraped[-1].throughput:.0f} "
                     "infer/s with scrape", flush=True)
+            scrape_cpu_ms = _scrape_cpu_ms(http_address, agent.pid)
         finally:
             agent.stop()
     med = {k: statistics.median(v) for k, v in p50.items()}
@@ -195,6 +214,8 @@ def agent_part(rounds: int, seconds: float) -> None:
     if scrapes:
         print(f"  one scrape of /metrics: p50 {statistics.median(scrapes) * 1e3:.2f} ms, "
               f"{size} bytes")
+    print(f"  agent CPU per scrape (200 back to back, idle): {scrape_cpu_ms:.2f} ms = "
+          f"{scrape_cpu_ms / 10:.2f} % of one core at one scrape a second")
 
 
 # -- the server library comparison ------------------------------------------------------------
