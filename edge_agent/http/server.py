@@ -40,6 +40,9 @@ throttle = LogThrottle(log)
 MetricsRenderer = Any  # an object with render() -> bytes (edge_agent.http.prometheus.MetricsPage)
 _SERVER_NAME = "edge-agent"
 _DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+DRAIN_S = 2.0
+DRAIN_BYTES = 64 * 1024 * 1024
+"""After a refused body, at most this much of it is read and dropped, for at most DRAIN_S."""
 
 
 class _Refusal(Exception):
@@ -96,6 +99,8 @@ class _Handler(BaseHTTPRequestHandler):
             except _Refusal as refusal:
                 self._answer(HttpAnswer(refusal.status, _error_json(str(refusal))),
                              close=refusal.close)
+                if refusal.close:
+                    self._drain()
                 return
             if path == "/metrics" and self.server.metrics is not None:
                 answer = self._metrics() if self.command == "GET" else \
@@ -141,6 +146,21 @@ class _Handler(BaseHTTPRequestHandler):
         if encoding and encoding != "identity":
             body = _inflate(body, encoding, limit)
         return body
+
+    def _drain(self) -> None:
+        """Before closing on a refused body, read (and drop) what the client is still sending
+        for a short while, so that it gets to read the answer instead of a reset."""
+        with contextlib.suppress(OSError):
+            self.wfile.flush()
+            self.request.shutdown(socket.SHUT_WR)
+            self.request.settimeout(DRAIN_S)
+            deadline = time.monotonic() + DRAIN_S
+            left = DRAIN_BYTES
+            while left > 0 and time.monotonic() < deadline:
+                chunk = self.request.recv(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
 
     def _header_length(self, size: int) -> int | None:
         text = self.headers.get(HEADER_LENGTH)

@@ -198,3 +198,9 @@ def test_expect_continue_over_the_limit_gets_413_without_a_body(http_agent: Http
                      f"Content-Length: {MAX_BODY * 2}\r\n\r\n".encode())
         answer = sock.makefile("rb").read()
     assert answer.startswith(b"HTTP/1.1 413") and b"100 Continue" not in answer
+
+
+def test_a_client_that_sends_an_oversized_body_still_reads_the_413(
+        http_agent: HttpAgent) -> None:
+    status, doc = _call(http_agent, "POST", INFER, b"0" * (MAX_BODY + 1))
+    assert status == 413 and "max_body_bytes" in doc["error"]
