@@ -52,6 +52,7 @@ SERVE_EPILOG = textwrap.dedent("""\
       edge-agent serve --state-dir /var/lib/edge-agent
       edge-agent serve --state-dir ./state --grpc 0.0.0.0:8001 --uds /run/edge/infer.sock
       edge-agent serve --config /etc/edge-agent/agent.toml
+      edge-agent serve --state-dir ./state --http 8000   # + KServe HTTP/REST, /metrics
 
     agent.toml (every key optional except state_dir when --state-dir is not given):
       state_dir = "/var/lib/edge-agent"
@@ -106,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-uds", action="store_true", help="do not listen on a Unix socket")
     serve.add_argument("--max-message-bytes", type=int, metavar="N",
                        help="largest request/response accepted (default 64 MiB)")
+    serve.add_argument("--http", metavar="HOST:PORT",
+                       help="also serve KServe v2 HTTP/REST and Prometheus /metrics here "
+                            "(off by default; a bare PORT means 127.0.0.1:PORT; docs/http.md)")
     cli_extras.add_serve_flags(serve)
 
     add = sub.add_parser("add-bundle", help="verify and install a bundle into a state directory",
@@ -130,7 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     flags = dict(config=args.config, state_dir=args.state_dir, grpc_address=args.grpc,
                  uds=args.uds, no_uds=args.no_uds, max_message_bytes=args.max_message_bytes,
-                 management=cli_extras.management_flag_values(args))
+                 management=cli_extras.management_flag_values(args), http_address=args.http)
     config = load_config(flags.pop("config"), **flags)
     # A missing state directory is created (0700) when the agent locks it, before any write.
 
@@ -141,7 +145,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         mgmt = (f"management on {addresses.management}; "
                 f"{describe_tls(config.management, config.state_dir)}"
                 if addresses.management else "management off")
-        print(f"edge-agent ready: listening on {listen}; {mgmt}; models: {models}", flush=True)
+        http = f"HTTP on {addresses.http}; " if addresses.http else ""
+        print(f"edge-agent ready: listening on {listen}; {mgmt}; {http}models: {models}",
+              flush=True)
 
     def reload() -> ManagementOptions:  # SIGHUP: the file again, with the same flags on top
         return load_config(args.config, **flags).management

@@ -44,6 +44,13 @@ Example ``agent.toml``::
     [response_cache]                  # one agent-wide budget, least recently used evicted
     size_mib = 0                      # 0 (the default): no response cache at all
 
+    [http]                            # KServe v2 HTTP/REST + Prometheus /metrics (docs/http.md)
+    listen = "127.0.0.1:8000"         # off unless set (or --http); a bare port means 127.0.0.1
+    max_body_bytes = 67108864         # larger request bodies: 413, never read
+    max_connections = 64              # beyond: 503 and the connection closed
+    idle_timeout_s = 30               # a silent connection is closed
+    metrics = true                    # /metrics on the same port
+
 Every section is one frozen dataclass. The management sections ([management], [mdns],
 [metrics]) are parsed by :mod:`edge_agent.management.options` into ``AgentConfig.management``
 (see docs/management-api.md). Unknown keys are errors, so a typo
@@ -61,6 +68,7 @@ from typing import Any
 
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import ConfigError
+from edge_agent.http.options import HttpConfig, http_section, listen_address
 from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
 from edge_agent.management.options import management_options
 from edge_agent.settings import (
@@ -109,6 +117,8 @@ class AgentConfig:
     management: ManagementOptions = field(default_factory=ManagementOptions)
     response_cache_bytes: int = 0
     """``[response_cache] size_mib`` in bytes: the response cache's budget (0: no cache)."""
+    http: HttpConfig = field(default_factory=HttpConfig)
+    """``[http]``: the KServe HTTP/REST front end and /metrics (off unless ``listen``)."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -207,7 +217,7 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
     return ModelOverrides(**kw)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", "response_cache", *MANAGEMENT_SECTIONS)
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", *MANAGEMENT_SECTIONS)
 
 
 def _response_cache_bytes(data: Mapping[str, Any]) -> int:
@@ -226,11 +236,13 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                 grpc_address: str | None = None, uds: Path | None = None,
                 no_uds: bool = False, no_grpc: bool = False,
                 max_message_bytes: int | None = None,
-                management: Mapping[str, Any] | None = None) -> AgentConfig:
+                management: Mapping[str, Any] | None = None,
+                http_address: str | None = None) -> AgentConfig:
     """Read ``path`` (optional) and apply the flags given (not None) on top of it.
 
     ``management``: the management flags (keyword arguments of
-    :func:`edge_agent.management.options.management_options`)."""
+    :func:`edge_agent.management.options.management_options`); ``http_address``: ``--http``
+    (HOST:PORT, a bare port on 127.0.0.1, or "none")."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -267,13 +279,17 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
     model_defaults = _model_section("*", every)
     models = {str(name): _model_section(str(name), {**every, **_check_type(
         f"models.{name}", section, dict)}) for name, section in sections.items()}
+    http_cfg = http_section(_check_type("http", data.get("http", {}), dict))
+    if http_address is not None:
+        http_cfg = dataclasses.replace(http_cfg, listen=listen_address(http_address, "--http"))
     mgmt = management_options(data, Path(path).parent if path is not None else None,
                               **dict(management or {}))
     config = AgentConfig(state_dir=Path(state_dir), grpc=grpc_cfg, models=models,
                          model_defaults=model_defaults,
                          response_cache_bytes=_response_cache_bytes(_check_type(
                              "response_cache", data.get("response_cache", {}), dict)),
-                         management=mgmt, source=Path(path) if path is not None else None)
+                         management=mgmt, http=http_cfg,
+                         source=Path(path) if path is not None else None)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:
         raise ConfigError(f"config key 'grpc.uds': socket path {uds_path} is longer than "

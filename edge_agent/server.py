@@ -38,6 +38,7 @@ from edge_agent.errors import ConfigError
 from edge_agent.protocol import handlers
 from edge_agent.protocol.admission import AdmissionPool, ResponseBudget, WatchedPool
 from edge_agent.protocol.servicer import InferenceServicer, RepositoryControl
+from edge_agent.protocol.shared_memory import SharedMemoryRegistry
 from edge_agent.protocol.streams import StreamLimits, StreamSessions
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class BoundAddresses:
     tcp: str | None
     uds: Path | None
     management: str | None = None  # the management API's HOST:PORT, when it is on
+    http: str | None = None  # the KServe HTTP/REST front end's HOST:PORT, when it is on
 
     def targets(self) -> list[str]:
         """gRPC target strings a client can dial."""
@@ -127,6 +129,8 @@ class AgentServer:
         self.model_control = model_control if config.grpc.repository_control else None
         self.config = config
         self.health = health.HealthServicer()
+        # one set of system shared memory regions for every front end (gRPC and HTTP)
+        self.shared_memory = SharedMemoryRegistry()
         self._server: grpc.Server | None = None
         self._uds: Path | None = None
         self._pools: list[futures.ThreadPoolExecutor] = []
@@ -160,7 +164,8 @@ class AgentServer:
             stream_first_message_s=cfg.stream_first_message_s,
             stream_idle_s=cfg.stream_idle_s))
         servicer = InferenceServicer(self.dataplane, self.model_control, streams=self.streams,
-                                     budget=ResponseBudget(cfg.max_response_bytes))
+                                     budget=ResponseBudget(cfg.max_response_bytes),
+                                     shared_memory=self.shared_memory)
         handlers.register(server, INFERENCE_SERVICE,
                           handlers.inference_handlers(servicer, stream_pool, health_pool))
         handlers.register(server, handlers.HEALTH_SERVICE,

@@ -20,6 +20,8 @@ from typing import Any
 
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
+from edge_agent.http.server import HttpFrontEnd
+from edge_agent.http.wiring import start_http
 from edge_agent.management.runtime import AgentRuntime, ManagementOptions
 from edge_agent.server import AgentServer, BoundAddresses
 from edge_agent.systemd_notify import SystemdNotifier
@@ -72,6 +74,7 @@ def run_agent(config: AgentConfig, options: ManagementOptions, *,
                            default_overrides=config.model_defaults,
                            response_cache_bytes=config.response_cache_bytes)
     server = None
+    http: HttpFrontEnd | None = None
     try:
         notifier.status("starting: opening state and loading models")
         dataplane = runtime.start_core()
@@ -79,6 +82,9 @@ def run_agent(config: AgentConfig, options: ManagementOptions, *,
             _socket_dir(config.uds_path.parent)
         server = AgentServer(dataplane, config, model_control=runtime.manager)
         addresses = server.start()
+        http = start_http(config, server, runtime)  # KServe REST + /metrics when configured
+        if http is not None:
+            addresses = dataclasses.replace(addresses, http=http.address)
         runtime.start_models()
         if not stop.is_set():  # a SIGTERM during loading: never report ready
             runtime.start_management(inference_address=addresses.tcp or "")
@@ -98,6 +104,8 @@ def run_agent(config: AgentConfig, options: ManagementOptions, *,
     finally:
         notifier.stop_watchdog()
         runtime.stop_management()
+        if http is not None:
+            http.stop(grace)
         if server is not None:
             server.stop(grace)
         runtime.stop()

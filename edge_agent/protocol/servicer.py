@@ -11,17 +11,16 @@ import dataclasses
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, NoReturn, Protocol, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 import grpc
 
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.core.types import InferRequest, InferResult
-from edge_agent.errors import AgentError, DecoupledModelError, InvalidInputError
-from edge_agent.manager.errors import RepositoryControlDisabledError
-from edge_agent.protocol import converters, status
+from edge_agent.errors import AgentError, DecoupledModelError
+from edge_agent.protocol import converters, frontend, status
 from edge_agent.protocol.admission import ResponseBudget
 from edge_agent.protocol.decoupled import DecoupledCall
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
@@ -46,42 +45,12 @@ def _response_bytes(result: InferResult, order: list[str] | None) -> int:
     return sum(result.outputs[n].nbytes for n in names if n in result.outputs)
 
 
-def _model_name(name: str) -> str:
-    if not name:
-        raise InvalidInputError("empty request: model name is missing")
-    return name
-
-
-class RepositoryControl(Protocol):
-    """Who changes what is loaded on RepositoryModelLoad/Unload: the model manager, the one
-    writer (so these calls take its per-model lock and never race a deploy)."""
-
-    def load_model(self, name: str) -> str:
-        """Load the active version of ``name``; returns a one-line summary for the log."""
-        ...
-
-    def unload_model(self, name: str) -> str:
-        """Unload every version of ``name``; returns a one-line summary for the log."""
-        ...
-
-
-def _refuse_parameters(call: str, parameters: Mapping[str, object],
-                       allowed: tuple[str, ...]) -> None:
-    unknown = sorted(k for k in parameters if k not in allowed)
-    if unknown:
-        raise InvalidInputError(
-            f"{call}: parameter(s) {', '.join(repr(k) for k in unknown)} are not supported: "
-            "this agent serves only versions deployed through its management API (no "
-            "'config' or 'file:' overrides); send the request without them")
+_model_name = frontend.model_name
+RepositoryControl = frontend.RepositoryControl
 
 
 def _log_control(call: str, name: str, context: _Ctx, result: str | BaseException) -> None:
-    """Every model-control call is logged with its peer (they change what is served)."""
-    if isinstance(result, BaseException):
-        log.warning("%s of %r from %s refused: %s", call, name, context.peer(),
-                    status.error_message(result))
-    else:
-        log.warning("%s of %r from %s: %s", call, name, context.peer(), result)
+    frontend.log_control(call, name, context.peer(), result)
 
 
 def _no_cuda_shm(context: _Ctx) -> NoReturn:
@@ -100,19 +69,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, dataplane: DataPlaneAPI, control: RepositoryControl | None = None, *,
                  streams: StreamSessions | None = None,
-                 budget: ResponseBudget | None = None) -> None:
+                 budget: ResponseBudget | None = None,
+                 shared_memory: SharedMemoryRegistry | None = None) -> None:
         self._dp = dataplane
         self._control = control
-        # the KServe/Triton protocol extensions served here: ModelConfig, ModelStatistics, and
-        # the model repository (index, load, unload) only when model control is on
-        self._extensions = ("model_configuration", "statistics") + (
-            ("model_repository",) if control is not None else ())
         self._streams = streams or StreamSessions()
         self._budget = budget or ResponseBudget(DEFAULT_MAX_RESPONSE_BYTES)
         self._budget_from = min(UNARY_BUDGET_FROM, self._budget.max_bytes // 64)
-        self._shm = SharedMemoryRegistry()  # regions live as long as this servicer
-        if self._shm.available:
-            self._extensions += ("system_shared_memory",)
+        # regions live as long as this servicer, or as the server that shares them with HTTP
+        self._shm = shared_memory or SharedMemoryRegistry()
+        self._extensions = frontend.extensions(control, self._shm.available)
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -289,7 +255,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Load the model's ACTIVE version again (the manager decides which; off by default)."""
         try:
             control = self._control_or_refuse("RepositoryModelLoad")
-            _refuse_parameters("RepositoryModelLoad", request.parameters, allowed=())
+            frontend.refuse_parameters("RepositoryModelLoad", request.parameters, allowed=())
             summary = control.load_model(_model_name(request.model_name))
         except Exception as exc:
             _log_control("RepositoryModelLoad", request.model_name, context, exc)
@@ -302,8 +268,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Unload every version of the model, through the manager (off by default)."""
         try:
             control = self._control_or_refuse("RepositoryModelUnload")
-            _refuse_parameters("RepositoryModelUnload", request.parameters,
-                               allowed=("unload_dependents",))  # tritonclient always sends it
+            frontend.refuse_parameters("RepositoryModelUnload", request.parameters,
+                                       allowed=frontend.UNLOAD_PARAMETERS)
             summary = control.unload_model(_model_name(request.model_name))
         except Exception as exc:
             _log_control("RepositoryModelUnload", request.model_name, context, exc)
@@ -355,13 +321,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         _no_cuda_shm(context)
 
     def _control_or_refuse(self, call: str) -> RepositoryControl:
-        if self._control is None:
-            raise RepositoryControlDisabledError(
-                f"{call} is turned off on this agent: model control over the inference port "
-                "is unauthenticated, so it is off unless agent.toml sets "
-                "'[grpc] repository_control = true'; deploy, activate and roll back through "
-                "the management API (edge-console) instead")
-        return self._control
+        return frontend.control_or_refuse(self._control, call)
 
     @staticmethod
     def _fail(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:

@@ -7,6 +7,9 @@ from typing import NoReturn
 import grpc
 
 from edge_agent.errors import AgentError, ErrorCode
+from edge_agent.protocol.frontend import error_message
+
+__all__ = ["GRPC_CODES", "abort", "error_message", "grpc_code"]
 
 GRPC_CODES: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -26,13 +29,6 @@ def grpc_code(exc: BaseException) -> grpc.StatusCode:
     if isinstance(exc, AgentError):
         return GRPC_CODES.get(exc.code, grpc.StatusCode.INTERNAL)
     return grpc.StatusCode.INTERNAL
-
-
-def error_message(exc: BaseException) -> str:
-    """The text a caller sees: the agent error's message, or a generic line for a bug."""
-    if isinstance(exc, AgentError):
-        return str(exc) or type(exc).__name__
-    return f"internal error: {type(exc).__name__}: {exc}"
 
 
 def abort(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:

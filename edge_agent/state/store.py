@@ -398,6 +398,26 @@ class StateStore:
             return self._deployments("", (), limit)
         return self._deployments("WHERE model = ?", (model,), limit)
 
+    def deployment_totals(self) -> list[tuple[str, str, str, int, float]]:
+        """Finished deployments per (model, kind, status): count and total seconds taken
+        (``/metrics`` reads it at scrape time)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT model, kind, status, COUNT(*), "
+                "COALESCE(SUM(MAX(ended_at - started_at, 0)), 0) FROM deployments "
+                "WHERE ended_at IS NOT NULL GROUP BY model, kind, status").fetchall()
+        return [(str(r[0]), str(r[1]), str(r[2]), int(r[3]), float(r[4])) for r in rows]
+
+    def last_switches(self) -> dict[str, float]:
+        """Seconds the newest committed change of each model's active version took."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT model, ended_at - started_at FROM deployments WHERE id IN ("
+                "SELECT MAX(id) FROM deployments WHERE status = ? AND kind != ? "
+                "GROUP BY model)", (DeploymentStatus.COMMITTED, DeploymentKind.REMOVE)
+            ).fetchall()
+        return {str(r[0]): max(0.0, float(r[1] or 0.0)) for r in rows}
+
     def in_progress(self) -> list[Deployment]:
         """Deployments currently in progress."""
         return self._deployments("WHERE status = ?", (DeploymentStatus.IN_PROGRESS,), 1000)
