@@ -33,6 +33,7 @@ from packager.oci_ref import OciReference
 ACCEPT = ", ".join(("application/vnd.oci.image.index.v1+json",
                     "application/vnd.oci.image.manifest.v1+json"))
 CHUNK = 1 << 20
+DOWNLOAD_CHUNK = 16 << 10  # small reads: a cut transfer keeps all but the last one
 UPLOAD_CHUNK = 16 << 20
 Progress = Callable[[int, int], None]
 
@@ -326,7 +327,7 @@ class RegistryClient:
                     hasher, have = hashlib.sha256(), 0
                     dest.write_bytes(b"")
                 with dest.open("ab") as out:
-                    for chunk in r.iter_content(CHUNK):
+                    for chunk in r.iter_content(DOWNLOAD_CHUNK):
                         if have + len(chunk) > size:
                             raise ArtifactRejectedError(f"{what}: the registry sent more than "
                                                         f"the {size} bytes declared; refused")

@@ -154,7 +154,8 @@ class AgentRuntime:
         if self.options.address is None:
             return None
         servicer = ManagementServicer(self.manager, self.identity, metrics=self.metrics,
-                                      recorder=self.recorder, on_change=self._advert_changed)
+                                      recorder=self.recorder, on_change=self._advert_changed,
+                                      registry=self.options.registry)
         tls = self._server_tls()
         self.fingerprint = fingerprint(tls.cert.read_bytes()) if tls is not None else ""
         self.management = ManagementServer(servicer, self.options.address,

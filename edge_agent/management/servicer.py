@@ -37,6 +37,7 @@ from edge_agent.manager.outcome import DeployOutcome, StepEvent
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore
 from edge_agent.protocol.status import abort
+from edge_agent.settings import RegistrySettings
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,10 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                  recorder: MetricsRecorder | None = None,
                  on_change: Callable[[], None] | None = None, max_watchers: int = 8,
                  max_deploys: int = MAX_DEPLOYS, upload_idle_s: float = UPLOAD_IDLE_S,
-                 upload_total_s: float = UPLOAD_TOTAL_S) -> None:
+                 upload_total_s: float = UPLOAD_TOTAL_S,
+                 registry: RegistrySettings | None = None) -> None:
         self.manager = manager
+        self.registry = registry or RegistrySettings()
         # each Deploy stream holds a server thread while it uploads: cap them too
         self._deploys = threading.BoundedSemaphore(max_deploys)
         self.max_deploys = max_deploys
@@ -141,6 +144,72 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         # From here the deploy thread owns the file (and deletes it when done).
         yield from self._run_deploy(path, header.force, context, header.filename)
 
+    def DeployReference(self, request: pb.DeployReferenceRequest,
+                        context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
+        """Pull the bundle for this device from the registry (the agent's own [registry]
+        settings), then the same pipeline as an upload."""
+        from edge_agent.manager.registry_source import check_reference
+
+        try:
+            check_reference(request.reference, self.registry)  # refused before any pull
+        except AgentError as exc:
+            abort(context, exc)
+        if not self._deploys.acquire(blocking=False):
+            abort(context, QueueFullError(
+                f"this agent already receives {self.max_deploys} deploys; retry when one "
+                "has finished"))
+        try:
+            try:
+                path = self.manager.new_upload_path()
+            except AgentError as exc:
+                abort(context, exc)
+            yield from self._pull(request.reference, path, context)
+            yield from self._run_deploy(path, request.force, context, "bundle",
+                                        origin=request.reference)
+        finally:
+            self._deploys.release()
+
+    def _pull(self, reference: str, path: Path, context: grpc.ServicerContext
+              ) -> Iterator[pb.DeployEvent]:
+        """Pull on a worker thread, yielding progress every MiB; abort on failure."""
+        from edge_agent.manager.registry_source import pull_for_device
+
+        events: queue.Queue[tuple[int, int] | BaseException | None] = queue.Queue()
+        reported = [0]
+        gone = threading.Event()  # the caller went away: stop pulling (the file is removed)
+
+        def progress(got: int, total: int) -> None:
+            if gone.is_set():
+                raise InvalidInputError("the caller cancelled the deploy")
+            if got - reported[0] >= PROGRESS_EVERY_BYTES or got == total:
+                reported[0] = got
+                events.put((got, total))
+
+        def run() -> None:
+            try:
+                pull_for_device(reference, self.registry, self.manager.device, path,
+                                on_progress=progress)
+            except BaseException as exc:  # handed to the RPC thread below
+                events.put(exc)
+                return
+            events.put(None)
+
+        threading.Thread(target=run, name="edge-pull", daemon=True).start()
+        try:
+            while True:
+                item = events.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                    abort(context, item)
+                yield pb.DeployEvent(progress=pb.UploadProgress(received_bytes=item[0],
+                                                                total_bytes=item[1]))
+        except GeneratorExit:
+            gone.set()
+            raise
+
     def CheckDeploy(self, request: pb.CheckDeployRequest,
                     context: grpc.ServicerContext) -> pb.CheckDeployResponse:
         m = self.manager
@@ -195,14 +264,14 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                                                         total_bytes=header.size_bytes))
 
     def _run_deploy(self, path: Path, force: bool, context: grpc.ServicerContext,
-                    source: str = "") -> Iterator[pb.DeployEvent]:
+                    source: str = "", origin: str | None = None) -> Iterator[pb.DeployEvent]:
         events: queue.Queue[StepEvent | DeployOutcome | BaseException] = queue.Queue()
 
         def run() -> None:
             result: DeployOutcome | BaseException
             try:
                 result = self.manager.deploy(path, force=force, on_event=events.put,
-                                             source=source or None)
+                                             source=source or None, origin=origin)
             except BaseException as exc:  # handed to the RPC thread below
                 result = exc
             with contextlib.suppress(OSError):

@@ -114,6 +114,24 @@ class CuttingRelay:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._clients: list[socket.socket] = []
+
+    def arm(self, *, cut_after: int, cuts: int = 1, die_after_cut: bool = False) -> None:
+        """Cut the next ``cuts`` blob downloads after ``cut_after`` bytes (then go away)."""
+        with self._lock:
+            self.cut_after, self.cuts, self.die, self.cut_done = cut_after, cuts, \
+                die_after_cut, 0
+            self.requests.clear()
+
+    def go_away(self) -> None:
+        """Refuse new connections and drop every open one."""
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        with self._lock:
+            for c in self._clients:
+                with contextlib.suppress(OSError):
+                    c.shutdown(socket.SHUT_RDWR)
 
     @property
     def address(self) -> str:
@@ -144,6 +162,8 @@ class CuttingRelay:
                 continue
             except OSError:
                 return
+            with self._lock:
+                self._clients.append(client)
             t = threading.Thread(target=self._serve, args=(client,), daemon=True)
             t.start()
             self._threads.append(t)
@@ -183,9 +203,7 @@ class CuttingRelay:
                 with contextlib.suppress(OSError):
                     client.shutdown(socket.SHUT_RDWR)
                 if self.die:
-                    self._stop.set()
-                    with contextlib.suppress(OSError):
-                        self._sock.close()
+                    self.go_away()
             up.join(timeout=5)
 
 

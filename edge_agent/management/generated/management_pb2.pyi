@@ -315,3 +315,11 @@ class MetricsSample(_message.Message):
     points: _containers.RepeatedCompositeFieldContainer[MetricPoint]
     system: SystemSample
     def __init__(self, ts: _Optional[int] = ..., points: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., system: _Optional[_Union[SystemSample, _Mapping]] = ...) -> None: ...
+
+class DeployReferenceRequest(_message.Message):
+    __slots__ = ("reference", "force")
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    reference: str
+    force: bool
+    def __init__(self, reference: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
