@@ -113,10 +113,13 @@ def _registry_class() -> Any:
         (minutes of sleeps); :class:`RegistryClient` retries with a short policy."""
 
         timeout_s: float = 30.0
+        preemptive: dict[str, str] = {}  # replaced per instance (RegistryClient._make)
 
         def do_request(self, url: str, method: str = "GET", data: Any = None,
                        headers: dict[str, str] | None = None, json: Any = None,
                        stream: bool = False) -> requests.Response:
+            if self.preemptive:  # basic auth: send it at once (no 401 round trip per call)
+                headers = {**(headers or {}), **self.preemptive}
             unwrapped = oras.provider.Registry.do_request.__wrapped__
             response: requests.Response = unwrapped(self, url, method, data, headers, json,
                                                     stream)
@@ -148,20 +151,46 @@ class RegistryClient:
 
         self.ref = ref
         self.options = options
-        cls = _registry_class()
-        self._oras = cls(hostname=ref.registry, insecure=options.insecure,
-                         auth_backend="token")
-        timed = _TimeoutSession(self._oras.session, options.timeout_s)
-        self._oras.session = timed
-        self._oras.auth.session = timed
-        if options.credentials is not None:
-            self._oras.auth.set_basic_auth(options.credentials.username,
-                                           options.credentials.password)
-        self._container = self._oras.get_container(f"{ref.registry}/{ref.repository}:x")
         self._scheme = "http" if options.insecure else "https"
+        self._oras = self._make("token")
+        if self._challenge().lower().startswith("basic"):  # htpasswd: no token service
+            if options.credentials is None:
+                raise RegistryAuthError(f"{ref.registry} wants credentials (basic auth); log "
+                                        "in (a docker config.json) or pass "
+                                        "--username/--password-stdin")
+            self._oras = self._make("basic")
+            if options.credentials is not None:
+                self._oras.preemptive = {"Authorization": "Basic " + base64.b64encode(
+                    f"{options.credentials.username}:{options.credentials.password}".encode()
+                ).decode()}
+        self._container = self._oras.get_container(f"{ref.registry}/{ref.repository}:x")
         self._transient = (requests.ConnectionError, requests.Timeout,
                            requests.exceptions.ChunkedEncodingError,
                            requests.exceptions.ContentDecodingError)
+
+    def _make(self, backend: str) -> Any:
+        """An oras Registry with ``backend`` auth, our timeouts and the credentials."""
+        reg = _registry_class()(hostname=self.ref.registry, insecure=self.options.insecure,
+                                auth_backend=backend)
+        reg.preemptive = {}
+        timed = _TimeoutSession(reg.session, self.options.timeout_s)
+        reg.session = timed
+        reg.auth.session = timed
+        if self.options.credentials is not None:
+            reg.auth.set_basic_auth(self.options.credentials.username,
+                                    self.options.credentials.password)
+        return reg
+
+    def _challenge(self) -> str:
+        """The registry's ``WWW-Authenticate`` on ``/v2/`` ("" when open or unreachable:
+        the calls that follow report that)."""
+        try:
+            r = self._oras.session.request("GET", f"{self._scheme}://{self.ref.registry}/v2/")
+        except Exception:  # reported by the real calls, with their retries
+            return ""
+        with contextlib.suppress(Exception):
+            r.close()
+        return str(r.headers.get("Www-Authenticate", "")) if r.status_code == 401 else ""
 
     # -- requests --------------------------------------------------------------------------
     def _where(self) -> str:
@@ -197,6 +226,10 @@ class RegistryClient:
             status = r.status_code
             with contextlib.suppress(Exception):
                 r.close()
+            if status in (401, 403) and self.options.credentials is None:
+                raise RegistryAuthError(f"{what}: {self.ref.registry} wants credentials (HTTP "
+                                        f"{status}); log in (a docker config.json) or pass "
+                                        "--username/--password-stdin")
             if status in (401, 403):
                 raise RegistryAuthError(f"{what}: {self.ref.registry} refused access "
                                         f"(HTTP {status}); check the credentials")

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +35,9 @@ def free_port() -> int:
 class RegistryProcess:
     """One ``docker-registry serve`` with filesystem storage under ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, htpasswd: str | None = None) -> None:
         self.root = root
+        self.htpasswd = htpasswd  # "user:bcrypt-hash" lines: basic auth on every call
         self.storage = root / "storage"
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -54,7 +56,7 @@ class RegistryProcess:
             config.write_text(
                 "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
                 f"    rootdirectory: {self.storage}\n  delete:\n    enabled: true\n"
-                f"http:\n  addr: 127.0.0.1:{self.port}\n")
+                f"http:\n  addr: 127.0.0.1:{self.port}\n" + self._auth())
             with self.log.open("ab") as log:
                 self.proc = subprocess.Popen([BINARY, "serve", str(config)], stdout=log,
                                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -62,6 +64,13 @@ class RegistryProcess:
                 return self
             self.stop()
         raise AssertionError("docker-registry did not answer /v2/:\n" + self.log.read_text())
+
+    def _auth(self) -> str:
+        if self.htpasswd is None:
+            return ""
+        path = self.root / "htpasswd"
+        path.write_text(self.htpasswd + "\n")
+        return f"auth:\n  htpasswd:\n    realm: test-realm\n    path: {path}\n"
 
     def _wait_ready(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -72,6 +81,9 @@ class RegistryProcess:
                 with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2) as r:
                     if r.status == 200:
                         return True
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401:  # up, and wants credentials
+                    return True
             except OSError:
                 time.sleep(0.1)
         return False
@@ -208,8 +220,9 @@ class CuttingRelay:
 
 
 @contextlib.contextmanager
-def running_registry(root: Path) -> Iterator[RegistryProcess]:
-    reg = RegistryProcess(root).start()
+def running_registry(root: Path, *, htpasswd: str | None = None
+                     ) -> Iterator[RegistryProcess]:
+    reg = RegistryProcess(root, htpasswd=htpasswd).start()
     try:
         yield reg
     finally:
