@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="docker-style config.json with registry credentials for resolving "
                              "(default: $DOCKER_CONFIG/config.json or ~/.docker/config.json; "
                              "agents use their own)")
+    deploy.add_argument("--registry-ca", type=Path, metavar="PEM",
+                        help="trust this CA bundle for the registry's TLS certificate when "
+                             "resolving (agents: [registry] ca_file)")
     deploy.add_argument("--canary", metavar="HOST:PORT",
                         help="deploy here first; stop if it fails")
     deploy.add_argument("--force", action="store_true",
@@ -296,7 +299,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             reports = deploy_reference(
                 refs[0], targets, _settings(args), args.token_file, canary=canary,
                 force=args.force, insecure_registry=args.registry_insecure,
-                registry_config=args.registry_config,
+                registry_config=args.registry_config, registry_ca=args.registry_ca,
                 on_step=None if quiet else _print_step, on_progress=None if quiet else progress)
         else:
             reports = deploy([Path(b) for b in args.bundles], targets, _settings(args),

@@ -461,7 +461,7 @@ def remove(model: str, version: int, agents: Sequence[str], settings: ConsoleSet
 # -- deploy by reference -----------------------------------------------------------------------
 
 def resolve_reference(text: str, *, insecure: bool = False,
-                      registry_config: Path | None = None) -> Any:
+                      registry_config: Path | None = None, ca_file: Path | None = None) -> Any:
     """Resolve ``oci://...:TAG`` to the digest of what it names (every agent then gets the
     same bytes); credentials from ``registry_config`` or the docker config. Returns a
     :class:`packager.oci_bundles.Resolved`; BundleRejectedError with one line on failure."""
@@ -473,7 +473,8 @@ def resolve_reference(text: str, *, insecure: bool = False,
         ref = parse_reference(text)
         creds = credentials_from_config(registry_config or docker_config_path(), ref.registry,
                                         required=registry_config is not None)
-        return resolve(ref, RegistryOptions(insecure=insecure, credentials=creds))
+        return resolve(ref, RegistryOptions(insecure=insecure, credentials=creds,
+                                            ca_file=ca_file))
     except PackagerError as exc:
         raise BundleRejectedError(str(exc)) from None
 
@@ -481,7 +482,7 @@ def resolve_reference(text: str, *, insecure: bool = False,
 def deploy_reference(reference: str, agents: Sequence[str], settings: ConsoleSettings,
                      token_file: Path | None, *, canary: str | None = None,
                      force: bool = False, insecure_registry: bool = False,
-                     registry_config: Path | None = None,
+                     registry_config: Path | None = None, registry_ca: Path | None = None,
                      on_step: Callable[[str, StepInfo], None] | None = None,
                      on_progress: Callable[[str, int, int], None] | None = None
                      ) -> list[DeployReport]:
@@ -489,7 +490,7 @@ def deploy_reference(reference: str, agents: Sequence[str], settings: ConsoleSet
     pull the bundle for its own profile from the registry (the canary first), as
     :func:`deploy` does with files."""
     resolved = resolve_reference(reference, insecure=insecure_registry,
-                                 registry_config=registry_config)
+                                 registry_config=registry_config, ca_file=registry_ca)
     rest = [a for a in dict.fromkeys(agents) if a != canary]
 
     def one(target: str) -> list[DeployReport]:

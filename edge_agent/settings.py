@@ -48,6 +48,7 @@ class RegistrySettings:
     allow: tuple[str, ...] = ()
     insecure: tuple[str, ...] = ()
     auth_file: Path | None = None
+    ca_file: Path | None = None  # trust this CA bundle (PEM) for registries' TLS certificates
     retries: int = 4
     """How often a failed registry request or a cut download is tried again (resumed)."""
 

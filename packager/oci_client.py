@@ -99,6 +99,7 @@ class RegistryOptions:
 
     insecure: bool = False
     credentials: Credentials | None = None
+    ca_file: Path | None = None  # a CA bundle (PEM) to trust instead of the system's
     retries: int = 4
     backoff_s: float = 0.5
     timeout_s: float = 30.0
@@ -126,6 +127,14 @@ def _registry_class() -> Any:
             return response
 
     return _Registry
+
+
+def _tls_reason(exc: BaseException) -> str:
+    text = str(exc)
+    for known in ("CERTIFICATE_VERIFY_FAILED", "WRONG_VERSION_NUMBER", "hostname mismatch"):
+        if known.lower() in text.lower():
+            return known.lower().replace("_", " ")
+    return exc.__class__.__name__
 
 
 class _TimeoutSession:
@@ -170,8 +179,9 @@ class RegistryClient:
 
     def _make(self, backend: str) -> Any:
         """An oras Registry with ``backend`` auth, our timeouts and the credentials."""
+        verify: bool | str = str(self.options.ca_file) if self.options.ca_file else True
         reg = _registry_class()(hostname=self.ref.registry, insecure=self.options.insecure,
-                                auth_backend=backend)
+                                tls_verify=verify, auth_backend=backend)
         reg.preemptive = {}
         timed = _TimeoutSession(reg.session, self.options.timeout_s)
         reg.session = timed
@@ -185,7 +195,8 @@ class RegistryClient:
         """The registry's ``WWW-Authenticate`` on ``/v2/`` ("" when open or unreachable:
         the calls that follow report that)."""
         try:
-            r = self._oras.session.request("GET", f"{self._scheme}://{self.ref.registry}/v2/")
+            r = self._oras.session.request("GET", f"{self._scheme}://{self.ref.registry}/v2/",
+                                           verify=self._oras._tls_verify)
         except Exception:  # reported by the real calls, with their retries
             return ""
         with contextlib.suppress(Exception):
@@ -211,9 +222,9 @@ class RegistryClient:
                                           stream=stream)
             except requests.exceptions.SSLError as exc:
                 raise RegistryUnavailableError(
-                    f"{what}: TLS with {self.ref.registry} failed ({exc.__class__.__name__}); "
-                    "for a lab registry on plain HTTP use --insecure (agents: [registry] "
-                    "insecure)") from None
+                    f"{what}: TLS with {self.ref.registry} failed ({_tls_reason(exc)}); a "
+                    "private CA: --ca-file (agents: [registry] ca_file); a lab registry on "
+                    "plain HTTP: --insecure (agents: [registry] insecure)") from None
             except self._transient as exc:
                 last = f"{exc.__class__.__name__}"
                 continue

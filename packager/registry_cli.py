@@ -49,6 +49,9 @@ def _registry_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry-config", type=Path, metavar="FILE",
                    help="docker-style config.json with the credentials (default: "
                         "$DOCKER_CONFIG/config.json or ~/.docker/config.json)")
+    p.add_argument("--ca-file", type=Path, metavar="PEM",
+                   help="trust this CA bundle for the registry's TLS certificate (a private "
+                        "CA) instead of the system's")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the result")
 
 
@@ -84,7 +87,9 @@ def registry_options(args: argparse.Namespace, ref: OciReference) -> RegistryOpt
         path = args.registry_config or docker_config_path()
         creds = credentials_from_config(path, ref.registry,
                                         required=args.registry_config is not None)
-    return RegistryOptions(insecure=args.insecure, credentials=creds)
+    if args.ca_file is not None and not args.ca_file.is_file():
+        raise UsageError(f"--ca-file: {args.ca_file} is not a file")
+    return RegistryOptions(insecure=args.insecure, credentials=creds, ca_file=args.ca_file)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@
     allow = ["registry.local:5000/models"]  # host[:port]/prefix; empty: refuse every reference
     insecure = ["registry.local:5000"]      # plain-HTTP lab registries
     auth_file = "registry-auth.json"        # docker-style config.json (relative to the file)
+    ca_file = "factory-ca.pem"              # a private CA for registries' TLS certificates
     retries = 4                     # per failed request / cut download (resumed)
 """
 
@@ -86,7 +87,7 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     mg = _table(data, "management", _MGMT_KEYS)
     md = _table(data, "mdns", {"enabled", "interfaces"})
     mt = _table(data, "metrics", {"enabled"})
-    rg = _table(data, "registry", {"allow", "insecure", "auth_file", "retries"})
+    rg = _table(data, "registry", {"allow", "insecure", "auth_file", "ca_file", "retries"})
 
     def path(key: str, value: Any) -> Path:
         p = Path(_typed(key, value, str)).expanduser()
@@ -183,7 +184,11 @@ def _registry(rg: Mapping[str, Any], path: Any) -> RegistrySettings:
     if not 0 <= retries <= 20:
         raise ConfigError(f"config key 'registry.retries': {retries} is out of range (0-20)")
     auth = path("registry.auth_file", rg["auth_file"]) if "auth_file" in rg else None
-    return RegistrySettings(allow=allow, insecure=insecure, auth_file=auth, retries=retries)
+    ca = path("registry.ca_file", rg["ca_file"]) if "ca_file" in rg else None
+    if ca is not None and not ca.is_file():
+        raise ConfigError(f"config key 'registry.ca_file': {ca} is not a file")
+    return RegistrySettings(allow=allow, insecure=insecure, auth_file=auth, ca_file=ca,
+                            retries=retries)
 
 
 def check_trusted_keys(paths: Sequence[Path]) -> None:

@@ -105,7 +105,7 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
         creds = (credentials_from_config(settings.auth_file, ref.registry, required=True)
                  if settings.auth_file is not None else None)
         options = RegistryOptions(insecure=policy.is_insecure(ref), credentials=creds,
-                                  retries=settings.retries)
+                                  ca_file=settings.ca_file, retries=settings.retries)
         from packager.oci_bundles import resolve
 
         resolved = resolve(ref, options)

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -35,9 +36,11 @@ def free_port() -> int:
 class RegistryProcess:
     """One ``docker-registry serve`` with filesystem storage under ``root``."""
 
-    def __init__(self, root: Path, *, htpasswd: str | None = None) -> None:
+    def __init__(self, root: Path, *, htpasswd: str | None = None,
+                 tls: tuple[Path, Path] | None = None) -> None:
         self.root = root
         self.htpasswd = htpasswd  # "user:bcrypt-hash" lines: basic auth on every call
+        self.tls = tls  # (certificate, key) PEM: HTTPS
         self.storage = root / "storage"
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -46,6 +49,13 @@ class RegistryProcess:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    def _context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.tls[0])) if self.tls else None
 
     def start(self, timeout_s: float = 60.0) -> RegistryProcess:
         assert BINARY is not None
@@ -56,7 +66,7 @@ class RegistryProcess:
             config.write_text(
                 "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
                 f"    rootdirectory: {self.storage}\n  delete:\n    enabled: true\n"
-                f"http:\n  addr: 127.0.0.1:{self.port}\n" + self._auth())
+                f"http:\n  addr: 127.0.0.1:{self.port}\n" + self._tls() + self._auth())
             with self.log.open("ab") as log:
                 self.proc = subprocess.Popen([BINARY, "serve", str(config)], stdout=log,
                                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -64,6 +74,11 @@ class RegistryProcess:
                 return self
             self.stop()
         raise AssertionError("docker-registry did not answer /v2/:\n" + self.log.read_text())
+
+    def _tls(self) -> str:
+        if self.tls is None:
+            return ""
+        return (f"  tls:\n    certificate: {self.tls[0]}\n    key: {self.tls[1]}\n")
 
     def _auth(self) -> str:
         if self.htpasswd is None:
@@ -78,7 +93,8 @@ class RegistryProcess:
             if self.proc is None or self.proc.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2) as r:
+                with urllib.request.urlopen(f"{self.scheme}://{self.address}/v2/", timeout=2,
+                                            context=self._context()) as r:
                     if r.status == 200:
                         return True
             except urllib.error.HTTPError as exc:
@@ -220,9 +236,9 @@ class CuttingRelay:
 
 
 @contextlib.contextmanager
-def running_registry(root: Path, *, htpasswd: str | None = None
-                     ) -> Iterator[RegistryProcess]:
-    reg = RegistryProcess(root, htpasswd=htpasswd).start()
+def running_registry(root: Path, *, htpasswd: str | None = None,
+                     tls: tuple[Path, Path] | None = None) -> Iterator[RegistryProcess]:
+    reg = RegistryProcess(root, htpasswd=htpasswd, tls=tls).start()
     try:
         yield reg
     finally:
