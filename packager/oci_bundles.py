@@ -137,8 +137,10 @@ def _existing_entries(client: RegistryClient, tag: str, name: str, version: int
     if not isinstance(ann, dict) or ann.get(L.NAME) != name or ann.get(L.VERSION) != str(
             version):
         return []
-    return [d.to_json() | {"artifactType": L.ARTIFACT_TYPE}
-            for d in L.index_entries(index, str(client.ref))]
+    kept = {d.digest for d in L.index_entries(index, str(client.ref))}  # checked entries
+    keys = ("mediaType", "digest", "size", "artifactType", "platform", "annotations")
+    return [{k: e[k] for k in keys if k in e} for e in index["manifests"]
+            if isinstance(e, dict) and e.get("digest") in kept]
 
 
 @dataclass(frozen=True)

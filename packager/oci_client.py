@@ -355,6 +355,7 @@ class RegistryClient:
             dest.unlink()
             hasher, have = hashlib.sha256(), 0
         failures = 0
+        resumed_from = have
         import requests
 
         while have < size:
@@ -399,6 +400,13 @@ class RegistryClient:
                     raise RegistryUnavailableError(f"{what}: the transfer ended after {have} "
                                                    f"of {size} bytes")
                 time.sleep(self.options.backoff_s * 2 ** (failures - 1))
+        if "sha256:" + hasher.hexdigest() != digest and resumed_from:
+            # the partial file came from elsewhere (another blob, an earlier run): once more
+            # from the first byte
+            dest.unlink()
+            self.download_blob(digest, size, dest, max_bytes=max_bytes,
+                               on_progress=on_progress)
+            return
         if "sha256:" + hasher.hexdigest() != digest:
             with contextlib.suppress(OSError):
                 dest.unlink()

@@ -113,3 +113,36 @@ def test_push_help_and_bad_reference(capsys: pytest.CaptureFixture[str]) -> None
     assert edge_pack(["push", "x.edgepkg", "oci://Bad Host/x:1"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no spaces" in err
+
+
+@pytest.mark.parametrize("leftover", ["prefix", "garbage"])
+def test_pull_resumes_a_partial_file(registry: RegistryProcess, bundles: Bundles,
+                                     tmp_path: Path, leftover: str) -> None:
+    """A `.NAME.part` left by an interrupted pull is resumed; one that is not a prefix of the
+    blob is dropped and the pull starts again from the first byte."""
+    ref = parse_reference(f"oci://{registry.address}/edge/mlp:1")
+    assert edge_pack(["push", str(bundles.mlp[1]), str(ref), "--insecure", "-q"]) == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    data = bundles.mlp[1].read_bytes()
+    part = out / f".{bundles.mlp[1].name}.part"
+    part.write_bytes(data[:20_000] if leftover == "prefix" else b"\0" * 20_000)
+    (got,) = pull_bundles(ref, out, HTTP)
+    assert got.read_bytes() == data
+    assert not part.exists()
+
+
+def test_a_second_push_keeps_the_index_entries_whole(registry: RegistryProcess,
+                                                     bundles: Bundles, tmp_path: Path) -> None:
+    from packager.build import build_bundles
+
+    ref = f"oci://{registry.address}/edge/mlp:1"
+    (arm,) = build_bundles(bundles.sources[1], name="mlp", version=1,
+                           profiles=["arm64-cpu-onnxruntime"], out_dir=tmp_path / "arm",
+                           key_path=bundles.private_key, dynamic_batch=True)
+    assert edge_pack(["push", str(arm), ref, "--insecure", "-q"]) == 0
+    assert edge_pack(["push", str(bundles.mlp[1]), ref, "--insecure", "-q"]) == 0
+    index = _get_json(f"http://{registry.address}/v2/edge/mlp/manifests/1", INDEX_MEDIA_TYPE)
+    assert [(e["annotations"][PROFILE], e["platform"]["architecture"])
+            for e in index["manifests"]] == [("arm64-cpu-onnxruntime", "arm64"),
+                                             ("x86_64-cpu-onnxruntime", "amd64")]
