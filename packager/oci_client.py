@@ -336,10 +336,11 @@ class RegistryClient:
         return True
 
     def download_blob(self, digest: str, size: int, dest: Path, *, max_bytes: int,
-                      on_progress: Progress | None = None) -> None:
+                      on_progress: Progress | None = None) -> int:
         """Write blob ``digest`` (``size`` bytes, at most ``max_bytes``) to ``dest``,
         resuming a cut transfer from what ``dest`` already holds; the sha256 of the whole
-        must be ``digest`` (ArtifactRejectedError and ``dest`` removed otherwise)."""
+        must be ``digest`` (ArtifactRejectedError and ``dest`` removed otherwise). Returns how
+        many bytes of an earlier partial ``dest`` were kept (0: downloaded whole)."""
         what = f"blob {digest} of {self._where()}"
         if size > max_bytes:
             raise ArtifactRejectedError(f"{what}: {size} bytes, more than the {max_bytes} "
@@ -404,12 +405,12 @@ class RegistryClient:
             # the partial file came from elsewhere (another blob, an earlier run): once more
             # from the first byte
             dest.unlink()
-            self.download_blob(digest, size, dest, max_bytes=max_bytes,
-                               on_progress=on_progress)
-            return
+            return self.download_blob(digest, size, dest, max_bytes=max_bytes,
+                                      on_progress=on_progress)
         if "sha256:" + hasher.hexdigest() != digest:
             with contextlib.suppress(OSError):
                 dest.unlink()
             raise ArtifactRejectedError(f"{what}: the bytes received hash to sha256:"
                                         f"{hasher.hexdigest()[:16]}..., not the digest the "
                                         "manifest names; refused (tampered or corrupt)")
+        return resumed_from

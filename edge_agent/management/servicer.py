@@ -12,7 +12,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import grpc
@@ -163,19 +163,21 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 path = self.manager.new_upload_path()
             except AgentError as exc:
                 abort(context, exc)
-            yield from self._pull(request.reference, path, context)
-            yield from self._run_deploy(path, request.force, context, "bundle",
-                                        origin=request.reference)
+            resumed = yield from self._pull(request.reference, path, context)
+            origin = request.reference + (f" (a cut pull resumed after {resumed} bytes)"
+                                          if resumed else "")
+            yield from self._run_deploy(path, request.force, context, "bundle", origin=origin)
         finally:
             self._deploys.release()
 
     def _pull(self, reference: str, path: Path, context: grpc.ServicerContext
-              ) -> Iterator[pb.DeployEvent]:
-        """Pull on a worker thread, yielding progress every MiB; abort on failure."""
+              ) -> Generator[pb.DeployEvent, None, int]:
+        """Pull on a worker thread, yielding progress every MiB; abort on failure. Returns
+        how many bytes of an earlier cut pull were reused."""
         from edge_agent.manager.registry_source import pull_for_device
 
         events: queue.Queue[tuple[int, int] | BaseException | None] = queue.Queue()
-        reported = [0]
+        reported, resumed = [0], [0]
         gone = threading.Event()  # the caller went away: stop pulling (the file is removed)
 
         def progress(got: int, total: int) -> None:
@@ -187,11 +189,12 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
 
         def run() -> None:
             try:
-                pull_for_device(reference, self.registry, self.manager.device, path,
-                                on_progress=progress)
+                pulled = pull_for_device(reference, self.registry, self.manager.device, path,
+                                         on_progress=progress)
             except BaseException as exc:  # handed to the RPC thread below
                 events.put(exc)
                 return
+            resumed[0] = pulled.resumed_bytes
             events.put(None)
 
         threading.Thread(target=run, name="edge-pull", daemon=True).start()
@@ -199,7 +202,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             while True:
                 item = events.get()
                 if item is None:
-                    return
+                    return resumed[0]
                 if isinstance(item, BaseException):
                     with contextlib.suppress(OSError):
                         path.unlink()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from edge_agent.errors import AgentError, ErrorCode, InvalidInputError, ModelNotFoundError
 from edge_agent.manager.device import DeviceInfo
-from edge_agent.manager.errors import InvalidBundleError, ManagerError
+from edge_agent.manager.errors import DeploymentBusyError, InvalidBundleError, ManagerError
 from edge_agent.settings import RegistrySettings
 from packager.bundle_format import MAX_TOTAL_BYTES
 from packager.errors import (
@@ -23,6 +23,7 @@ from packager.errors import (
     RegistryAuthError,
     RegistryError,
     RegistryUnavailableError,
+    UsageError,
 )
 from packager.oci_ref import (
     OciReference,
@@ -57,6 +58,7 @@ class PulledBundle:
     reference: OciReference
     profile: str
     size: int
+    resumed_bytes: int = 0  # of an earlier cut pull of the same blob, reused
 
 
 def check_reference(text: str, settings: RegistrySettings) -> OciReference:
@@ -77,6 +79,8 @@ def check_reference(text: str, settings: RegistrySettings) -> OciReference:
 
 def _agent_error(exc: PackagerError) -> AgentError:
     text = str(exc)
+    if isinstance(exc, UsageError):  # the same blob is being pulled by another deploy
+        return DeploymentBusyError(text)
     if isinstance(exc, ArtifactNotFoundError):
         return ModelNotFoundError(text)
     if isinstance(exc, RegistryAuthError):
@@ -94,7 +98,9 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
                     on_progress: Callable[[int, int], None] | None = None,
                     max_bytes: int = MAX_TOTAL_BYTES) -> PulledBundle:
     """Pull the bundle ``text`` (``oci://...@sha256:...``) holds for ``device`` into ``dest``
-    (which must not exist). On any failure ``dest`` is removed and an AgentError raised."""
+    (which must not exist). On any failure ``dest`` is removed and an AgentError raised; a
+    cut download stays in ``dest``'s directory for the next pull of the same blob to resume
+    (the agent's start-up clears that directory)."""
     from packager.oci_bundles import pull_bundle
     from packager.oci_client import RegistryClient, RegistryOptions, credentials_from_config
     from packager.oci_layout import PROFILE, choose_entry
@@ -112,7 +118,8 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
         entry = choose_entry(resolved.entries, device.profile, device.arch, device.runtimes,
                              str(ref))
         client = RegistryClient(resolved.reference, options)
-        pull_bundle(client, entry, dest, max_bytes=max_bytes, on_progress=on_progress)
+        pulled = pull_bundle(client, entry, dest, max_bytes=max_bytes,
+                             on_progress=on_progress, partial_dir=dest.parent)
     except PackagerError as exc:
         with contextlib.suppress(OSError):
             dest.unlink()
@@ -121,4 +128,5 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
         with contextlib.suppress(OSError):
             dest.unlink()
         raise
-    return PulledBundle(ref, str(entry.annotations.get(PROFILE)), dest.stat().st_size)
+    return PulledBundle(ref, str(entry.annotations.get(PROFILE)), dest.stat().st_size,
+                        pulled.resumed_bytes)

@@ -130,14 +130,31 @@ def test_a_cut_download_resumes(site: Site, bundles: Bundles) -> None:
 
 
 def test_a_registry_that_goes_away_mid_pull_leaves_the_previous_version(
-        site: Site, bundles: Bundles) -> None:
+        site: Site, bundles: Bundles, tmp_path: Path) -> None:
+    from packager.build import build_bundles
+    from packager.samples import make_mlp
+
     before = site.active(site.a)
     assert before is not None
-    site.push(bundles.fragile, f"oci://{site.registry.address}/edge/mlp:7")
-    site.relay.arm(cut_after=bundles.fragile.stat().st_size // 2, cuts=1, die_after_cut=True)
+    src = make_mlp(tmp_path / "wide.onnx", hidden=1024, seed=8)  # ~300 KB: cut mid-way
+    (wide,) = build_bundles(src, name="mlp", version=8, profiles=["x86_64-cpu-onnxruntime"],
+                            out_dir=tmp_path / "out", key_path=bundles.private_key,
+                            dynamic_batch=True)
+    site.push(wide, f"oci://{site.registry.address}/edge/mlp:8")
+    site.relay.arm(cut_after=wide.stat().st_size // 2, cuts=1, die_after_cut=True)
     with pytest.raises(DeploymentFailedError) as err:
-        site.deploy(f"oci://{site.relay.address}/edge/mlp:7", site.a)
+        site.deploy(f"oci://{site.relay.address}/edge/mlp:8", site.a)
     assert "registry: " in err.value.reports[0].error
     assert site.active(site.a) == before  # still serving, READY
     with site.a.client() as c:
-        assert 7 not in {v.version for v in c.models("mlp")}
+        assert 8 not in {v.version for v in c.models("mlp")}
+    # the registry is back (here: reached directly): the next pull resumes the cut one
+    reports = site.deploy(f"oci://{site.registry.address}/edge/mlp:8", site.a)
+    assert reports[0].ok, reports
+    assert site.active(site.a) == 8
+    with site.a.client() as c:
+        (dep,) = [d for d in c.deployments("mlp") if d.to_version == 8 and d.status ==
+                  "committed"]
+    received = next(s for s in dep.steps if s.step == "received")
+    assert "a cut pull resumed after" in received.message, received.message
+    assert not list((site.a.state_dir / "incoming").glob("*"))
