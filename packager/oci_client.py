@@ -168,10 +168,9 @@ class RegistryClient:
                                         "in (a docker config.json) or pass "
                                         "--username/--password-stdin")
             self._oras = self._make("basic")
-            if options.credentials is not None:
-                self._oras.preemptive = {"Authorization": "Basic " + base64.b64encode(
-                    f"{options.credentials.username}:{options.credentials.password}".encode()
-                ).decode()}
+            user, password = options.credentials.username, options.credentials.password
+            self._oras.preemptive = {"Authorization": "Basic " + base64.b64encode(
+                f"{user}:{password}".encode()).decode()}
         self._container = self._oras.get_container(f"{ref.registry}/{ref.repository}:x")
         self._transient = (requests.ConnectionError, requests.Timeout,
                            requests.exceptions.ChunkedEncodingError,

@@ -52,7 +52,7 @@ class RegistryDownError(ManagerError):
 
 
 @dataclass(frozen=True)
-class PulledBundle:
+class PullResult:
     """What was pulled: the pinned reference and the profile chosen."""
 
     reference: OciReference
@@ -96,12 +96,12 @@ def _agent_error(exc: PackagerError) -> AgentError:
 
 def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, dest: Path, *,
                     on_progress: Callable[[int, int], None] | None = None,
-                    max_bytes: int = MAX_TOTAL_BYTES) -> PulledBundle:
+                    max_bytes: int = MAX_TOTAL_BYTES) -> PullResult:
     """Pull the bundle ``text`` (``oci://...@sha256:...``) holds for ``device`` into ``dest``
     (which must not exist). On any failure ``dest`` is removed and an AgentError raised; a
     cut download stays in ``dest``'s directory for the next pull of the same blob to resume
     (the agent's start-up clears that directory)."""
-    from packager.oci_bundles import pull_bundle
+    from packager.oci_bundles import pull_bundle, resolve
     from packager.oci_client import RegistryClient, RegistryOptions, credentials_from_config
     from packager.oci_layout import PROFILE, choose_entry
 
@@ -112,8 +112,6 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
                  if settings.auth_file is not None else None)
         options = RegistryOptions(insecure=policy.is_insecure(ref), credentials=creds,
                                   ca_file=settings.ca_file, retries=settings.retries)
-        from packager.oci_bundles import resolve
-
         resolved = resolve(ref, options)
         entry = choose_entry(resolved.entries, device.profile, device.arch, device.runtimes,
                              str(ref))
@@ -128,5 +126,5 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
         with contextlib.suppress(OSError):
             dest.unlink()
         raise
-    return PulledBundle(ref, str(entry.annotations.get(PROFILE)), dest.stat().st_size,
+    return PullResult(ref, str(entry.annotations.get(PROFILE)), dest.stat().st_size,
                         pulled.resumed_bytes)
