@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from console.errors import ConsoleError
+from console.errors import ConsoleConfigError, ConsoleError
 from console.flags import add_mdns_flags
 
 if TYPE_CHECKING:
@@ -98,8 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "gets the one for its profile, else one that fits its arch and runtimes. "
                     "With --canary the canary goes first and a failure there stops the rest.",
         formatter_class=raw)
-    deploy.add_argument("bundles", nargs="+", type=Path, metavar="BUNDLE")
+    deploy.add_argument("bundles", nargs="+", metavar="BUNDLE",
+                        help="bundle files, or one oci://HOST[:PORT]/REPO:TAG reference: the "
+                             "console resolves it to a digest and each agent pulls the bundle "
+                             "for its profile from the registry itself")
     _common(deploy)
+    deploy.add_argument("--registry-insecure", action="store_true",
+                        help="resolve the oci:// reference over plain HTTP (a lab registry; "
+                             "agents need it in their [registry] insecure too)")
+    deploy.add_argument("--registry-config", type=Path, metavar="FILE",
+                        help="docker-style config.json with registry credentials for resolving "
+                             "(default: $DOCKER_CONFIG/config.json or ~/.docker/config.json; "
+                             "agents use their own)")
+    deploy.add_argument("--registry-ca", type=Path, metavar="PEM",
+                        help="trust this CA bundle for the registry's TLS certificate when "
+                             "resolving (agents: [registry] ca_file)")
     deploy.add_argument("--canary", metavar="HOST:PORT",
                         help="deploy here first; stop if it fails")
     deploy.add_argument("--force", action="store_true",
@@ -282,18 +295,33 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     canary = parse_target(args.canary) if args.canary else None
     quiet = args.json
     shown: dict[str, int] = {}
+    refs = [b for b in args.bundles if b.startswith("oci://")]
+    pulled = bool(refs)
 
     def progress(target: str, got: int, total: int) -> None:  # every quarter of a big upload
         quarter = got * 4 // total if total else 4
         if total >= 4 << 20 and quarter > shown.get(target, 0):
             shown[target] = quarter
-            print(f"{target}  upload    {got / 2**20:.1f} of {total / 2**20:.1f} MiB",
+            what = "pull    " if pulled else "upload  "
+            print(f"{target}  {what}  {got / 2**20:.1f} of {total / 2**20:.1f} MiB",
                   flush=True)
 
     try:
-        reports = deploy(args.bundles, targets, _settings(args), args.token_file, canary=canary,
-                         force=args.force, on_step=None if quiet else _print_step,
-                         on_progress=None if quiet else progress)
+        if refs:
+            from console.commands import deploy_reference
+
+            if len(args.bundles) != 1:
+                raise ConsoleConfigError("give either bundle files or one oci:// reference")
+            reports = deploy_reference(
+                refs[0], targets, _settings(args), args.token_file, canary=canary,
+                force=args.force, insecure_registry=args.registry_insecure,
+                registry_config=args.registry_config, registry_ca=args.registry_ca,
+                on_step=None if quiet else _print_step, on_progress=None if quiet else progress)
+        else:
+            reports = deploy([Path(b) for b in args.bundles], targets, _settings(args),
+                             args.token_file, canary=canary, force=args.force,
+                             on_step=None if quiet else _print_step,
+                             on_progress=None if quiet else progress)
     except ConsoleError as exc:
         if quiet:
             _dump(getattr(exc, "reports", []))

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from console.config import ConsoleSettings, parse_address
 from console.discovery import AgentBrowser
@@ -462,3 +463,93 @@ def remove(model: str, version: int, agents: Sequence[str], settings: ConsoleSet
         raise DeploymentFailedError(f"remove of {model} version {version} failed on "
                                     f"{failed[0].agent}: {_first_failure(failed)}", reports)
     return reports
+
+
+# -- deploy by reference -----------------------------------------------------------------------
+
+def resolve_reference(text: str, *, insecure: bool = False,
+                      registry_config: Path | None = None, ca_file: Path | None = None) -> Any:
+    """Resolve ``oci://...:TAG`` to the digest of what it names (every agent then gets the
+    same bytes); credentials from ``registry_config`` or the docker config. Returns a
+    :class:`packager.oci_bundles.Resolved`; BundleRejectedError with one line on failure."""
+    from packager.oci_bundles import resolve
+    from packager.oci_client import RegistryOptions, credentials_from_config, docker_config_path
+    from packager.oci_ref import parse_reference
+
+    try:
+        ref = parse_reference(text)
+        creds = credentials_from_config(registry_config or docker_config_path(), ref.registry,
+                                        required=registry_config is not None)
+        return resolve(ref, RegistryOptions(insecure=insecure, credentials=creds,
+                                            ca_file=ca_file))
+    except PackagerError as exc:
+        raise BundleRejectedError(str(exc)) from None
+
+
+def deploy_reference(reference: str, agents: Sequence[str], settings: ConsoleSettings,
+                     token_file: Path | None, *, canary: str | None = None,
+                     force: bool = False, insecure_registry: bool = False,
+                     registry_config: Path | None = None, registry_ca: Path | None = None,
+                     on_step: Callable[[str, StepInfo], None] | None = None,
+                     on_progress: Callable[[str, int, int], None] | None = None
+                     ) -> list[DeployReport]:
+    """Deploy by reference: resolve ``reference`` to a digest here, then have every agent
+    pull the bundle for its own profile from the registry (the canary first), as
+    :func:`deploy` does with files."""
+    resolved = resolve_reference(reference, insecure=insecure_registry,
+                                 registry_config=registry_config, ca_file=registry_ca)
+    rest = [a for a in dict.fromkeys(agents) if a != canary]
+
+    def one(target: str) -> list[DeployReport]:
+        return [_deploy_reference_to(target, resolved, settings, token_file, force, on_step,
+                                     on_progress)]
+
+    reports: list[DeployReport] = []
+    if canary:
+        reports += one(canary)
+        if not all(r.ok for r in reports):
+            raise RolloutAbortedError(
+                f"canary {canary} failed ({_first_failure(reports)}); not deploying to "
+                f"the other {len(rest)} agent(s)", reports)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(rest)))) as pool:
+        for agent_reports in pool.map(one, rest):
+            reports += agent_reports
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        raise DeploymentFailedError(f"{len(failed)} of {len(reports)} deployment(s) failed; "
+                                    f"first: {failed[0].agent}: {_first_failure(failed)}",
+                                    reports)
+    return reports
+
+
+def _deploy_reference_to(target: str, resolved: Any, settings: ConsoleSettings,
+                         token_file: Path | None, force: bool,
+                         on_step: Callable[[str, StepInfo], None] | None,
+                         on_progress: Callable[[str, int, int], None] | None) -> DeployReport:
+    from packager.errors import ArtifactNotFoundError
+    from packager.oci_layout import choose_entry
+
+    pinned = resolved.reference.pinned()
+    label = f"{resolved.name} version {resolved.version}"
+    try:
+        client = connect(target, settings, token_file)
+    except ManagementError as exc:
+        return DeployReport(target, label, None, str(exc))
+    with client:
+        try:
+            info = client.info()
+            try:  # the agent's fit rule, applied here: no pull for a profile not there
+                choose_entry(resolved.entries, info.profile, info.arch, info.runtimes, pinned)
+            except ArtifactNotFoundError as exc:
+                return DeployReport(target, label, None, str(exc), refusal="incompatible")
+            if not force and any(v.active and v.version == resolved.version
+                                 for v in client.models(resolved.name)):
+                return DeployReport(target, label, None, skipped=f"{label} is already active "
+                                    "(use --force to reload it)")
+            result = client.deploy_reference(
+                pinned, force=force,
+                on_step=(lambda s: on_step(target, s)) if on_step else None,
+                on_progress=(lambda a, b: on_progress(target, a, b)) if on_progress else None)
+            return DeployReport(target, label, result)
+        except ManagementError as exc:
+            return DeployReport(target, label, None, str(exc))

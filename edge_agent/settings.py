@@ -39,6 +39,21 @@ class TlsFiles:
 
 
 @dataclass(frozen=True)
+class RegistrySettings:
+    """``[registry]``: where deploys by reference may pull from (``allow``: entries
+    ``host[:port]/prefix``; empty refuses every reference), which registries speak plain
+    HTTP (``insecure``: ``host:port``), and the agent's own credentials (``auth_file``: a
+    docker-style config.json). Entries are checked when the config is read."""
+
+    allow: tuple[str, ...] = ()
+    insecure: tuple[str, ...] = ()
+    auth_file: Path | None = None
+    ca_file: Path | None = None  # trust this CA bundle (PEM) for registries' TLS certificates
+    retries: int = 4
+    """How often a failed registry request or a cut download is tried again (resumed)."""
+
+
+@dataclass(frozen=True)
 class ManagementOptions:
     """The management side of the agent (config sections [management], [mdns], [metrics])."""
 
@@ -59,6 +74,7 @@ class ManagementOptions:
     mdns_interfaces: tuple[str, ...] = ()  # empty: every interface
     metrics: bool = True
     profile: str | None = None
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
 
 
 def parse_address(value: str, where: str, example: str = "127.0.0.1:8001") -> str | None:

@@ -21,6 +21,8 @@ examples:
       --key keys/edge-pack.key --dynamic-batch --out dist/
   edge-pack inspect dist/resnet-3-x86_64-cpu-openvino.edgepkg
   edge-pack verify dist/resnet-3-x86_64-cpu-openvino.edgepkg --pubkey keys/edge-pack.pub
+  edge-pack push dist/resnet-3-*.edgepkg oci://registry.local:5000/models/resnet:3
+  edge-pack pull oci://registry.local:5000/models/resnet:3 --out pulled/
 """
 
 _EPILOG_BUILD = """\
@@ -105,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("profiles", help="list the device profiles", formatter_class=fmt,
                         epilog="examples:\n  edge-pack profiles\n  edge-pack profiles --json\n")
     pr.add_argument("--json", action="store_true", help="print the profiles as JSON")
+    from packager.registry_cli import add_registry_commands
+
+    add_registry_commands(sub, fmt)
     return p
 
 
@@ -262,8 +267,15 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_registry(args: argparse.Namespace) -> int:
+    from packager.registry_cli import run
+
+    return run(args)
+
+
 _COMMANDS = {"keygen": _cmd_keygen, "build": _cmd_build, "inspect": _cmd_inspect,
-             "verify": _cmd_verify, "profiles": _cmd_profiles}
+             "verify": _cmd_verify, "profiles": _cmd_profiles, "push": _cmd_registry,
+             "pull": _cmd_registry}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,3 +52,24 @@ class UsageError(PackagerError):
 class UnsignedCodeError(SignatureError):
     """A bundle that carries code (a Python model) without a signature from a trusted key:
     refused whatever ``allow_unsigned`` says."""
+
+
+class RegistryError(PackagerError):
+    """An OCI registry could not be reached, refused us, or sent something we refuse."""
+
+
+class RegistryUnavailableError(RegistryError):
+    """The registry did not answer (after retries) or answered with a server error."""
+
+
+class RegistryAuthError(RegistryError):
+    """The registry wants credentials we do not have, or refused the ones we sent."""
+
+
+class ArtifactNotFoundError(RegistryError):
+    """No such repository, tag, digest or profile in the registry."""
+
+
+class ArtifactRejectedError(RegistryError):
+    """What the registry sent is not a bundle artifact we accept: a digest that does not
+    match, a size past the limits, an unknown media type, malformed JSON."""

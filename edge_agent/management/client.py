@@ -372,6 +372,38 @@ class AgentClient:
                                   "without a result", "INTERNAL")
         return result
 
+    def deploy_reference(self, reference: str, *, force: bool = False,
+                         on_progress: Callable[[int, int], None] | None = None,
+                         on_step: Callable[[StepInfo], None] | None = None) -> DeployResult:
+        """Have the agent pull ``reference`` (``oci://...@sha256:...``) from its registry and
+        deploy it; ``on_progress(pulled, total)`` and ``on_step`` as in :meth:`deploy`."""
+        request = pb.DeployReferenceRequest(reference=reference, force=force)
+        result = None
+        try:
+            for event in self._stub.DeployReference(request, metadata=self._metadata,
+                                                    timeout=self.deploy_timeout_s):
+                kind = event.WhichOneof("event")
+                if kind == "progress" and on_progress is not None:
+                    on_progress(event.progress.received_bytes, event.progress.total_bytes)
+                elif kind == "step" and on_step is not None:
+                    on_step(convert.step_info(event.step))
+                elif kind == "result":
+                    result = convert.deploy_result(event.result)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED and self._speaks_management():
+                raise ManagementError(f"agent {self.target} predates deploy by reference; "
+                                      "upgrade it or deploy the bundle file",
+                                      "UNIMPLEMENTED") from None
+            details = exc.details() if hasattr(exc, "details") else ""
+            if details and details.startswith("registry: "):  # the registry, not the agent
+                raise ManagementError(f"agent {self.target}: {details}",
+                                      exc.code().name) from None
+            raise self._error(exc, f"deploying {reference}") from None
+        if result is None:
+            raise ManagementError(f"agent {self.target} ended the deploy of {reference} "
+                                  "without a result", "INTERNAL")
+        return result
+
     def check_deploy(self, bundle: Path, *, force: bool = False) -> DeployCheck | None:
         """Ask the agent whether it would deploy ``bundle`` (its manifest, signature and size
         are sent, not the bundle); None from an agent that predates CheckDeploy."""

@@ -26,6 +26,13 @@
 
     [metrics]
     enabled = true                  # --no-metrics
+
+    [registry]                      # deploy by reference (edge-console deploy oci://...)
+    allow = ["registry.local:5000/models"]  # host[:port]/prefix; empty: refuse every reference
+    insecure = ["registry.local:5000"]      # plain-HTTP lab registries
+    auth_file = "registry-auth.json"        # docker-style config.json (relative to the file)
+    ca_file = "factory-ca.pem"              # a private CA for registries' TLS certificates
+    retries = 4                     # per failed request / cut download (resumed)
 """
 
 from __future__ import annotations
@@ -36,9 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.errors import ConfigError
-from edge_agent.settings import ManagementOptions, TlsFiles, ipv4_interfaces, parse_address
+from edge_agent.settings import (
+    ManagementOptions,
+    RegistrySettings,
+    TlsFiles,
+    ipv4_interfaces,
+    parse_address,
+)
 
-SECTIONS = ("management", "mdns", "metrics")
+SECTIONS = ("management", "mdns", "metrics", "registry")
 _MGMT_EXAMPLE = "0.0.0.0:50051"
 _MGMT_KEYS = {"address", "name", "trust", "allow_unsigned", "profile", "keep_versions",
               "watch_window_s", "error_threshold", "min_requests", "tls_cert", "tls_key",
@@ -74,6 +87,7 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     mg = _table(data, "management", _MGMT_KEYS)
     md = _table(data, "mdns", {"enabled", "interfaces"})
     mt = _table(data, "metrics", {"enabled"})
+    rg = _table(data, "registry", {"allow", "insecure", "auth_file", "ca_file", "retries"})
 
     def path(key: str, value: Any) -> Path:
         p = Path(_typed(key, value, str)).expanduser()
@@ -119,6 +133,8 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
                                             "config key 'mdns.interfaces'")
     if "enabled" in mt:
         kw["metrics"] = _typed("metrics.enabled", mt["enabled"], bool)
+    if rg:
+        kw["registry"] = _registry(rg, path)
     options = ManagementOptions(**kw)
     flags: dict[str, Any] = {}
     if address is not None:
@@ -145,6 +161,34 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
                           "configured (management.tls_cert / tls_client_ca); drop one of them")
     check_trusted_keys(options.trusted_keys)
     return options
+
+
+def _registry(rg: Mapping[str, Any], path: Any) -> RegistrySettings:
+    """``[registry]``, every entry checked now (a bad one would refuse every deploy later)."""
+    from packager.errors import PackagerError
+    from packager.oci_ref import RegistryPolicy
+
+    def strings(key: str) -> tuple[str, ...]:
+        values = _typed(f"registry.{key}", rg.get(key, []), list)
+        for v in values:
+            if not isinstance(v, str):
+                raise ConfigError(f"config key 'registry.{key}': {v!r} is not a string")
+        return tuple(values)
+
+    allow, insecure = strings("allow"), strings("insecure")
+    try:
+        RegistryPolicy.parse(allow, insecure)
+    except PackagerError as exc:
+        raise ConfigError(f"config key {exc}") from None
+    retries = _typed("registry.retries", rg.get("retries", 4), int)
+    if not 0 <= retries <= 20:
+        raise ConfigError(f"config key 'registry.retries': {retries} is out of range (0-20)")
+    auth = path("registry.auth_file", rg["auth_file"]) if "auth_file" in rg else None
+    ca = path("registry.ca_file", rg["ca_file"]) if "ca_file" in rg else None
+    if ca is not None and not ca.is_file():
+        raise ConfigError(f"config key 'registry.ca_file': {ca} is not a file")
+    return RegistrySettings(allow=allow, insecure=insecure, auth_file=auth, ca_file=ca,
+                            retries=retries)
 
 
 def check_trusted_keys(paths: Sequence[Path]) -> None:

@@ -159,7 +159,8 @@ class AgentRuntime:
         diagnostics = Diagnostics(self.state_dir, log_ring.install(), self.metrics)
         servicer = ManagementServicer(self.manager, self.identity, metrics=self.metrics,
                                       recorder=self.recorder, on_change=self._advert_changed,
-                                      diagnostics=diagnostics)
+                                      diagnostics=diagnostics,
+                                      registry=self.options.registry)
         tls = self._server_tls()
         self.fingerprint = fingerprint(tls.cert.read_bytes()) if tls is not None else ""
         self.management = ManagementServer(servicer, self.options.address,

@@ -12,7 +12,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import grpc
@@ -38,6 +38,7 @@ from edge_agent.manager.outcome import DeployOutcome, StepEvent
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore
 from edge_agent.protocol.status import abort
+from edge_agent.settings import RegistrySettings
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,11 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                  on_change: Callable[[], None] | None = None, max_watchers: int = 8,
                  max_deploys: int = MAX_DEPLOYS, upload_idle_s: float = UPLOAD_IDLE_S,
                  upload_total_s: float = UPLOAD_TOTAL_S,
-                 diagnostics: Diagnostics | None = None) -> None:
+                 diagnostics: Diagnostics | None = None,
+                 registry: RegistrySettings | None = None) -> None:
         self.manager = manager
         self.diagnostics = diagnostics or Diagnostics(None, None, metrics)
+        self.registry = registry or RegistrySettings()
         # each Deploy stream holds a server thread while it uploads: cap them too
         self._deploys = threading.BoundedSemaphore(max_deploys)
         self.max_deploys = max_deploys
@@ -144,6 +147,75 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         # From here the deploy thread owns the file (and deletes it when done).
         yield from self._run_deploy(path, header.force, context, header.filename)
 
+    def DeployReference(self, request: pb.DeployReferenceRequest,
+                        context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
+        """Pull the bundle for this device from the registry (the agent's own [registry]
+        settings), then the same pipeline as an upload."""
+        from edge_agent.manager.registry_source import check_reference
+
+        try:
+            check_reference(request.reference, self.registry)  # refused before any pull
+        except AgentError as exc:
+            abort(context, exc)
+        if not self._deploys.acquire(blocking=False):
+            abort(context, QueueFullError(
+                f"this agent already receives {self.max_deploys} deploys; retry when one "
+                "has finished"))
+        try:
+            try:
+                path = self.manager.new_upload_path()
+            except AgentError as exc:
+                abort(context, exc)
+            resumed = yield from self._pull(request.reference, path, context)
+            origin = request.reference + (f" (a cut pull resumed after {resumed} bytes)"
+                                          if resumed else "")
+            yield from self._run_deploy(path, request.force, context, "bundle", origin=origin)
+        finally:
+            self._deploys.release()
+
+    def _pull(self, reference: str, path: Path, context: grpc.ServicerContext
+              ) -> Generator[pb.DeployEvent, None, int]:
+        """Pull on a worker thread, yielding progress every MiB; abort on failure. Returns
+        how many bytes of an earlier cut pull were reused."""
+        from edge_agent.manager.registry_source import pull_for_device
+
+        events: queue.Queue[tuple[int, int] | BaseException | None] = queue.Queue()
+        reported, resumed = [0], [0]
+        gone = threading.Event()  # the caller went away: stop pulling (the file is removed)
+
+        def progress(got: int, total: int) -> None:
+            if gone.is_set():
+                raise InvalidInputError("the caller cancelled the deploy")
+            if got - reported[0] >= PROGRESS_EVERY_BYTES or got == total:
+                reported[0] = got
+                events.put((got, total))
+
+        def run() -> None:
+            try:
+                pulled = pull_for_device(reference, self.registry, self.manager.device, path,
+                                         on_progress=progress)
+            except BaseException as exc:  # handed to the RPC thread below
+                events.put(exc)
+                return
+            resumed[0] = pulled.resumed_bytes
+            events.put(None)
+
+        threading.Thread(target=run, name="edge-pull", daemon=True).start()
+        try:
+            while True:
+                item = events.get()
+                if item is None:
+                    return resumed[0]
+                if isinstance(item, BaseException):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                    abort(context, item)
+                yield pb.DeployEvent(progress=pb.UploadProgress(received_bytes=item[0],
+                                                                total_bytes=item[1]))
+        except GeneratorExit:
+            gone.set()
+            raise
+
     def CheckDeploy(self, request: pb.CheckDeployRequest,
                     context: grpc.ServicerContext) -> pb.CheckDeployResponse:
         m = self.manager
@@ -198,14 +270,14 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                                                         total_bytes=header.size_bytes))
 
     def _run_deploy(self, path: Path, force: bool, context: grpc.ServicerContext,
-                    source: str = "") -> Iterator[pb.DeployEvent]:
+                    source: str = "", origin: str | None = None) -> Iterator[pb.DeployEvent]:
         events: queue.Queue[StepEvent | DeployOutcome | BaseException] = queue.Queue()
 
         def run() -> None:
             result: DeployOutcome | BaseException
             try:
                 result = self.manager.deploy(path, force=force, on_event=events.put,
-                                             source=source or None)
+                                             source=source or None, origin=origin)
             except BaseException as exc:  # handed to the RPC thread below
                 result = exc
             with contextlib.suppress(OSError):

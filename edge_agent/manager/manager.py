@@ -130,13 +130,15 @@ class ModelManager:
         return self.files.new_upload_path()
 
     def deploy(self, bundle_path: Path, *, force: bool = False,
-               on_event: EventSink | None = None, source: str | None = None) -> DeployOutcome:
+               on_event: EventSink | None = None, source: str | None = None,
+               origin: str | None = None) -> DeployOutcome:
         """Run the whole pipeline for one bundle file; the outcome says how far it got.
 
         ``force`` reloads a version that is already active (same content). ``source`` is the
         name the user knows the bundle by (the uploaded file's name): messages say it instead
         of the agent's internal upload path. Raises only for a file that is not a bundle and
-        for a model that is busy; step failures are outcomes.
+        for a model that is busy; step failures are outcomes. ``origin``: the registry
+        reference a bundle was pulled from (deploy by reference), said in the first step.
         """
         try:
             reader = open_bundle(Path(bundle_path), label=display_name(source))
@@ -144,7 +146,8 @@ class ModelManager:
             raise InvalidBundleError(f"the upload is not a valid bundle: {exc}") from None
         with reader, self.locks.hold(reader.manifest.name):
             size = Path(bundle_path).stat().st_size
-            return self.pipeline.deploy(reader, size, force=force, on_event=on_event)
+            return self.pipeline.deploy(reader, size, force=force, on_event=on_event,
+                                        origin=origin)
 
     def activate(self, model: str, version: int, *, force: bool = False,
                  on_event: EventSink | None = None,

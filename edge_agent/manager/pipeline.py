@@ -83,22 +83,24 @@ class DeployPipeline:
 
     # ------------------------------------------------------------------ entry points
     def deploy(self, reader: BundleReader, size: int, *, force: bool,
-               on_event: EventSink | None) -> DeployOutcome:
-        """Verify, stage and switch to the bundle ``reader`` holds."""
+               on_event: EventSink | None, origin: str | None = None) -> DeployOutcome:
+        """Verify, stage and switch to the bundle ``reader`` holds (``origin``: where it was
+        pulled from, said in the ``received`` step)."""
         active = self.store.active_version(reader.manifest.name)
         dep = self.begin(reader.manifest.name, DeploymentKind.DEPLOY, reader.manifest.version,
                          active)
         return self._guarded(dep, reader.manifest.name, active, on_event, lambda: self._deploy(
-            dep, reader, size, active, force=force, on_event=on_event))
+            dep, reader, size, active, force=force, on_event=on_event, origin=origin))
 
     def _deploy(self, dep: int, reader: BundleReader, size: int, active: int | None, *,
-                force: bool, on_event: EventSink | None) -> DeployOutcome:
+                force: bool, on_event: EventSink | None, origin: str | None = None
+                ) -> DeployOutcome:
         m, settings = reader.manifest, self._settings()
         step = Step.RECEIVED
         j = self.journal
         try:
             j.reached(dep, Step.RECEIVED, f"{size} bytes: {m.name} version {m.version} for "
-                      f"{m.profile}", on_event)
+                      f"{m.profile}" + (f"; pulled from {origin}" if origin else ""), on_event)
             step = Step.VERIFIED
             backend = check_fits(m, self.device)
             key = check_signature(reader.manifest_bytes, m, reader.signature,

@@ -407,3 +407,11 @@ class QuerySystemMetricsResponse(_message.Message):
     POINTS_FIELD_NUMBER: _ClassVar[int]
     points: _containers.RepeatedCompositeFieldContainer[SystemPoint]
     def __init__(self, points: _Optional[_Iterable[_Union[SystemPoint, _Mapping]]] = ...) -> None: ...
+
+class DeployReferenceRequest(_message.Message):
+    __slots__ = ("reference", "force")
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    reference: str
+    force: bool
+    def __init__(self, reference: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...

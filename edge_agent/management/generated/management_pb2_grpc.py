@@ -99,6 +99,11 @@ class AgentManagementStub:
                 request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsRequest.SerializeToString,
                 response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsResponse.FromString,
                 _registered_method=True)
+        self.DeployReference = channel.unary_stream(
+                '/edge.agent.v1.AgentManagement/DeployReference',
+                request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployReferenceRequest.SerializeToString,
+                response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployEvent.FromString,
+                _registered_method=True)
 
 
 class AgentManagementServicer:
@@ -198,6 +203,15 @@ class AgentManagementServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeployReference(self, request, context):
+        """Deploy by reference: the agent pulls the bundle for its own profile from an OCI registry
+        (oci://HOST[:PORT]/REPO@sha256:..., within its [registry] allow list, with its own
+        credentials) and deploys it. Answers as Deploy: progress (bytes pulled), steps, result.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentManagementServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -265,6 +279,11 @@ def add_AgentManagementServicer_to_server(servicer, server):
                     servicer.QuerySystemMetrics,
                     request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsRequest.FromString,
                     response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsResponse.SerializeToString,
+            ),
+            'DeployReference': grpc.unary_stream_rpc_method_handler(
+                    servicer.DeployReference,
+                    request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployReferenceRequest.FromString,
+                    response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -618,6 +637,33 @@ class AgentManagement:
             '/edge.agent.v1.AgentManagement/QuerySystemMetrics',
             edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsRequest.SerializeToString,
             edge__agent_dot_management_dot_generated_dot_management__pb2.QuerySystemMetricsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeployReference(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/edge.agent.v1.AgentManagement/DeployReference',
+            edge__agent_dot_management_dot_generated_dot_management__pb2.DeployReferenceRequest.SerializeToString,
+            edge__agent_dot_management_dot_generated_dot_management__pb2.DeployEvent.FromString,
             options,
             channel_credentials,
             insecure,
