@@ -207,6 +207,11 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
     return ModelOverrides(**kw)
 
 
+def model_overrides(name: str, data: Mapping[str, Any]) -> ModelOverrides:
+    """One ``[models.NAME]`` section checked exactly as agent.toml is (live settings use it)."""
+    return _model_section(name, data)
+
+
 _SECTIONS = ("state_dir", "grpc", "models", "response_cache", *MANAGEMENT_SECTIONS)
 
 
