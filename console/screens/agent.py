@@ -27,6 +27,7 @@ from console.plot_data import RANGES, PlotData
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.rollback import RollbackScreen
+from console.screens.settings import SettingsScreen
 from console.widgets.fleet_table import STATE_STYLES
 from console.widgets.metric_plots import DevicePlots, ModelPlots
 from edge_agent.management.client import AgentClient, ManagementError
@@ -51,6 +52,8 @@ class AgentScreen(ConsoleScreen):
         Binding("a", "activate", "Activate", tooltip="Make the selected version active"),
         Binding("x", "remove", "Remove", tooltip="Delete the selected (inactive) version"),
         Binding("D", "deploy_here", "Deploy", tooltip="Deploy a bundle to this agent"),
+        Binding("S", "settings", "Settings", show=False,
+                tooltip="Edit the selected model's live settings"),
         Binding("h", "history", "History", tooltip="Past throughput and latency"),
         Binding("l", "events", "Events", tooltip="This agent's recent events"),
         Binding("d", "details", "Details", tooltip="Everything known about this agent"),
@@ -450,6 +453,34 @@ class AgentScreen(ConsoleScreen):
         self.app.push_screen(ConfirmScreen(
             "Remove", f"Delete {model} version {version} from {self.sub_title}'s disk? "
             "It can no longer be rolled back to.", yes="Remove"), confirmed)
+
+    def action_settings(self) -> None:
+        picked = self.selected_version()
+        models = self.snapshot.models()
+        model = picked[0] if picked else (models[0] if models else None)
+        if model is None:
+            self.notify("No model on this agent", severity="warning")
+            return
+        self.open_settings(model)
+
+    @work(thread=True, exclusive=True, group="agent-settings", exit_on_error=False)
+    def open_settings(self, model: str) -> None:
+        """Ask the agent for ``model``'s settings, then show them in the settings modal."""
+        try:
+            current = self._call(lambda c: c.model_settings(model))
+        except (ConsoleError, ManagementError) as exc:
+            self.app.call_from_thread(self.notify, f"settings of {model}: {exc}",
+                                      severity="error")
+            return
+        name = self.agent.name if self.agent else self.key
+
+        def chosen(values: dict[str, str] | None) -> None:
+            if values is not None:
+                self._start(f"settings of {model}",
+                            lambda c: c.set_model_settings(model, values, replace=True))
+
+        self.app.call_from_thread(self.app.push_screen,
+                                  SettingsScreen(name, model, current), chosen)
 
     def action_deploy_here(self) -> None:
         self.console.open_deploy(preselect=[self.key])
