@@ -213,7 +213,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from packager.extras import refusal
 
-    if refused := refusal("tune", "edge-agent tune"):
+    if refused := refusal("agent", "edge-agent tune") or refusal("tune", "edge-agent tune"):
         print(f"edge-agent tune: error: {refused}", file=sys.stderr)
         return 1
     from edge_agent.perf.tune_cli import cmd_tune as run

@@ -67,6 +67,18 @@ class _Model:
     default: ModelVersion | None = None
 
 
+def _with_openvino_overrides(manifest: Manifest, ov: ModelOverrides) -> Manifest:
+    """``manifest`` with the model's OpenVINO hint and stream count laid over its
+    ``backend_options.openvino`` (the backend reads them there, in a runtime process too)."""
+    extra = {k: v for k, v in (("performance_hint", ov.openvino_hint),
+                               ("num_streams", ov.openvino_streams)) if v is not None}
+    if not extra:
+        return manifest
+    options = dict(manifest.backend_options)
+    options["openvino"] = {**options.get("openvino", {}), **extra}
+    return dataclasses.replace(manifest, backend_options=options)
+
+
 def load_manifest(model_dir: Path) -> Manifest:
     """The manifest of an extracted bundle, with every file's size and sha256 checked."""
     from packager.reader import load_extracted
@@ -249,6 +261,7 @@ class ModelRepository:
                 f"{mv.name!r} version {mv.version}; the directory layout is "
                 f"models/NAME/VERSION/")
         ov = overrides if overrides is not None else self.overrides_for(mv.name)
+        manifest = _with_openvino_overrides(manifest, ov)
         batching = effective_batching(manifest.batching, ov)
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
                                  device=ov.device, state_dir=self.state_dir)

@@ -129,8 +129,8 @@ def _literal(value: str) -> Any:
 def candidate_grid(settings: Sequence[SettingInfo], *, backend: str = "",
                    cores: int | None = None) -> list[dict[str, str]]:
     """Candidates in the order to try: the settings as they are, one setting changed at a
-    time, then pairs of instance count and queue delay or batch size. Each is what differs
-    from the current settings."""
+    time, then pairs (instance count with queue delay, batch size or threads; OpenVINO hint
+    with streams). Each is what differs from the current settings."""
     cores = cores or os.cpu_count() or 1
     now = {s.key: _literal(s.value) for s in settings if s.value}
     max_batch = int(now.get("max_batch_size") or 0)
@@ -143,7 +143,9 @@ def candidate_grid(settings: Sequence[SettingInfo], *, backend: str = "",
         sizes = sorted({min(max_batch, 4), min(max_batch, 16), max_batch})
         options["max_batch_size"] = sizes
         options["preferred_batch_sizes"] = [[], [min(max_batch, 4)], [min(max_batch, 8)]]
-    del backend  # OpenVINO hint/streams are not per-model settings yet (see docs)
+    if backend == "openvino":
+        options["openvino_hint"] = ["LATENCY", "THROUGHPUT"]
+        options["openvino_streams"] = sorted({1, 2, min(cores, 4)})
     out: list[dict[str, str]] = [{}]
 
     def add(change: dict[str, Any]) -> None:
@@ -155,7 +157,7 @@ def candidate_grid(settings: Sequence[SettingInfo], *, backend: str = "",
         for value in values:
             add({key: value})
     for a, b in (("instances", "max_queue_delay_us"), ("instances", "max_batch_size"),
-                 ("instances", "threads")):
+                 ("instances", "threads"), ("openvino_hint", "openvino_streams")):
         if a in options and b in options:
             for va, vb in itertools.product(options[a], options[b]):
                 add({a: va, b: vb})

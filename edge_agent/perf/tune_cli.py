@@ -69,6 +69,9 @@ def chart(sweep: Sweep, width: int = 100, height: int = 24) -> str:
     import plotext as plt
 
     plt.clear_figure()
+    plt.theme("clear")
+    if not sys.stdout.isatty():
+        plt.colorless()
     plt.plotsize(width, height)
     plt.title(f"{sweep.model}: throughput vs p99 latency")
     plt.xlabel("p99 latency (ms)")
