@@ -113,7 +113,7 @@ class LiveSettings:
         after = {} if replace else dict(before)
         known = known_keys()
         for key in unset:
-            if key not in known:
+            if key not in known and key not in before:  # a stale stored key may be dropped
                 raise InvalidSettingsError(f"setting '{key}' is unknown; known settings: "
                                            f"{', '.join(known)}")
             after.pop(key, None)
@@ -122,11 +122,26 @@ class LiveSettings:
 
     def apply_stored(self, notify: Callable[[str], None]) -> None:
         """At start-up, before any load: lay every model's committed live settings over its
-        agent.toml section. A stored setting this agent no longer accepts is skipped (noted)."""
+        agent.toml section. A stored setting this agent does not accept is skipped (noted);
+        the others apply."""
         for model, raw in sorted(self.store.live_settings().items()):
             try:
-                self.repository.set_overrides(model, self.merged(model, json.loads(raw)))
-            except (InvalidSettingsError, ValueError) as exc:
+                live = dict(json.loads(raw))
+            except ValueError as exc:
+                notify(f"{model}: live settings {raw!r} not applied: {exc}")
+                continue
+            good: dict[str, Any] = {}
+            for key, value in live.items():
+                try:
+                    self.merged(model, {key: value})
+                except InvalidSettingsError as exc:
+                    notify(f"{model}: live setting {key} = {format_value(value)} not applied: "
+                           f"{exc}")
+                    continue
+                good[key] = value
+            try:
+                self.repository.set_overrides(model, self.merged(model, good))
+            except InvalidSettingsError as exc:  # keys valid alone, not together
                 notify(f"{model}: live settings {raw} not applied: {exc}")
 
     def view(self, model: str) -> list[SettingView]:

@@ -202,3 +202,49 @@ def test_kill_9_during_a_settings_change_keeps_the_old_settings(
         assert client.set_model_settings("mlp", {"instances": "3"}).ok
         assert _served_config(again.grpc).instance_group[0].count == 3
     assert Counter(d.name for d in (state / "models" / "mlp").iterdir()) == Counter(["1"])
+
+
+def test_stored_settings_are_laid_over_agent_toml_at_start_and_a_stale_key_is_noted(
+        bundles: Bundles, tmp_path: Path) -> None:
+    from edge_agent.core.dataplane import DataPlane
+    from edge_agent.core.overrides import ModelOverrides
+    from edge_agent.manager.manager import ManagerSettings, ModelManager
+    from edge_agent.state import DeploymentKind, StateStore
+
+    state = tmp_path / "state"
+    settings = ManagerSettings(trusted_keys=(bundles.public_key,), watch_window_s=0.0)
+
+    def manager() -> tuple[ModelManager, DataPlane, StateStore]:
+        plane = DataPlane(state, autoload=False,
+                          overrides={"mlp": ModelOverrides(max_queue_delay_us=700,
+                                                           isolation="thread")})
+        store = StateStore.open(state)
+        return ModelManager(plane, store, settings), plane, store
+
+    m, plane, store = manager()
+    try:
+        m.start()
+        assert m.deploy(bundles.mlp[1]).ok
+        assert m.change_settings("mlp", {"instances": 1}).ok
+        # what an older agent may have stored: a key this one does not know
+        dep = store.begin_deployment("mlp", DeploymentKind.SETTINGS, to_version=1,
+                                     from_version=1)
+        store.record_settings_change(dep, '{"instances": 1}', '{"instances": 1, "warp": 9}')
+        store.commit_deployment(dep)
+    finally:
+        m.close(), plane.close(), store.close()
+    m, plane, store = manager()
+    try:
+        notes = m.start()
+        assert any("not applied" in n and "warp" in n for n in notes), notes
+        batching = plane.repository.resolve("mlp").batching
+        assert batching is not None and batching.instances == 1  # the other key applies
+        assert m.change_settings("mlp", {"instances": 2}, unset=["warp"]).ok
+        view = {v.key: (v.value, v.source) for v in m.model_settings("mlp")}
+        assert view["instances"] == ("2", "live")
+        assert view["max_queue_delay_us"] == ("700", "agent.toml")
+        batching = plane.repository.resolve("mlp").batching
+        assert batching is not None and batching.max_queue_delay_us == 700
+        assert batching.instances == 2
+    finally:
+        m.close(), plane.close(), store.close()
