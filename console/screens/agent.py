@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, Ta
 from textual.worker import get_current_worker
 
 from console.agent_view import AgentSnapshot, LiveMetrics, format_bytes, step_lines, system_line
+from console.commands import last_tuning
 from console.errors import ConsoleError
 from console.fleet import AgentState, FleetAgent, format_ago
 from console.messages import ActionFinished, AgentSnapshotReady, HistoryArrived, MetricsArrived
@@ -137,11 +138,14 @@ class AgentScreen(ConsoleScreen):
             info = self._call(lambda c: c.info())
             versions = self._call(lambda c: c.models())
             deployments = self._call(lambda c: c.deployments(limit=30))
+            tuning = self._call(last_tuning)
         except ConsoleError as exc:
             return AgentSnapshot(self.snapshot.info, self.snapshot.versions,
                                  self.snapshot.deployments, error=str(exc),
-                                 fetched_at=self.snapshot.fetched_at)
-        return AgentSnapshot(info, tuple(versions), tuple(deployments), fetched_at=time.time())
+                                 fetched_at=self.snapshot.fetched_at,
+                                 tuning=self.snapshot.tuning)
+        return AgentSnapshot(info, tuple(versions), tuple(deployments), fetched_at=time.time(),
+                             tuning=tuple(tuning))
 
     @work(exclusive=True, group="agent-refresh", exit_on_error=False)
     async def refresh_loop(self) -> None:
@@ -311,6 +315,8 @@ class AgentScreen(ConsoleScreen):
         if info is not None:
             line += (f"  agent {info.agent_version}  up {info.uptime_s / 60:.0f} min  "
                      f"runtimes {', '.join(info.runtimes) or '-'}")
+        for tuned in self.snapshot.tuning_lines():
+            line += f"\n[dim]{escape(tuned)}[/]"
         if self.snapshot.error or agent.message:
             line += f"\n[red]{escape(self.snapshot.error or agent.message)}[/]"
         age = self._stale_age()

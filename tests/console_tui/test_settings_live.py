@@ -1,6 +1,6 @@
 """The agent screen's live settings action (S) against a real agent: the modal shows the
 model's settings, a malformed line is refused in place, and applying changes the agent's
-live settings (a committed "settings" deployment)."""
+live settings (a committed "settings" deployment); the screen shows the last tuning run."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ async def test_settings_modal_applies_live_settings(
     alpha = agents("alpha", mdns=False)
     with AgentClient(alpha.address, token=alpha.token) as c:
         assert c.deploy(bundles.mlp[1]).ok
+        c.record_tuning("mlp", "best: instances=2 at 900 infer/s", {"candidates": []})
     app = console_app(discovery=False, tokens={alpha.address: alpha.token},
                       agents=(StaticAgent("127.0.0.1", int(alpha.address.rsplit(":")[1]),
                                           alpha.name),))
@@ -41,6 +42,8 @@ async def test_settings_modal_applies_live_settings(
         screen = app.screen
         assert isinstance(screen, AgentScreen)
         await wait_for(pilot, lambda: screen.snapshot.models() == ["mlp"], "versions listed")
+        assert "last tuning of mlp: best: instances=2" in str(
+            screen.query_one("#agent-summary").render())
         await pilot.press("S")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen), "the modal", 60)
         modal = app.screen
