@@ -70,8 +70,6 @@ def chart(sweep: Sweep, width: int = 100, height: int = 24) -> str:
 
     plt.clear_figure()
     plt.theme("clear")
-    if not sys.stdout.isatty():
-        plt.colorless()
     plt.plotsize(width, height)
     plt.title(f"{sweep.model}: throughput vs p99 latency")
     plt.xlabel("p99 latency (ms)")
@@ -82,7 +80,8 @@ def chart(sweep: Sweep, width: int = 100, height: int = 24) -> str:
                      label=f"{'*' if i == sweep.best else ''}#{i}", marker="dot")
     if sweep.budget_ms is not None:
         plt.vline(sweep.budget_ms)
-    return str(plt.build())
+    drawn = str(plt.build())
+    return drawn if sys.stdout.isatty() else str(plt.uncolorize(drawn))
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
