@@ -130,3 +130,33 @@ def test_tune_needs_a_token_and_tls_or_insecure(agent: tuple[AgentProcess, str])
     token = str(running.state_dir / "management.token")
     run = edge_agent("tune", "mlp", "--agent", running.management, "--token-file", token)
     assert run.returncode == 1 and "--fingerprint" in run.stderr
+
+
+def test_the_grid_and_the_choice_within_the_budget() -> None:
+    from edge_agent.management.types import SettingInfo
+    from edge_agent.perf.flags import parse_range
+    from edge_agent.perf.tune import Candidate, Point, Sweep, candidate_grid, plan_size
+
+    now = [SettingInfo("instances", "2", "bundle"), SettingInfo("max_batch_size", "32", "bundle"),
+           SettingInfo("max_queue_delay_us", "500", "bundle")]
+    grid = candidate_grid(now, backend="openvino", cores=2)
+    assert grid[0] == {} and {"instances": "1"} in grid and {"max_queue_delay_us": "0"} in grid
+    assert {"instances": "2"} not in grid  # no candidate repeats the settings as they are
+    assert {"openvino_hint": '"THROUGHPUT"'} in grid
+    assert {"max_batch_size": "4"} in grid and {"preferred_batch_sizes": "[8]"} in grid
+    assert not any("openvino_hint" in c for c in candidate_grid(now, backend="onnxruntime"))
+    assert len(grid) == len({tuple(sorted(c.items())) for c in grid})
+    assert plan_size(1, 3, 2.0, 0.5) == 5 and plan_size(0.01, 3, 2.0, 0.5) == 1
+    assert parse_range("1:16:2") == [1, 3, 5, 7, 9, 11, 13, 15] and parse_range("4") == [4]
+
+    def cand(settings: dict[str, str], *points: tuple[int, float, float]) -> Candidate:
+        return Candidate(settings, True, "", [Point(c, t, p99 / 2, p99, p99 / 2, 0)
+                                              for c, t, p99 in points])
+
+    fast_but_slow_tail = cand({"instances": "1"}, (1, 500, 2000), (4, 900, 20_000))
+    steady = cand({}, (1, 400, 1500), (4, 700, 4000))
+    sweep = Sweep("m", 5.0, [1, 4], {}, [steady, fast_but_slow_tail])
+    assert sweep.choose() == 0  # 700/s within 5 ms beats 500/s
+    assert "700.0 infer/s" in sweep.summary() and "the settings before" not in sweep.summary()
+    assert Sweep("m", None, [1, 4], {}, [steady, fast_but_slow_tail]).choose() == 1
+    assert Sweep("m", 1.0, [1, 4], {}, [steady, fast_but_slow_tail]).choose() is None
