@@ -18,7 +18,10 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
-INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+from edge_agent.perf.inputs import request_bytes
+from edge_agent.perf.load import INFER_METHOD
+
+__all__ = ["INFER_METHOD", "LoadResult", "infer_request_bytes", "run_load"]
 
 
 @dataclass
@@ -48,15 +51,8 @@ class LoadResult:
 
 
 def infer_request_bytes(model: str, inputs: dict[str, np.ndarray], version: str = "") -> bytes:
-    """A serialized ModelInferRequest carrying ``inputs`` as raw contents."""
-    from edge_agent.protocol.datatypes import datatype_of
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
-
-    msg = pb.ModelInferRequest(model_name=model, model_version=version)
-    for name, array in inputs.items():
-        msg.inputs.add(name=name, datatype=datatype_of(array.dtype), shape=array.shape)
-        msg.raw_input_contents.append(np.ascontiguousarray(array).tobytes())
-    return msg.SerializeToString()
+    """A serialized ModelInferRequest carrying ``inputs`` as raw contents (edge-agent perf's)."""
+    return request_bytes(model, inputs, version)
 
 
 async def run_load(target: str, payload: bytes, *, concurrency: int, seconds: float,

@@ -11,7 +11,13 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from edge_agent.management.types import AgentInfo, DeploymentInfo, MetricsSample, VersionInfo
+from edge_agent.management.types import (
+    AgentInfo,
+    DeploymentInfo,
+    MetricsSample,
+    TuningInfo,
+    VersionInfo,
+)
 from edge_agent.rollback_rule import rollback_target
 
 WINDOW = 120  # seconds of live metrics kept per model
@@ -26,6 +32,11 @@ class AgentSnapshot:
     deployments: tuple[DeploymentInfo, ...] = ()
     error: str = ""
     fetched_at: float | None = None  # when the data above was last fresh (wall clock)
+    tuning: tuple[TuningInfo, ...] = ()  # the last tuning run of each model
+
+    def tuning_lines(self) -> list[str]:
+        """One line per model tuned on this agent: its last run's summary."""
+        return [f"last tuning of {t.model}: {t.summary}" for t in self.tuning]
 
     def stale_for(self, now: float) -> float | None:
         """Seconds since the data was fresh when the last poll failed, else None (live)."""

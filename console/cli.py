@@ -29,6 +29,7 @@ EPILOG = textwrap.dedent("""\
           --agent 192.168.1.21:50051 --canary 192.168.1.20:50051
       edge-console rollback mlp --agent 192.168.1.20:50051 --to-version 1
       edge-console remove mlp --version 1 --agent 192.168.1.20:50051   # free its disk space
+      edge-console settings mlp --agent 192.168.1.20:50051 --set instances=2   # live
 
     tokens: on each device `edge-agent token --state-dir DIR` prints the agent's management
     token (and its certificate fingerprint); pass the token with --token-file F, or put it in
@@ -150,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     diagnostics_cli.add_parsers(sub, _common, raw)
 
+    from console.settings_cmd import add_parser as add_settings_parser
+
+    add_settings_parser(sub, _common)
     sub.add_parser("ui", help="the terminal UI (the default; see edge-console ui --help)",
                    add_help=False)
     return parser
@@ -245,6 +249,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                           parity.get((v.model, v.version), "-"),
                           v.load_error[:60] if cut else v.load_error)
         console.print(table)
+        for t in s.tuning:
+            console.print(f"last tuning of {t.model}: {t.summary}")
         console.print(deployments_table(s.deployments, cut=cut))
     return 0
 
@@ -378,6 +384,12 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_settings(args: argparse.Namespace) -> int:
+    from console.settings_cmd import cmd_settings as run
+
+    return run(args, _targets(args), _settings(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-console`` command."""
     from packager.extras import refusal
@@ -405,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
 
     handlers = {"agents": cmd_agents, "status": cmd_status, "deploy": cmd_deploy,
                 "rollback": cmd_rollback, "remove": cmd_remove, "doctor": cmd_doctor,
-                "logs": cmd_logs}
+                "logs": cmd_logs, "settings": cmd_settings}
     try:
         return handlers[args.command](args)
     except (ConsoleError, AgentError) as exc:

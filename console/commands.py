@@ -26,6 +26,7 @@ from edge_agent.management.types import (
     DeploymentInfo,
     DeployResult,
     StepInfo,
+    TuningInfo,
     VersionInfo,
 )
 from edge_agent.manager.compat import check_fits
@@ -170,6 +171,7 @@ class AgentStatus:
     versions: list[VersionInfo]
     deployments: list[DeploymentInfo] = field(default_factory=list)
     parity: list[VersionParity] = field(default_factory=list)
+    tuning: list[TuningInfo] = field(default_factory=list)  # the last run per model
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,17 @@ def agent_status(target: str, settings: ConsoleSettings, token_file: Path | None
         deployments = c.deployments(limit=max(history, 50))
         versions = c.models()
         return AgentStatus(target, c.info(), versions, deployments[:history],
-                           version_parity(deployments, versions))
+                           version_parity(deployments, versions), last_tuning(c))
+
+
+def last_tuning(client: AgentClient) -> list[TuningInfo]:
+    """The last tuning run of each model ([] from an agent that stores none)."""
+    try:
+        return client.tuning(latest_only=True)
+    except ManagementError as exc:
+        if exc.status == "UNIMPLEMENTED":  # an agent older than tuning
+            return []
+        raise
 
 
 # -- deploy ------------------------------------------------------------------------------------

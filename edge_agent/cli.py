@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--replace", action="store_true",
                      help="replace the version if it is already installed")
     cli_extras.add_subcommands(sub)
+    from edge_agent.perf.flags import add_perf_parser, add_tune_parser
+
+    add_perf_parser(sub)
+    add_tune_parser(sub)
     return parser
 
 
@@ -202,8 +206,25 @@ def _install(bundle: BundleReader, state_dir: Path, *, replace: bool) -> tuple[P
     return target, existed
 
 
-_NEEDS_AGENT = ("serve", "metrics", "check")
+_NEEDS_AGENT = ("serve", "metrics", "check", "perf")
 """Commands that need edge-toolkit[agent]; the others run in any installation."""
+
+
+def cmd_perf(args: argparse.Namespace) -> int:
+    from edge_agent.perf.cli import cmd_perf as run
+
+    return run(args)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from packager.extras import refusal
+
+    if refused := refusal("agent", "edge-agent tune") or refusal("tune", "edge-agent tune"):
+        print(f"edge-agent tune: error: {refused}", file=sys.stderr)
+        return 1
+    from edge_agent.perf.tune_cli import cmd_tune as run
+
+    return run(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             refused := refusal("agent", f"edge-agent {args.command}")):
         print(f"edge-agent {args.command}: error: {refused}", file=sys.stderr)
         return 1
-    handlers = {"serve": cmd_serve, "add-bundle": cmd_add_bundle, **cli_extras.HANDLERS}
+    handlers = {"serve": cmd_serve, "add-bundle": cmd_add_bundle, "perf": cmd_perf,
+                "tune": cmd_tune, **cli_extras.HANDLERS}
     # Whatever the caller's umask: the state, its databases and models are private (restored
     # on return for callers that run main() in their own process, such as tests).
     umask = os.umask(PRIVATE_UMASK) if args.command in WRITERS else None

@@ -40,6 +40,9 @@ Example ``agent.toml``::
                                       # "auto": process for OpenVINO/TensorRT, thread for ORT
     response_cache = false            # true: repeated requests are answered from the
                                       # response cache (needs [response_cache] size_mib > 0)
+    openvino_hint = "LATENCY"         # OpenVINO only: LATENCY, THROUGHPUT or
+                                      # CUMULATIVE_THROUGHPUT (default: the bundle's)
+    openvino_streams = 2              # OpenVINO only (default: one stream per instance)
 
     [response_cache]                  # one agent-wide budget, least recently used evicted
     size_mib = 0                      # 0 (the default): no response cache at all
@@ -80,6 +83,7 @@ from edge_agent.settings import (
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:8001"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+OPENVINO_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 UDS_PATH_MAX = 107  # sun_path is 108 bytes on Linux, including the NUL
 
 
@@ -188,7 +192,7 @@ def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:
 
 _OVERRIDE_INTS = ("max_batch_size", "max_queue_delay_us", "instances", "threads",
                   "max_queue_size", "default_timeout_us", "default_version",
-                  "execution_timeout_ms")
+                  "execution_timeout_ms", "openvino_streams")
 
 
 def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
@@ -212,9 +216,22 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
     if kw.get("isolation", "auto") not in ISOLATION_MODES:
         raise ConfigError(f"config key '{prefix}.isolation': {kw['isolation']!r} is not one of "
                           f"{', '.join(ISOLATION_MODES)}")
+    hint = kw.get("openvino_hint")
+    if hint is not None and hint.upper() not in OPENVINO_HINTS:
+        raise ConfigError(f"config key '{prefix}.openvino_hint': {hint!r} is not one of "
+                          f"{', '.join(OPENVINO_HINTS)}")
+    if hint is not None:
+        kw["openvino_hint"] = hint.upper()
+    if kw.get("openvino_streams") == 0:
+        raise ConfigError(f"config key '{prefix}.openvino_streams': must be >= 1")
     if kw.get("instances") == 0:
         raise ConfigError(f"config key '{prefix}.instances': must be >= 1")
     return ModelOverrides(**kw)
+
+
+def model_overrides(name: str, data: Mapping[str, Any]) -> ModelOverrides:
+    """One ``[models.NAME]`` section checked exactly as agent.toml is (live settings use it)."""
+    return _model_section(name, data)
 
 
 _SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", *MANAGEMENT_SECTIONS)

@@ -14,6 +14,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "agent": ("numpy", "grpc", "grpc_health", "google.protobuf", "psutil", "zeroconf"),
     "console": ("textual", "grpc", "google.protobuf", "psutil", "zeroconf"),
     "pack": ("numpy", "onnx", "onnxruntime", "openvino"),
+    "tune": ("plotext",),  # on top of [agent]
 }
 """Extra name -> the Python modules whose absence means that extra is not installed."""
 

@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, Ta
 from textual.worker import get_current_worker
 
 from console.agent_view import AgentSnapshot, LiveMetrics, format_bytes, step_lines, system_line
+from console.commands import last_tuning
 from console.errors import ConsoleError
 from console.fleet import AgentState, FleetAgent, format_ago
 from console.messages import ActionFinished, AgentSnapshotReady, HistoryArrived, MetricsArrived
@@ -27,6 +28,7 @@ from console.plot_data import RANGES, PlotData
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.rollback import RollbackScreen
+from console.screens.settings import SettingsScreen
 from console.widgets.fleet_table import STATE_STYLES
 from console.widgets.metric_plots import DevicePlots, ModelPlots
 from edge_agent.management.client import AgentClient, ManagementError
@@ -62,6 +64,8 @@ class AgentScreen(ConsoleScreen):
         Binding("a", "activate", "Activate", tooltip="Make the selected version active"),
         Binding("x", "remove", "Remove", tooltip="Delete the selected (inactive) version"),
         Binding("D", "deploy_here", "Deploy", tooltip="Deploy a bundle to this agent"),
+        Binding("S", "settings", "Settings", show=False,
+                tooltip="Edit the selected model's live settings"),
         Binding("h", "history", "History", tooltip="Past throughput and latency"),
         Binding("l", "logs", "Log", tooltip="The agent's own log (its recent lines, followed)"),
         Binding("e", "events", "Events", tooltip="This agent's recent events (console side)"),
@@ -147,11 +151,14 @@ class AgentScreen(ConsoleScreen):
             info = self._call(lambda c: c.info())
             versions = self._call(lambda c: c.models())
             deployments = self._call(lambda c: c.deployments(limit=30))
+            tuning = self._call(last_tuning)
         except ConsoleError as exc:
             return AgentSnapshot(self.snapshot.info, self.snapshot.versions,
                                  self.snapshot.deployments, error=str(exc),
-                                 fetched_at=self.snapshot.fetched_at)
-        return AgentSnapshot(info, tuple(versions), tuple(deployments), fetched_at=time.time())
+                                 fetched_at=self.snapshot.fetched_at,
+                                 tuning=self.snapshot.tuning)
+        return AgentSnapshot(info, tuple(versions), tuple(deployments), fetched_at=time.time(),
+                             tuning=tuple(tuning))
 
     @work(exclusive=True, group="agent-refresh", exit_on_error=False)
     async def refresh_loop(self) -> None:
@@ -325,6 +332,8 @@ class AgentScreen(ConsoleScreen):
         if info is not None:
             line += (f"  agent {info.agent_version}  up {info.uptime_s / 60:.0f} min  "
                      f"runtimes {', '.join(info.runtimes) or '-'}")
+        for tuned in self.snapshot.tuning_lines():
+            line += f"\n[dim]{escape(tuned)}[/]"
         if self.snapshot.error or agent.message:
             line += f"\n[red]{escape(self.snapshot.error or agent.message)}[/]"
         age = self._stale_age()
@@ -467,6 +476,34 @@ class AgentScreen(ConsoleScreen):
         self.app.push_screen(ConfirmScreen(
             "Remove", f"Delete {model} version {version} from {self.sub_title}'s disk? "
             "It can no longer be rolled back to.", yes="Remove"), confirmed)
+
+    def action_settings(self) -> None:
+        picked = self.selected_version()
+        models = self.snapshot.models()
+        model = picked[0] if picked else (models[0] if models else None)
+        if model is None:
+            self.notify("No model on this agent", severity="warning")
+            return
+        self.open_settings(model)
+
+    @work(thread=True, exclusive=True, group="agent-settings", exit_on_error=False)
+    def open_settings(self, model: str) -> None:
+        """Ask the agent for ``model``'s settings, then show them in the settings modal."""
+        try:
+            current = self._call(lambda c: c.model_settings(model))
+        except (ConsoleError, ManagementError) as exc:
+            self.app.call_from_thread(self.notify, f"settings of {model}: {exc}",
+                                      severity="error")
+            return
+        name = self.agent.name if self.agent else self.key
+
+        def chosen(values: dict[str, str] | None) -> None:
+            if values is not None:
+                self._start(f"settings of {model}",
+                            lambda c: c.set_model_settings(model, values, replace=True))
+
+        self.app.call_from_thread(self.app.push_screen,
+                                  SettingsScreen(name, model, current), chosen)
 
     def action_deploy_here(self) -> None:
         self.console.open_deploy(preselect=[self.key])

@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from console.app import EdgeConsoleApp
 
 # Actions that change an agent; hidden (bindings, palette, buttons) under --read-only.
-MUTATING_ACTIONS = frozenset({"deploy", "rollback", "activate", "remove", "deploy_here"})
+MUTATING_ACTIONS = frozenset({"deploy", "rollback", "activate", "remove", "deploy_here",
+                              "settings"})
 # Below this terminal size a screen is "compact": console.tcss drops or shrinks side panes.
 COMPACT_BELOW = (100, 30)
 

@@ -48,7 +48,8 @@ def compile_config(device: str, instances: int, threads: int,
 
     ``options`` is the manifest's ``backend_options.openvino``: its ``performance_hint``
     (default THROUGHPUT for several instances, LATENCY for one) and ``inference_precision`` are
-    passed on; NUM_STREAMS is ``instances`` (one stream per InferRequest). On AUTO, MULTI and
+    passed on; NUM_STREAMS is ``num_streams`` when set (``[models.NAME] openvino_streams``),
+    else ``instances`` (one stream per InferRequest). On AUTO, MULTI and
     HETERO the device plugin picks streams and precision itself. On the CPU, threads are not
     pinned to cores (``ENABLE_CPU_PINNING`` off) unless ``enable_cpu_pinning`` is true: the
     agent shares the cores with its gRPC threads and other models, and a runtime in a process
@@ -59,7 +60,7 @@ def compile_config(device: str, instances: int, threads: int,
     hint = options.get("performance_hint") or ("THROUGHPUT" if instances > 1 else "LATENCY")
     config: dict[str, str] = {"PERFORMANCE_HINT": str(hint).upper()}
     if not device.startswith(("AUTO", "MULTI", "HETERO")):
-        config["NUM_STREAMS"] = str(instances)
+        config["NUM_STREAMS"] = str(options.get("num_streams") or instances)
         if options.get("inference_precision"):
             # The precision parity was checked at; without it a CPU with bf16 (AVX-512 BF16,
             # AMX) computes in bf16 by default and answers up to a few % off the source model.

@@ -21,6 +21,8 @@ class ModelOverrides:
     ``default_version`` pins the version served when a request names none. ``backend`` and
     ``device`` replace the manifest's backend choice and the runtime's default device.
     ``response_cache`` serves repeated requests from the agent's response cache (core/cache.py).
+    ``openvino_hint`` / ``openvino_streams`` replace the bundle's OpenVINO ``performance_hint``
+    and the stream count (default: one stream per instance) when OpenVINO serves the model.
     """
 
     max_batch_size: int | None = None
@@ -38,6 +40,8 @@ class ModelOverrides:
     execution_timeout_ms: int | None = None
     isolation: str = "auto"
     response_cache: bool = False
+    openvino_hint: str | None = None
+    openvino_streams: int | None = None
 
     def execution_timeout_s(self) -> float:
         """Seconds one backend execution may run before it is cancelled (0: no limit)."""

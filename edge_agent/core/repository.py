@@ -69,6 +69,18 @@ class _Model:
     default: ModelVersion | None = None
 
 
+def _with_openvino_overrides(manifest: Manifest, ov: ModelOverrides) -> Manifest:
+    """``manifest`` with the model's OpenVINO hint and stream count laid over its
+    ``backend_options.openvino`` (the backend reads them there, in a runtime process too)."""
+    extra = {k: v for k, v in (("performance_hint", ov.openvino_hint),
+                               ("num_streams", ov.openvino_streams)) if v is not None}
+    if not extra:
+        return manifest
+    options = dict(manifest.backend_options)
+    options["openvino"] = {**options.get("openvino", {}), **extra}
+    return dataclasses.replace(manifest, backend_options=options)
+
+
 def load_manifest(model_dir: Path) -> Manifest:
     """The manifest of an extracted bundle, with every file's size and sha256 checked."""
     from packager.reader import load_extracted
@@ -113,6 +125,11 @@ class ModelRepository:
     def overrides_for(self, name: str) -> ModelOverrides:
         """The agent-config overrides of model ``name``."""
         return self._overrides.get(name, self._default_overrides)
+
+    def set_overrides(self, name: str, overrides: ModelOverrides) -> None:
+        """Use ``overrides`` for ``name`` from its next load on (live settings)."""
+        with self._lock:
+            self._overrides[name] = overrides
 
     # ------------------------------------------------------------------ lookups
     def resolve(self, name: str, version: int | None = None) -> ModelVersion:
@@ -235,7 +252,7 @@ class ModelRepository:
             self._refresh_default(model)
         return mv
 
-    def _bring_up(self, mv: ModelVersion) -> None:
+    def _bring_up(self, mv: ModelVersion, overrides: ModelOverrides | None = None) -> None:
         if not mv.path.is_dir():
             raise ModelNotFoundError(f"model {mv.name!r} version {mv.version}: {mv.path} "
                                      f"does not exist")
@@ -245,7 +262,8 @@ class ModelRepository:
                 f"{mv.path} holds {manifest.name!r} version {manifest.version}, not "
                 f"{mv.name!r} version {mv.version}; the directory layout is "
                 f"models/NAME/VERSION/")
-        ov = self.overrides_for(mv.name)
+        ov = overrides if overrides is not None else self.overrides_for(mv.name)
+        manifest = _with_openvino_overrides(manifest, ov)
         batching = effective_batching(manifest.batching, ov)
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
                                  device=ov.device, state_dir=self.state_dir)
@@ -276,12 +294,15 @@ class ModelRepository:
 
     def reload_version(self, name: str, version: int, *,
                        check: Callable[[ModelVersion], None] | None = None,
-                       drain_timeout_s: float | None = None) -> bool:
+                       drain_timeout_s: float | None = None,
+                       overrides: ModelOverrides | None = None) -> bool:
         """Load a fresh copy of a served version from disk and swap it in atomically.
 
         ``check`` (e.g. a health probe) runs on the fresh copy before the swap; if it or the
         load raises, the fresh copy is closed and the old one keeps serving. After the swap the
         old copy is drained and closed. Returns True when the old copy drained in time.
+        ``overrides`` (live settings): the fresh copy is built with them, and they become the
+        model's overrides only when it is swapped in.
         """
         with self._lock:
             model = self._models.get(name)
@@ -291,7 +312,7 @@ class ModelRepository:
                                             "load it instead of reloading it")
         mv = ModelVersion(name=name, version=version, path=old.path)
         try:
-            self._bring_up(mv)
+            self._bring_up(mv, overrides)
             mv.state = VersionState.READY
             if check is not None:
                 check(mv)
@@ -301,6 +322,8 @@ class ModelRepository:
                 mv.batcher.backend.close()
             raise
         with self._lock:
+            if overrides is not None:
+                self._overrides[name] = overrides
             model.versions[version] = mv
             old.state = VersionState.UNLOADING
             self._refresh_default(model)

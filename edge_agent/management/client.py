@@ -22,9 +22,10 @@ that disagree about TLS get a message that says which side to change.
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,10 @@ from edge_agent.management.types import (
     LogLine,
     MetricPoint,
     MetricsSample,
+    SettingInfo,
     StepInfo,
     SystemPoint,
+    TuningInfo,
     VersionInfo,
 )
 
@@ -452,6 +455,36 @@ class AgentClient:
                            pb.RemoveVersionRequest(model=model, version=version),
                            f"removing {model} version {version}")
         return convert.deploy_result(reply)
+
+    def model_settings(self, model: str) -> list[SettingInfo]:
+        """Every setting of ``model`` with its effective value and source."""
+        reply = self._call(self._stub.GetModelSettings,
+                           pb.GetModelSettingsRequest(model=model), f"reading {model}'s settings")
+        return [SettingInfo(s.key, s.value, s.source) for s in reply.settings]
+
+    def set_model_settings(self, model: str, values: Mapping[str, str] | None = None,
+                           unset: Sequence[str] = (), *, replace: bool = False,
+                           revert: bool = False) -> DeployResult:
+        """Change ``model``'s live settings (values: key -> TOML literal) through a hot swap;
+        ``revert`` goes back to the settings before the last settings change."""
+        reply = self._call_long(self._stub.SetModelSettings, pb.SetModelSettingsRequest(
+            model=model, set=dict(values or {}), unset=list(unset), replace=replace,
+            revert=revert), f"changing {model}'s settings")
+        return convert.deploy_result(reply)
+
+    def record_tuning(self, model: str, summary: str, data: Mapping[str, Any]) -> int:
+        """Store a tuning run in the agent's database; returns its id."""
+        reply = self._call(self._stub.RecordTuning, pb.TuningResult(
+            model=model, summary=summary, data_json=json.dumps(data)), "recording a tuning run")
+        return int(reply.id)
+
+    def tuning(self, model: str | None = None, *, latest_only: bool = False,
+               limit: int = 50) -> list[TuningInfo]:
+        """Stored tuning runs, newest first (latest_only: the last one per model)."""
+        reply = self._call(self._stub.ListTuning, pb.ListTuningRequest(
+            model=model or "", latest_only=latest_only, limit=limit), "listing tuning runs")
+        return [TuningInfo(r.id, r.model, r.at, r.summary, json.loads(r.data_json or "{}"))
+                for r in reply.results]
 
     def _call_long(self, method: Callable[..., Any], request: Any, what: str) -> Any:
         try:

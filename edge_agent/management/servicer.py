@@ -6,6 +6,7 @@ Errors are mapped to status codes in one place (:func:`edge_agent.protocol.statu
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -33,6 +34,7 @@ from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.identity import AgentIdentity
 from edge_agent.manager import compat
 from edge_agent.manager.errors import disk_full, is_disk_full
+from edge_agent.manager.live_settings import parse_value
 from edge_agent.manager.manager import ModelManager
 from edge_agent.manager.outcome import DeployOutcome, StepEvent
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
@@ -325,6 +327,56 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             abort(context, exc)
         self._changed()
         return convert.result_pb(outcome)
+
+    # -- live settings and tuning --------------------------------------------------------------
+    def GetModelSettings(self, request: pb.GetModelSettingsRequest,
+                         context: grpc.ServicerContext) -> pb.ModelSettings:
+        try:
+            views = self.manager.model_settings(request.model)
+        except AgentError as exc:
+            abort(context, exc)
+        return pb.ModelSettings(model=request.model, settings=[
+            pb.ModelSetting(key=v.key, value=v.value, source=v.source) for v in views])
+
+    def SetModelSettings(self, request: pb.SetModelSettingsRequest,
+                         context: grpc.ServicerContext) -> pb.DeploymentResult:
+        try:
+            if request.revert:
+                outcome = self.manager.revert_settings(request.model)
+            else:
+                values = {k: parse_value(v) for k, v in request.set.items()}
+                outcome = self.manager.change_settings(request.model, values,
+                                                       list(request.unset),
+                                                       replace=request.replace)
+        except AgentError as exc:
+            abort(context, exc)
+        self._changed()
+        return convert.result_pb(outcome)
+
+    def RecordTuning(self, request: pb.TuningResult,
+                     context: grpc.ServicerContext) -> pb.TuningResult:
+        try:
+            json.loads(request.data_json or "{}")
+        except ValueError:
+            abort(context, InvalidInputError("RecordTuning data_json is not JSON"))
+        if not request.model:
+            abort(context, InvalidInputError("RecordTuning needs a model name"))
+        try:
+            run_id = self.manager.store.add_tuning_result(request.model, request.summary,
+                                                          request.data_json or "{}")
+        except StateStoreError as exc:
+            abort(context, exc)
+        return pb.TuningResult(id=run_id, model=request.model, at=time.time(),
+                               summary=request.summary, data_json=request.data_json)
+
+    def ListTuning(self, request: pb.ListTuningRequest,
+                   context: grpc.ServicerContext) -> pb.ListTuningResponse:
+        runs = self.manager.store.tuning_results(request.model or None,
+                                                 latest_only=request.latest_only,
+                                                 limit=request.limit or 50)
+        return pb.ListTuningResponse(results=[
+            pb.TuningResult(id=r.id, model=r.model, at=r.at, summary=r.summary,
+                            data_json=r.data) for r in runs])
 
     # -- metrics -------------------------------------------------------------------------------
     def QueryMetrics(self, request: pb.QueryMetricsRequest,

@@ -166,6 +166,26 @@ class SystemPoint:
     disk_free_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class SettingInfo:
+    """One setting of a model: its value (a TOML literal, "" when unset) and its source."""
+
+    key: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class TuningInfo:
+    """One stored tuning run (``data`` is the decoded JSON of every candidate)."""
+
+    id: int
+    model: str
+    at: float
+    summary: str
+    data: dict[str, Any]
+
+
 def to_jsonable(value: Any) -> Any:
     """A dataclass (or list of them) as plain JSON-ready data."""
     if isinstance(value, list | tuple):

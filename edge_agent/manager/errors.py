@@ -119,3 +119,9 @@ def storage_error(exc: BaseException, what: str, where: object) -> AgentError | 
     if is_read_only(exc):
         return read_only(what, where)
     return None
+
+
+class InvalidSettingsError(ManagerError):
+    """A live settings change names an unknown key or a bad value; nothing was changed."""
+
+    code = ErrorCode.INVALID_ARGUMENT

@@ -18,12 +18,14 @@ again. After a committed deploy a watcher checks the new version's error rate fo
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.errors import AgentError, ModelNotFoundError
+from edge_agent.errors import AgentError, ModelNotFoundError, StateStoreError
 from edge_agent.manager.compat import display_name
 from edge_agent.manager.device import DeviceInfo, detect_device
 from edge_agent.manager.errors import InvalidBundleError, ManagerError, VersionInUseError
@@ -34,6 +36,7 @@ from edge_agent.manager.journal import (
     RecordingFailed,
     StepHook,
 )
+from edge_agent.manager.live_settings import LiveSettings, SettingView, describe_change
 from edge_agent.manager.locks import ModelLocks
 from edge_agent.manager.outcome import DeployOutcome, VersionView
 from edge_agent.manager.pins import pinned_message, pipelines_pinning
@@ -44,7 +47,7 @@ from edge_agent.manager.recovery import StartupRecovery
 from edge_agent.manager.serving import ServingControl
 from edge_agent.manager.settings import ManagerSettings
 from edge_agent.manager.watcher import ErrorRateWatchers
-from edge_agent.state import Deployment, DeploymentKind, StateStore, Step
+from edge_agent.state import Deployment, DeploymentKind, DeploymentStatus, StateStore, Step
 from packager.errors import PackagerError
 from packager.reader import open_bundle
 
@@ -83,6 +86,7 @@ class ModelManager:
                                        self.device, lambda: self.settings,
                                        on_begin=self.watchers.cancel,
                                        on_commit=self._committed)
+        self.live_settings = LiveSettings(self.repository, store)
         self.serving = ServingControl(self.repository, store, self.journal, self.locks,
                                       lambda: self.settings, on_unload=self.watchers.cancel)
 
@@ -92,8 +96,10 @@ class ModelManager:
 
         Returns one line per thing it repaired (for the log). Sets the data plane ready.
         """
-        return StartupRecovery(self.dataplane, self.store, self.files, self.journal,
-                               self.queries, fall_back=self._fall_back).run()
+        notes: list[str] = []
+        self.live_settings.apply_stored(notes.append)
+        return notes + StartupRecovery(self.dataplane, self.store, self.files, self.journal,
+                                       self.queries, fall_back=self._fall_back).run()
 
     def _fall_back(self, name: str, broken: int, error: str) -> list[str]:
         """The active version failed to load at start-up: go back to the rollback target."""
@@ -212,6 +218,46 @@ class ModelManager:
             except RecordingFailed as failure:
                 return self.journal.abandon(dep, model, failure, None)
             return DeployOutcome(done, True, done.reason, self.store.active_version(model))
+
+    def model_settings(self, model: str) -> list[SettingView]:
+        """Every setting of ``model``: its effective value and where it comes from."""
+        if model not in self.repository.model_names() and not self.store.versions(model):
+            raise ModelNotFoundError(f"model {model!r} is not on this device")
+        return self.live_settings.view(model)
+
+    def change_settings(self, model: str, set_values: Mapping[str, Any] | None = None,
+                        unset: Sequence[str] = (), *, replace: bool = False,
+                        on_event: EventSink | None = None) -> DeployOutcome:
+        """Change ``model``'s live settings through the hot-swap path (a ``settings``
+        deployment). ``unset`` keys go back to agent.toml's value; ``replace`` drops every
+        live setting not in ``set_values``. Bad keys or values raise InvalidSettingsError
+        before anything is recorded."""
+        with self.locks.hold(model):
+            if model not in self.repository.model_names() and not self.store.versions(model):
+                raise ModelNotFoundError(f"model {model!r} is not on this device")
+            before, after, overrides = self.live_settings.plan(model, set_values or {}, unset,
+                                                               replace)
+            active = self.store.active_version(model)
+            dep = self.pipeline.begin(model, DeploymentKind.SETTINGS, active, active)
+            try:
+                self.store.record_settings_change(dep, json.dumps(before), json.dumps(after))
+                return self.pipeline.change_settings(dep, model, active, overrides,
+                                                     describe_change(before, after), on_event)
+            except RecordingFailed as failure:
+                return self.journal.abandon(dep, model, failure, on_event)
+            except StateStoreError as exc:
+                return self.journal.abandon(dep, model, RecordingFailed(
+                    Step.RECEIVED, self.journal.clean(exc, "record the settings")), on_event)
+
+    def revert_settings(self, model: str, *, on_event: EventSink | None = None) -> DeployOutcome:
+        """Go back to the live settings before the last committed settings change."""
+        for dep in self.store.history(model, limit=200):
+            if dep.kind is DeploymentKind.SETTINGS and dep.status is DeploymentStatus.COMMITTED:
+                change = self.store.settings_change(dep.id)
+                if change is not None:
+                    return self.change_settings(model, json.loads(change[0]), replace=True,
+                                                on_event=on_event)
+        raise ManagerError(f"{model} has no committed settings change to revert")
 
     def load_model(self, name: str) -> str:
         """Load the active version of ``name`` again (never another); returns a summary."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import psutil
 
+from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ModelRepository, ModelVersion
 from edge_agent.errors import AgentError, StateStoreError
 from edge_agent.manager.compat import check_fits, check_signature
@@ -258,7 +259,36 @@ class DeployPipeline:
         j.reached(dep, Step.WARMED, f"warm-up ran on {instances} instance(s)", on_event)
         return True
 
-    def _reload(self, dep: int, name: str, version: int, on_event: EventSink | None) -> bool:
+    def change_settings(self, dep: int, name: str, version: int | None,
+                        overrides: ModelOverrides, change: str,
+                        on_event: EventSink | None) -> DeployOutcome:
+        """Reload the active ``version`` with ``overrides`` (load, warm, probe, parity, switch,
+        drain) and commit deployment ``dep`` (its settings are recorded). A failure keeps the
+        old copy serving with the old settings; an unloaded model takes them at its next load.
+        """
+        j, repo = self.journal, self.repository
+        previous = repo.overrides_for(name)
+        j.reached(dep, Step.RECEIVED, f"settings: {change}", on_event)
+        j.reached(dep, Step.VERIFIED, "every setting is valid", on_event)
+        try:
+            if version is not None and self.ready(name, version):
+                try:
+                    self._reload(dep, name, version, on_event, overrides=overrides)
+                except _StepFailed as failure:
+                    return j.fail(dep, failure.step, failure.error, on_event)
+                message = f"settings applied to version {version}: {change}"
+            else:
+                repo.set_overrides(name, overrides)
+                j.reached(dep, Step.SWITCHED, "not loaded: the settings apply at its next load",
+                          on_event)
+                message = f"settings recorded (apply at the next load): {change}"
+            return DeployOutcome(j.commit(dep, message, on_event), True, message, version)
+        except RecordingFailed:
+            repo.set_overrides(name, previous)  # the store still holds the old settings
+            raise
+
+    def _reload(self, dep: int, name: str, version: int, on_event: EventSink | None, *,
+                overrides: ModelOverrides | None = None) -> bool:
         j, settings = self.journal, self._settings()
         rss0, t0 = _rss(), time.perf_counter()
 
@@ -281,7 +311,8 @@ class DeployPipeline:
 
         try:
             drained = self.repository.reload_version(
-                name, version, check=check, drain_timeout_s=settings.drain_timeout_s)
+                name, version, check=check, drain_timeout_s=settings.drain_timeout_s,
+                overrides=overrides)
         except _STEP_ERRORS as exc:
             raise _StepFailed(Step.LOADED, exc) from exc
         j.reached(dep, Step.SWITCHED, "requests now go to the fresh copy", on_event)

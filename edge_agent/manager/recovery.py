@@ -73,7 +73,9 @@ class StartupRecovery:
         for dep in self.store.recovered:
             notes.append(f"deployment {dep.id} ({dep.kind} of {dep.model} version "
                          f"{dep.to_version}) was interrupted at {dep.last_step}; "
-                         f"version {dep.from_version} stays active")
+                         f"version {dep.from_version} stays active"
+                         + (" with the settings before the change"
+                            if dep.kind is DeploymentKind.SETTINGS else ""))
             if dep.kind is not DeploymentKind.DEPLOY or dep.to_version is None:
                 continue
             if self.store.active_version(dep.model) == dep.to_version:

@@ -6,6 +6,7 @@ from edge_agent.state.records import (
     DeploymentStatus,
     Step,
     StepRecord,
+    TuningRecord,
     VersionRecord,
     VersionState,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "Step",
     "StepRecord",
     "TokenFile",
+    "TuningRecord",
     "VersionRecord",
     "VersionState",
     "load_or_create_token",

@@ -24,6 +24,7 @@ class DeploymentKind(StrEnum):
     ACTIVATE = "activate"
     REMOVE = "remove"
     AUTO_ROLLBACK = "auto-rollback"
+    SETTINGS = "settings"  # live settings: the active version reloaded with new settings
 
 
 class DeploymentStatus(StrEnum):
@@ -94,3 +95,14 @@ class Deployment:
     started_at: float
     ended_at: float | None
     steps: tuple[StepRecord, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class TuningRecord:
+    """One tuning run of a model (``edge-agent tune``): its candidates and results as JSON."""
+
+    id: int
+    model: str
+    at: float
+    summary: str
+    data: str  # JSON: the candidates, each with its settings and measured points

@@ -35,6 +35,7 @@ from edge_agent.state.records import (
     DeploymentStatus,
     Step,
     StepRecord,
+    TuningRecord,
     VersionRecord,
     VersionState,
 )
@@ -92,6 +93,24 @@ CREATE TABLE IF NOT EXISTS version_parity (
     figures TEXT NOT NULL,
     at REAL NOT NULL,
     PRIMARY KEY (model, version)
+);
+CREATE TABLE IF NOT EXISTS settings_changes (
+    deployment_id INTEGER PRIMARY KEY REFERENCES deployments (id) ON DELETE CASCADE,
+    model TEXT NOT NULL,
+    before TEXT NOT NULL,
+    after TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS model_settings (
+    model TEXT PRIMARY KEY,
+    settings TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tuning_results (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    model TEXT NOT NULL,
+    at REAL NOT NULL,
+    summary TEXT NOT NULL,
+    data TEXT NOT NULL
 );
 """
 
@@ -349,14 +368,18 @@ class StateStore:
             model, kind, to_version, status = self._require(c, deployment_id)
             if status != DeploymentStatus.IN_PROGRESS:
                 raise StateStoreError(f"deployment {deployment_id} is already {status}")
-            if kind in _ACTIVATING:
+            new_active: int | None
+            if kind is DeploymentKind.SETTINGS:
+                self._commit_settings(c, deployment_id, model, now)
+                new_active = self._active(c, model)
+            elif kind in _ACTIVATING:
                 known = c.execute("SELECT 1 FROM versions WHERE model = ? AND version = ?",
                                   (model, to_version)).fetchone()
                 if to_version is None or known is None:
                     raise StateStoreError(
                         f"cannot activate version {to_version} of {model!r}: it is not "
                         "recorded on this device (upsert_version first)")
-                new_active: int | None = to_version
+                new_active = to_version
             else:
                 active = self._active(c, model)
                 new_active = None if active == to_version else active
@@ -369,6 +392,60 @@ class StateStore:
                       "reason = ? WHERE id = ?",
                       (DeploymentStatus.COMMITTED, Step.COMMITTED, now, message, deployment_id))
         return self.deployment(deployment_id)
+
+    @staticmethod
+    def _commit_settings(c: sqlite3.Connection, deployment_id: int, model: str,
+                         now: float) -> None:
+        row = c.execute("SELECT after FROM settings_changes WHERE deployment_id = ?",
+                        (deployment_id,)).fetchone()
+        if row is None:
+            raise StateStoreError(f"deployment {deployment_id} has no settings recorded "
+                                  "(record_settings_change first)")
+        c.execute("INSERT OR REPLACE INTO model_settings (model, settings, updated_at) "
+                  "VALUES (?, ?, ?)", (model, row[0], now))
+
+    # -- live settings and tuning results --------------------------------------------------------
+
+    def record_settings_change(self, deployment_id: int, before: str, after: str) -> None:
+        """Attach a settings change (JSON objects) to a ``settings`` deployment; the model's
+        live settings become ``after`` when the deployment commits, and only then."""
+        with self._tx() as c:
+            model, _, _, _ = self._require(c, deployment_id)
+            c.execute("INSERT OR REPLACE INTO settings_changes (deployment_id, model, before, "
+                      "after) VALUES (?, ?, ?, ?)", (deployment_id, model, before, after))
+
+    def settings_change(self, deployment_id: int) -> tuple[str, str] | None:
+        """(before, after) of a settings deployment, or None."""
+        with self._lock:
+            row = self._conn.execute("SELECT before, after FROM settings_changes WHERE "
+                                     "deployment_id = ?", (deployment_id,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def live_settings(self) -> dict[str, str]:
+        """Model -> its committed live settings (a JSON object)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT model, settings FROM model_settings").fetchall()
+        return dict(rows)
+
+    def add_tuning_result(self, model: str, summary: str, data: str) -> int:
+        """Store one tuning run; returns its id."""
+        with self._tx() as c:
+            cur = c.execute("INSERT INTO tuning_results (model, at, summary, data) VALUES "
+                            "(?, ?, ?, ?)", (model, time.time(), summary, data))
+            return int(cur.lastrowid or 0)
+
+    def tuning_results(self, model: str | None = None, *, latest_only: bool = False,
+                       limit: int = 50) -> list[TuningRecord]:
+        """Tuning runs, newest first (of one model, or all); ``latest_only``: one per model."""
+        where, args = ("WHERE model = ?", (model,)) if model else ("", ())
+        if latest_only:
+            where = (where + (" AND " if where else "WHERE ")
+                     + "id IN (SELECT MAX(id) FROM tuning_results GROUP BY model)")
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT id, model, at, summary, data FROM tuning_results {where} "
+                "ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
+        return [TuningRecord(*r) for r in rows]
 
     def fail_deployment(self, deployment_id: int, reason: str, *,
                         failed_step: Step | None = None) -> Deployment:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DIST_OF = {"numpy": "numpy", "grpc": "grpcio", "grpc_health": "grpcio-health-checking",
            "google.protobuf": "protobuf", "psutil": "psutil", "zeroconf": "zeroconf",
            "textual": "textual", "onnx": "onnx", "onnxruntime": "onnxruntime",
-           "openvino": "openvino"}
+           "openvino": "openvino", "plotext": "plotext"}
 
 
 def _extra_dists(name: str) -> set[str]:

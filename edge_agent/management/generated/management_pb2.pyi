@@ -415,3 +415,78 @@ class DeployReferenceRequest(_message.Message):
     reference: str
     force: bool
     def __init__(self, reference: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class GetModelSettingsRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class ModelSetting(_message.Message):
+    __slots__ = ("key", "value", "source")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: str
+    source: str
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class ModelSettings(_message.Message):
+    __slots__ = ("model", "settings")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    settings: _containers.RepeatedCompositeFieldContainer[ModelSetting]
+    def __init__(self, model: _Optional[str] = ..., settings: _Optional[_Iterable[_Union[ModelSetting, _Mapping]]] = ...) -> None: ...
+
+class SetModelSettingsRequest(_message.Message):
+    __slots__ = ("model", "set", "unset", "replace", "revert")
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    UNSET_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    REVERT_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    set: _containers.ScalarMap[str, str]
+    unset: _containers.RepeatedScalarFieldContainer[str]
+    replace: bool
+    revert: bool
+    def __init__(self, model: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., unset: _Optional[_Iterable[str]] = ..., replace: _Optional[bool] = ..., revert: _Optional[bool] = ...) -> None: ...
+
+class TuningResult(_message.Message):
+    __slots__ = ("id", "model", "at", "summary", "data_json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    model: str
+    at: float
+    summary: str
+    data_json: str
+    def __init__(self, id: _Optional[int] = ..., model: _Optional[str] = ..., at: _Optional[float] = ..., summary: _Optional[str] = ..., data_json: _Optional[str] = ...) -> None: ...
+
+class ListTuningRequest(_message.Message):
+    __slots__ = ("model", "latest_only", "limit")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    LATEST_ONLY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    latest_only: bool
+    limit: int
+    def __init__(self, model: _Optional[str] = ..., latest_only: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListTuningResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[TuningResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[TuningResult, _Mapping]]] = ...) -> None: ...

@@ -104,6 +104,26 @@ class AgentManagementStub:
                 request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployReferenceRequest.SerializeToString,
                 response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployEvent.FromString,
                 _registered_method=True)
+        self.GetModelSettings = channel.unary_unary(
+                '/edge.agent.v1.AgentManagement/GetModelSettings',
+                request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.GetModelSettingsRequest.SerializeToString,
+                response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.ModelSettings.FromString,
+                _registered_method=True)
+        self.SetModelSettings = channel.unary_unary(
+                '/edge.agent.v1.AgentManagement/SetModelSettings',
+                request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.SetModelSettingsRequest.SerializeToString,
+                response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeploymentResult.FromString,
+                _registered_method=True)
+        self.RecordTuning = channel.unary_unary(
+                '/edge.agent.v1.AgentManagement/RecordTuning',
+                request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.TuningResult.SerializeToString,
+                response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.TuningResult.FromString,
+                _registered_method=True)
+        self.ListTuning = channel.unary_unary(
+                '/edge.agent.v1.AgentManagement/ListTuning',
+                request_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.ListTuningRequest.SerializeToString,
+                response_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.ListTuningResponse.FromString,
+                _registered_method=True)
 
 
 class AgentManagementServicer:
@@ -212,6 +232,37 @@ class AgentManagementServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetModelSettings(self, request, context):
+        """A model's settings (the keys of agent.toml's [models.NAME]): each effective value and
+        where it comes from (live, agent.toml, bundle, default).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetModelSettings(self, request, context):
+        """Change a model's live settings: the active version is reloaded with them through the
+        hot-swap path (warm-up, probe, switch, drain), recorded as a "settings" deployment and
+        kept across restarts; a failed warm-up keeps the old settings serving.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordTuning(self, request, context):
+        """Store one tuning run (edge-agent tune) in the agent's database; returns it with its id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTuning(self, request, context):
+        """Stored tuning runs, newest first (latest_only: the last one per model).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentManagementServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -284,6 +335,26 @@ def add_AgentManagementServicer_to_server(servicer, server):
                     servicer.DeployReference,
                     request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployReferenceRequest.FromString,
                     response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeployEvent.SerializeToString,
+            ),
+            'GetModelSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetModelSettings,
+                    request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.GetModelSettingsRequest.FromString,
+                    response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.ModelSettings.SerializeToString,
+            ),
+            'SetModelSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetModelSettings,
+                    request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.SetModelSettingsRequest.FromString,
+                    response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.DeploymentResult.SerializeToString,
+            ),
+            'RecordTuning': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordTuning,
+                    request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.TuningResult.FromString,
+                    response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.TuningResult.SerializeToString,
+            ),
+            'ListTuning': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTuning,
+                    request_deserializer=edge__agent_dot_management_dot_generated_dot_management__pb2.ListTuningRequest.FromString,
+                    response_serializer=edge__agent_dot_management_dot_generated_dot_management__pb2.ListTuningResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -664,6 +735,114 @@ class AgentManagement:
             '/edge.agent.v1.AgentManagement/DeployReference',
             edge__agent_dot_management_dot_generated_dot_management__pb2.DeployReferenceRequest.SerializeToString,
             edge__agent_dot_management_dot_generated_dot_management__pb2.DeployEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetModelSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edge.agent.v1.AgentManagement/GetModelSettings',
+            edge__agent_dot_management_dot_generated_dot_management__pb2.GetModelSettingsRequest.SerializeToString,
+            edge__agent_dot_management_dot_generated_dot_management__pb2.ModelSettings.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetModelSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edge.agent.v1.AgentManagement/SetModelSettings',
+            edge__agent_dot_management_dot_generated_dot_management__pb2.SetModelSettingsRequest.SerializeToString,
+            edge__agent_dot_management_dot_generated_dot_management__pb2.DeploymentResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordTuning(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edge.agent.v1.AgentManagement/RecordTuning',
+            edge__agent_dot_management_dot_generated_dot_management__pb2.TuningResult.SerializeToString,
+            edge__agent_dot_management_dot_generated_dot_management__pb2.TuningResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTuning(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edge.agent.v1.AgentManagement/ListTuning',
+            edge__agent_dot_management_dot_generated_dot_management__pb2.ListTuningRequest.SerializeToString,
+            edge__agent_dot_management_dot_generated_dot_management__pb2.ListTuningResponse.FromString,
             options,
             channel_credentials,
             insecure,

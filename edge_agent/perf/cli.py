@@ -1,0 +1,122 @@
+"""``edge-agent perf``: perf_analyzer's flags and report, over KServe v2 gRPC (TCP or a Unix
+socket), measured by :mod:`edge_agent.perf.load`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_agent.errors import InvalidInputError
+from edge_agent.perf.flags import parse_range
+from edge_agent.perf.inputs import (
+    SystemSharedMemory,
+    describe_model,
+    make_inputs,
+    parse_shapes,
+    request_bytes,
+)
+from edge_agent.perf.load import Measurement, measure
+
+
+@dataclass(frozen=True)
+class PerfPlan:
+    """What to send where: the serialized request(s) and the batch size."""
+
+    target: str
+    payloads: tuple[bytes, ...]
+    batch: int
+
+
+@contextlib.contextmanager
+def prepare(target: str, model: str, *, version: str = "", batch: int = 1,
+            shapes: Sequence[str] = (), input_data: str = "random",
+            shared_memory: str = "none") -> Iterator[PerfPlan]:
+    """Describe the model, build its inputs and (shared memory) register them; yields the
+    plan and unregisters on exit."""
+    if batch < 1:
+        raise InvalidInputError(f"-b {batch}: the batch size must be >= 1")
+    if shared_memory == "cuda":
+        raise InvalidInputError("--shared-memory cuda is not supported by edge-agent perf; "
+                                "use system or none")
+    spec = describe_model(target, model, version)
+    data_file = None if input_data == "random" else Path(input_data)
+    inputs = make_inputs(spec, batch=batch, shapes=parse_shapes(list(shapes)),
+                         data_file=data_file)
+    region = SystemSharedMemory(target) if shared_memory == "system" else None
+    try:
+        if region is not None:
+            regions, outputs = region.place(spec, inputs, batch)
+            payload = request_bytes(model, inputs, version, regions, outputs)
+        else:
+            payload = request_bytes(model, inputs, version)
+        yield PerfPlan(target, (payload,), batch)
+    finally:
+        if region is not None:
+            region.close()
+
+
+def report_block(m: Measurement) -> str:
+    """perf_analyzer's per-concurrency block."""
+    lines = [f"Request concurrency: {m.concurrency}", "  Client: ",
+             f"    Request count: {m.requests}",
+             f"    Throughput: {m.throughput:.3f} infer/sec",
+             f"    Avg latency: {m.avg_us:.0f} usec (standard deviation {m.std_us:.0f} usec)"]
+    lines += [f"    p{p} latency: {m.percentile_us(p):.0f} usec" for p in (50, 90, 95, 99)]
+    if m.errors:
+        lines.append(f"    Failed requests: {m.errors} (first: {m.first_error})")
+    return "\n".join(lines)
+
+
+def summary_line(m: Measurement, percentile: int | None = None) -> str:
+    """perf_analyzer's summary line for one concurrency level."""
+    latency = m.avg_us if percentile is None else m.percentile_us(percentile)
+    return (f"Concurrency: {m.concurrency}, throughput: {m.throughput:.3f} infer/sec, "
+            f"latency {latency:.0f} usec")
+
+
+def cmd_perf(args: argparse.Namespace) -> int:
+    """Run ``edge-agent perf``."""
+    if args.protocol != "grpc":
+        raise InvalidInputError("-i http: edge-agent serves KServe v2 over gRPC only; use "
+                                "-i grpc")
+    if args.measurement_interval <= 0:
+        raise InvalidInputError("-p must be a positive number of milliseconds")
+    if args.percentile is not None and not 1 <= args.percentile <= 99:
+        raise InvalidInputError(f"--percentile {args.percentile}: expected 1..99")
+    levels = parse_range(args.concurrency_range)
+    seconds = args.measurement_interval / 1000
+    print("*** Measurement Settings ***")
+    print(f"  Batch size: {args.batch_size}")
+    print("  Service Kind: KServe v2 gRPC (edge-agent perf)")
+    print(f"  Measurement window: {args.measurement_interval} msec")
+    print(f"  Concurrency: {', '.join(map(str, levels))}")
+    print(f"  Shared memory: {args.shared_memory}\n", flush=True)
+    results: list[Measurement] = []
+    with prepare(args.url, args.model_name, version=args.model_version, batch=args.batch_size,
+                 shapes=args.shape, input_data=args.input_data,
+                 shared_memory=args.shared_memory) as plan:
+        for level in levels:
+            m = measure(plan.target, plan.payloads, concurrency=level, seconds=seconds,
+                        warmup_s=min(1.0, seconds / 4), batch=plan.batch)
+            results.append(m)
+            print(report_block(m) + "\n", flush=True)
+    label = "Client Average" if args.percentile is None else f"Client p{args.percentile}"
+    print(f"Inferences/Second vs. {label} Batch Latency")
+    for m in results:
+        print(summary_line(m, args.percentile))
+    if args.json:
+        print(json.dumps([{"concurrency": m.concurrency, "throughput": m.throughput,
+                           "avg_us": m.avg_us, "p50_us": m.percentile_us(50),
+                           "p99_us": m.percentile_us(99), "requests": m.requests,
+                           "errors": m.errors} for m in results]))
+    failed = [m for m in results if m.errors]
+    if failed:
+        print(f"edge-agent perf: error: {failed[0].errors} request(s) failed at concurrency "
+              f"{failed[0].concurrency}: {failed[0].first_error}", file=sys.stderr)
+        return 1
+    return 0

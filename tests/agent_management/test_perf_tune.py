@@ -1,0 +1,162 @@
+"""``edge-agent perf`` and ``edge-agent tune`` as subprocesses against a real agent process
+serving a real model: perf_analyzer's report lines over TCP, a Unix socket and system shared
+memory; a short tuning sweep (2 candidates) stored in the agent's database and applied as a
+recorded, revertible settings change; bad flags are one line and exit 1."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.agent_management.agent_proc import ROOT, AgentProcess
+from tests.agent_management.bundles import Bundles
+
+LINE = re.compile(r"^Concurrency: (\d+), throughput: ([\d.]+) infer/sec, latency (\d+) usec$",
+                  re.M)
+
+
+def edge_agent(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
+    return subprocess.run([sys.executable, "-m", "edge_agent.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def agent(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[AgentProcess, str]]:
+    run_dir = Path(tempfile.mkdtemp(prefix="perf-", dir="/tmp"))  # a short socket path
+    sock = run_dir / "inf.sock"
+    proc = AgentProcess(tmp_path / "state", trust=bundles.public_key)
+    proc.args.remove("--no-uds")
+    proc.args += ["--uds", str(sock)]
+    try:
+        with proc as running:
+            with running.client() as client:
+                assert client.deploy(bundles.mlp[1]).ok
+            yield running, f"unix:{sock}"
+    finally:
+        sock.unlink(missing_ok=True)
+        run_dir.rmdir()
+
+
+def _levels(out: str) -> list[tuple[int, float]]:
+    return [(int(c), float(t)) for c, t, _ in LINE.findall(out)]
+
+
+def test_perf_reports_like_perf_analyzer_over_tcp_unix_and_shared_memory(
+        agent: tuple[AgentProcess, str], tmp_path: Path) -> None:
+    running, unix = agent
+    tcp = edge_agent("perf", "-m", "mlp", "-u", running.grpc, "--concurrency-range", "1:3:2",
+                     "-p", "400")
+    assert tcp.returncode == 0, tcp.stderr
+    assert [c for c, _ in _levels(tcp.stdout)] == [1, 3]
+    assert all(t > 0 for _, t in _levels(tcp.stdout))
+    assert "p99 latency:" in tcp.stdout and "Request concurrency: 3" in tcp.stdout
+    before = {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("edge-perf-")}
+    data = tmp_path / "samples.npz"
+    np.savez(data, input=np.random.default_rng(0).random((3, 64), dtype=np.float32))
+    uds = edge_agent("perf", "-m", "mlp", "-u", unix, "-b", "4", "--input-data", str(data),
+                     "--shared-memory", "system", "-p", "400", "--percentile", "99")
+    assert uds.returncode == 0, uds.stderr
+    ((level, throughput),) = _levels(uds.stdout)
+    assert level == 1 and throughput > 0
+    assert "Client p99 Batch Latency" in uds.stdout
+    after = {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("edge-perf-")}
+    assert after <= before  # its region was unregistered and removed
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--concurrency-range", "4:2"], "below START"),
+    (["--shape", "input"], "NAME:D1,D2"),
+    (["--shape", "nosuch:3"], "not inputs"),
+    (["-i", "http"], "gRPC only"),
+    (["--shared-memory", "cuda"], "not supported"),
+    (["-m", "nosuchmodel"], "nosuchmodel"),
+])
+def test_perf_bad_flags_are_one_line(agent: tuple[AgentProcess, str], args: list[str],
+                                     words: str) -> None:
+    running, _ = agent
+    base = ["perf", "-m", "mlp", "-u", running.grpc, "-p", "200"]
+    run = edge_agent(*base, *args)
+    assert run.returncode == 1, run.stdout
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and words in lines[0], run.stderr
+
+
+def test_tune_sweeps_stores_and_applies_the_best(agent: tuple[AgentProcess, str]) -> None:
+    running, _ = agent
+    token = running.state_dir / "management.token"
+    with running.client() as client:
+        before = len(client.deployments("mlp"))
+    run = edge_agent("tune", "mlp", "--agent", running.management, "--token-file", str(token),
+                     "--insecure", "--concurrency", "1,2", "--seconds", "1",
+                     "--max-candidates", "2", "--latency-budget-ms", "5000", "--apply",
+                     "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "throughput vs p99 latency" in run.stdout  # the plotext chart
+    assert "★" in run.stdout
+    import json
+
+    sweep = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(sweep["candidates"]) == 2 and sweep["applied"] is True
+    assert all(c["ok"] and len(c["points"]) == 2 for c in sweep["candidates"])
+    best = sweep["candidates"][sweep["best"]]["settings"]
+    with running.client() as client:
+        (stored,) = client.tuning("mlp", latest_only=True)
+        assert stored.data["best"] == sweep["best"] and "best (p99 <= 5000 ms)" in stored.summary
+        live = {s.key: s.value for s in client.model_settings("mlp") if s.source == "live"}
+        assert live == best
+        kinds = [d.kind for d in client.deployments("mlp")[:-before or None]]
+    # candidate 1 applied, the settings before put back, then the best applied (if it changes
+    # anything): each a recorded settings change
+    assert kinds and set(kinds) == {"settings"}
+    if best:  # revertible: back to the settings before the run
+        with running.client() as client:
+            assert client.set_model_settings("mlp", revert=True).ok
+            assert not [s for s in client.model_settings("mlp") if s.source == "live"]
+
+
+def test_tune_needs_a_token_and_tls_or_insecure(agent: tuple[AgentProcess, str]) -> None:
+    running, _ = agent
+    run = edge_agent("tune", "mlp", "--agent", running.management)
+    assert run.returncode == 1 and "no token" in run.stderr
+    token = str(running.state_dir / "management.token")
+    run = edge_agent("tune", "mlp", "--agent", running.management, "--token-file", token)
+    assert run.returncode == 1 and "--fingerprint" in run.stderr
+
+
+def test_the_grid_and_the_choice_within_the_budget() -> None:
+    from edge_agent.management.types import SettingInfo
+    from edge_agent.perf.flags import parse_range
+    from edge_agent.perf.tune import Candidate, Point, Sweep, candidate_grid, plan_size
+
+    now = [SettingInfo("instances", "2", "bundle"), SettingInfo("max_batch_size", "32", "bundle"),
+           SettingInfo("max_queue_delay_us", "500", "bundle")]
+    grid = candidate_grid(now, backend="openvino", cores=2)
+    assert grid[0] == {} and {"instances": "1"} in grid and {"max_queue_delay_us": "0"} in grid
+    assert {"instances": "2"} not in grid  # no candidate repeats the settings as they are
+    assert {"openvino_hint": '"THROUGHPUT"'} in grid
+    assert {"max_batch_size": "4"} in grid and {"preferred_batch_sizes": "[8]"} in grid
+    assert not any("openvino_hint" in c for c in candidate_grid(now, backend="onnxruntime"))
+    assert len(grid) == len({tuple(sorted(c.items())) for c in grid})
+    assert plan_size(1, 3, 2.0, 0.5) == 5 and plan_size(0.01, 3, 2.0, 0.5) == 1
+    assert parse_range("1:16:2") == [1, 3, 5, 7, 9, 11, 13, 15] and parse_range("4") == [4]
+
+    def cand(settings: dict[str, str], *points: tuple[int, float, float]) -> Candidate:
+        return Candidate(settings, True, "", [Point(c, t, p99 / 2, p99, p99 / 2, 0)
+                                              for c, t, p99 in points])
+
+    fast_but_slow_tail = cand({"instances": "1"}, (1, 500, 2000), (4, 900, 20_000))
+    steady = cand({}, (1, 400, 1500), (4, 700, 4000))
+    sweep = Sweep("m", 5.0, [1, 4], {}, [steady, fast_but_slow_tail])
+    assert sweep.choose() == 0  # 700/s within 5 ms beats 500/s
+    assert "700.0 infer/s" in sweep.summary() and "the settings before" not in sweep.summary()
+    assert Sweep("m", None, [1, 4], {}, [steady, fast_but_slow_tail]).choose() == 1
+    assert Sweep("m", 1.0, [1, 4], {}, [steady, fast_but_slow_tail]).choose() is None
