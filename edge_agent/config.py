@@ -40,9 +40,14 @@ Example ``agent.toml``::
                                       # "auto": process for OpenVINO/TensorRT, thread for ORT
     response_cache = false            # true: repeated requests are answered from the
                                       # response cache (needs [response_cache] size_mib > 0)
+    priority = 10                     # 1 is the highest: runs first when executions wait for
+                                      # [agent] max_concurrent_executions (default 10)
 
     [response_cache]                  # one agent-wide budget, least recently used evicted
     size_mib = 0                      # 0 (the default): no response cache at all
+
+    [agent]
+    max_concurrent_executions = 0     # backend executions at once, all models (0: core count)
 
 Every section is one frozen dataclass. The management sections ([management], [mdns],
 [metrics]) are parsed by :mod:`edge_agent.management.options` into ``AgentConfig.management``
@@ -59,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge_agent.core.gate import MAX_PRIORITY_VALUE
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
@@ -109,6 +115,8 @@ class AgentConfig:
     management: ManagementOptions = field(default_factory=ManagementOptions)
     response_cache_bytes: int = 0
     """``[response_cache] size_mib`` in bytes: the response cache's budget (0: no cache)."""
+    max_concurrent_executions: int = 0
+    """``[agent] max_concurrent_executions``: backend executions at once (0: the core count)."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -178,7 +186,7 @@ def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:
 
 _OVERRIDE_INTS = ("max_batch_size", "max_queue_delay_us", "instances", "threads",
                   "max_queue_size", "default_timeout_us", "default_version",
-                  "execution_timeout_ms")
+                  "execution_timeout_ms", "priority")
 
 
 def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
@@ -204,10 +212,23 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
                           f"{', '.join(ISOLATION_MODES)}")
     if kw.get("instances") == 0:
         raise ConfigError(f"config key '{prefix}.instances': must be >= 1")
+    if kw.get("priority") == 0 or kw.get("priority", 1) > MAX_PRIORITY_VALUE:
+        raise ConfigError(f"config key '{prefix}.priority': must be between 1 (the highest) "
+                          f"and {MAX_PRIORITY_VALUE}")
     return ModelOverrides(**kw)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", "response_cache", *MANAGEMENT_SECTIONS)
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "agent", *MANAGEMENT_SECTIONS)
+_AGENT_KEYS = ("max_concurrent_executions",)
+
+
+def _max_concurrent_executions(data: Mapping[str, Any]) -> int:
+    for key in data:
+        if key not in _AGENT_KEYS:
+            raise ConfigError(f"config key 'agent.{key}' is unknown; known keys: "
+                              f"{list(_AGENT_KEYS)}")
+    return _non_negative("agent.max_concurrent_executions",
+                         data.get("max_concurrent_executions", 0))
 
 
 def _response_cache_bytes(data: Mapping[str, Any]) -> int:
@@ -273,6 +294,8 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                          model_defaults=model_defaults,
                          response_cache_bytes=_response_cache_bytes(_check_type(
                              "response_cache", data.get("response_cache", {}), dict)),
+                         max_concurrent_executions=_max_concurrent_executions(_check_type(
+                             "agent", data.get("agent", {}), dict)),
                          management=mgmt, source=Path(path) if path is not None else None)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:

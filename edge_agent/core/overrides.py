@@ -21,6 +21,8 @@ class ModelOverrides:
     ``default_version`` pins the version served when a request names none. ``backend`` and
     ``device`` replace the manifest's backend choice and the runtime's default device.
     ``response_cache`` serves repeated requests from the agent's response cache (core/cache.py).
+    ``priority`` (1 highest; None: core/gate.py's DEFAULT_PRIORITY) orders this model's
+    executions against other models' when they wait for the device-wide execution gate.
     """
 
     max_batch_size: int | None = None
@@ -38,6 +40,7 @@ class ModelOverrides:
     execution_timeout_ms: int | None = None
     isolation: str = "auto"
     response_cache: bool = False
+    priority: int | None = None
 
     def execution_timeout_s(self) -> float:
         """Seconds one backend execution may run before it is cancelled (0: no limit)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from edge_agent.backends.base import BackendOptions
 from edge_agent.backends.registry import IN_AGENT_BACKENDS, load_backend
 from edge_agent.core.batcher import DynamicBatcher
+from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.overrides import ModelOverrides, effective_batching
 from edge_agent.core.validation import Signature
@@ -83,8 +84,9 @@ class ModelRepository:
     def __init__(self, state_dir: Path | str, *, observer: InferenceObserver | None = None,
                  overrides: Mapping[str, ModelOverrides] | None = None,
                  default_overrides: ModelOverrides | None = None,
-                 drain_timeout_s: float = 30.0) -> None:
+                 drain_timeout_s: float = 30.0, gate: ExecutionGate | None = None) -> None:
         self.state_dir = Path(state_dir)
+        self.gate = gate  # every batcher's executions take a slot (pipelines excepted)
         self.models_dir = self.state_dir / "models"
         self._observer = observer or NullObserver()
         self._overrides = dict(overrides or {})
@@ -258,7 +260,11 @@ class ModelRepository:
                                      batching.max_batch_size)
             mv.batcher = DynamicBatcher(backend, model=mv.name, version=mv.version,
                                         config=batching, observer=self._observer,
-                                        execution_timeout_s=ov.execution_timeout_s())
+                                        execution_timeout_s=ov.execution_timeout_s(),
+                                        priority=ov.priority or DEFAULT_PRIORITY,
+                                        # a pipeline only waits for its steps' executions
+                                        gate=None if backend.name in IN_AGENT_BACKENDS
+                                        else self.gate)
         except BaseException:
             backend.close()
             raise
