@@ -118,6 +118,9 @@ class DynamicBatcher:
         self.backend = backend
         self.priority = priority  # of requests that name none (1 is the highest)
         self._gate = gate  # the device-wide limit on concurrent executions (None: no limit)
+        self._gate_released = False
+        if gate is not None:
+            gate.register(priority)
         self.model = model
         self.version = version
         self.config = config
@@ -676,4 +679,7 @@ class DynamicBatcher:
             if w.thread is not None and w.thread is not threading.current_thread():
                 w.thread.join(timeout=5.0)
         self._stop_watch.set()
+        if self._gate is not None and not self._gate_released:
+            self._gate_released = True
+            self._gate.unregister(self.priority)
         return drained

@@ -3,7 +3,11 @@
 Triton's rate limiter role. Every batcher's execution (in the agent's process or in a runtime
 process) takes a slot before it runs on its backend and gives it back when the backend returns.
 When every slot is taken, waiting executions queue by priority (1 is the highest; a smaller
-number goes first) and, within one priority, in arrival order. An execution that waits for
+number goes first) and, within one priority, in arrival order. While models of different
+priorities are loaded (batchers :meth:`~ExecutionGate.register` theirs) and the limit is above
+one, executions of a lower priority than the highest loaded one leave one slot free: a flood of
+background work never holds every core when the important model's request arrives (the gate
+does not preempt a running execution). An execution that waits for
 another model (a Python model's ``ctx.infer``) gives its slot up for that wait
 (:meth:`ExecutionGate.yielded`), so nested calls can never deadlock on the gate.
 """
@@ -50,6 +54,29 @@ class ExecutionGate:
         self._waiting: list[tuple[int, int, threading.Lock]] = []  # (priority, arrival, wake)
         self._arrivals = itertools.count()
         self._held = threading.local()  # the priority of the slot this thread holds, if any
+        self._loaded: dict[int, int] = {}  # priority -> batchers registered with it
+        self._best = 0  # the highest loaded priority (smallest number); 0: none loaded
+
+    def register(self, priority: int) -> None:
+        """A batcher of ``priority`` is loaded (unregister it when it closes)."""
+        with self._lock:
+            self._loaded[priority] = self._loaded.get(priority, 0) + 1
+            self._best = min(self._loaded)
+
+    def unregister(self, priority: int) -> None:
+        """A batcher registered with ``priority`` closed."""
+        with self._lock:
+            left = self._loaded.get(priority, 0) - 1
+            if left > 0:
+                self._loaded[priority] = left
+            else:
+                self._loaded.pop(priority, None)
+            self._best = min(self._loaded) if self._loaded else 0
+            self._hand_over()
+
+    def _reserve(self, priority: int) -> int:
+        """Slots an execution of ``priority`` must leave free (lock held)."""
+        return 1 if self.limit > 1 and self._best and priority > self._best else 0
 
     @property
     def waiting(self) -> int:
@@ -65,13 +92,14 @@ class ExecutionGate:
         """Take a slot, waiting behind every waiter of a higher priority (smaller number) and
         every earlier waiter of the same priority."""
         with self._lock:
-            if self._free and not self._waiting:
+            if self._free > self._reserve(priority) and not self._waiting:
                 self._free -= 1
                 self._held.priority = priority
                 return
             wake = threading.Lock()
             wake.acquire()
             heapq.heappush(self._waiting, (priority, next(self._arrivals), wake))
+            self._hand_over()  # a slot may be free for this one though not for those waiting
         wake.acquire()  # released by release(), which handed this thread its slot
         self._held.priority = priority
 
@@ -79,10 +107,16 @@ class ExecutionGate:
         """Give a slot back: to the first waiter in priority order, else to the pool."""
         self._held.priority = None
         with self._lock:
-            if self._waiting:
-                heapq.heappop(self._waiting)[2].release()
-            else:
-                self._free += 1
+            self._free += 1
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give free slots to the first waiters in priority order that may take one (lock
+        held). The first waiter has the highest priority: when it may not, nobody may."""
+        waiting = self._waiting
+        while waiting and self._free > self._reserve(waiting[0][0]):
+            self._free -= 1
+            heapq.heappop(waiting)[2].release()
 
     def holds(self) -> bool:
         """Whether the calling thread holds a slot now."""

@@ -189,3 +189,26 @@ def test_the_kserve_priority_parameter_reaches_the_core_request() -> None:
     msg.parameters["priority"].string_param = "high"
     with pytest.raises(InvalidInputError, match="'priority'"):
         to_infer_request(msg)
+
+
+def test_lower_priorities_leave_a_slot_free_while_a_higher_priority_model_is_loaded() -> None:
+    gate = ExecutionGate(2)
+    gate.register(1)  # the important model
+    gate.register(20)  # the background model
+    gate.acquire(20)  # one background execution runs
+    second = threading.Event()
+    background = threading.Thread(target=lambda: (gate.acquire(20), second.set()))
+    background.start()
+    wait_until(lambda: gate.waiting == 1, "the second background execution to wait")
+    assert gate.running == 1 and not second.is_set()  # the last slot is kept for priority 1
+    gate.acquire(1)  # the important model finds it free, though a waiter came first
+    assert gate.running == 2
+    gate.release()  # the important execution is done: its slot stays reserved
+    assert gate.waiting == 1 and not second.is_set()
+    gate.unregister(1)  # the important model is unloaded: nothing to keep a slot for
+    assert second.wait(DEADLINE_S)
+    background.join(DEADLINE_S)
+    assert gate.running == 2 and gate.waiting == 0
+    gate.release()
+    gate.release()
+    assert gate.running == 0
