@@ -142,3 +142,36 @@ def test_an_agents_state_dir_serves_its_active_versions_read_only(bundles: Bundl
         embedded.open_state_dir(state)
     with pytest.raises(embedded.EmbeddedOpenError, match="no state database"):
         embedded.open_state_dir(tmp_path / "empty")
+
+
+def test_the_example_app_infers_from_a_bundle_in_its_own_process(bundles: Bundles) -> None:
+    done = subprocess.run([sys.executable, "examples/embedded_app.py", "--bundle",
+                           str(bundles.mlp[1]), "--trust", str(bundles.public_key)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("mlp probs [1, 10]") == 4
+    assert "a wrong input is refused: InvalidInputError" in done.stdout
+    refused = subprocess.run([sys.executable, "examples/embedded_app.py", "--bundle",
+                              str(bundles.unsigned)], capture_output=True, text=True,
+                             timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert refused.returncode == 1 and "unsigned" in refused.stderr
+
+
+def test_a_code_bundle_needs_a_trusted_signature_whatever_allow_unsigned_says(
+        bundles: Bundles, tmp_path: Path) -> None:
+    from packager.build import build_bundles
+    from tests.pipelines.conftest import PROFILE, python_spec
+
+    (tmp_path / "double.py").write_text("def run(inputs, ctx):\n"
+                                        "    return {'Y': inputs['X'] * 2}\n")
+    spec = python_spec(tmp_path, "double", "double:run", source="double.py")
+    (unsigned,) = build_bundles(spec, name="", version=1, profiles=[PROFILE],
+                                out_dir=tmp_path / "unsigned", key_path=None)
+    with pytest.raises(embedded.EmbeddedOpenError, match="carries Python code"):
+        embedded.open_bundle(unsigned, allow_unsigned=True)
+    (signed,) = build_bundles(spec, name="", version=1, profiles=[PROFILE],
+                              out_dir=tmp_path / "signed", key_path=bundles.private_key)
+    with embedded.open_bundle(signed, trusted_keys=[bundles.public_key]) as rt:
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        np.testing.assert_array_equal(rt.infer("double", {"X": x})["Y"], x * 2)
