@@ -35,7 +35,7 @@ import numpy as np
 
 from edge_agent.backends.base import Backend, Cancellation
 from edge_agent.core.batching import merge_inputs, split_outputs
-from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate
+from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, lower_thread_priority
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.types import BatchStat, InferResult, ModelStats
 from edge_agent.errors import (
@@ -114,11 +114,13 @@ class DynamicBatcher:
                  observer: InferenceObserver | None = None,
                  execution_timeout_s: float = 0.0,
                  parallel_min_ns: int = PARALLEL_MIN_NS,
-                 priority: int = DEFAULT_PRIORITY, gate: ExecutionGate | None = None) -> None:
+                 priority: int = DEFAULT_PRIORITY, gate: ExecutionGate | None = None,
+                 nice: int = 0) -> None:
         self.backend = backend
         self.priority = priority  # of requests that name none (1 is the highest)
         self._gate = gate  # the device-wide limit on concurrent executions (None: no limit)
         self._gate_released = False
+        self._nice = nice  # the workers' OS nice value (a background model's: above 0)
         if gate is not None:
             gate.register(priority)
         self.model = model
@@ -256,6 +258,7 @@ class DynamicBatcher:
 
     # ------------------------------------------------------------------ workers
     def _run_worker(self, worker: _Worker) -> None:
+        lower_thread_priority(self._nice)
         lock = self._lock
         while True:
             worker.wake.acquire()

@@ -19,7 +19,7 @@ import itertools
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 DEFAULT_PRIORITY = 10
 """The priority of a model whose settings give none (``[models.NAME] priority``): give 1-9
@@ -27,6 +27,25 @@ to rank a model above it, 11 and more to rank it below."""
 
 MAX_PRIORITY_VALUE = 1 << 31
 """The largest priority number accepted (the lowest priority)."""
+
+LOW_PRIORITY_NICE = 10
+"""The OS nice value of a background model's threads and runtime processes (see nice_for)."""
+
+
+def nice_for(priority: int) -> int:
+    """How much a model of ``priority`` defers to the rest for the CPU (OS nice, 0-19): a model
+    ranked below the default (priority > DEFAULT_PRIORITY) runs its batcher threads and runtime
+    processes at LOW_PRIORITY_NICE, so that a running background execution yields the cores to
+    the others (the gate orders executions but never preempts one)."""
+    return LOW_PRIORITY_NICE if priority > DEFAULT_PRIORITY else 0
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Raise the calling thread's OS nice value to ``nice`` (Linux: per thread; no-op
+    elsewhere, or where it is not allowed)."""
+    if nice > 0 and hasattr(os, "setpriority"):
+        with suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
 
 
 def default_limit() -> int:

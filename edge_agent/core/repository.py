@@ -22,7 +22,7 @@ from pathlib import Path
 from edge_agent.backends.base import BackendOptions
 from edge_agent.backends.registry import IN_AGENT_BACKENDS, load_backend
 from edge_agent.core.batcher import DynamicBatcher
-from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate
+from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, nice_for
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.overrides import ModelOverrides, effective_batching
 from edge_agent.core.validation import Signature
@@ -247,8 +247,10 @@ class ModelRepository:
                 f"models/NAME/VERSION/")
         ov = self.overrides_for(mv.name)
         batching = effective_batching(manifest.batching, ov)
+        priority = ov.priority or DEFAULT_PRIORITY
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
-                                 device=ov.device, state_dir=self.state_dir)
+                                 device=ov.device, state_dir=self.state_dir,
+                                 nice=nice_for(priority))
         backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
                                isolation=ov.isolation)
         try:
@@ -261,7 +263,7 @@ class ModelRepository:
             mv.batcher = DynamicBatcher(backend, model=mv.name, version=mv.version,
                                         config=batching, observer=self._observer,
                                         execution_timeout_s=ov.execution_timeout_s(),
-                                        priority=ov.priority or DEFAULT_PRIORITY,
+                                        priority=priority, nice=options.nice,
                                         # a pipeline only waits for its steps' executions
                                         gate=None if backend.name in IN_AGENT_BACKENDS
                                         else self.gate)

@@ -8,6 +8,7 @@ before it have answers."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -80,7 +81,11 @@ def test_a_later_high_priority_request_runs_before_a_waiting_low_priority_one(
     gate = plane.gate
     assert gate.limit == 1  # [agent] max_concurrent_executions
     assert plane.repository.resolve("spin").batcher.priority == 20  # type: ignore[union-attr]
-    assert plane.repository.resolve("spin").backend_name == "openvino"  # a runtime process
+    spin_backend = plane.repository.resolve("spin").batcher.backend  # type: ignore[union-attr]
+    mlp_backend = plane.repository.resolve("mlp").batcher.backend  # type: ignore[union-attr]
+    # a background model's runtime processes defer to the rest for the CPU
+    assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in spin_backend.pids} == {10}
+    assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in mlp_backend.pids} == {0}
     client = tc.InferenceServerClient(address)
     x = np.random.default_rng(5).standard_normal((1, 64)).astype(np.float32)
 
