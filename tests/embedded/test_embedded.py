@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -175,3 +176,31 @@ def test_a_code_bundle_needs_a_trusted_signature_whatever_allow_unsigned_says(
     with embedded.open_bundle(signed, trusted_keys=[bundles.public_key]) as rt:
         x = np.arange(8, dtype=np.float32).reshape(2, 4)
         np.testing.assert_array_equal(rt.infer("double", {"X": x})["Y"], x * 2)
+
+
+def test_threads_calling_infer_at_once_share_executions(bundles: Bundles) -> None:
+    with embedded.open_bundle(bundles.mlp[1], trusted_keys=[bundles.public_key]) as rt:
+        plane = rt._plane  # the test holds every execution slot while the callers arrive
+        batcher = plane.repository.resolve("mlp").batcher
+        assert batcher is not None
+        for _ in range(plane.gate.limit):
+            plane.gate.acquire(1)
+        xs = [rows(1, seed) for seed in range(8)]
+        answers: dict[int, np.ndarray] = {}
+        threads = [threading.Thread(target=lambda i=i: answers.__setitem__(
+            i, rt.infer("mlp", {"input": xs[i]})["probs"])) for i in range(8)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while batcher.inflight < 8:
+            assert time.monotonic() < deadline, "the callers did not all arrive"
+            time.sleep(0.005)
+        for _ in range(plane.gate.limit):
+            plane.gate.release()
+        for t in threads:
+            t.join(60)
+        for i, x in enumerate(xs):
+            np.testing.assert_allclose(answers[i], bundles.reference(1, x), rtol=1e-4,
+                                       atol=1e-5)
+        (stats,) = rt.statistics("mlp")
+        assert stats.inference_count == 8 and stats.execution_count < 8  # batched together
