@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-priority-") as tmp:
         work = Path(tmp)
         state = build_state(work)
-        alone: dict[str, list[float]] = {k: [] for k in CONFIGS}
-        loaded: dict[str, list[float]] = {k: [] for k in CONFIGS}
+        alone: dict[str, list[LoadResult]] = {k: [] for k in CONFIGS}
+        loaded: dict[str, list[LoadResult]] = {k: [] for k in CONFIGS}
         cnn_lines: dict[str, str] = {}
         for _ in range(args.rounds):
             for label in CONFIGS:
@@ -105,11 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                 agent = Proc(["-m", "edge_agent.cli", "serve", "--config",
                               str(config_toml(work, label, state, sock))], "ready")
                 try:
-                    alone[label].append(mlp_latency(sock, args.seconds).p99_ms)
+                    alone[label].append(mlp_latency(sock, args.seconds))
                     cnn = flood(sock, args.flood, args.seconds + 2)
                     try:
                         asyncio.run(asyncio.sleep(1.0))  # the flood's own warm-up
-                        loaded[label].append(mlp_latency(sock, args.seconds).p99_ms)
+                        loaded[label].append(mlp_latency(sock, args.seconds))
                         out, _ = cnn.communicate(timeout=120)
                         cnn_lines[label] = out.strip().splitlines()[0] if out.strip() else "?"
                     finally:
@@ -121,10 +121,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rounds} round(s) of {args.seconds:g} s; medians")
     ratios = {}
     for label in CONFIGS:
-        a, f = statistics.median(alone[label]), statistics.median(loaded[label])
+        a = statistics.median(r.p99_ms for r in alone[label])
+        f = statistics.median(r.p99_ms for r in loaded[label])
+        a50 = statistics.median(r.p50_ms for r in alone[label])
+        f50 = statistics.median(r.p50_ms for r in loaded[label])
         ratios[label] = f / a
         print(f"  {label:14s} MLP p99 alone {a:7.3f} ms  under flood {f:7.3f} ms  "
-              f"= {f / a:5.2f}x   (CNN: {cnn_lines.get(label, '?')})")
+              f"= {f / a:5.2f}x   (p50 {a50:.3f} -> {f50:.3f} ms; "
+              f"CNN: {cnn_lines.get(label, '?')})")
     verdict = "met" if ratios["priorities"] <= 1.5 else "NOT met"
     print(f"  priorities: {ratios['priorities']:.2f}x (target <= 1.5x: {verdict})"
           f"; without priorities {ratios['no priorities']:.2f}x, without the gate "
