@@ -5,7 +5,9 @@
 
 Builds the MLP and the conditioned light squeezenet (tests/model_factory) as ONNX Runtime
 bundles, installs them in one state directory, and starts ``edge-agent serve`` subprocesses
-on it over a Unix socket, one per configuration:
+on it over a Unix socket (``[grpc] workers = 24``: a request in flight holds a handler thread
+while it waits, so with the default 8 the flood's 8 requests would leave none for the MLP,
+whatever its priority), one per configuration:
 
   * ``priorities``: ``[models.mlp] priority = 1``, ``[models.cnn] priority = 20``;
   * ``no priorities``: the same gate (``max_concurrent_executions`` = the core count), every
@@ -61,14 +63,15 @@ def build_state(work: Path) -> Path:
     return state
 
 
-def config_toml(work: Path, label: str, state: Path, sock: Path) -> Path:
+def config_toml(work: Path, label: str, state: Path, sock: Path, workers: int) -> Path:
     body = CONFIGS[label]
     if "[models.cnn]" in body:  # one table per model
         body = body.replace("[models.cnn]\n", COMMON)
     else:
         body += COMMON
     path = work / f"{label.replace(' ', '_')}.toml"
-    path.write_text(f'state_dir = "{state}"\n[grpc]\nuds = "{sock}"\naddress = ""\n{body}')
+    path.write_text(f'state_dir = "{state}"\n[grpc]\nuds = "{sock}"\naddress = ""\n'
+                    f"workers = {workers}\n{body}")
     return path
 
 
@@ -92,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=6.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
     parser.add_argument("--flood", type=int, default=8, help="CNN requests in flight")
+    parser.add_argument("--workers", type=int, default=24,
+                        help="[grpc] workers: handler threads (each request in flight holds "
+                             "one while it waits, so they must outnumber the flood)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-priority-") as tmp:
         work = Path(tmp)
@@ -103,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             for label in CONFIGS:
                 sock = work / f"{label.replace(' ', '_')}.sock"
                 agent = Proc(["-m", "edge_agent.cli", "serve", "--config",
-                              str(config_toml(work, label, state, sock))], "ready")
+                              str(config_toml(work, label, state, sock, args.workers))],
+                             "ready")
                 try:
                     alone[label].append(mlp_latency(sock, args.seconds))
                     cnn = flood(sock, args.flood, args.seconds + 2)
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                             stop_process(cnn)
                 finally:
                     agent.stop()
-    print(f"MLP at c=1 over the Unix socket; CNN flood c={args.flood}; "
+    print(f"MLP at c=1 over the Unix socket; CNN flood c={args.flood}; {args.workers} workers; "
           f"{args.rounds} round(s) of {args.seconds:g} s; medians")
     ratios = {}
     for label in CONFIGS:
