@@ -43,9 +43,14 @@ Example ``agent.toml``::
     openvino_hint = "LATENCY"         # OpenVINO only: LATENCY, THROUGHPUT or
                                       # CUMULATIVE_THROUGHPUT (default: the bundle's)
     openvino_streams = 2              # OpenVINO only (default: one stream per instance)
+    priority = 10                     # 1 is the highest: runs first when executions wait for
+                                      # [agent] max_concurrent_executions (default 10)
 
     [response_cache]                  # one agent-wide budget, least recently used evicted
     size_mib = 0                      # 0 (the default): no response cache at all
+
+    [agent]
+    max_concurrent_executions = 0     # backend executions at once, all models (0: core count)
 
     [http]                            # KServe v2 HTTP/REST + Prometheus /metrics (docs/http.md)
     listen = "127.0.0.1:8000"         # off unless set (or --http); a bare port means 127.0.0.1
@@ -69,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge_agent.core.gate import MAX_PRIORITY_VALUE
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import ConfigError
 from edge_agent.http.options import HttpConfig, http_section, listen_address
@@ -123,6 +129,8 @@ class AgentConfig:
     """``[response_cache] size_mib`` in bytes: the response cache's budget (0: no cache)."""
     http: HttpConfig = field(default_factory=HttpConfig)
     """``[http]``: the KServe HTTP/REST front end and /metrics (off unless ``listen``)."""
+    max_concurrent_executions: int = 0
+    """``[agent] max_concurrent_executions``: backend executions at once (0: the core count)."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -192,7 +200,7 @@ def _grpc_section(data: Mapping[str, Any], base: GrpcConfig) -> GrpcConfig:
 
 _OVERRIDE_INTS = ("max_batch_size", "max_queue_delay_us", "instances", "threads",
                   "max_queue_size", "default_timeout_us", "default_version",
-                  "execution_timeout_ms", "openvino_streams")
+                  "execution_timeout_ms", "openvino_streams", "priority")
 
 
 def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
@@ -226,6 +234,9 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
         raise ConfigError(f"config key '{prefix}.openvino_streams': must be >= 1")
     if kw.get("instances") == 0:
         raise ConfigError(f"config key '{prefix}.instances': must be >= 1")
+    if kw.get("priority") == 0 or kw.get("priority", 1) > MAX_PRIORITY_VALUE:
+        raise ConfigError(f"config key '{prefix}.priority': must be between 1 (the highest) "
+                          f"and {MAX_PRIORITY_VALUE}")
     return ModelOverrides(**kw)
 
 
@@ -234,7 +245,17 @@ def model_overrides(name: str, data: Mapping[str, Any]) -> ModelOverrides:
     return _model_section(name, data)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", *MANAGEMENT_SECTIONS)
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent", *MANAGEMENT_SECTIONS)
+_AGENT_KEYS = ("max_concurrent_executions",)
+
+
+def _max_concurrent_executions(data: Mapping[str, Any]) -> int:
+    for key in data:
+        if key not in _AGENT_KEYS:
+            raise ConfigError(f"config key 'agent.{key}' is unknown; known keys: "
+                              f"{list(_AGENT_KEYS)}")
+    return _non_negative("agent.max_concurrent_executions",
+                         data.get("max_concurrent_executions", 0))
 
 
 def _response_cache_bytes(data: Mapping[str, Any]) -> int:
@@ -305,6 +326,8 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                          model_defaults=model_defaults,
                          response_cache_bytes=_response_cache_bytes(_check_type(
                              "response_cache", data.get("response_cache", {}), dict)),
+                         max_concurrent_executions=_max_concurrent_executions(_check_type(
+                             "agent", data.get("agent", {}), dict)),
                          management=mgmt, http=http_cfg,
                          source=Path(path) if path is not None else None)
     uds_path = config.uds_path

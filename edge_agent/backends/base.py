@@ -29,13 +29,15 @@ class BackendOptions:
     must be able to run at the same time (``infer`` is called with ``instance`` in
     ``range(instances)``, never twice concurrently with the same index). ``device`` is a
     runtime-specific device name (``"CPU"``, ``"GPU"``, ``"AUTO"``, ``"cuda"``); None picks the
-    best present. ``state_dir`` is where a backend may cache compiled engines.
+    best present. ``state_dir`` is where a backend may cache compiled engines. ``nice`` is the
+    OS nice value of the runtime processes of an isolated backend (0: the agent's).
     """
 
     threads: int = 0
     instances: int = 1
     device: str | None = None
     state_dir: Path | None = None
+    nice: int = 0
 
 
 def _cores() -> int:

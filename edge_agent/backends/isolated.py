@@ -127,6 +127,9 @@ class _RuntimeProcess:
             child.close()
             if memfd >= 0:
                 os.close(memfd)
+        if owner.nice > 0:
+            with contextlib.suppress(OSError):  # the process may have died already
+                os.setpriority(os.PRIO_PROCESS, proc.pid, owner.nice)
         if mem is not None:
             conn = Channel(parent, outgoing=memoryview(mem)[:SHARED_REGION_BYTES],
                            incoming=memoryview(mem)[SHARED_REGION_BYTES:])
@@ -359,6 +362,7 @@ class IsolatedBackend:
         self.outputs = manifest.outputs
         self.closed = False
         self.load_timeout_s = load_timeout_s
+        self.nice = options.nice  # of every runtime process (a background model's: above 0)
         instances = max(1, options.instances)
         self.load_request = load_request(model_dir, manifest, options, preferred)
         self.executions = RunningExecutions(instances)

@@ -35,6 +35,7 @@ import numpy as np
 
 from edge_agent.backends.base import Backend, Cancellation
 from edge_agent.core.batching import merge_inputs, split_outputs
+from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, lower_thread_priority
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.types import BatchStat, InferResult, ModelStats
 from edge_agent.errors import (
@@ -59,11 +60,11 @@ _wall_ns = time.time_ns
 class _Pending:
     """One queued request."""
 
-    __slots__ = ("deadline", "enqueued", "future", "id", "inputs", "outputs", "rows")
+    __slots__ = ("deadline", "enqueued", "future", "id", "inputs", "outputs", "priority", "rows")
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int, outputs: list[str] | None,
                  request_id: str, enqueued: int, deadline: int,
-                 future: Future[InferResult] | None) -> None:
+                 future: Future[InferResult] | None, priority: int) -> None:
         self.inputs = inputs
         self.rows = rows
         self.outputs = outputs
@@ -71,6 +72,7 @@ class _Pending:
         self.enqueued = enqueued
         self.deadline = deadline
         self.future = future
+        self.priority = priority
 
 
 def _fail(batch: Sequence[_Pending], error: AgentError) -> None:
@@ -111,8 +113,16 @@ class DynamicBatcher:
     def __init__(self, backend: Backend, *, model: str, version: int, config: BatchingConfig,
                  observer: InferenceObserver | None = None,
                  execution_timeout_s: float = 0.0,
-                 parallel_min_ns: int = PARALLEL_MIN_NS) -> None:
+                 parallel_min_ns: int = PARALLEL_MIN_NS,
+                 priority: int = DEFAULT_PRIORITY, gate: ExecutionGate | None = None,
+                 nice: int = 0) -> None:
         self.backend = backend
+        self.priority = priority  # of requests that name none (1 is the highest)
+        self._gate = gate  # the device-wide limit on concurrent executions (None: no limit)
+        self._gate_released = False
+        self._nice = nice  # the workers' OS nice value (a background model's: above 0)
+        if gate is not None:
+            gate.register(priority)
         self.model = model
         self.version = version
         self.config = config
@@ -166,16 +176,19 @@ class DynamicBatcher:
     # ------------------------------------------------------------------ submit
     def submit(self, inputs: dict[str, np.ndarray], rows: int, *,
                outputs: list[str] | None = None, request_id: str = "",
-               timeout_us: int = 0, caller_runs: bool = False) -> Future[InferResult]:
+               timeout_us: int = 0, caller_runs: bool = False,
+               priority: int = 0) -> Future[InferResult]:
         """Enqueue one validated request of ``rows`` rows (1 for an unbatched model).
 
         Raises QueueFullError when the queue is at its bound and ModelUnavailableError when the
         batcher is closed. With ``caller_runs`` a request that finds nothing in flight and an
         idle instance runs on the calling thread and the returned future is already done.
+        ``priority`` (1 highest; 0: the model's) orders the queue and the wait for the gate.
         """
         now = _now()
         item = _Pending(inputs, rows, outputs, request_id, now,
-                        now + timeout_us * 1000 if timeout_us > 0 else 0, None)
+                        now + timeout_us * 1000 if timeout_us > 0 else 0, None,
+                        priority or self.priority)
         instance = self._admit(item, caller_runs)
         if instance < 0:
             return item.future  # type: ignore[return-value]  # _admit gave a queued item one
@@ -189,12 +202,13 @@ class DynamicBatcher:
 
     def infer(self, inputs: dict[str, np.ndarray], rows: int, *,
               outputs: list[str] | None = None, request_id: str = "", timeout_us: int = 0,
-              wait_s: float | None = None) -> InferResult:
+              wait_s: float | None = None, priority: int = 0) -> InferResult:
         """Blocking form of :meth:`submit` with ``caller_runs``: no Future at all when the
         request runs on the calling thread. Raises the request's AgentError."""
         now = _now()
         item = _Pending(inputs, rows, outputs, request_id, now,
-                        now + timeout_us * 1000 if timeout_us > 0 else 0, None)
+                        now + timeout_us * 1000 if timeout_us > 0 else 0, None,
+                        priority or self.priority)
         instance = self._admit(item, True)
         if instance >= 0:
             return self._run_inline(item, instance)
@@ -224,7 +238,14 @@ class DynamicBatcher:
                     f"({self._max_queue} requests waiting); back off and retry")
             if item.future is None:
                 item.future = Future()
-            queue.append(item)
+            if queue and queue[-1].priority > item.priority:
+                # ahead of every lower priority, behind every request of its own or higher
+                i = len(queue) - 1
+                while i and queue[i - 1].priority > item.priority:
+                    i -= 1
+                queue.insert(i, item)
+            else:
+                queue.append(item)
             self._inflight += 1
             if self._free and self._idle and self._parallel_ok():
                 worker = self._idle.pop()
@@ -237,6 +258,7 @@ class DynamicBatcher:
 
     # ------------------------------------------------------------------ workers
     def _run_worker(self, worker: _Worker) -> None:
+        lower_thread_priority(self._nice)
         lock = self._lock
         while True:
             worker.wake.acquire()
@@ -349,6 +371,9 @@ class DynamicBatcher:
     # ------------------------------------------------------------------ execution
     def _run_inline(self, item: _Pending, instance: int) -> InferResult:
         """The caller-runs path: one request, no merge or split, on the calling thread."""
+        gate = self._gate
+        if gate is not None:
+            gate.acquire(item.priority)
         t0 = _now()
         execution = 0
         if self._exec_timeout_ns:
@@ -362,6 +387,9 @@ class DynamicBatcher:
         except Exception as exc:
             error = BackendError(f"model {self.model!r} version {self.version}: inference "
                                  f"failed: {type(exc).__name__}: {exc}")
+        finally:
+            if gate is not None:
+                gate.release()
         if execution and self._running.pop(execution, None) is None:
             error = self._claimed_by_watchdog(record)
         t1 = _now()
@@ -376,7 +404,11 @@ class DynamicBatcher:
         """Run ``batch`` on ``instance`` and answer every caller.
 
         ``release`` gives the instance back (caller-runs path); workers keep theirs.
+        The gate slot (taken at the batch's highest priority) is held only around the backend.
         """
+        gate = self._gate
+        if gate is not None:
+            gate.acquire(min(p.priority for p in batch) if len(batch) > 1 else batch[0].priority)
         t0 = _now()
         error: AgentError | None = None
         parts: list[dict[str, np.ndarray]] = []
@@ -388,7 +420,12 @@ class DynamicBatcher:
             if self._exec_timeout_ns:
                 execution = next(self._execution_ids)
                 record = self._running[execution] = [t1, instance, batch, None, False]
-            result = self.backend.infer(merged, instance, execution)
+            try:
+                result = self.backend.infer(merged, instance, execution)
+            finally:
+                if gate is not None:
+                    gate.release()
+                    gate = None
             t2 = _now()
             parts = split_outputs(result, rows)
         except AgentError as exc:
@@ -398,6 +435,8 @@ class DynamicBatcher:
             error = BackendError(f"model {self.model!r} version {self.version}: inference "
                                  f"failed: {type(exc).__name__}: {exc}")
             t1 = t2 = _now()
+        if gate is not None:  # merge_inputs failed before the backend ran
+            gate.release()
         model, version = self.model, self.version
         if execution and self._running.pop(execution, None) is None:
             error = self._claimed_by_watchdog(record)  # which answered every caller
@@ -643,4 +682,7 @@ class DynamicBatcher:
             if w.thread is not None and w.thread is not threading.current_thread():
                 w.thread.join(timeout=5.0)
         self._stop_watch.set()
+        if self._gate is not None and not self._gate_released:
+            self._gate_released = True
+            self._gate.unregister(self.priority)
         return drained

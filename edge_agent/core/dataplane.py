@@ -27,6 +27,7 @@ from edge_agent.core import planes
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.cache import ResponseCache
+from edge_agent.core.gate import ExecutionGate
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
@@ -59,13 +60,14 @@ _R = TypeVar("_R")
 def _submit(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us: int,
             caller_runs: bool) -> Future[InferResult]:
     return batcher.submit(request.inputs, rows, outputs=request.outputs,
-                          request_id=request.id, timeout_us=timeout_us, caller_runs=caller_runs)
+                          request_id=request.id, timeout_us=timeout_us, caller_runs=caller_runs,
+                          priority=request.priority)
 
 
 def _infer(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us: int,
            wait_s: float | None) -> InferResult:
     return batcher.infer(request.inputs, rows, outputs=request.outputs, request_id=request.id,
-                         timeout_us=timeout_us, wait_s=wait_s)
+                         timeout_us=timeout_us, wait_s=wait_s, priority=request.priority)
 
 
 class DataPlane:
@@ -73,17 +75,21 @@ class DataPlane:
 
     ``caller_runs`` lets ``submit`` run a request on the calling thread when an instance is
     idle and nothing is queued (never on an event-loop thread). ``autoload`` loads every model
-    on disk in the constructor; otherwise call :meth:`load_all`.
+    on disk in the constructor; otherwise call :meth:`load_all`. ``max_concurrent_executions``
+    bounds the backend executions running at once across every model (0: the core count),
+    highest priority first (:mod:`edge_agent.core.gate`).
     """
 
     def __init__(self, state_dir: Path | str, *, observer: InferenceObserver | None = None,
                  overrides: Mapping[str, ModelOverrides] | None = None,
                  default_overrides: ModelOverrides | None = None, caller_runs: bool = True,
                  autoload: bool = True, drain_timeout_s: float = 30.0,
-                 server_name: str = "edge-agent", response_cache_bytes: int = 0) -> None:
+                 server_name: str = "edge-agent", response_cache_bytes: int = 0,
+                 max_concurrent_executions: int = 0) -> None:
+        self.gate = ExecutionGate(max_concurrent_executions)
         self.repository = ModelRepository(state_dir, observer=observer, overrides=overrides,
                                           default_overrides=default_overrides,
-                                          drain_timeout_s=drain_timeout_s)
+                                          drain_timeout_s=drain_timeout_s, gate=self.gate)
         self._caller_runs = caller_runs
         self._server_name = server_name
         self._observer = observer
@@ -157,7 +163,16 @@ class DataPlane:
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:
         """Blocking form of :meth:`submit` for thread-pool servers: validates, then runs the
         request on the calling thread when nothing else is in flight (no Future, no thread
-        handoff), else waits for its batch. Raises AgentError subclasses."""
+        handoff), else waits for its batch. Raises AgentError subclasses.
+
+        Called by an execution that holds a gate slot (a Python model's ``ctx.infer``), the
+        slot is given up while the nested request runs."""
+        if self.gate.holds():
+            with self.gate.yielded():
+                return self._infer(request, timeout_s)
+        return self._infer(request, timeout_s)
+
+    def _infer(self, request: InferRequest, timeout_s: float | None) -> InferResult:
         if not self._caller_runs or _running_loop() is not None:
             future = self.submit(request)
             try:

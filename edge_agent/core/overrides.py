@@ -23,6 +23,8 @@ class ModelOverrides:
     ``response_cache`` serves repeated requests from the agent's response cache (core/cache.py).
     ``openvino_hint`` / ``openvino_streams`` replace the bundle's OpenVINO ``performance_hint``
     and the stream count (default: one stream per instance) when OpenVINO serves the model.
+    ``priority`` (1 highest; None: core/gate.py's DEFAULT_PRIORITY) orders this model's
+    executions against other models' when they wait for the device-wide execution gate.
     """
 
     max_batch_size: int | None = None
@@ -42,6 +44,7 @@ class ModelOverrides:
     response_cache: bool = False
     openvino_hint: str | None = None
     openvino_streams: int | None = None
+    priority: int | None = None
 
     def execution_timeout_s(self) -> float:
         """Seconds one backend execution may run before it is cancelled (0: no limit)."""

@@ -23,6 +23,7 @@ from edge_agent.backends.base import BackendOptions
 from edge_agent.backends.registry import IN_AGENT_BACKENDS, load_backend
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
+from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, nice_for
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.overrides import ModelOverrides, effective_batching
 from edge_agent.core.validation import Signature
@@ -97,8 +98,9 @@ class ModelRepository:
     def __init__(self, state_dir: Path | str, *, observer: InferenceObserver | None = None,
                  overrides: Mapping[str, ModelOverrides] | None = None,
                  default_overrides: ModelOverrides | None = None,
-                 drain_timeout_s: float = 30.0) -> None:
+                 drain_timeout_s: float = 30.0, gate: ExecutionGate | None = None) -> None:
         self.state_dir = Path(state_dir)
+        self.gate = gate  # every batcher's executions take a slot (pipelines excepted)
         self.models_dir = self.state_dir / "models"
         self._observer = observer or NullObserver()
         self._overrides = dict(overrides or {})
@@ -265,8 +267,10 @@ class ModelRepository:
         ov = overrides if overrides is not None else self.overrides_for(mv.name)
         manifest = _with_openvino_overrides(manifest, ov)
         batching = effective_batching(manifest.batching, ov)
+        priority = ov.priority or DEFAULT_PRIORITY
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
-                                 device=ov.device, state_dir=self.state_dir)
+                                 device=ov.device, state_dir=self.state_dir,
+                                 nice=nice_for(priority))
         backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
                                isolation=ov.isolation)
         try:
@@ -279,7 +283,11 @@ class ModelRepository:
                                      batching.max_batch_size)
             mv.batcher = DynamicBatcher(backend, model=mv.name, version=mv.version,
                                         config=batching, observer=self._observer,
-                                        execution_timeout_s=ov.execution_timeout_s())
+                                        execution_timeout_s=ov.execution_timeout_s(),
+                                        priority=priority, nice=options.nice,
+                                        # a pipeline only waits for its steps' executions
+                                        gate=None if backend.name in IN_AGENT_BACKENDS
+                                        else self.gate)
             if decoupled:
                 mv.streamer = DecoupledRunner(backend, model=mv.name, version=mv.version,
                                               instances=batching.instances,

@@ -23,7 +23,8 @@ class InferRequest:
     """One inference call as the core sees it: numpy arrays keyed by input name.
 
     ``version`` None means the model's default (active) version. ``outputs`` None means all.
-    ``timeout_us`` None means the model's default queue timeout.
+    ``timeout_us`` None means the model's default queue timeout. ``priority`` 0 means the
+    model's priority (1 is the highest: it is batched and runs first when executions wait).
     """
 
     model: str
@@ -32,6 +33,7 @@ class InferRequest:
     outputs: list[str] | None = None
     id: str = ""
     timeout_us: int | None = None
+    priority: int = 0
 
 
 @dataclass(slots=True)

@@ -72,7 +72,8 @@ def run_agent(config: AgentConfig, options: ManagementOptions, *,
     notifier = SystemdNotifier()
     runtime = AgentRuntime(config.state_dir, options, overrides=config.models,
                            default_overrides=config.model_defaults,
-                           response_cache_bytes=config.response_cache_bytes)
+                           response_cache_bytes=config.response_cache_bytes,
+                           max_concurrent_executions=config.max_concurrent_executions)
     server = None
     http: HttpFrontEnd | None = None
     try:

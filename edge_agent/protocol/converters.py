@@ -17,6 +17,7 @@ import numpy as np
 from edge_agent.core import bytes_tensors
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.decoupled import is_decoupled
+from edge_agent.core.gate import MAX_PRIORITY_VALUE
 from edge_agent.core.types import (
     DurationStat,
     InferRequest,
@@ -72,6 +73,19 @@ def _timeout_us(params: Mapping[str, pb.InferParameter]) -> int | None:
     if value < 0:
         raise InvalidInputError("request parameter 'timeout' must be >= 0 microseconds")
     return value or None
+
+
+def _priority(params: Mapping[str, pb.InferParameter]) -> int:
+    """Triton's request parameter ``priority`` (1 highest; 0 or absent: the model's)."""
+    if "priority" not in params:
+        return 0
+    p = params["priority"]
+    kind = p.WhichOneof("parameter_choice")
+    value = int(getattr(p, kind)) if kind in ("int64_param", "uint64_param") else -1
+    if not 0 <= value <= MAX_PRIORITY_VALUE:
+        raise InvalidInputError(f"request parameter 'priority' must be an integer from 0 (the "
+                                f"model's) to {MAX_PRIORITY_VALUE}; 1 is the highest")
+    return value
 
 
 def _check_parameters(params: Any, where: str) -> None:
@@ -261,6 +275,7 @@ def to_infer_request(msg: pb.ModelInferRequest,
         outputs=outputs,
         id=msg.id,
         timeout_us=_timeout_us(msg.parameters),
+        priority=_priority(msg.parameters) if len(msg.parameters) else 0,
     )
     return request, bool(raws)
 

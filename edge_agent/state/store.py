@@ -543,6 +543,30 @@ class StateStore:
             return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
 
 
+def read_active_versions(state_dir: str | os.PathLike[str]) -> dict[str, int | None]:
+    """Every model's committed active version, read without writing anything (the database
+    opened read-only; a running agent may keep writing it). StateStoreError when there is no
+    readable state database in ``state_dir``."""
+    path = Path(state_dir) / DB_NAME
+    if not path.is_file():
+        raise StateStoreError(f"{state_dir} holds no state database ({DB_NAME}); give the "
+                              "state directory of an agent that has served models")
+    # with an agent running (its WAL files present) a read-only connection shares them; with
+    # none, "immutable" keeps SQLite from creating WAL files that the agent would then find
+    # owned by another user
+    running = path.with_name(f"{DB_NAME}-wal").exists()
+    mode = "mode=ro" if running else "immutable=1"
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True, timeout=10)
+        try:
+            rows = conn.execute("SELECT name, active_version FROM models ORDER BY name")
+            return dict(rows.fetchall())
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StateStoreError(f"cannot read the state database {path}: {exc}") from exc
+
+
 def _create_private(path: Path) -> None:
     """Create the database file 0600 (whatever the umask) so SQLite's WAL and SHM files,
     which take the database's mode, are private too."""
