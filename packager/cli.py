@@ -33,6 +33,8 @@ examples:
   edge-pack build squeezenet.onnx --name squeezenet --version 2 --dynamic-batch --max-batch 16 \\
       --profile x86_64-cpu-openvino --profile arm64-cpu-onnxruntime-int8 \\
       --key keys/edge-pack.key --out dist/
+  edge-pack build cnn.onnx --name cnn --version 1 --calibration-data calib.npz \\
+      --profile x86_64-cpu-openvino-int8 --profile x86_64-cpu-onnxruntime-int8 --out dist/
 """
 
 _EPILOG_VERIFY = """\
@@ -87,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--reference-data", type=Path, metavar="FILE.npz",
                    help="real inputs (one array per model input, by name) to store as the "
                         "reference data devices check parity on (default: seeded inputs)")
+    b.add_argument("--calibration-data", type=Path, metavar="FILE.npz|DIR",
+                   help="representative inputs (an .npz with one array per model input, by "
+                        "name, leading dim = samples; or a directory of NAME.npy): int8 "
+                        "profiles are statically quantized on them and checked on a held-out "
+                        "fifth (docs/quantization.md)")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
     i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
@@ -143,7 +150,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     kwargs = dict(name=args.name, version=version, profiles=args.profiles, out_dir=args.out,
                   key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
                   allow_parity_failure=args.allow_parity_failure,
-                  reference_data=args.reference_data)
+                  reference_data=args.reference_data,
+                  calibration_data=args.calibration_data)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -155,12 +163,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
         from packager.spec_build import build_spec_bundles
 
         if (args.dynamic_batch or max_batch is not None or args.allow_parity_failure
-                or args.reference_data is not None):
+                or args.reference_data is not None or args.calibration_data is not None):
             from packager.errors import UsageError
 
-            raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure and "
-                             "--reference-data apply to ONNX models; a spec sets "
-                             "max_batch_size itself and has no parity check")
+            raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
+                             "--reference-data and --calibration-data apply to ONNX models; a "
+                             "spec sets max_batch_size itself and has no parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
                                    members=args.member)
