@@ -50,6 +50,7 @@ from packager.progress import Steps
 from packager.quantize import held_out_parity, quantize_static_int8
 from packager.signing import load_private_key
 from packager.staging import load_profiles, open_stage, publish
+from packager.trees import TreeModel, check_native, convert_tree_model, has_ml_ops, tree_kind
 
 PARITY_BATCH = 4  # the second batch size of the parity check (when the model is batched)
 
@@ -75,6 +76,8 @@ class PreparedModel:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     batched: bool
+    tree: TreeModel | None = None  # set when the source was a tree model file
+    native_parity: dict[str, Any] | None = None  # the library-vs-ONNX report of a tree model
 
 
 def check_version(version: object) -> int:
@@ -199,6 +202,31 @@ def _write_reference(root: Path, source: Runner, prepared: PreparedModel,
             "bytes": (root / REFERENCE_FILE).stat().st_size}
 
 
+def _plan(prepared: PreparedModel, profile: DeviceProfile,
+          static_int8: bool) -> tuple[list[tuple[str, str]], str]:
+    """(backend, precision) per artifact, and why ONNX Runtime serves instead of the profile's
+    backend ("" when it does not)."""
+    ml_ops = has_ml_ops(prepared.model)
+    if ml_ops:
+        what = f"{prepared.source_name} uses ai.onnx.ml ops ({', '.join(ml_ops)})"
+        if profile.precision == "int8":
+            raise UsageError(f"{what}, which are not quantized: build it for an fp32 profile "
+                             f"(e.g. {profile.arch}-cpu-onnxruntime) instead of {profile.name}")
+        if profile.backend != "onnxruntime":
+            if profile.backend != "openvino" and profile.fallback_backend != "onnxruntime":
+                raise UsageError(f"{what}, which {profile.backend} lacks and profile "
+                                 f"{profile.name} has no ONNX Runtime fallback")
+            return [("onnxruntime", "fp32")], (f"{profile.backend} has no ai.onnx.ml ops "
+                                               f"({', '.join(ml_ops)}): ONNX Runtime serves it")
+    plan = [(profile.backend, profile.precision)]
+    if profile.fallback_backend:
+        # a calibrated int8 profile falls back to the same calibrated model on ONNX Runtime
+        plan.append((profile.fallback_backend,
+                     "int8" if static_int8 and profile.fallback_backend == "onnxruntime"
+                     else "fp32"))
+    return plan, ""
+
+
 def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,
                max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
                steps: Steps, reference_inputs: GivenInputs | None = None,
@@ -208,12 +236,7 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
     batching = _batching(profile, prepared.batched, max_batch)
     artifacts: list[Artifact] = []
     static_int8 = calibrated is not None and profile.precision == "int8"
-    plan = [(profile.backend, profile.precision)]
-    if profile.fallback_backend:
-        # a calibrated int8 profile falls back to the same calibrated model on ONNX Runtime
-        plan.append((profile.fallback_backend,
-                     "int8" if static_int8 and profile.fallback_backend == "onnxruntime"
-                     else "fp32"))
+    plan, instead = _plan(prepared, profile, static_int8)
     for backend, precision in plan:
         steps.start(f"{profile.name}: convert to {backend} ({precision})")
         opts = dict(profile.options.get(backend, {}))
@@ -225,6 +248,9 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
                       else None)
         if backend == "openvino":
             art.options["num_streams"] = batching.instances  # streams = instances
+        if instead:
+            art.options["instead_of"] = profile.backend
+            art.options["instead_reason"] = instead
         artifacts.append(art)
         steps.advance(f"{profile.name}: converted to {backend} ({precision})")
 
@@ -242,6 +268,10 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
     }
     if static_int8 and calibrated is not None:
         parity["quantization"] = dict(calibrated.info)
+    if prepared.native_parity is not None:
+        parity["native"] = dict(prepared.native_parity)
+    if instead:
+        parity["skipped"][profile.backend] = instead
     for art in artifacts:
         steps.start(f"{profile.name}: parity check of {art.backend}")
         runner, why = _runner(art, root)
@@ -278,19 +308,37 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
                                            reference_inputs)
     created, mtime = _created()
     backend_options = {a.backend: dict(a.options) for a in artifacts}
+    toolchain = _toolchain({a.backend for a in artifacts})
+    if prepared.tree is not None:
+        toolchain.update(prepared.tree.toolchain)
+    primary = artifacts[0]
     manifest = Manifest(
         name=name, version=version, profile=profile.name, arch=profile.arch,
-        backend=profile.backend, precision=profile.precision,
+        backend=primary.backend, precision=primary.precision,
         inputs=prepared.inputs, outputs=prepared.outputs, batching=batching,
         artifacts={a.backend: a.entry for a in artifacts},
-        fallback_backend=profile.fallback_backend, backend_options=backend_options,
+        fallback_backend=profile.fallback_backend if not instead else None,
+        backend_options=backend_options,
         source_sha256=prepared.source_sha256, source_name=prepared.source_name,
-        parity=parity, toolchain=_toolchain({a.backend for a in artifacts}), created=created,
+        parity=parity, toolchain=toolchain, created=created,
     )
     out = stage / bundle_filename(name, version, profile.name)
     write_bundle(out, root, manifest, key, mtime)
     steps.advance(f"{profile.name}: bundle written")
     return out
+
+
+def _prepare_any(model_path: Path, stage: Path, dynamic_batch: bool) -> PreparedModel:
+    """An ONNX model as is; a tree model file (packager/trees.py) converted to ONNX-ML first."""
+    if tree_kind(model_path) is None:
+        return prepare_model(model_path, stage, dynamic_batch)
+    if not model_path.is_file():
+        raise ModelError(f"{model_path}: no such model file")
+    converted = stage / "converted.onnx"
+    tree = convert_tree_model(model_path, converted)
+    prepared = prepare_model(converted, stage, dynamic_batch=False)
+    return dataclasses.replace(prepared, source_name=model_path.name,
+                               source_sha256=sha256_file(model_path), tree=tree)
 
 
 def _check_int8_plan(profiles: Sequence[DeviceProfile],
@@ -360,11 +408,17 @@ def build_bundles(
                   + sum(2 * n + 1 for n in per_profile))
     try:
         steps.start(f"validate {Path(model_path).name}")
-        prepared = prepare_model(Path(model_path), stage, dynamic_batch)
+        prepared = _prepare_any(Path(model_path), stage, dynamic_batch)
         reference_inputs: GivenInputs | None = None
         if reference_data is not None:
             reference_inputs = (load_given_inputs(Path(reference_data), prepared.inputs,
                                                   prepared.batched), Path(reference_data).name)
+        if prepared.tree is not None:
+            prepared.native_parity = check_native(
+                prepared.tree, prepared.path, Path(model_path),
+                allow_parity_failure=allow_parity_failure,
+                given_rows=reference_inputs[0][prepared.inputs[0].name]
+                if reference_inputs is not None else None)
         calibrated: Calibrated | None = None
         if calibration_data is not None:
             data = load_calibration(Path(calibration_data), prepared.inputs, prepared.batched)
