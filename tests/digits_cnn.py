@@ -31,12 +31,15 @@ class DigitsData:
     y_test: np.ndarray
 
 
-def load_digits_split(seed: int = 0) -> DigitsData:
-    """Digits as float32 [N, 1, 8, 8] in 0..1: 1200 train, 200 calibration, the rest test."""
+def load_digits_split(seed: int = 0, upscale: int = 1) -> DigitsData:
+    """Digits as float32 [N, 1, 8*upscale, 8*upscale] in 0..1: 1200 train, 200 calibration,
+    the rest test (``upscale`` repeats pixels, for a benchmark with more work per image)."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
     x = (d.images.astype(np.float32) / 16.0)[:, None, :, :]
+    if upscale > 1:
+        x = np.ascontiguousarray(x.repeat(upscale, axis=2).repeat(upscale, axis=3))
     y = d.target.astype(np.int64)
     order = np.random.default_rng(seed).permutation(len(x))
     x, y = x[order], y[order]
@@ -80,17 +83,19 @@ def _conv_back(dout: np.ndarray, cols: np.ndarray, w: np.ndarray,
 class DigitsCnn:
     """The weights and a numpy forward/backward pass (training only; serving runs the ONNX)."""
 
-    def __init__(self, seed: int, channels: int = 16, hidden: int = 64) -> None:
+    def __init__(self, seed: int, channels: int = 16, hidden: int = 64, side: int = 8) -> None:
         rng = np.random.default_rng(seed)
 
         def he(*shape: int) -> np.ndarray:
             fan_in = int(np.prod(shape[1:]))
             return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
 
+        self.side = (side, side)
         self.p: dict[str, np.ndarray] = {
             "w1": he(channels, 1, 3, 3), "b1": np.zeros(channels, np.float32),
             "w2": he(channels, channels, 3, 3), "b2": np.zeros(channels, np.float32),
-            "w3": he(hidden, channels * 16).T.copy(), "b3": np.zeros(hidden, np.float32),
+            "w3": he(hidden, channels * (side // 2) ** 2).T.copy(),
+            "b3": np.zeros(hidden, np.float32),
             "w4": he(10, hidden).T.copy(), "b4": np.zeros(10, np.float32),
         }
 
@@ -149,7 +154,7 @@ def train_digits_cnn(data: DigitsData, seed: int = 0, epochs: int = 8,
 
 def _train(data: DigitsData, seed: int, epochs: int, batch: int, lr: float,
            channels: int) -> DigitsCnn:
-    net = DigitsCnn(seed, channels=channels)
+    net = DigitsCnn(seed, channels=channels, side=data.x_train.shape[-1])
     rng = np.random.default_rng(seed + 1)
     m = {k: np.zeros_like(v) for k, v in net.p.items()}
     v = {k: np.zeros_like(a) for k, a in net.p.items()}
@@ -189,7 +194,8 @@ def export_onnx(net: DigitsCnn, path: Path, opset: int = 17) -> Path:
     ]
     graph = helper.make_graph(
         nodes, "digits_cnn",
-        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
+                                       ["batch", 1, *net.side])],
         [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", 10])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
