@@ -297,7 +297,10 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
             + f" (tolerance atol={tol.atol}, rtol={tol.rtol}, min top-1 "
             f"{tol.min_top1_agreement}"
             + (", top-1 only" if tol.top1_only else "")
-            + "); pass --allow-parity-failure to build anyway")
+            + "); pass --allow-parity-failure to build anyway"
+            + ("" if calibrated is not None or profile.precision != "int8" else
+               ", or --calibration-data for static int8 (checked by top-1 agreement on "
+               "real rows)"))
 
     steps.start(f"{profile.name}: write bundle")
     if reference_inputs is None and static_int8 and calibrated is not None:

@@ -195,12 +195,32 @@ def _cmd_build(args: argparse.Namespace) -> int:
         print(f"warning: --max-batch {max_batch} has no effect: the batch dimension of "
               f"{args.model.name} is fixed, so the agent runs one request per execution; "
               "rebuild with --dynamic-batch to let it batch requests", file=sys.stderr)
+    if args.calibration_data is None and (convs := _dynamic_int8_convs(args.model, paths)):
+        print(f"warning: {args.model.name} has {convs} Conv nodes and its int8 bundles use "
+              "dynamic quantization, which runs CNNs slower than fp32; pass "
+              "--calibration-data for static int8 (docs/quantization.md)", file=sys.stderr)
     if args.key is None and paths and _carries_code(paths[0]):
         print("warning: the bundles carry Python code and are unsigned: every agent refuses "
               "them, even with --allow-unsigned (pass --key to sign them)", file=sys.stderr)
     elif args.key is None:
         print("note: bundles are unsigned (pass --key to sign them)", file=sys.stderr)
     return 0
+
+
+def _dynamic_int8_convs(model: Path, bundles: Sequence[Path]) -> int:
+    """Conv nodes of ``model`` when some bundle is dynamically quantized int8, else 0."""
+    from packager.reader import open_bundle
+
+    dynamic = False
+    for b in bundles:
+        with open_bundle(b) as reader:
+            opts = reader.manifest.backend_options.get("onnxruntime", {})
+            dynamic = dynamic or opts.get("quantization") == "dynamic-int8"
+    if not dynamic or model.suffix != ".onnx":
+        return 0
+    import onnx
+
+    return sum(n.op_type == "Conv" for n in onnx.load(str(model)).graph.node)
 
 
 def _carries_code(bundle: Path) -> bool:

@@ -178,3 +178,18 @@ def test_the_cli_builds_and_profiles_say_which_int8_to_pick(
     text = " ".join(capsys.readouterr().out.split())
     assert "x86_64-cpu-openvino-int8" in text and "x86_64-cpu-onnxruntime-int8" in text
     assert "static" in text and "MatMul-heavy" in text
+
+
+def test_dynamic_int8_of_a_cnn_warns_to_calibrate(
+        trained_cnn: TrainedCnn, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["build", str(trained_cnn.onnx), "--name", "digits", "--version", "1", "--quiet",
+            "--out", str(tmp_path / "out"), "--profile", "x86_64-cpu-onnxruntime-int8"]
+    # dynamic int8 moves this CNN's logits past the element-wise tolerance
+    assert main(args) == 1
+    assert "or --calibration-data for static int8" in capsys.readouterr().err
+    assert main([*args, "--allow-parity-failure"]) == 0
+    err = capsys.readouterr().err
+    assert "has 2 Conv nodes" in err and "pass --calibration-data" in err
+    with open_bundle(tmp_path / "out" / "digits-1-x86_64-cpu-onnxruntime-int8.edgepkg") as r:
+        assert r.manifest.backend_options["onnxruntime"]["quantization"] == "dynamic-int8"
+        assert "quantization" not in r.manifest.parity

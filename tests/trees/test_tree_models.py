@@ -146,3 +146,14 @@ def test_a_skops_file_naming_foreign_types_is_refused_before_loading(tmp_path: P
     with pytest.raises(ModelError, match=r"names types outside scikit-learn and numpy .*Custom"):
         build_bundles(p, name="m", version=1, profiles=["x86_64-cpu-onnxruntime"],
                       out_dir=tmp_path / "out")
+
+
+def test_a_tensorrt_profile_serves_trees_on_its_onnx_runtime_fallback(
+        tree_models: TreeModels, tmp_path: Path) -> None:
+    [bundle] = build_bundles(tree_models.models["sklearn-forest"].path, name="rf", version=1,
+                             profiles=["jetson-orin-tensorrt"], out_dir=tmp_path)
+    with open_bundle(bundle) as r:
+        m = r.manifest
+    assert (m.backend, m.precision, m.fallback_backend) == ("onnxruntime", "fp32", None)
+    assert m.backend_options["onnxruntime"]["instead_of"] == "tensorrt"
+    assert set(m.artifacts) == {"onnxruntime"}
