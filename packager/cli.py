@@ -35,6 +35,8 @@ examples:
       --key keys/edge-pack.key --out dist/
   edge-pack build cnn.onnx --name cnn --version 1 --calibration-data calib.npz \\
       --profile x86_64-cpu-openvino-int8 --profile x86_64-cpu-onnxruntime-int8 --out dist/
+  edge-pack build forest.json --name forest --version 1 --profile x86_64-cpu-onnxruntime \\
+      --out dist/                         # an XGBoost model (LightGBM .txt, sklearn .skops)
 """
 
 _EPILOG_VERIFY = """\
@@ -64,10 +66,12 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="convert a model and write one bundle per profile",
                        formatter_class=fmt, epilog=_EPILOG_BUILD,
-                       description="Validate MODEL.onnx, convert it per profile, check numerical "
+                       description="Validate MODEL, convert it per profile, check numerical "
                                    "parity, and write signed bundles.")
-    b.add_argument("model", type=Path, metavar="MODEL.onnx",
-                   help="the source ONNX model, or a model spec SPEC.toml (a Python model or "
+    b.add_argument("model", type=Path, metavar="MODEL",
+                   help="the source ONNX model; a tree model (XGBoost .json/.ubj, LightGBM "
+                        ".txt, scikit-learn saved with skops .skops; needs the [trees] extra; "
+                        "docs/quantization.md); or a model spec SPEC.toml (a Python model or "
                         "a pipeline; docs/bundle-format.md)")
     b.add_argument("--name", help="model name (letters, digits, _ . -); required for ONNX, "
                                   "optional for a spec (must repeat the spec's name)")
