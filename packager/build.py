@@ -305,7 +305,8 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
     steps.start(f"{profile.name}: write bundle")
     if reference_inputs is None and static_int8 and calibrated is not None:
         # the device checks the int8 model on real rows too (its tolerance is top-1 only)
-        reference_inputs = (calibrated.data.held_out,
+        held = calibrated.data.held_out
+        reference_inputs = (held if prepared.batched else {k: a[0] for k, a in held.items()},
                             f"held-out rows of {calibrated.data.origin}")
     parity["reference"] = _write_reference(root, source, prepared, batch_sizes,
                                            reference_inputs)

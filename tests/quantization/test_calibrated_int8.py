@@ -193,3 +193,27 @@ def test_dynamic_int8_of_a_cnn_warns_to_calibrate(
     with open_bundle(tmp_path / "out" / "digits-1-x86_64-cpu-onnxruntime-int8.edgepkg") as r:
         assert r.manifest.backend_options["onnxruntime"]["quantization"] == "dynamic-int8"
         assert "quantization" not in r.manifest.parity
+
+
+def test_a_model_with_a_fixed_batch_of_one_calibrates_one_sample_at_a_time(
+        trained_cnn: TrainedCnn, tmp_path: Path) -> None:
+    import onnx
+
+    m = onnx.load(str(trained_cnn.onnx))
+    for vi in [*m.graph.input, *m.graph.output]:
+        dim = vi.type.tensor_type.shape.dim[0]
+        dim.Clear()
+        dim.dim_value = 1
+    fixed = tmp_path / "fixed.onnx"
+    onnx.save(m, str(fixed))
+    calib = tmp_path / "one-by-one.npz"
+    np.savez(calib, image=trained_cnn.data.x_calib[:50, None])  # [samples, 1, 1, 8, 8]
+    [path] = build_bundles(fixed, name="fixed", version=1, profiles=["x86_64-cpu-openvino-int8"],
+                           out_dir=tmp_path / "out", calibration_data=calib)
+    with open_bundle(path) as r:
+        m2 = r.manifest
+    assert m2.batching.max_batch_size == 0
+    assert m2.parity["quantization"]["held_out_samples"] == 10
+    assert all(rep["passed"] and rep["top1_agreement"] >= 0.9
+               for rep in m2.parity["artifacts"].values())
+    assert m2.parity["reference"]["batch_sizes"] == [1]
