@@ -276,12 +276,53 @@ def native_parity(tree: TreeModel, onnx_path: Path, rows: np.ndarray) -> dict[st
     return report
 
 
-def parity_rows(features: int, given: np.ndarray | None, seed: int = 20240601) -> np.ndarray:
-    """Rows to compare on: the user's reference rows, else seeded normal features."""
+def split_thresholds(model: onnx.ModelProto) -> dict[int, np.ndarray]:
+    """Feature index -> the sorted split thresholds of the model's tree ensembles."""
+    from onnx import helper, numpy_helper
+
+    found: dict[int, set[float]] = {}
+    for node in model.graph.node:
+        if node.domain != "ai.onnx.ml" or not node.op_type.startswith("TreeEnsemble"):
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        if "nodes_featureids" not in attrs:
+            continue
+        features = helper.get_attribute_value(attrs["nodes_featureids"])
+        if "nodes_values" in attrs:
+            values = list(helper.get_attribute_value(attrs["nodes_values"]))
+        elif "nodes_values_as_tensor" in attrs:
+            values = numpy_helper.to_array(attrs["nodes_values_as_tensor"].t).tolist()
+        else:
+            continue
+        for f, v in zip(features, values, strict=False):
+            found.setdefault(int(f), set()).add(float(v))
+    return {f: np.array(sorted(v)) for f, v in found.items()}
+
+
+def parity_rows(features: int, given: np.ndarray | None, model: onnx.ModelProto | None = None,
+                seed: int = 20240601) -> np.ndarray:
+    """Rows to compare on: the user's reference rows, else rows that walk the trees.
+
+    Each feature of a generated row is, at random, a midpoint between two of its split
+    thresholds or a value beyond the first or last one, so the rows take many paths through
+    the trees and no value sits on a threshold (where float32 and float64 may differ).
+    Features no tree splits on are 0; a model without readable thresholds gets normal noise.
+    """
     if given is not None:
         return np.ascontiguousarray(given, dtype=np.float32)
     rng = np.random.default_rng(seed)
-    return rng.standard_normal((PARITY_ROWS, features)).astype(np.float32)
+    thresholds = split_thresholds(model) if model is not None else {}
+    if not thresholds:
+        return rng.standard_normal((PARITY_ROWS, features)).astype(np.float32)
+    rows = np.zeros((PARITY_ROWS, features), dtype=np.float32)
+    for f, t in thresholds.items():
+        if f >= features or not len(t):
+            continue
+        spread = max(float(t[-1] - t[0]), 1.0)
+        points = np.concatenate([[t[0] - 0.5 * spread], (t[:-1] + t[1:]) / 2,
+                                 [t[-1] + 0.5 * spread]])
+        rows[:, f] = rng.choice(points, size=PARITY_ROWS)
+    return rows
 
 
 def convert_tree_model(path: Path, out: Path) -> TreeModel:
@@ -304,8 +345,9 @@ def check_native(tree: TreeModel, onnx_path: Path, source: Path, *, allow_parity
                  given_rows: np.ndarray | None = None) -> dict[str, Any]:
     """The library-vs-ONNX report (``parity.native`` in the manifest); ParityError when rows
     disagree, unless ``allow_parity_failure``."""
-    report = native_parity(tree, onnx_path, parity_rows(tree.features, given_rows))
-    report["inputs"] = "reference data" if given_rows is not None else "seeded normal features"
+    report = native_parity(tree, onnx_path, parity_rows(tree.features, given_rows, tree.model))
+    report["inputs"] = ("reference data" if given_rows is not None else
+                        "seeded rows between the split thresholds")
     if not report["passed"] and not allow_parity_failure:
         raise ParityError(f"{source}: the ONNX form of this {tree.kind} {tree.task} agrees with "
                           f"{tree.kind}'s own predictions on {report['row_agreement']:.1%} of "
