@@ -3,7 +3,6 @@ library saves them (XGBoost JSON and UBJ, LightGBM text, scikit-learn with skops
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +95,3 @@ def tree_models(tmp_path_factory: pytest.TempPathFactory) -> TreeModels:
     with threadpool_limits(limits=1):
         models = _train_all(root)
     return TreeModels(models, generate_keypair(root / "keys"))
-
-
-Build = Callable[..., list[Path]]
