@@ -24,6 +24,7 @@ from packager import __version__
 from packager.artifact import Artifact
 from packager.bundle_format import bundle_filename, check_model_name, sha256_file
 from packager.bundle_writer import write_bundle
+from packager.calibration import CalibrationData, load_calibration
 from packager.converters import convert
 from packager.errors import BundleError, ModelError, ParityError, UsageError
 from packager.manifest import BatchingConfig, Manifest, TensorSpec
@@ -46,10 +47,22 @@ from packager.parity import (
 )
 from packager.profiles import DeviceProfile
 from packager.progress import Steps
+from packager.quantize import held_out_parity, quantize_static_int8
 from packager.signing import load_private_key
 from packager.staging import load_profiles, open_stage, publish
+from packager.trees import TreeModel, check_native, convert_tree_model, has_ml_ops, tree_kind
 
 PARITY_BATCH = 4  # the second batch size of the parity check (when the model is batched)
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibrated:
+    """The statically quantized (QDQ) model shared by a build's int8 profiles, the data it was
+    calibrated on, and what was done (recorded in the manifest as ``parity.quantization``)."""
+
+    path: Path
+    data: CalibrationData
+    info: dict[str, Any]
 
 
 @dataclasses.dataclass
@@ -63,6 +76,8 @@ class PreparedModel:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     batched: bool
+    tree: TreeModel | None = None  # set when the source was a tree model file
+    native_parity: dict[str, Any] | None = None  # the library-vs-ONNX report of a tree model
 
 
 def check_version(version: object) -> int:
@@ -187,25 +202,55 @@ def _write_reference(root: Path, source: Runner, prepared: PreparedModel,
             "bytes": (root / REFERENCE_FILE).stat().st_size}
 
 
+def _plan(prepared: PreparedModel, profile: DeviceProfile,
+          static_int8: bool) -> tuple[list[tuple[str, str]], str]:
+    """(backend, precision) per artifact, and why ONNX Runtime serves instead of the profile's
+    backend ("" when it does not)."""
+    ml_ops = has_ml_ops(prepared.model)
+    if ml_ops:
+        what = f"{prepared.source_name} uses ai.onnx.ml ops ({', '.join(ml_ops)})"
+        if profile.precision == "int8":
+            raise UsageError(f"{what}, which are not quantized: build it for an fp32 profile "
+                             f"(e.g. {profile.arch}-cpu-onnxruntime) instead of {profile.name}")
+        if profile.backend != "onnxruntime":
+            if profile.backend != "openvino" and profile.fallback_backend != "onnxruntime":
+                raise UsageError(f"{what}, which {profile.backend} lacks and profile "
+                                 f"{profile.name} has no ONNX Runtime fallback")
+            return [("onnxruntime", "fp32")], (f"{profile.backend} has no ai.onnx.ml ops "
+                                               f"({', '.join(ml_ops)}): ONNX Runtime serves it")
+    plan = [(profile.backend, profile.precision)]
+    if profile.fallback_backend:
+        # a calibrated int8 profile falls back to the same calibrated model on ONNX Runtime
+        plan.append((profile.fallback_backend,
+                     "int8" if static_int8 and profile.fallback_backend == "onnxruntime"
+                     else "fp32"))
+    return plan, ""
+
+
 def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,
                max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
-               steps: Steps, reference_inputs: GivenInputs | None = None) -> Path:
+               steps: Steps, reference_inputs: GivenInputs | None = None,
+               calibrated: Calibrated | None = None) -> Path:
     root = stage / profile.name
     root.mkdir()
     batching = _batching(profile, prepared.batched, max_batch)
     artifacts: list[Artifact] = []
-    plan = [(profile.backend, profile.precision)]
-    if profile.fallback_backend:
-        plan.append((profile.fallback_backend, "fp32"))
+    static_int8 = calibrated is not None and profile.precision == "int8"
+    plan, instead = _plan(prepared, profile, static_int8)
     for backend, precision in plan:
         steps.start(f"{profile.name}: convert to {backend} ({precision})")
         opts = dict(profile.options.get(backend, {}))
         if backend == "tensorrt":
             opts = _tensorrt_options(profile, batching)
         art = convert(backend, precision, prepared.path, prepared.model, root, opts,
-                      prepared.source_name)
+                      prepared.source_name,
+                      calibrated.path if calibrated is not None and precision == "int8"
+                      else None)
         if backend == "openvino":
             art.options["num_streams"] = batching.instances  # streams = instances
+        if instead:
+            art.options["instead_of"] = profile.backend
+            art.options["instead_reason"] = instead
         artifacts.append(art)
         steps.advance(f"{profile.name}: converted to {backend} ({precision})")
 
@@ -216,14 +261,26 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
     else:
         batch_sizes = [None]
     tol = profile.parity
+    if static_int8:
+        tol = dataclasses.replace(tol, top1_only=True)
     parity: dict[str, Any] = {
         "tolerance": dataclasses.asdict(tol), "artifacts": {}, "skipped": {},
     }
+    if static_int8 and calibrated is not None:
+        parity["quantization"] = dict(calibrated.info)
+    if prepared.native_parity is not None:
+        parity["native"] = dict(prepared.native_parity)
+    if instead:
+        parity["skipped"][profile.backend] = instead
     for art in artifacts:
         steps.start(f"{profile.name}: parity check of {art.backend}")
         runner, why = _runner(art, root)
         if runner is None:
             parity["skipped"][art.backend] = why
+        elif calibrated is not None and art.precision == "int8":
+            # real rows the quantizer never saw: seeded noise is outside the calibrated ranges
+            parity["artifacts"][art.backend] = held_out_parity(
+                source, runner, calibrated.data, prepared.batched, tol)
         else:
             parity["artifacts"][art.backend] = check_parity(source, runner, prepared.inputs,
                                                             batch_sizes, tol)
@@ -235,28 +292,71 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         raise ParityError(
             f"profile {profile.name}: {backend} artifact disagrees with the source model: max "
             f"abs error {rep['max_abs_error']:.3g}, max rel error {rep['max_rel_error']:.3g}, "
-            f"top-1 agreement {rep['top1_agreement']} (tolerance atol={tol.atol}, "
-            f"rtol={tol.rtol}, min top-1 {tol.min_top1_agreement}); "
-            "pass --allow-parity-failure to build anyway")
+            f"top-1 agreement {rep['top1_agreement']}"
+            + (f" on {rep['inputs']}" if rep.get("inputs") else "")
+            + f" (tolerance atol={tol.atol}, rtol={tol.rtol}, min top-1 "
+            f"{tol.min_top1_agreement}"
+            + (", top-1 only" if tol.top1_only else "")
+            + "); pass --allow-parity-failure to build anyway"
+            + ("" if calibrated is not None or profile.precision != "int8" else
+               ", or --calibration-data for static int8 (checked by top-1 agreement on "
+               "real rows)"))
 
     steps.start(f"{profile.name}: write bundle")
+    if reference_inputs is None and static_int8 and calibrated is not None:
+        # the device checks the int8 model on real rows too (its tolerance is top-1 only)
+        held = calibrated.data.held_out
+        reference_inputs = (held if prepared.batched else {k: a[0] for k, a in held.items()},
+                            f"held-out rows of {calibrated.data.origin}")
     parity["reference"] = _write_reference(root, source, prepared, batch_sizes,
                                            reference_inputs)
     created, mtime = _created()
     backend_options = {a.backend: dict(a.options) for a in artifacts}
+    toolchain = _toolchain({a.backend for a in artifacts})
+    if prepared.tree is not None:
+        toolchain.update(prepared.tree.toolchain)
+    primary = artifacts[0]
     manifest = Manifest(
         name=name, version=version, profile=profile.name, arch=profile.arch,
-        backend=profile.backend, precision=profile.precision,
+        backend=primary.backend, precision=primary.precision,
         inputs=prepared.inputs, outputs=prepared.outputs, batching=batching,
         artifacts={a.backend: a.entry for a in artifacts},
-        fallback_backend=profile.fallback_backend, backend_options=backend_options,
+        fallback_backend=profile.fallback_backend if not instead else None,
+        backend_options=backend_options,
         source_sha256=prepared.source_sha256, source_name=prepared.source_name,
-        parity=parity, toolchain=_toolchain({a.backend for a in artifacts}), created=created,
+        parity=parity, toolchain=toolchain, created=created,
     )
     out = stage / bundle_filename(name, version, profile.name)
     write_bundle(out, root, manifest, key, mtime)
     steps.advance(f"{profile.name}: bundle written")
     return out
+
+
+def _prepare_any(model_path: Path, stage: Path, dynamic_batch: bool) -> PreparedModel:
+    """An ONNX model as is; a tree model file (packager/trees.py) converted to ONNX-ML first."""
+    if tree_kind(model_path) is None:
+        return prepare_model(model_path, stage, dynamic_batch)
+    if not model_path.is_file():
+        raise ModelError(f"{model_path}: no such model file")
+    converted = stage / "converted.onnx"
+    tree = convert_tree_model(model_path, converted)
+    prepared = prepare_model(converted, stage, dynamic_batch=False)
+    return dataclasses.replace(prepared, source_name=model_path.name,
+                               source_sha256=sha256_file(model_path), tree=tree)
+
+
+def _check_int8_plan(profiles: Sequence[DeviceProfile],
+                     calibration_data: Path | str | None) -> None:
+    """--calibration-data needs an int8 profile; OpenVINO int8 needs calibration data."""
+    int8 = [p.name for p in profiles if p.precision == "int8"]
+    if calibration_data is not None and not int8:
+        raise UsageError("--calibration-data applies to int8 profiles, and none is given (e.g. "
+                         "--profile x86_64-cpu-onnxruntime-int8; see `edge-pack profiles`)")
+    no_data = [p.name for p in profiles if p.precision == "int8" and p.backend != "onnxruntime"]
+    if calibration_data is None and no_data:
+        raise UsageError(f"profile {no_data[0]} quantizes with representative inputs: pass "
+                         "--calibration-data FILE.npz|DIR (one array per model input, leading "
+                         "dim = samples)")
 
 
 def build_bundles(
@@ -272,11 +372,15 @@ def build_bundles(
     allow_parity_failure: bool = False,
     progress: Any = None,
     reference_data: Path | str | None = None,
+    calibration_data: Path | str | None = None,
 ) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` for each profile; return their paths.
 
     ``reference_data`` is an .npz of real inputs (one array per model input) stored as the
     bundles' reference data instead of seeded inputs.
+    ``calibration_data`` (an .npz or a directory of NAME.npy, one array per input, leading dim =
+    samples) makes the int8 profiles statically quantized (packager/quantize.py); parity of
+    those is top-1 agreement on its held-out rows.
     ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
     Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure.
     A ``.toml`` model path is a model spec (Python model or pipeline): packager/spec_build.py.
@@ -284,9 +388,11 @@ def build_bundles(
     if Path(model_path).suffix == ".toml":
         from packager.spec_build import build_spec_bundles
 
-        if dynamic_batch or max_batch is not None or allow_parity_failure:
-            raise UsageError("--dynamic-batch, --max-batch and --allow-parity-failure apply to "
-                             "ONNX models; a spec sets max_batch_size itself")
+        if (dynamic_batch or max_batch is not None or allow_parity_failure
+                or calibration_data is not None):
+            raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure and "
+                             "--calibration-data apply to ONNX models; a spec sets "
+                             "max_batch_size itself")
         return build_spec_bundles(model_path, name=name or None, version=check_version(version),
                                   profiles=profiles, out_dir=out_dir, key_path=key_path)
     try:
@@ -298,22 +404,40 @@ def build_bundles(
                                   or max_batch < 1):
         raise UsageError(f"--max-batch {max_batch!r} must be a positive integer")
     loaded = load_profiles(profiles)
+    _check_int8_plan(loaded, calibration_data)
     key = load_private_key(Path(key_path)) if key_path is not None else None
     out, stage = open_stage(out_dir)
     per_profile = [1 + (1 if p.fallback_backend else 0) for p in loaded]
-    steps = Steps(progress, total=1 + sum(2 * n + 1 for n in per_profile))
+    steps = Steps(progress, total=1 + (calibration_data is not None)
+                  + sum(2 * n + 1 for n in per_profile))
     try:
         steps.start(f"validate {Path(model_path).name}")
-        prepared = prepare_model(Path(model_path), stage, dynamic_batch)
+        prepared = _prepare_any(Path(model_path), stage, dynamic_batch)
         reference_inputs: GivenInputs | None = None
         if reference_data is not None:
             reference_inputs = (load_given_inputs(Path(reference_data), prepared.inputs,
                                                   prepared.batched), Path(reference_data).name)
+        if prepared.tree is not None:
+            prepared.native_parity = check_native(
+                prepared.tree, prepared.path, Path(model_path),
+                allow_parity_failure=allow_parity_failure,
+                given_rows=reference_inputs[0][prepared.inputs[0].name]
+                if reference_inputs is not None else None)
+        calibrated: Calibrated | None = None
+        if calibration_data is not None:
+            data = load_calibration(Path(calibration_data), prepared.inputs, prepared.batched)
         steps.advance(f"validated {Path(model_path).name}")
+        if calibration_data is not None:
+            steps.start(f"calibrate int8 on {data.sizes[0]} samples of {data.origin}")
+            qdq = stage / "calibrated.onnx"
+            info = quantize_static_int8(prepared.model, qdq, data, prepared.batched,
+                                        stage / ".calibrate")
+            calibrated = Calibrated(qdq, data, info)
+            steps.advance("calibrated")
         built = [
             _build_one(prepared, p, name=name, version=version, max_batch=max_batch,
                        allow_parity_failure=allow_parity_failure, stage=stage, key=key,
-                       steps=steps, reference_inputs=reference_inputs)
+                       steps=steps, reference_inputs=reference_inputs, calibrated=calibrated)
             for p in loaded
         ]
         return publish(built, out)

@@ -35,6 +35,10 @@ examples:
   edge-pack build squeezenet.onnx --name squeezenet --version 2 --dynamic-batch --max-batch 16 \\
       --profile x86_64-cpu-openvino --profile arm64-cpu-onnxruntime-int8 \\
       --key keys/edge-pack.key --out dist/
+  edge-pack build cnn.onnx --name cnn --version 1 --calibration-data calib.npz \\
+      --profile x86_64-cpu-openvino-int8 --profile x86_64-cpu-onnxruntime-int8 --out dist/
+  edge-pack build forest.json --name forest --version 1 --profile x86_64-cpu-onnxruntime \\
+      --out dist/                         # an XGBoost model (LightGBM .txt, sklearn .skops)
 """
 
 _EPILOG_VERIFY = """\
@@ -64,10 +68,12 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="convert a model and write one bundle per profile",
                        formatter_class=fmt, epilog=_EPILOG_BUILD,
-                       description="Validate MODEL.onnx, convert it per profile, check numerical "
+                       description="Validate MODEL, convert it per profile, check numerical "
                                    "parity, and write signed bundles.")
-    b.add_argument("model", type=Path, metavar="MODEL.onnx",
-                   help="the source ONNX model, or a model spec SPEC.toml (a Python model or "
+    b.add_argument("model", type=Path, metavar="MODEL",
+                   help="the source ONNX model; a tree model (XGBoost .json/.ubj, LightGBM "
+                        ".txt, scikit-learn saved with skops .skops; needs the [trees] extra; "
+                        "docs/quantization.md); or a model spec SPEC.toml (a Python model or "
                         "a pipeline; docs/bundle-format.md)")
     b.add_argument("--name", help="model name (letters, digits, _ . -); required for ONNX, "
                                   "optional for a spec (must repeat the spec's name)")
@@ -89,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--reference-data", type=Path, metavar="FILE.npz",
                    help="real inputs (one array per model input, by name) to store as the "
                         "reference data devices check parity on (default: seeded inputs)")
+    b.add_argument("--calibration-data", type=Path, metavar="FILE.npz|DIR",
+                   help="representative inputs (an .npz with one array per model input, by "
+                        "name, leading dim = samples; or a directory of NAME.npy): int8 "
+                        "profiles are statically quantized on them and checked on a held-out "
+                        "fifth (docs/quantization.md)")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
     i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
@@ -148,7 +159,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     kwargs = dict(name=args.name, version=version, profiles=args.profiles, out_dir=args.out,
                   key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
                   allow_parity_failure=args.allow_parity_failure,
-                  reference_data=args.reference_data)
+                  reference_data=args.reference_data,
+                  calibration_data=args.calibration_data)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -160,12 +172,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
         from packager.spec_build import build_spec_bundles
 
         if (args.dynamic_batch or max_batch is not None or args.allow_parity_failure
-                or args.reference_data is not None):
+                or args.reference_data is not None or args.calibration_data is not None):
             from packager.errors import UsageError
 
-            raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure and "
-                             "--reference-data apply to ONNX models; a spec sets "
-                             "max_batch_size itself and has no parity check")
+            raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
+                             "--reference-data and --calibration-data apply to ONNX models; a "
+                             "spec sets max_batch_size itself and has no parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
                                    members=args.member)
@@ -192,12 +204,32 @@ def _cmd_build(args: argparse.Namespace) -> int:
         print(f"warning: --max-batch {max_batch} has no effect: the batch dimension of "
               f"{args.model.name} is fixed, so the agent runs one request per execution; "
               "rebuild with --dynamic-batch to let it batch requests", file=sys.stderr)
+    if args.calibration_data is None and (convs := _dynamic_int8_convs(args.model, paths)):
+        print(f"warning: {args.model.name} has {convs} Conv nodes and its int8 bundles use "
+              "dynamic quantization, which runs CNNs slower than fp32; pass "
+              "--calibration-data for static int8 (docs/quantization.md)", file=sys.stderr)
     if args.key is None and paths and _carries_code(paths[0]):
         print("warning: the bundles carry Python code and are unsigned: every agent refuses "
               "them, even with --allow-unsigned (pass --key to sign them)", file=sys.stderr)
     elif args.key is None:
         print("note: bundles are unsigned (pass --key to sign them)", file=sys.stderr)
     return 0
+
+
+def _dynamic_int8_convs(model: Path, bundles: Sequence[Path]) -> int:
+    """Conv nodes of ``model`` when some bundle is dynamically quantized int8, else 0."""
+    from packager.reader import open_bundle
+
+    dynamic = False
+    for b in bundles:
+        with open_bundle(b) as reader:
+            opts = reader.manifest.backend_options.get("onnxruntime", {})
+            dynamic = dynamic or opts.get("quantization") == "dynamic-int8"
+    if not dynamic or model.suffix != ".onnx":
+        return 0
+    import onnx
+
+    return sum(n.op_type == "Conv" for n in onnx.load(str(model)).graph.node)
 
 
 def _carries_code(bundle: Path) -> bool:

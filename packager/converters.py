@@ -6,7 +6,6 @@ naming the entry file the agent's backend loads. Runtimes are imported lazily.
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import onnx
 from packager.artifact import Artifact
 from packager.errors import ConversionError
 from packager.onnx_tools import custom_domain_nodes
+from packager.quantize import DYNAMIC, STATIC, quantize_dynamic_int8
 from packager.tensorrt_build import to_tensorrt
 
 __all__ = ["Artifact", "check_ops", "convert"]
@@ -26,7 +26,6 @@ _EXTRA_DOMAINS = {
     "openvino": (),
     "tensorrt": (),
 }
-_QUANT_MIN_OPSET = 13
 
 
 def _first_line(exc: BaseException) -> str:
@@ -45,16 +44,22 @@ def check_ops(model: onnx.ModelProto, backend: str, source: str) -> None:
 
 
 def convert(backend: str, precision: str, src: Path, model: onnx.ModelProto, stage: Path,
-            options: dict[str, Any], source_name: str) -> Artifact:
-    """Convert the prepared model at ``src`` for ``backend`` at ``precision`` into ``stage``."""
+            options: dict[str, Any], source_name: str,
+            calibrated: Path | None = None) -> Artifact:
+    """Convert the prepared model at ``src`` for ``backend`` at ``precision`` into ``stage``.
+
+    ``calibrated`` is the statically quantized QDQ model (packager/quantize.py) that int8
+    artifacts are made of; without it ONNX Runtime int8 is dynamic quantization and OpenVINO
+    has no int8.
+    """
     check_ops(model, backend, source_name)
     out_dir = stage / "artifacts" / backend
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         if backend == "openvino":
-            return _to_openvino(src, out_dir, precision, options)
+            return _to_openvino(src, out_dir, precision, options, calibrated)
         if backend == "onnxruntime":
-            return _to_onnxruntime(src, model, out_dir, precision, options)
+            return _to_onnxruntime(src, model, out_dir, precision, options, calibrated)
         if backend == "tensorrt":
             return to_tensorrt(src, out_dir, precision, options)
     except ConversionError:
@@ -66,9 +71,14 @@ def convert(backend: str, precision: str, src: Path, model: onnx.ModelProto, sta
 
 
 def _to_openvino(src: Path, out_dir: Path, precision: str,
-                 options: dict[str, Any]) -> Artifact:
+                 options: dict[str, Any], calibrated: Path | None) -> Artifact:
     import openvino as ov
 
+    if precision == "int8":
+        if calibrated is None:
+            raise ConversionError("OpenVINO int8 needs representative inputs: pass "
+                                  "--calibration-data FILE.npz|DIR")
+        src = calibrated  # QDQ nodes become FakeQuantize: OpenVINO's int8 kernels run them
     model = ov.convert_model(str(src))
     xml = out_dir / "model.xml"
     # save_model compresses weights to fp16 by default: be explicit either way
@@ -78,6 +88,8 @@ def _to_openvino(src: Path, out_dir: Path, precision: str,
         "inference_precision": "f32",
         "weights": precision,
     }
+    if precision == "int8":
+        opts["quantization"] = STATIC
     return Artifact("openvino", precision, "artifacts/openvino/model.xml", opts)
 
 
@@ -99,37 +111,23 @@ def _ort_optimize(src: Path, dst: Path, level: str) -> None:
 
 
 def _to_onnxruntime(src: Path, model: onnx.ModelProto, out_dir: Path, precision: str,
-                    options: dict[str, Any]) -> Artifact:
+                    options: dict[str, Any], calibrated: Path | None) -> Artifact:
     level = str(options.get("optimization_level", "basic"))
     entry = out_dir / "model.onnx"
-    if precision == "int8":
-        from onnx import version_converter
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
+    quantization = "none"
+    if precision == "int8" and calibrated is not None:
+        # the QDQ graph as written: ONNX Runtime fuses it into integer kernels at load time
+        shutil.copyfile(calibrated, entry)
+        level, quantization = "basic", STATIC
+    elif precision == "int8":
         tmp = out_dir.parent.parent / ".quant"
         tmp.mkdir(exist_ok=True)
         try:
-            m = model
-            opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
-            if opset < _QUANT_MIN_OPSET:
-                m = version_converter.convert_version(m, _QUANT_MIN_OPSET)
-                m.ir_version = max(m.ir_version, 7)
-            upgraded = tmp / "upgraded.onnx"
-            onnx.save(m, str(upgraded))
-            optimized = tmp / "optimized.onnx"
-            # basic rewrites fold constants (e.g. ConstantOfShape weights) into initializers
-            _ort_optimize(upgraded, optimized, "basic")
-            # the quantizer warns on the root logger about pre-processing (done above)
-            logging.disable(logging.WARNING)
-            try:
-                quantize_dynamic(str(optimized), str(entry), weight_type=QuantType.QInt8)
-            finally:
-                logging.disable(logging.NOTSET)
+            quantize_dynamic_int8(model, entry, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        level = "basic"
+        level, quantization = "basic", DYNAMIC
     else:
         _ort_optimize(src, entry, level)
     return Artifact("onnxruntime", precision, "artifacts/onnxruntime/model.onnx",
-                    {"optimization_level": level, "quantization": "dynamic-int8"
-                     if precision == "int8" else "none"})
+                    {"optimization_level": level, "quantization": quantization})

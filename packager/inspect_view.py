@@ -21,6 +21,14 @@ def _num(x: object) -> str:
     return f"{x:.3g}" if isinstance(x, float) else "-" if x is None else str(x)
 
 
+def _instead(m: Manifest) -> str:
+    """Why the bundle's backend is not the profile's (ops that backend lacks), or ""."""
+    opts = m.backend_options.get(m.backend, {})
+    if not opts.get("instead_of"):
+        return ""
+    return f" (instead of {opts['instead_of']}: {opts.get('instead_reason', '')})"
+
+
 def render_manifest(m: Manifest, signed: bool, path: Path, console: Console | None = None) -> None:
     """Print a bundle's manifest as a few tables."""
     console = console or Console()
@@ -32,7 +40,8 @@ def render_manifest(m: Manifest, signed: bool, path: Path, console: Console | No
         ("model", f"{m.name} version {m.version}"),
         ("profile", f"{m.profile} ({m.arch})"),
         ("backend", f"{m.backend} {m.precision}"
-                    + (f", fallback {m.fallback_backend}" if m.fallback_backend else "")),
+                    + (f", fallback {m.fallback_backend}" if m.fallback_backend else "")
+                    + _instead(m)),
         ("signed", "yes" if signed else "NO (unsigned bundle)"),
         ("batching", "unbatched" if b.max_batch_size == 0 else
          f"max {b.max_batch_size}, preferred {list(b.preferred_batch_sizes)}, "
@@ -99,6 +108,13 @@ def render_profiles(profiles: list[DeviceProfile], console: Console | None = Non
                   f", delay {b.max_queue_delay_us} us, {b.instances} instance(s)",
                   f"atol {p.parity.atol:g}, rtol {p.parity.rtol:g}")
     console.print(t)
+    for p in profiles:
+        if p.description:
+            console.print(f"  [bold]{p.name}[/bold]: {p.description}", highlight=False)
+    console.print("int8: CNNs want static quantization (--calibration-data; ONNX Runtime or "
+                  "OpenVINO int8 profile); without it ONNX Runtime int8 is dynamic "
+                  "quantization, which pays off for MatMul-heavy models (MLPs, transformers) "
+                  "only (docs/quantization.md)", highlight=False)
 
 
 def reference_line(parity: dict[str, Any]) -> str:

@@ -122,7 +122,9 @@ def compare_outputs(ref: np.ndarray, got: np.ndarray, tol: ParityTolerance,
         n = int(decided.sum())
         report["top1_rows"] = n
         report["top1_agreement"] = float(agree[decided].mean()) if n else None
-        if n and report["top1_agreement"] < tol.min_top1_agreement:
+        if n and tol.top1_only:
+            passed = report["top1_agreement"] >= tol.min_top1_agreement
+        elif n and report["top1_agreement"] < tol.min_top1_agreement:
             passed = False
     report["passed"] = passed
     return report

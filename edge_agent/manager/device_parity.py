@@ -45,7 +45,8 @@ def tolerance_of(manifest: Manifest) -> ParityTolerance:
     t = manifest.parity.get("tolerance") or {}
     try:
         return ParityTolerance(float(t["atol"]), float(t["rtol"]),
-                               float(t.get("min_top1_agreement", 1.0)))
+                               float(t.get("min_top1_agreement", 1.0)),
+                               bool(t.get("top1_only", False)))
     except (KeyError, TypeError, ValueError):
         raise DeploymentFailedError(f"{manifest.name} version {manifest.version}: the manifest's "
                                     "parity.tolerance is missing or malformed") from None

@@ -1,0 +1,172 @@
+"""Int8 quantization of ONNX models: static (calibrated, QDQ) and dynamic (weights only).
+
+Static post-training quantization runs ONNX Runtime's ``quantize_static`` on representative
+inputs (packager/calibration.py) and writes a QDQ model: int8 weights (per output channel)
+and int8/uint8 activations with scales measured on the calibration rows. ONNX Runtime runs it
+with its integer kernels (QLinearConv, QGemm), and OpenVINO reads the same QDQ graph as
+FakeQuantize and runs its int8 kernels, so one calibrated model serves both runtimes
+(docs/quantization.md says why NNCF is not used). Parity of a calibrated model is measured on
+the held-out rows: top-1 agreement with the fp32 source and max error.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from packager.calibration import CalibrationData
+from packager.errors import ConversionError
+from packager.parity import Runner, compare_outputs
+from packager.profiles import ParityTolerance
+
+QUANT_MIN_OPSET = 13
+CALIB_BATCH = 32  # rows per calibration run (batched models)
+STATIC = "static-int8-qdq"
+DYNAMIC = "dynamic-int8"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def prepare_for_quantization(model: onnx.ModelProto, work: Path) -> Path:
+    """The model at opset >= 13 with constants folded (ONNX Runtime basic rewrites): what both
+    quantizers want as input. Written under ``work``; its path."""
+    import onnxruntime as ort
+    from onnx import version_converter
+
+    m = model
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < QUANT_MIN_OPSET:
+        m = version_converter.convert_version(m, QUANT_MIN_OPSET)
+        m.ir_version = max(m.ir_version, 7)
+    upgraded = work / "upgraded.onnx"
+    onnx.save(m, str(upgraded))
+    optimized = work / "optimized.onnx"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(optimized)
+    so.log_severity_level = 3
+    ort.InferenceSession(str(upgraded), so, providers=["CPUExecutionProvider"])
+    return optimized
+
+
+def quantize_dynamic_int8(model: onnx.ModelProto, dst: Path, work: Path) -> None:
+    """Weights-only int8 (dynamic quantization of activations at run time): pays off for
+    MatMul-heavy models (MLPs, transformers), not for CNNs (ConvInteger is slow)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = prepare_for_quantization(model, work)
+    logging.disable(logging.WARNING)  # it warns on the root logger about pre-processing
+    try:
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _samples(arrays: dict[str, np.ndarray], batched: bool,
+             batch: int = CALIB_BATCH) -> Iterator[dict[str, np.ndarray]]:
+    n = len(next(iter(arrays.values())))
+    if not batched:
+        for i in range(n):
+            yield {k: a[i] for k, a in arrays.items()}
+        return
+    for i in range(0, n, batch):
+        yield {k: a[i:i + batch] for k, a in arrays.items()}
+
+
+class _Reader:
+    """ONNX Runtime's CalibrationDataReader protocol over the calibration rows."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], batched: bool) -> None:
+        self._it = _samples(arrays, batched)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._it, None)
+
+
+def quantize_static_int8(model: onnx.ModelProto, dst: Path, data: CalibrationData,
+                         batched: bool, work: Path, per_channel: bool = True) -> dict[str, Any]:
+    """Write the calibrated QDQ model to ``dst``; what was done, for the manifest."""
+    from onnxruntime.quantization import (
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        src = prepare_for_quantization(model, work)
+        logging.disable(logging.WARNING)
+        try:
+            quantize_static(
+                str(src), str(dst), _Reader(data.calibrate, batched),
+                quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                calibrate_method=CalibrationMethod.MinMax,
+                extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+        finally:
+            logging.disable(logging.NOTSET)
+    except ConversionError:
+        raise
+    except Exception as exc:
+        raise ConversionError(f"static int8 quantization failed: {_first_line(exc)}") from exc
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    n_cal, n_held = data.sizes
+    return {
+        "method": STATIC, "tool": "onnxruntime.quantization.quantize_static",
+        "calibration": "minmax", "per_channel_weights": per_channel,
+        "weights": "int8 symmetric", "activations": "uint8 asymmetric",
+        "data": data.origin, "calibration_samples": n_cal, "held_out_samples": n_held,
+    }
+
+
+def _run_rows(run: Runner, arrays: dict[str, np.ndarray], batched: bool) -> dict[str, np.ndarray]:
+    parts: dict[str, list[np.ndarray]] = {}
+    for feeds in _samples(arrays, batched):
+        for name, out in run(feeds).items():
+            parts.setdefault(name, []).append(np.asarray(out) if batched
+                                              else np.asarray(out)[None, ...])
+    return {k: np.concatenate(v, axis=0) for k, v in parts.items()}
+
+
+def held_out_parity(source: Runner, candidate: Runner, data: CalibrationData, batched: bool,
+                    tol: ParityTolerance) -> dict[str, Any]:
+    """Compare ``candidate`` with the fp32 ``source`` on the held-out rows.
+
+    With ``tol.top1_only`` (calibrated int8) outputs that look like class scores pass on top-1
+    agreement (at least the profile's ``min_top1_agreement``) and their max error is recorded,
+    not gated; other outputs must stay within the profile's atol/rtol.
+    """
+    want = _run_rows(source, data.held_out, batched)
+    got = _run_rows(candidate, data.held_out, batched)
+    outs: dict[str, Any] = {}
+    passed, worst_abs, worst_rel = True, 0.0, 0.0
+    agreements: list[float] = []
+    for name, ref in want.items():
+        if name not in got:
+            o: dict[str, Any] = {"passed": False, "error": "output missing from the artifact"}
+        else:
+            o = compare_outputs(ref, got[name], tol, batched=True)
+            if o.get("top1_agreement") is not None:
+                agreements.append(o["top1_agreement"])
+        outs[name] = o
+        passed = passed and o["passed"]
+        worst_abs = max(worst_abs, o.get("max_abs_error", 0.0))
+        worst_rel = max(worst_rel, o.get("max_rel_error", 0.0))
+    n = data.sizes[1]
+    return {
+        "passed": passed, "max_abs_error": worst_abs, "max_rel_error": worst_rel,
+        "top1_agreement": min(agreements) if agreements else None,
+        "batch_sizes": [n], "inputs": f"{n} held-out rows of {data.origin}",
+        "per_batch": {str(n): outs},
+    }
