@@ -41,6 +41,16 @@ Example ``agent.toml``::
     response_cache = false            # true: repeated requests are answered from the
                                       # response cache (needs [response_cache] size_mib > 0)
 
+    load = "eager"                    # "on-demand": listed, loaded by the first request
+    load_timeout_ms = 30000           # how long a request waits for an on-demand load
+    idle_unload_s = 0                 # unload after this long unused (0: never)
+    pinned = false                    # true: never unloaded (idle or to make room)
+    version_policy = "active"         # KServe RepositoryModelLoad loads: "active", "all",
+                                      # "latest N", "specific V,V"
+
+    [agent]
+    memory_budget_mib = 2048          # loaded versions' memory stays within it (default: none)
+
     [response_cache]                  # one agent-wide budget, least recently used evicted
     size_mib = 0                      # 0 (the default): no response cache at all
 
@@ -59,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.core.overrides import LOAD_MODES, ModelOverrides, parse_version_policy
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
 from edge_agent.management.options import management_options
@@ -109,6 +119,9 @@ class AgentConfig:
     management: ManagementOptions = field(default_factory=ManagementOptions)
     response_cache_bytes: int = 0
     """``[response_cache] size_mib`` in bytes: the response cache's budget (0: no cache)."""
+    memory_budget_bytes: int | None = None
+    """``[agent] memory_budget_mib`` in bytes: the loaded versions' memory stays within it
+    (None, the default: no budget)."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -195,19 +208,45 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
         elif key == "preferred_batch_sizes":
             _check_type(full, value, list)
             kw[key] = tuple(_non_negative(full, v) for v in value)
-        elif key in ("allow_timeout_override", "warmup", "response_cache"):
+        elif key in ("allow_timeout_override", "warmup", "response_cache", "pinned"):
             kw[key] = _check_type(full, value, bool)
+        elif key == "load_timeout_ms":
+            kw[key] = _non_negative(full, value)
+        elif key == "idle_unload_s":
+            kw[key] = _seconds(full, value, allow_zero=True) or None
         else:
             kw[key] = _check_type(full, value, str)
     if kw.get("isolation", "auto") not in ISOLATION_MODES:
         raise ConfigError(f"config key '{prefix}.isolation': {kw['isolation']!r} is not one of "
                           f"{', '.join(ISOLATION_MODES)}")
+    if kw.get("load", "eager") not in LOAD_MODES:
+        raise ConfigError(f"config key '{prefix}.load': {kw['load']!r} is not one of "
+                          f"{', '.join(repr(m) for m in LOAD_MODES)}")
+    try:
+        parse_version_policy(kw.get("version_policy", "active"))
+    except ValueError as exc:
+        raise ConfigError(f"config key '{prefix}.version_policy': {exc}") from None
     if kw.get("instances") == 0:
         raise ConfigError(f"config key '{prefix}.instances': must be >= 1")
     return ModelOverrides(**kw)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", "response_cache", *MANAGEMENT_SECTIONS)
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "agent", *MANAGEMENT_SECTIONS)
+_AGENT_KEYS = ("memory_budget_mib",)
+
+
+def _memory_budget_bytes(data: Mapping[str, Any]) -> int | None:
+    for key in data:
+        if key not in _AGENT_KEYS:
+            raise ConfigError(f"config key 'agent.{key}' is unknown; known keys: "
+                              f"{list(_AGENT_KEYS)}")
+    value = data.get("memory_budget_mib")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"config key 'agent.memory_budget_mib': expected a number of MiB "
+                          f"> 0, got {value!r}")
+    return int(value * (1 << 20))
 
 
 def _response_cache_bytes(data: Mapping[str, Any]) -> int:
@@ -273,6 +312,8 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                          model_defaults=model_defaults,
                          response_cache_bytes=_response_cache_bytes(_check_type(
                              "response_cache", data.get("response_cache", {}), dict)),
+                         memory_budget_bytes=_memory_budget_bytes(_check_type(
+                             "agent", data.get("agent", {}), dict)),
                          management=mgmt, source=Path(path) if path is not None else None)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:

@@ -28,7 +28,8 @@ from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.cache import ResponseCache
 from edge_agent.core.observer import InferenceObserver
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.core.orchestrator import Orchestrator
+from edge_agent.core.overrides import ModelOverrides, policy_versions
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
 from edge_agent.core.types import (
     InferRequest,
@@ -80,10 +81,18 @@ class DataPlane:
                  overrides: Mapping[str, ModelOverrides] | None = None,
                  default_overrides: ModelOverrides | None = None, caller_runs: bool = True,
                  autoload: bool = True, drain_timeout_s: float = 30.0,
-                 server_name: str = "edge-agent", response_cache_bytes: int = 0) -> None:
+                 server_name: str = "edge-agent", response_cache_bytes: int = 0,
+                 memory_budget_bytes: int | None = None) -> None:
         self.repository = ModelRepository(state_dir, observer=observer, overrides=overrides,
                                           default_overrides=default_overrides,
                                           drain_timeout_s=drain_timeout_s)
+        self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
+                                         drain_timeout_s=drain_timeout_s)
+        self.repository.load_guard = self.orchestrator.loading
+        if memory_budget_bytes is not None or any(
+                o.idle_unload_s for o in [*(overrides or {}).values(),
+                                          default_overrides or ModelOverrides()]):
+            self.orchestrator.start()
         self._caller_runs = caller_runs
         self._server_name = server_name
         self._observer = observer
@@ -99,7 +108,9 @@ class DataPlane:
         """Load every model version on disk, or those ``only(name, version)`` accepts (failed
         ones stay listed as UNAVAILABLE); then the data plane reports ready."""
         try:
-            return self.repository.load_all(only)
+            return self.repository.load_all(
+                lambda n, v: (only is None or only(n, v))
+                and self.repository.overrides_for(n).load != "on-demand")
         finally:
             self._startup_done.set()
 
@@ -249,7 +260,14 @@ class DataPlane:
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
 
     def _route(self, request: InferRequest, start: int) -> tuple[DynamicBatcher, int, int]:
-        mv = self.repository.resolve(request.model, request.version)
+        try:
+            mv = self.repository.resolve(request.model, request.version)
+        except (ModelNotFoundError, ModelUnavailableError):
+            loaded = self.orchestrator.acquire(request.model, request.version)
+            if loaded is None:  # not a model that requests load
+                raise
+            mv = loaded
+        mv.last_used = time.monotonic()
         try:
             rows = mv.signature.validate(request)  # type: ignore[union-attr]  # resolve() gives a READY version: all set
         except AgentError:  # a rejected request is a failed request of this version
@@ -286,6 +304,11 @@ class DataPlane:
             for v in versions:
                 entries[(name, v)] = RepositoryEntry(name, v, VersionState.UNAVAILABLE.value,
                                                      "not loaded")
+        for name, versions in self.repository.scan().items():
+            if self.repository.default_version(name) is None and versions:
+                state, reason = self.orchestrator.not_loaded_reason(name)
+                for v in versions:
+                    entries[(name, v)] = RepositoryEntry(name, v, state, reason)
         for mv in self.repository.versions():
             entries[(mv.name, mv.version)] = RepositoryEntry(mv.name, mv.version,
                                                              mv.state.value, mv.reason)
@@ -295,13 +318,19 @@ class DataPlane:
         return out
 
     def load_model(self, name: str) -> None:
-        self.repository.reload_model(name)
+        """Load the versions on disk that ``name``'s ``version_policy`` names (without a model
+        manager "active" is the highest); READY versions stay, others are unloaded."""
+        policy = self.repository.overrides_for(name).version_policy
+        on_disk = self.repository.scan().get(name, [])
+        self.repository.reload_model(name, policy_versions(policy, on_disk, None))
 
     def unload_model(self, name: str) -> None:
+        self.orchestrator.hold(name)
         self.repository.unload_model(name)
 
     def close(self) -> None:
         """Stop accepting requests, drain and unload every model."""
         self._closed = True
+        self.orchestrator.close()
         self.repository.close()
         planes.unregister(self.repository.models_dir, self)

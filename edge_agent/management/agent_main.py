@@ -70,7 +70,8 @@ def run_agent(config: AgentConfig, options: ManagementOptions, *,
     notifier = SystemdNotifier()
     runtime = AgentRuntime(config.state_dir, options, overrides=config.models,
                            default_overrides=config.model_defaults,
-                           response_cache_bytes=config.response_cache_bytes)
+                           response_cache_bytes=config.response_cache_bytes,
+                           memory_budget_bytes=config.memory_budget_bytes)
     server = None
     try:
         notifier.status("starting: opening state and loading models")

@@ -44,3 +44,12 @@ class VersionView:
     size_bytes: int = 0
     added_at: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
+    memory_bytes: int = 0
+    memory_source: str = ""
+    load_mode: str = "eager"
+    pinned: bool = False
+    residency: str = ""
+    loads: int = 0
+    unloads: int = 0
+    load_waits: int = 0
+    load_wait_ms: float = 0.0

@@ -1,0 +1,370 @@
+"""Model orchestration: the memory budget, load on demand and unload when idle.
+
+The repository asks :meth:`Orchestrator.loading` around every load (one load at a time: room
+is made first, by unloading least recently used idle versions, then the load's memory is
+measured); the data plane asks :meth:`Orchestrator.acquire` when a request names a model that
+is not loaded (on-demand models, and models this orchestrator unloaded). Concurrent first
+requests share one load. The accounting and the choice of what to unload are
+:mod:`edge_agent.core.residency`; nothing here knows of gRPC.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import psutil
+
+from edge_agent.core import residency
+from edge_agent.core.overrides import load_timeout_s
+from edge_agent.core.residency import MemoryBudgetError, Resident, mib
+from edge_agent.errors import AgentError, ModelNotFoundError, ModelUnavailableError
+
+if TYPE_CHECKING:
+    from edge_agent.core.repository import ModelRepository, ModelVersion
+    from packager.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+Loader = Callable[[str], "ModelVersion"]
+"""Loads the version of a model that should serve (the active one) and returns it."""
+
+LoadedHook = Callable[["ModelVersion", float, "int | None"], None]
+"""Hears of each load this orchestrator measured: (version, load ms, the version's memory
+figure: the largest RSS growth any of its loads measured)."""
+
+_SWEEP_S = 1.0
+_NS = 1_000_000_000
+
+
+def process_rss() -> int:
+    """Resident bytes of this process and its children (runtime processes of isolated models)."""
+    proc = psutil.Process()
+    total = int(proc.memory_info().rss)
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += int(child.memory_info().rss)
+    return total
+
+
+@dataclass(slots=True)
+class ResidencyStats:
+    """What one model's residency did: loads, unloads and the waits of first requests."""
+
+    loads: int = 0
+    on_demand_loads: int = 0
+    unloads: int = 0
+    waits: int = 0
+    wait_ns: int = 0
+    last_wait_ns: int = 0
+    last_unload: str = ""
+    loading: bool = False
+    waiting: int = 0
+
+    def copy(self) -> ResidencyStats:
+        return ResidencyStats(self.loads, self.on_demand_loads, self.unloads, self.waits,
+                              self.wait_ns, self.last_wait_ns, self.last_unload, self.loading,
+                              self.waiting)
+
+
+@dataclass(slots=True)
+class _Figures:
+    measured: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class Orchestrator:
+    """Keeps the loaded versions within ``budget_bytes`` (None: no budget), loads on demand,
+    unloads idle versions. Thread-safe."""
+
+    def __init__(self, repository: ModelRepository, *, budget_bytes: int | None = None,
+                 drain_timeout_s: float = 30.0) -> None:
+        self.repository = repository
+        self.budget_bytes = budget_bytes
+        self._drain_timeout_s = drain_timeout_s
+        self._figures = _Figures()
+        self._loader: Loader = self._load_latest
+        self._on_loaded: LoadedHook | None = None
+        self._lock = threading.Lock()
+        self._load_lock = threading.RLock()  # one load at a time: room, load, measure
+        self._loads: dict[str, Future[ModelVersion]] = {}
+        self._reloadable: set[str] = set()  # unloaded by us: the next request loads it again
+        self._held: set[str] = set()  # unloaded by an operator: stays unloaded
+        self._stats: dict[str, ResidencyStats] = {}
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ wiring
+    def set_loader(self, loader: Loader, on_loaded: LoadedHook | None = None) -> None:
+        """Who loads a model on demand (the model manager: its active version)."""
+        self._loader = loader
+        self._on_loaded = on_loaded
+
+    def seed(self, name: str, version: int, rss_bytes: int | None) -> None:
+        """A memory figure measured earlier on this device (the state store's)."""
+        if rss_bytes:
+            self._note(name, version, rss_bytes)
+
+    def start(self) -> None:
+        """Start the idle sweeper (once; a no-op when running)."""
+        with self._lock:
+            if self._sweeper is not None:
+                return
+            self._sweeper = threading.Thread(target=self._sweep_loop, name="edge-idle-unload",
+                                             daemon=True)
+            self._sweeper.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join(5)
+
+    # ------------------------------------------------------------------ figures
+    def memory_of(self, name: str, version: int) -> tuple[int, str]:
+        """The best memory figure for a version, and where it comes from."""
+        measured = self._figures.measured.get((name, version))
+        if measured is not None:
+            return measured, "measured on this device"
+        manifest = self._manifest(name, version)
+        if manifest is not None:
+            return self.needed_for(manifest)
+        return 0, "unknown"
+
+    def needed_for(self, manifest: Manifest) -> tuple[int, str]:
+        """The best memory figure for a version not necessarily on disk yet."""
+        measured = self._figures.measured.get((manifest.name, manifest.version))
+        if measured is not None:
+            return measured, "measured on this device"
+        if manifest.load_cost_bytes > 0:
+            return manifest.load_cost_bytes, "measured by edge-pack build"
+        return sum(f.size for f in manifest.files), "artifact size (never measured)"
+
+    def _manifest(self, name: str, version: int) -> Manifest | None:
+        for mv in self.repository.versions(name):
+            if mv.version == version and mv.manifest is not None:
+                return mv.manifest
+        from packager.reader import load_extracted
+
+        try:
+            return load_extracted(self.repository.models_dir / name / str(version))
+        except Exception:  # any unreadable manifest: no figure
+            return None
+
+    def _note(self, name: str, version: int, rss: int) -> None:
+        # the largest figure seen: memory freed by an unload is often reused by the next load,
+        # which then measures less than it takes
+        if rss <= 0:  # nothing measurable (memory freed earlier was reused): no figure
+            return
+        key = (name, version)
+        self._figures.measured[key] = max(rss, self._figures.measured.get(key, 0))
+
+    # ------------------------------------------------------------------ residency
+    def residents(self, *, busy_evictable: bool = False) -> list[Resident]:
+        """The loaded versions as the budget sees them."""
+        out = []
+        for name in self.repository.model_names():
+            versions = self.repository.versions(name)
+            ov = self.repository.overrides_for(name)
+            swapping = len(versions) > 1 or name in self._loads
+            for mv in versions:
+                if mv.state.value not in ("READY", "LOADING"):
+                    continue
+                busy = mv.batcher is not None and mv.batcher.inflight > 0
+                out.append(Resident(
+                    name, mv.version, self.memory_of(name, mv.version)[0], mv.last_used,
+                    pinned=ov.pinned,
+                    evictable=mv.state.value == "READY" and not swapping
+                    and (busy_evictable or not busy)))
+        return out
+
+    def used_bytes(self) -> int:
+        return residency.used(self.residents())
+
+    def check_deploy(self, name: str, version: int, needed: int | None = None,
+                     swap_from: int | None = None) -> None:
+        """Raise MemoryBudgetError when ``name`` ``version`` cannot be loaded within the budget
+        even after unloading every idle, unpinned model (``swap_from``: the version it
+        replaces, which stays loaded until the switch). Changes nothing."""
+        if self.budget_bytes is None:
+            return
+        if needed is None:
+            needed = self.memory_of(name, version)[0]
+        residents = self.residents(busy_evictable=True)
+        old = next((r for r in residents if r.name == name and r.version == swap_from), None)
+        residency.check_fits(needed, self.budget_bytes, residents, name=name,
+                             version=version, swap_from=old)
+
+    @contextlib.contextmanager
+    def loading(self, mv: ModelVersion) -> Iterator[None]:
+        """Around one load: make room within the budget first, then measure the load."""
+        with self._load_lock:
+            stats = self._stats_of(mv.name)
+            if self.budget_bytes is not None:
+                self._make_room(mv.name, mv.version)
+            rss0, t0 = process_rss(), time.perf_counter()
+            yield
+            rss = max(0, process_rss() - rss0)
+            load_ms = (time.perf_counter() - t0) * 1000
+            self._note(mv.name, mv.version, rss)
+            mv.last_used = time.monotonic()
+            with self._lock:
+                stats.loads += 1
+                self._held.discard(mv.name)
+            if self._on_loaded is not None:
+                self._on_loaded(mv, load_ms, self._figures.measured.get((mv.name, mv.version)))
+
+    def _make_room(self, name: str, version: int) -> None:
+        assert self.budget_bytes is not None
+        needed = self.memory_of(name, version)[0]
+        residents = [r for r in self.residents() if not (r.name == name
+                                                          and r.version == version)]
+        keep = frozenset({name})  # a swap: the old version serves until the switch
+        try:
+            chosen = residency.victims(needed, self.budget_bytes, residents, keep=keep)
+        except MemoryBudgetError:
+            residents = [r for r in self.residents(busy_evictable=True)
+                         if not (r.name == name and r.version == version)]
+            try:
+                chosen = residency.victims(needed, self.budget_bytes, residents, keep=keep)
+            except MemoryBudgetError as exc:
+                raise MemoryBudgetError(f"model {name!r} version {version}: {exc}") from None
+        for r in chosen:
+            self._unload(r.name, r.version,
+                         f"unloaded to make room for {name} version {version} "
+                         f"(memory budget {mib(self.budget_bytes)})")
+
+    def _unload(self, name: str, version: int, why: str) -> None:
+        """Unload one version (its in-flight requests are answered first); the next request
+        for the model loads it again."""
+        log.info("%s version %s: %s", name, version, why)
+        with self._lock:
+            self._reloadable.add(name)
+            stats = self._stats_of(name)
+            stats.unloads += 1
+            stats.last_unload = why
+        with contextlib.suppress(ModelNotFoundError):
+            self.repository.unload_version(name, version, drain_timeout_s=self._drain_timeout_s)
+
+    # ------------------------------------------------------------------ on demand
+    def loads_on_request(self, name: str) -> bool:
+        """Whether a request for ``name`` (not loaded) loads it."""
+        if name in self._held:
+            return False
+        return (name in self._reloadable
+                or self.repository.overrides_for(name).load == "on-demand")
+
+    def hold(self, name: str) -> None:
+        """An operator unloaded ``name``: requests do not load it until it is loaded again."""
+        with self._lock:
+            self._held.add(name)
+            self._reloadable.discard(name)
+
+    def acquire(self, name: str, version: int | None) -> ModelVersion | None:
+        """Load ``name`` for a request (shared with concurrent requests) and wait for it up to
+        the model's ``load_timeout_ms``; None when requests do not load this model."""
+        if not self.loads_on_request(name):
+            return None
+        timeout = load_timeout_s(self.repository.overrides_for(name))
+        with self._lock:
+            stats = self._stats_of(name)
+            future = self._loads.get(name)
+            if future is None:
+                future = self._loads[name] = Future()
+                stats.loading = True
+                threading.Thread(target=self._run_load, args=(name, future),
+                                 name=f"edge-load-{name}", daemon=True).start()
+            stats.waiting += 1
+        start = time.monotonic_ns()
+        try:
+            mv = future.result(timeout)
+        except FutureTimeoutError:
+            raise ModelUnavailableError(
+                f"model {name!r} is loading on demand and was not ready within "
+                f"load_timeout_ms={timeout * 1000:.0f}; retry") from None
+        except AgentError as exc:
+            raise ModelUnavailableError(
+                f"model {name!r} could not be loaded on demand: {exc}") from None
+        finally:
+            waited = time.monotonic_ns() - start
+            with self._lock:
+                stats.waiting -= 1
+                stats.waits += 1
+                stats.wait_ns += waited
+                stats.last_wait_ns = waited
+        if version is not None and mv.version != version:
+            return self.repository.resolve(name, version)
+        return mv
+
+    def _run_load(self, name: str, future: Future[ModelVersion]) -> None:
+        try:
+            mv = self._loader(name)
+            with self._lock:
+                self._stats_of(name).on_demand_loads += 1
+            future.set_result(mv)
+        except BaseException as exc:  # handed to every waiting request
+            log.warning("on-demand load of %s failed: %s", name, exc)
+            future.set_exception(exc if isinstance(exc, AgentError)
+                                 else ModelUnavailableError(str(exc)))
+        finally:
+            with self._lock:
+                self._loads.pop(name, None)
+                self._stats_of(name).loading = False
+
+    def _load_latest(self, name: str) -> ModelVersion:
+        """The default loader (no model manager): the highest version on disk."""
+        versions = self.repository.scan().get(name)
+        if not versions:
+            raise ModelNotFoundError(f"model {name!r} is not in the repository")
+        return self.repository.load_version(name, versions[-1])
+
+    # ------------------------------------------------------------------ idle
+    def sweep(self, now: float | None = None) -> list[tuple[str, int]]:
+        """Unload the versions idle past their model's ``idle_unload_s``; returns them."""
+        now = time.monotonic() if now is None else now
+        residents = self.residents()
+        idle_after = {r.name: self.repository.overrides_for(r.name).idle_unload_s or 0.0
+                      for r in residents}
+        done = []
+        for r in residency.idle(residents, now, idle_after):
+            self._unload(r.name, r.version, f"unloaded after {idle_after[r.name]:g} s idle")
+            done.append((r.name, r.version))
+        return done
+
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(_SWEEP_S):
+            try:
+                self.sweep()
+            except Exception:  # the sweeper must outlive one bad unload
+                log.exception("idle unload failed")
+
+    # ------------------------------------------------------------------ reports
+    def _stats_of(self, name: str) -> ResidencyStats:
+        stats = self._stats.get(name)
+        if stats is None:
+            stats = self._stats[name] = ResidencyStats()
+        return stats
+
+    def stats(self, name: str) -> ResidencyStats:
+        """A copy of ``name``'s residency statistics."""
+        with self._lock:
+            return self._stats_of(name).copy()
+
+    def not_loaded_reason(self, name: str) -> tuple[str, str]:
+        """(state, reason) for a model with no version in memory, in Triton's terms."""
+        with self._lock:
+            stats = self._stats.get(name)
+            if stats is not None and stats.loading:
+                return "LOADING", f"loading on demand ({stats.waiting} request(s) waiting)"
+            if name in self._held:
+                return "UNAVAILABLE", "unloaded"
+            if stats is not None and stats.last_unload and name in self._reloadable:
+                return "UNAVAILABLE", stats.last_unload + "; the next request loads it"
+        if self.repository.overrides_for(name).load == "on-demand":
+            return "UNAVAILABLE", "not loaded (load = on-demand: the first request loads it)"
+        return "UNAVAILABLE", "not loaded"
