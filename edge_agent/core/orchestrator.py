@@ -11,7 +11,9 @@ requests share one load. The accounting and the choice of what to unload are
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +43,9 @@ LoadedHook = Callable[["ModelVersion", float, "int | None"], None]
 figure: the largest RSS growth any of its loads measured)."""
 
 _SWEEP_S = 1.0
+SNAPSHOT_NAME = "residency.json"
+"""Written to the state directory after each load, unload and wait (``edge-agent metrics``
+reads it: the counters live in the agent's memory)."""
 _NS = 1_000_000_000
 
 
@@ -152,7 +157,8 @@ class Orchestrator:
         from packager.reader import load_extracted
 
         try:
-            return load_extracted(self.repository.models_dir / name / str(version))
+            return load_extracted(self.repository.models_dir / name / str(version),
+                                  verify_hashes=False)
         except Exception:  # any unreadable manifest: no figure
             return None
 
@@ -216,6 +222,7 @@ class Orchestrator:
             with self._lock:
                 stats.loads += 1
                 self._held.discard(mv.name)
+            self._persist()
             if self._on_loaded is not None:
                 self._on_loaded(mv, load_ms, self._figures.measured.get((mv.name, mv.version)))
 
@@ -250,6 +257,7 @@ class Orchestrator:
             stats.last_unload = why
         with contextlib.suppress(ModelNotFoundError):
             self.repository.unload_version(name, version, drain_timeout_s=self._drain_timeout_s)
+        self._persist()
 
     # ------------------------------------------------------------------ on demand
     def loads_on_request(self, name: str) -> bool:
@@ -297,6 +305,7 @@ class Orchestrator:
                 stats.waits += 1
                 stats.wait_ns += waited
                 stats.last_wait_ns = waited
+            self._persist()
         if version is not None and mv.version != version:
             return self.repository.resolve(name, version)
         return mv
@@ -354,6 +363,38 @@ class Orchestrator:
         """A copy of ``name``'s residency statistics."""
         with self._lock:
             return self._stats_of(name).copy()
+
+    def snapshot(self) -> dict[str, object]:
+        """The budget and each model's residency as plain data (what ``residency.json`` holds)."""
+        names = sorted(set(self.repository.scan()) | set(self._stats))
+        models = []
+        for name in names:
+            stats = self.stats(name)
+            loaded = [mv.version for mv in self.repository.versions(name)
+                      if mv.state.value == "READY"]
+            version = loaded[-1] if loaded else None
+            figure = self.memory_of(name, version)[0] if version is not None else 0
+            models.append({
+                "model": name, "loaded_version": version, "memory_bytes": figure,
+                "state": "loaded" if loaded else self.not_loaded_reason(name)[1],
+                "loads": stats.loads, "unloads": stats.unloads, "waits": stats.waits,
+                "wait_ms": stats.wait_ns / 1e6, "last_wait_ms": stats.last_wait_ns / 1e6})
+        return {"budget_bytes": self.budget_bytes, "used_bytes": self.used_bytes(),
+                "at": time.time(), "models": models}
+
+    def _persist(self) -> None:
+        """Best effort: the snapshot to ``STATE_DIR/residency.json`` (atomic replace)."""
+        target = self.repository.state_dir / SNAPSHOT_NAME
+        if not self.repository.state_dir.is_dir():
+            return
+        tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
+        try:
+            tmp.write_text(json.dumps(self.snapshot()))
+            os.replace(tmp, target)
+        except (OSError, AgentError) as exc:
+            log.debug("residency snapshot not written: %s", exc)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def not_loaded_reason(self, name: str) -> tuple[str, str]:
         """(state, reason) for a model with no version in memory, in Triton's terms."""

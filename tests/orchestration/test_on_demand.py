@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,6 +13,8 @@ import tritonclient.grpc as tc
 from tritonclient.utils import InferenceServerException
 
 from edge_agent.core.overrides import ModelOverrides
+from edge_agent.metrics.summary import summary_json
+from tests.console_cli.conftest import console
 from tests.orchestration.agents import client, infer_cnn, running_agent
 from tests.orchestration.conftest import CnnBundles
 
@@ -102,6 +106,21 @@ def test_idle_model_is_unloaded_and_reloaded_while_a_pinned_one_stays(
         assert view.loads == 2 and view.load_waits == 1
         (pin,) = [v for v in c.models("shufflenet") if v.active]
         assert pin.pinned and pin.unloads == 0
+        residency = {m["model"]: m for m in summary_json(state)["residency"]["models"]}
+        assert residency["squeezenet"]["loads"] == 2 and residency["squeezenet"]["waits"] == 1
+        assert residency["shufflenet"]["loaded_version"] == 1
+        token = tmp_path / "token"
+        token.write_text(agent.token + "\n")
+        shown = console(None, "status", "--agent", agent.management, "--token-file",
+                        str(token), "--insecure")
+        assert shown.code == 0, shown.err
+        assert "no memory budget" in shown.out and "eager pinned" in shown.out
+        assert "2/1" in shown.out  # squeezenet: loaded twice, unloaded once
+        table = subprocess.run([sys.executable, "-m", "edge_agent.cli", "metrics",
+                                "--state-dir", str(state)], capture_output=True, text=True,
+                               timeout=120, check=False)
+        assert table.returncode == 0, table.stderr
+        assert "models in memory" in table.stdout and "squeezenet" in table.stdout
 
 
 def test_repository_load_follows_the_version_policy(tmp_path: Path,
