@@ -403,7 +403,7 @@ class Orchestrator:
             if stats is not None and stats.loading:
                 return "LOADING", f"loading on demand ({stats.waiting} request(s) waiting)"
             if name in self._held:
-                return "UNAVAILABLE", "unloaded"
+                return "UNAVAILABLE", "not loaded"
             if stats is not None and stats.last_unload and name in self._reloadable:
                 return "UNAVAILABLE", stats.last_unload + "; the next request loads it"
         if self.repository.overrides_for(name).load == "on-demand":
