@@ -14,6 +14,7 @@ after routing and validation and before the batcher.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,7 +30,7 @@ from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.cache import ResponseCache
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.orchestrator import Orchestrator
-from edge_agent.core.overrides import ModelOverrides, policy_versions
+from edge_agent.core.overrides import ModelOverrides, effective_batching, policy_versions
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
 from edge_agent.core.types import (
     InferRequest,
@@ -45,6 +46,8 @@ from edge_agent.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
+from packager.errors import PackagerError
+from packager.reader import load_extracted
 
 _now = time.monotonic_ns
 
@@ -150,12 +153,38 @@ class DataPlane:
                                instances=mv.batching.instances, device=mv.device)
 
     def _described(self, name: str, version: int | None) -> ModelVersion:
-        mv = self.repository.lookup(name, version)
+        try:
+            mv = self.repository.lookup(name, version)
+        except ModelNotFoundError:
+            unloaded = self._unloaded_version(name, version)
+            if unloaded is None:
+                raise
+            return unloaded
         if mv.manifest is None:
             raise ModelUnavailableError(
                 f"model {name!r} version {mv.version} is {mv.state.value}"
                 + (f": {mv.reason}" if mv.reason else ""))
         return mv
+
+    def _unloaded_version(self, name: str, version: int | None) -> ModelVersion | None:
+        """A model that requests load, described from its manifest on disk (metadata and
+        config answer before the first request loads it); None otherwise."""
+        if not self.orchestrator.loads_on_request(name):
+            return None
+        v = version if version is not None else self.orchestrator.version_to_load(name)
+        if v is None:
+            return None
+        path = self.repository.models_dir / name / str(v)
+        try:
+            manifest = load_extracted(path, verify_hashes=False)
+        except (PackagerError, OSError):
+            return None
+        batching = effective_batching(manifest.batching, self.repository.overrides_for(name))
+        state, reason = self.orchestrator.not_loaded_reason(name)
+        return ModelVersion(name=name, version=v, path=path, state=VersionState(state),
+                            reason=reason, manifest=dataclasses.replace(manifest,
+                                                                        batching=batching),
+                            backend_name=manifest.backend, batching=batching)
 
     # ------------------------------------------------------------------ inference
     def submit(self, request: InferRequest) -> Future[InferResult]:
@@ -263,7 +292,7 @@ class DataPlane:
         try:
             mv = self.repository.resolve(request.model, request.version)
         except (ModelNotFoundError, ModelUnavailableError):
-            loaded = self.orchestrator.acquire(request.model, request.version)
+            loaded = self._load_for(request)
             if loaded is None:  # not a model that requests load
                 raise
             mv = loaded
@@ -278,6 +307,21 @@ class DataPlane:
         if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]  # resolve() gives a READY version: all set
             timeout = batching.default_timeout_us  # type: ignore[union-attr]  # resolve() gives a READY version: all set
         return mv.batcher, rows, timeout  # type: ignore[return-value]  # resolve() gives a READY version: all set
+
+    def _load_for(self, request: InferRequest) -> ModelVersion | None:
+        """The version ``request`` goes to, loaded for it when its model loads on request
+        (on-demand, or unloaded by the orchestrator); None when it does not."""
+        for _attempt in range(_ROUTE_ATTEMPTS):
+            if self.orchestrator.acquire(request.model, request.version) is None:
+                return None  # (a load that failed or timed out raised; no claim is held)
+            try:
+                return self.repository.resolve(request.model, request.version)
+            except (ModelNotFoundError, ModelUnavailableError):  # its load failed: retry
+                continue
+            finally:
+                self.orchestrator.release(request.model)
+        raise ModelUnavailableError(f"model {request.model!r} was unloaded to make room "
+                                    "again and again while it loaded; retry")
 
     # ------------------------------------------------------------------ statistics & repo
     def statistics(self, name: str | None = None,

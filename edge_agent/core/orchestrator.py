@@ -72,11 +72,12 @@ class ResidencyStats:
     last_unload: str = ""
     loading: bool = False
     waiting: int = 0
+    claims: int = 0  # requests a load was for, not yet routed to it (it is not evicted)
 
     def copy(self) -> ResidencyStats:
         return ResidencyStats(self.loads, self.on_demand_loads, self.unloads, self.waits,
                               self.wait_ns, self.last_wait_ns, self.last_unload, self.loading,
-                              self.waiting)
+                              self.waiting, self.claims)
 
 
 @dataclass(slots=True)
@@ -95,10 +96,12 @@ class Orchestrator:
         self._drain_timeout_s = drain_timeout_s
         self._figures = _Figures()
         self._loader: Loader = self._load_latest
+        self._active: Callable[[str], int | None] = lambda _name: None
         self._on_loaded: LoadedHook | None = None
         self._lock = threading.Lock()
         self._load_lock = threading.RLock()  # one load at a time: room, load, measure
         self._loads: dict[str, Future[ModelVersion]] = {}
+        self._in_load: tuple[str, int] | None = None  # the version loading now (one at a time)
         self._reloadable: set[str] = set()  # unloaded by us: the next request loads it again
         self._held: set[str] = set()  # unloaded by an operator: stays unloaded
         self._stats: dict[str, ResidencyStats] = {}
@@ -106,10 +109,22 @@ class Orchestrator:
         self._sweeper: threading.Thread | None = None
 
     # ------------------------------------------------------------------ wiring
-    def set_loader(self, loader: Loader, on_loaded: LoadedHook | None = None) -> None:
-        """Who loads a model on demand (the model manager: its active version)."""
+    def set_loader(self, loader: Loader, on_loaded: LoadedHook | None = None,
+                   active: Callable[[str], int | None] | None = None) -> None:
+        """Who loads a model on demand (the model manager: its active version), and which
+        version that is (for the metadata of a model not loaded yet)."""
         self._loader = loader
         self._on_loaded = on_loaded
+        if active is not None:
+            self._active = active
+
+    def version_to_load(self, name: str) -> int | None:
+        """The version a request for ``name`` would load (None: none on disk)."""
+        active = self._active(name)
+        if active is not None:
+            return active
+        versions = self.repository.scan().get(name)
+        return versions[-1] if versions else None
 
     def seed(self, name: str, version: int, rss_bytes: int | None) -> None:
         """A memory figure measured earlier on this device (the state store's)."""
@@ -171,22 +186,28 @@ class Orchestrator:
         self._figures.measured[key] = max(rss, self._figures.measured.get(key, 0))
 
     # ------------------------------------------------------------------ residency
-    def residents(self, *, busy_evictable: bool = False) -> list[Resident]:
-        """The loaded versions as the budget sees them."""
+    def residents(self, *, busy_evictable: bool = False,
+                  held_evictable: bool = False) -> list[Resident]:
+        """The loaded versions as the budget sees them. A version with requests in flight is
+        evictable only with ``busy_evictable`` (it is drained first); one that is loading,
+        mid-swap or claimed by requests that waited for its load (they are about to be
+        routed to it) only with ``held_evictable`` (used to tell "wait" from "never")."""
         out = []
         for name in self.repository.model_names():
             versions = self.repository.versions(name)
             ov = self.repository.overrides_for(name)
-            swapping = len(versions) > 1 or name in self._loads
+            stats = self._stats.get(name)
+            held = len(versions) > 1 or name in self._loads or (
+                stats is not None and stats.claims > 0)
             for mv in versions:
-                if mv.state.value not in ("READY", "LOADING"):
-                    continue
+                if mv.state.value != "READY" and (mv.name, mv.version) != self._in_load:
+                    continue  # not in memory (a load waiting for its turn takes nothing yet)
                 busy = mv.batcher is not None and mv.batcher.inflight > 0
                 out.append(Resident(
                     name, mv.version, self.memory_of(name, mv.version)[0], mv.last_used,
                     pinned=ov.pinned,
-                    evictable=mv.state.value == "READY" and not swapping
-                    and (busy_evictable or not busy)))
+                    evictable=held_evictable or (mv.state.value == "READY" and not held
+                                                 and (busy_evictable or not busy))))
         return out
 
     def used_bytes(self) -> int:
@@ -214,7 +235,11 @@ class Orchestrator:
             if self.budget_bytes is not None:
                 self._make_room(mv.name, mv.version)
             rss0, t0 = process_rss(), time.perf_counter()
-            yield
+            self._in_load = (mv.name, mv.version)
+            try:
+                yield
+            finally:
+                self._in_load = None
             rss = max(0, process_rss() - rss0)
             load_ms = (time.perf_counter() - t0) * 1000
             self._note(mv.name, mv.version, rss)
@@ -222,25 +247,47 @@ class Orchestrator:
             with self._lock:
                 stats.loads += 1
                 self._held.discard(mv.name)
+            if self.repository.overrides_for(mv.name).idle_unload_s:
+                self.start()  # a setting given after start-up (live settings) needs the sweeper
             self._persist()
             if self._on_loaded is not None:
                 self._on_loaded(mv, load_ms, self._figures.measured.get((mv.name, mv.version)))
 
     def _make_room(self, name: str, version: int) -> None:
+        """Unload least recently used versions until ``name`` ``version`` fits: idle ones
+        first, then busy ones (drained). Versions held for a moment (loading, mid-swap,
+        claimed by the requests their load was for) are waited for, up to the model's
+        ``load_timeout_ms``; MemoryBudgetError when it cannot fit at all."""
         assert self.budget_bytes is not None
         needed = self.memory_of(name, version)[0]
-        residents = [r for r in self.residents() if not (r.name == name
-                                                          and r.version == version)]
         keep = frozenset({name})  # a swap: the old version serves until the switch
-        try:
-            chosen = residency.victims(needed, self.budget_bytes, residents, keep=keep)
-        except MemoryBudgetError:
-            residents = [r for r in self.residents(busy_evictable=True)
-                         if not (r.name == name and r.version == version)]
+        deadline = time.monotonic() + load_timeout_s(self.repository.overrides_for(name))
+
+        def others(**kw: bool) -> list[Resident]:
+            return [r for r in self.residents(**kw) if not (r.name == name
+                                                             and r.version == version)]
+
+        while True:
             try:
-                chosen = residency.victims(needed, self.budget_bytes, residents, keep=keep)
+                chosen = residency.victims(needed, self.budget_bytes, others(), keep=keep)
+                break
+            except MemoryBudgetError:
+                pass
+            try:
+                chosen = residency.victims(needed, self.budget_bytes,
+                                           others(busy_evictable=True), keep=keep)
+                break
             except MemoryBudgetError as exc:
-                raise MemoryBudgetError(f"model {name!r} version {version}: {exc}") from None
+                error = exc
+            try:
+                residency.victims(needed, self.budget_bytes, others(held_evictable=True),
+                                  keep=keep)
+            except MemoryBudgetError:
+                raise MemoryBudgetError(f"model {name!r} version {version}: {error}") from None
+            if time.monotonic() > deadline:
+                raise MemoryBudgetError(f"model {name!r} version {version}: {error} (waited "
+                                        "for versions held by a load or a swap)")
+            time.sleep(0.02)  # a version is held for a moment: wait for it
         for r in chosen:
             self._unload(r.name, r.version,
                          f"unloaded to make room for {name} version {version} "
@@ -275,7 +322,10 @@ class Orchestrator:
 
     def acquire(self, name: str, version: int | None) -> ModelVersion | None:
         """Load ``name`` for a request (shared with concurrent requests) and wait for it up to
-        the model's ``load_timeout_ms``; None when requests do not load this model."""
+        the model's ``load_timeout_ms``; None when requests do not load this model.
+
+        Unless it returns None, the caller holds a claim on the model (it is not unloaded to
+        make room) until it calls :meth:`release` once it has routed the request."""
         if not self.loads_on_request(name):
             return None
         timeout = load_timeout_s(self.repository.overrides_for(name))
@@ -288,16 +338,16 @@ class Orchestrator:
                 threading.Thread(target=self._run_load, args=(name, future),
                                  name=f"edge-load-{name}", daemon=True).start()
             stats.waiting += 1
+            stats.claims += 1
         start = time.monotonic_ns()
         try:
-            mv = future.result(timeout)
-        except FutureTimeoutError:
-            raise ModelUnavailableError(
-                f"model {name!r} is loading on demand and was not ready within "
-                f"load_timeout_ms={timeout * 1000:.0f}; retry") from None
-        except AgentError as exc:
-            raise ModelUnavailableError(
-                f"model {name!r} could not be loaded on demand: {exc}") from None
+            self._wait_for(name, future, timeout)
+            mv = future.result()
+            if version is not None and mv.version != version:
+                mv = self.repository.resolve(name, version)
+        except BaseException:
+            self.release(name)  # no request will be routed on this claim
+            raise
         finally:
             waited = time.monotonic_ns() - start
             with self._lock:
@@ -306,9 +356,24 @@ class Orchestrator:
                 stats.wait_ns += waited
                 stats.last_wait_ns = waited
             self._persist()
-        if version is not None and mv.version != version:
-            return self.repository.resolve(name, version)
         return mv
+
+    def _wait_for(self, name: str, future: Future[ModelVersion], timeout: float) -> None:
+        try:
+            future.result(timeout)
+        except FutureTimeoutError:
+            raise ModelUnavailableError(
+                f"model {name!r} is loading on demand and was not ready within "
+                f"load_timeout_ms={timeout * 1000:.0f}; retry") from None
+        except AgentError as exc:
+            raise ModelUnavailableError(
+                f"model {name!r} could not be loaded on demand: {exc}") from None
+
+    def release(self, name: str) -> None:
+        """The request that :meth:`acquire` loaded ``name`` for has been routed."""
+        with self._lock:
+            stats = self._stats_of(name)
+            stats.claims = max(0, stats.claims - 1)
 
     def _run_load(self, name: str, future: Future[ModelVersion]) -> None:
         try:

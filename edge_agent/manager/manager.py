@@ -89,7 +89,8 @@ class ModelManager:
                                        on_commit=self._committed, memory=self.memory_check)
         self.serving = ServingControl(self.repository, store, self.journal, self.locks,
                                       lambda: self.settings, on_unload=self._unloaded)
-        self.orchestrator.set_loader(self._load_active, on_loaded=self._measured)
+        self.orchestrator.set_loader(self._load_active, on_loaded=self._measured,
+                                     active=store.active_version)
         for rec in store.versions():
             self.orchestrator.seed(rec.model, rec.version, rec.rss_delta_bytes)
 
