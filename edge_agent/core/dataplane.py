@@ -354,8 +354,13 @@ class DataPlane:
                 for v in versions:
                     entries[(name, v)] = RepositoryEntry(name, v, state, reason)
         for mv in self.repository.versions():
+            reason = mv.reason
+            if mv.state is VersionState.READY and mv.name in self.orchestrator.managed():
+                stats = self.orchestrator.stats(mv.name)
+                reason = (f"loaded on request: {stats.loads} load(s), {stats.waits} request(s) "
+                          f"waited, the last {stats.last_wait_ns / 1e6:.0f} ms")
             entries[(mv.name, mv.version)] = RepositoryEntry(mv.name, mv.version,
-                                                             mv.state.value, mv.reason)
+                                                             mv.state.value, reason)
         out = [entries[k] for k in sorted(entries)]
         if ready_only:
             out = [e for e in out if e.state == VersionState.READY.value]

@@ -314,6 +314,11 @@ class Orchestrator:
         return (name in self._reloadable
                 or self.repository.overrides_for(name).load == "on-demand")
 
+    def managed(self) -> set[str]:
+        """Models whose requests have waited for a load (on-demand or reloaded)."""
+        with self._lock:
+            return {name for name, stats in self._stats.items() if stats.waits}
+
     def hold(self, name: str) -> None:
         """An operator unloaded ``name``: requests do not load it until it is loaded again."""
         with self._lock:

@@ -59,6 +59,9 @@ class StartupRecovery:
                 error = next((mv.reason for mv in self.repository.versions(name)
                               if mv.version == v), "") or "it did not load"
                 notes += self._fall_back(name, v, error)
+        for name, versions in self.repository.scan().items():  # on-demand: not loaded here
+            if name not in self.repository.model_names() and active.get(name) is None:
+                notes += self._first_activation(name, versions[-1])
         return notes
 
     def _ready(self, name: str, version: int) -> bool:
@@ -124,11 +127,13 @@ class StartupRecovery:
                              f"match its manifest ({damage}); deploy it again to restore it")
         return notes
 
-    def _first_activation(self, name: str) -> list[str]:
-        v = self.repository.default_version(name)
+    def _first_activation(self, name: str, on_demand: int | None = None) -> list[str]:
+        """Make the version a model serves (or, ``on_demand``, will load) active."""
+        v = self.repository.default_version(name) if on_demand is None else on_demand
         if v is None:
             return []
         dep = self.journal.begin(name, DeploymentKind.ACTIVATE, v, None)
         self.store.commit_deployment(dep, f"version {v} found on disk at start-up")
-        self.repository.set_default(name, v)
+        if on_demand is None:
+            self.repository.set_default(name, v)
         return [f"activated {name} version {v} (found on disk)"]

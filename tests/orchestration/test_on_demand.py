@@ -69,6 +69,9 @@ def test_on_demand_model_is_listed_not_ready_and_concurrent_first_requests_share
             t.join(300)
         assert not errors and len(shapes) == 6
         assert triton.is_model_ready("squeezenet")
+        index = triton.get_model_repository_index(as_json=True)["models"]
+        (entry,) = [m for m in index if m["name"] == "squeezenet"]
+        assert entry["state"] == "READY" and "loaded on request: 1 load(s)" in entry["reason"]
         (view,) = [v for v in c.models("squeezenet") if v.active]
         assert view.loads == 1 and view.load_mode == "on-demand"
         assert view.load_waits >= 1 and view.residency == "loaded"
