@@ -104,6 +104,7 @@ class Orchestrator:
         self._in_load: tuple[str, int] | None = None  # the version loading now (one at a time)
         self._reloadable: set[str] = set()  # unloaded by us: the next request loads it again
         self._held: set[str] = set()  # unloaded by an operator: stays unloaded
+        self._unfit: set[str] = set()  # the last load did not fit in the budget
         self._stats: dict[str, ResidencyStats] = {}
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -247,6 +248,7 @@ class Orchestrator:
             with self._lock:
                 stats.loads += 1
                 self._held.discard(mv.name)
+                self._unfit.discard(mv.name)
             if self.repository.overrides_for(mv.name).idle_unload_s:
                 self.start()  # a setting given after start-up (live settings) needs the sweeper
             self._persist()
@@ -283,8 +285,10 @@ class Orchestrator:
                 residency.victims(needed, self.budget_bytes, others(held_evictable=True),
                                   keep=keep)
             except MemoryBudgetError:
+                self._did_not_fit(name)
                 raise MemoryBudgetError(f"model {name!r} version {version}: {error}") from None
             if time.monotonic() > deadline:
+                self._did_not_fit(name)
                 raise MemoryBudgetError(f"model {name!r} version {version}: {error} (waited "
                                         "for versions held by a load or a swap)")
             time.sleep(0.02)  # a version is held for a moment: wait for it
@@ -292,6 +296,15 @@ class Orchestrator:
             self._unload(r.name, r.version,
                          f"unloaded to make room for {name} version {version} "
                          f"(memory budget {mib(self.budget_bytes)})")
+
+    def _did_not_fit(self, name: str) -> None:
+        with self._lock:
+            self._reloadable.add(name)  # a later request tries again (room may have freed)
+            self._unfit.add(name)
+
+    def did_not_fit(self, name: str) -> bool:
+        """Whether the last load of ``name`` was refused by the memory budget."""
+        return name in self._unfit
 
     def _unload(self, name: str, version: int, why: str) -> None:
         """Unload one version (its in-flight requests are answered first); the next request

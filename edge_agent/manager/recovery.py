@@ -47,14 +47,20 @@ class StartupRecovery:
         managed = {m for m, v in active.items() if v is not None}
         self.dataplane.load_all(
             only=lambda name, v: name not in managed or active.get(name) == v)
+        unfit = self.dataplane.orchestrator.did_not_fit
         for mv in self.repository.versions():
-            self.journal.record_load(mv, None, None)
+            if not unfit(mv.name):  # not a failure of the version: the budget was full
+                self.journal.record_load(mv, None, None)
         for name in self.repository.model_names():
             v = active.get(name)
             if v is not None and self._ready(name, v):
                 self.repository.set_default(name, v)
             elif v is None:
                 notes += self._first_activation(name)
+            elif unfit(name):
+                notes.append(f"{name} version {v} was not loaded: it does not fit in the memory "
+                             "budget next to the pinned models; a request loads it when room "
+                             "frees")
             else:
                 error = next((mv.reason for mv in self.repository.versions(name)
                               if mv.version == v), "") or "it did not load"

@@ -90,3 +90,30 @@ def test_a_deploy_that_cannot_fit_is_refused_before_anything_changes(
         assert not (state / "models" / "squeezenet" / "2").exists()
         assert len(c.deployments()) == history + 2
         assert triton.is_model_ready("squeezenet") and infer_cnn(triton, "squeezenet")[0] == 1
+
+
+def test_a_pinned_model_keeps_its_room_and_a_request_that_cannot_fit_is_told_why(
+        tmp_path: Path, cnn_bundles: CnnBundles) -> None:
+    state = tmp_path / "state"
+    with running_agent(state, cnn_bundles.public_key) as agent, client(agent) as c:
+        for name in ("squeezenet", "shufflenet"):
+            assert c.deploy(cnn_bundles.cnn[name]).ok
+        figures = {name: memory_of(c, name) for name in ("squeezenet", "shufflenet")}
+    budget_mib = (figures["squeezenet"] + figures["shufflenet"] // 2) / MIB
+    models = {"squeezenet": ModelOverrides(isolation="thread", pinned=True),
+              "shufflenet": ModelOverrides(isolation="thread")}
+    with running_agent(state, cnn_bundles.public_key, budget_mib=budget_mib,
+                       models=models) as agent, client(agent) as c, \
+            tc.InferenceServerClient(agent.grpc) as triton:
+        assert triton.is_model_ready("squeezenet") and not triton.is_model_ready("shufflenet")
+        try:
+            infer_cnn(triton, "shufflenet")
+            raise AssertionError("a model that cannot fit was served")
+        except tc.InferenceServerException as err:
+            assert err.status() == "StatusCode.UNAVAILABLE"
+            assert "memory budget" in err.message() and "pinned: squeezenet" in err.message()
+        assert triton.is_model_ready("squeezenet") and infer_cnn(triton, "squeezenet")[0] == 1
+        kinds = [d.kind for d in c.deployments()]
+        assert "auto-rollback" not in kinds
+        (view,) = [v for v in c.models("shufflenet") if v.active]
+        assert view.stored_state != "failed"
