@@ -228,7 +228,9 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         else:
             parity["artifacts"][art.backend] = check_parity(source, runner, prepared.inputs,
                                                             batch_sizes, tol)
-            if i == 0:  # the served artifact's load cost, for the agent's memory budget
+            if i == 0 and not os.environ.get("SOURCE_DATE_EPOCH"):
+                # the served artifact's load cost, for the agent's memory budget (a memory
+                # figure differs between runs: reproducible builds leave it out)
                 cost = measure_load_cost(art.backend, root / art.entry,
                                          art.options.get("inference_precision", "f32"))
                 if cost:
