@@ -223,7 +223,7 @@ class Orchestrator:
             return
         if needed is None:
             needed = self.memory_of(name, version)[0]
-        residents = self.residents(busy_evictable=True)
+        residents = self.residents(held_evictable=True)  # only pinned ones stay for good
         old = next((r for r in residents if r.name == name and r.version == swap_from), None)
         residency.check_fits(needed, self.budget_bytes, residents, name=name,
                              version=version, swap_from=old)
