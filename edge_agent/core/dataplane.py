@@ -327,6 +327,8 @@ class DataPlane:
     def statistics(self, name: str | None = None,
                    version: int | None = None) -> list[ModelStats]:
         if name is not None and name not in self.repository.model_names():
+            if self.orchestrator.loads_on_request(name) and name in self.repository.scan():
+                return []  # listed, not loaded yet: nothing counted
             raise ModelNotFoundError(f"model {name!r} is not loaded")
         out = []
         for mv in self.repository.versions(name):

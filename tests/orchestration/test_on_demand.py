@@ -50,6 +50,8 @@ def test_on_demand_model_is_listed_not_ready_and_concurrent_first_requests_share
         meta = triton.get_model_metadata("squeezenet", as_json=True)  # from the manifest
         assert meta["versions"] == ["1"] and meta["inputs"][0]["name"] == "data_0"
         assert not triton.is_model_ready("squeezenet")  # describing it loads nothing
+        stats = triton.get_inference_statistics("squeezenet", as_json=True)
+        assert not stats.get("model_stats")  # listed, nothing counted yet
         start = threading.Barrier(6)
         shapes: list[tuple[int, ...]] = []
         errors: list[BaseException] = []
