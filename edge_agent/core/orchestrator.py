@@ -472,7 +472,9 @@ class Orchestrator:
             return
         tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
         try:
-            tmp.write_text(json.dumps(self.snapshot()))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps(self.snapshot()))
             os.replace(tmp, target)
         except (OSError, AgentError) as exc:
             log.debug("residency snapshot not written: %s", exc)
