@@ -236,9 +236,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print(f"[bold]{i.name}[/] {s.address}  id {i.agent_id[:12]}  {i.arch}  "
                       f"profile {i.profile}  runtimes {', '.join(i.runtimes)}  "
                       f"agent {i.agent_version}  up {i.uptime_s:.0f} s")
+        console.print(f"memory: {i.memory_used_bytes / 2**20:.0f} MiB loaded"
+                      + (f" of a {i.memory_budget_bytes / 2**20:.0f} MiB budget"
+                         if i.memory_budget_bytes else " (no memory budget)"))
         table = Table(title="model versions", title_justify="left")
         for col in ("model", "version", "active", "state", "backend", "load ms", "RSS MiB",
-                    "parity on device", "error"):
+                    "load", "loads/unloads", "waits (mean ms)", "parity on device", "error"):
             table.add_column(col)
         parity = {(p.model, p.version): p.figures for p in s.parity}
         for v in s.versions:
@@ -246,6 +249,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                           v.backend, "-" if v.load_ms is None else f"{v.load_ms:.0f}",
                           "-" if v.rss_delta_bytes is None
                           else f"{v.rss_delta_bytes / 2**20:+.1f}",
+                          v.load_mode + (" pinned" if v.pinned else ""),
+                          f"{v.loads}/{v.unloads}",
+                          f"{v.load_waits} ({v.load_wait_ms / v.load_waits:.0f})"
+                          if v.load_waits else "-",
                           parity.get((v.model, v.version), "-"),
                           v.load_error[:60] if cut else v.load_error)
         console.print(table)

@@ -46,6 +46,16 @@ Example ``agent.toml``::
     priority = 10                     # 1 is the highest: runs first when executions wait for
                                       # [agent] max_concurrent_executions (default 10)
 
+    load = "eager"                    # "on-demand": listed, loaded by the first request
+    load_timeout_ms = 30000           # how long a request waits for an on-demand load
+    idle_unload_s = 0                 # unload after this long unused (0: never)
+    pinned = false                    # true: never unloaded (idle or to make room)
+    version_policy = "active"         # KServe RepositoryModelLoad loads: "active", "all",
+                                      # "latest N", "specific V,V"
+
+    [agent]
+    memory_budget_mib = 2048          # loaded versions' memory stays within it (default: none)
+
     [response_cache]                  # one agent-wide budget, least recently used evicted
     size_mib = 0                      # 0 (the default): no response cache at all
 
@@ -75,7 +85,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.core.gate import MAX_PRIORITY_VALUE
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.core.overrides import LOAD_MODES, ModelOverrides, parse_version_policy
 from edge_agent.errors import ConfigError
 from edge_agent.http.options import HttpConfig, http_section, listen_address
 from edge_agent.management.options import SECTIONS as MANAGEMENT_SECTIONS
@@ -131,6 +141,9 @@ class AgentConfig:
     """``[http]``: the KServe HTTP/REST front end and /metrics (off unless ``listen``)."""
     max_concurrent_executions: int = 0
     """``[agent] max_concurrent_executions``: backend executions at once (0: the core count)."""
+    memory_budget_bytes: int | None = None
+    """``[agent] memory_budget_mib`` in bytes: the loaded versions' memory stays within it
+    (None, the default: no budget)."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -217,8 +230,12 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
         elif key == "preferred_batch_sizes":
             _check_type(full, value, list)
             kw[key] = tuple(_non_negative(full, v) for v in value)
-        elif key in ("allow_timeout_override", "warmup", "response_cache"):
+        elif key in ("allow_timeout_override", "warmup", "response_cache", "pinned"):
             kw[key] = _check_type(full, value, bool)
+        elif key == "load_timeout_ms":
+            kw[key] = _non_negative(full, value)
+        elif key == "idle_unload_s":
+            kw[key] = _seconds(full, value, allow_zero=True) or None
         else:
             kw[key] = _check_type(full, value, str)
     if kw.get("isolation", "auto") not in ISOLATION_MODES:
@@ -232,6 +249,13 @@ def _model_section(name: str, data: Mapping[str, Any]) -> ModelOverrides:
         kw["openvino_hint"] = hint.upper()
     if kw.get("openvino_streams") == 0:
         raise ConfigError(f"config key '{prefix}.openvino_streams': must be >= 1")
+    if kw.get("load", "eager") not in LOAD_MODES:
+        raise ConfigError(f"config key '{prefix}.load': {kw['load']!r} is not one of "
+                          f"{', '.join(repr(m) for m in LOAD_MODES)}")
+    try:
+        parse_version_policy(kw.get("version_policy", "active"))
+    except ValueError as exc:
+        raise ConfigError(f"config key '{prefix}.version_policy': {exc}") from None
     if kw.get("instances") == 0:
         raise ConfigError(f"config key '{prefix}.instances': must be >= 1")
     if kw.get("priority") == 0 or kw.get("priority", 1) > MAX_PRIORITY_VALUE:
@@ -245,17 +269,26 @@ def model_overrides(name: str, data: Mapping[str, Any]) -> ModelOverrides:
     return _model_section(name, data)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent", *MANAGEMENT_SECTIONS)
-_AGENT_KEYS = ("max_concurrent_executions",)
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent",
+             *MANAGEMENT_SECTIONS)
+_AGENT_KEYS = ("max_concurrent_executions", "memory_budget_mib")
 
 
-def _max_concurrent_executions(data: Mapping[str, Any]) -> int:
+def _agent_section(data: Mapping[str, Any]) -> tuple[int, int | None]:
+    """``[agent]``: (max_concurrent_executions, the memory budget in bytes or None)."""
     for key in data:
         if key not in _AGENT_KEYS:
             raise ConfigError(f"config key 'agent.{key}' is unknown; known keys: "
                               f"{list(_AGENT_KEYS)}")
-    return _non_negative("agent.max_concurrent_executions",
-                         data.get("max_concurrent_executions", 0))
+    executions = _non_negative("agent.max_concurrent_executions",
+                               data.get("max_concurrent_executions", 0))
+    value = data.get("memory_budget_mib")
+    if value is None:
+        return executions, None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"config key 'agent.memory_budget_mib': expected a number of MiB "
+                          f"> 0, got {value!r}")
+    return executions, int(value * (1 << 20))
 
 
 def _response_cache_bytes(data: Mapping[str, Any]) -> int:
@@ -322,12 +355,13 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
         http_cfg = dataclasses.replace(http_cfg, listen=listen_address(http_address, "--http"))
     mgmt = management_options(data, Path(path).parent if path is not None else None,
                               **dict(management or {}))
+    agent_section = _agent_section(_check_type("agent", data.get("agent", {}), dict))
     config = AgentConfig(state_dir=Path(state_dir), grpc=grpc_cfg, models=models,
                          model_defaults=model_defaults,
                          response_cache_bytes=_response_cache_bytes(_check_type(
                              "response_cache", data.get("response_cache", {}), dict)),
-                         max_concurrent_executions=_max_concurrent_executions(_check_type(
-                             "agent", data.get("agent", {}), dict)),
+                         max_concurrent_executions=agent_section[0],
+                         memory_budget_bytes=agent_section[1],
                          management=mgmt, http=http_cfg,
                          source=Path(path) if path is not None else None)
     uds_path = config.uds_path

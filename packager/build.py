@@ -27,7 +27,8 @@ from packager.bundle_writer import write_bundle
 from packager.calibration import CalibrationData, load_calibration
 from packager.converters import convert
 from packager.errors import BundleError, ModelError, ParityError, UsageError
-from packager.manifest import BatchingConfig, Manifest, TensorSpec
+from packager.load_cost import measure_load_cost
+from packager.manifest import LOAD_COST_KEY, BatchingConfig, Manifest, TensorSpec
 from packager.onnx_tools import (
     io_signature,
     leading_dim_state,
@@ -272,7 +273,7 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         parity["native"] = dict(prepared.native_parity)
     if instead:
         parity["skipped"][profile.backend] = instead
-    for art in artifacts:
+    for i, art in enumerate(artifacts):
         steps.start(f"{profile.name}: parity check of {art.backend}")
         runner, why = _runner(art, root)
         if runner is None:
@@ -284,6 +285,13 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         else:
             parity["artifacts"][art.backend] = check_parity(source, runner, prepared.inputs,
                                                             batch_sizes, tol)
+            if i == 0 and not os.environ.get("SOURCE_DATE_EPOCH"):
+                # the served artifact's load cost, for the agent's memory budget (a memory
+                # figure differs between runs: reproducible builds leave it out)
+                cost = measure_load_cost(art.backend, root / art.entry,
+                                         art.options.get("inference_precision", "f32"))
+                if cost:
+                    parity[LOAD_COST_KEY] = cost
         steps.advance(f"{profile.name}: parity of {art.backend} done")
     parity["passed"] = all(r["passed"] for r in parity["artifacts"].values())
     parity["allowed_failure"] = bool(not parity["passed"] and allow_parity_failure)

@@ -71,6 +71,10 @@ class FileEntry:
     sha256: str
 
 
+LOAD_COST_KEY = "load_rss_bytes"
+"""The ``parity`` entry holding the build machine's measured load cost (bytes)."""
+
+
 @dataclass(frozen=True)
 class Manifest:
     """Everything the agent needs to know about one model version for one device profile."""
@@ -152,6 +156,14 @@ class Manifest:
         if not isinstance(d, dict):
             raise BundleError("manifest.json must hold a JSON object")
         return cls.from_dict(d)
+
+    @property
+    def load_cost_bytes(self) -> int:
+        """Resident bytes loading the artifact added in the build's parity runtime
+        (``parity["load_rss_bytes"]``; 0: not measured). Kept inside ``parity`` so that agents
+        older than the field read such manifests unchanged."""
+        value = self.parity.get(LOAD_COST_KEY, 0)
+        return int(value) if isinstance(value, int | float) and value > 0 else 0
 
     @property
     def batched(self) -> bool:

@@ -14,6 +14,7 @@ after routing and validation and before the batcher.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,7 +30,8 @@ from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.cache import ResponseCache
 from edge_agent.core.gate import ExecutionGate
 from edge_agent.core.observer import InferenceObserver
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.core.orchestrator import Orchestrator
+from edge_agent.core.overrides import ModelOverrides, effective_batching, policy_versions
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
 from edge_agent.core.types import (
     InferRequest,
@@ -45,6 +47,8 @@ from edge_agent.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
+from packager.errors import PackagerError
+from packager.reader import load_extracted
 
 _now = time.monotonic_ns
 
@@ -85,11 +89,19 @@ class DataPlane:
                  default_overrides: ModelOverrides | None = None, caller_runs: bool = True,
                  autoload: bool = True, drain_timeout_s: float = 30.0,
                  server_name: str = "edge-agent", response_cache_bytes: int = 0,
-                 max_concurrent_executions: int = 0) -> None:
+                 max_concurrent_executions: int = 0,
+                 memory_budget_bytes: int | None = None) -> None:
         self.gate = ExecutionGate(max_concurrent_executions)
         self.repository = ModelRepository(state_dir, observer=observer, overrides=overrides,
                                           default_overrides=default_overrides,
                                           drain_timeout_s=drain_timeout_s, gate=self.gate)
+        self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
+                                         drain_timeout_s=drain_timeout_s)
+        self.repository.load_guard = self.orchestrator.loading
+        if memory_budget_bytes is not None or any(
+                o.idle_unload_s for o in [*(overrides or {}).values(),
+                                          default_overrides or ModelOverrides()]):
+            self.orchestrator.start()
         self._caller_runs = caller_runs
         self._server_name = server_name
         self._observer = observer
@@ -105,7 +117,9 @@ class DataPlane:
         """Load every model version on disk, or those ``only(name, version)`` accepts (failed
         ones stay listed as UNAVAILABLE); then the data plane reports ready."""
         try:
-            return self.repository.load_all(only)
+            return self.repository.load_all(
+                lambda n, v: (only is None or only(n, v))
+                and self.repository.overrides_for(n).load != "on-demand")
         finally:
             self._startup_done.set()
 
@@ -145,12 +159,38 @@ class DataPlane:
                                instances=mv.batching.instances, device=mv.device)
 
     def _described(self, name: str, version: int | None) -> ModelVersion:
-        mv = self.repository.lookup(name, version)
+        try:
+            mv = self.repository.lookup(name, version)
+        except ModelNotFoundError:
+            unloaded = self._unloaded_version(name, version)
+            if unloaded is None:
+                raise
+            return unloaded
         if mv.manifest is None:
             raise ModelUnavailableError(
                 f"model {name!r} version {mv.version} is {mv.state.value}"
                 + (f": {mv.reason}" if mv.reason else ""))
         return mv
+
+    def _unloaded_version(self, name: str, version: int | None) -> ModelVersion | None:
+        """A model that requests load, described from its manifest on disk (metadata and
+        config answer before the first request loads it); None otherwise."""
+        if not self.orchestrator.loads_on_request(name):
+            return None
+        v = version if version is not None else self.orchestrator.version_to_load(name)
+        if v is None:
+            return None
+        path = self.repository.models_dir / name / str(v)
+        try:
+            manifest = load_extracted(path, verify_hashes=False)
+        except (PackagerError, OSError):
+            return None
+        batching = effective_batching(manifest.batching, self.repository.overrides_for(name))
+        state, reason = self.orchestrator.not_loaded_reason(name)
+        return ModelVersion(name=name, version=v, path=path, state=VersionState(state),
+                            reason=reason, manifest=dataclasses.replace(manifest,
+                                                                        batching=batching),
+                            backend_name=manifest.backend, batching=batching)
 
     # ------------------------------------------------------------------ inference
     def submit(self, request: InferRequest) -> Future[InferResult]:
@@ -280,7 +320,14 @@ class DataPlane:
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
 
     def _route(self, request: InferRequest, start: int) -> tuple[DynamicBatcher, int, int]:
-        mv = self.repository.resolve(request.model, request.version)
+        try:
+            mv = self.repository.resolve(request.model, request.version)
+        except (ModelNotFoundError, ModelUnavailableError):
+            loaded = self._load_for(request)
+            if loaded is None:  # not a model that requests load
+                raise
+            mv = loaded
+        mv.last_used = time.monotonic()
         if mv.streamer is not None:  # a decoupled model answers only over a stream
             raise mv.streamer.refusal()
         try:
@@ -294,10 +341,27 @@ class DataPlane:
             timeout = batching.default_timeout_us  # type: ignore[union-attr]  # resolve() gives a READY version: all set
         return mv.batcher, rows, timeout  # type: ignore[return-value]  # resolve() gives a READY version: all set
 
+    def _load_for(self, request: InferRequest) -> ModelVersion | None:
+        """The version ``request`` goes to, loaded for it when its model loads on request
+        (on-demand, or unloaded by the orchestrator); None when it does not."""
+        for _attempt in range(_ROUTE_ATTEMPTS):
+            if self.orchestrator.acquire(request.model, request.version) is None:
+                return None  # (a load that failed or timed out raised; no claim is held)
+            try:
+                return self.repository.resolve(request.model, request.version)
+            except (ModelNotFoundError, ModelUnavailableError):  # its load failed: retry
+                continue
+            finally:
+                self.orchestrator.release(request.model)
+        raise ModelUnavailableError(f"model {request.model!r} was unloaded to make room "
+                                    "again and again while it loaded; retry")
+
     # ------------------------------------------------------------------ statistics & repo
     def statistics(self, name: str | None = None,
                    version: int | None = None) -> list[ModelStats]:
         if name is not None and name not in self.repository.model_names():
+            if self.orchestrator.loads_on_request(name) and name in self.repository.scan():
+                return []  # listed, not loaded yet: nothing counted
             raise ModelNotFoundError(f"model {name!r} is not loaded")
         out = []
         for mv in self.repository.versions(name):
@@ -319,22 +383,38 @@ class DataPlane:
             for v in versions:
                 entries[(name, v)] = RepositoryEntry(name, v, VersionState.UNAVAILABLE.value,
                                                      "not loaded")
+        for name, versions in self.repository.scan().items():
+            if self.repository.default_version(name) is None and versions:
+                state, reason = self.orchestrator.not_loaded_reason(name)
+                for v in versions:
+                    entries[(name, v)] = RepositoryEntry(name, v, state, reason)
         for mv in self.repository.versions():
+            reason = mv.reason
+            if mv.state is VersionState.READY and mv.name in self.orchestrator.managed():
+                stats = self.orchestrator.stats(mv.name)
+                reason = (f"loaded on request: {stats.loads} load(s), {stats.waits} request(s) "
+                          f"waited, the last {stats.last_wait_ns / 1e6:.0f} ms")
             entries[(mv.name, mv.version)] = RepositoryEntry(mv.name, mv.version,
-                                                             mv.state.value, mv.reason)
+                                                             mv.state.value, reason)
         out = [entries[k] for k in sorted(entries)]
         if ready_only:
             out = [e for e in out if e.state == VersionState.READY.value]
         return out
 
     def load_model(self, name: str) -> None:
-        self.repository.reload_model(name)
+        """Load the versions on disk that ``name``'s ``version_policy`` names (without a model
+        manager "active" is the highest); READY versions stay, others are unloaded."""
+        policy = self.repository.overrides_for(name).version_policy
+        on_disk = self.repository.scan().get(name, [])
+        self.repository.reload_model(name, policy_versions(policy, on_disk, None))
 
     def unload_model(self, name: str) -> None:
+        self.orchestrator.hold(name)
         self.repository.unload_model(name)
 
     def close(self) -> None:
         """Stop accepting requests, drain and unload every model."""
         self._closed = True
+        self.orchestrator.close()
         self.repository.close()
         planes.unregister(self.repository.models_dir, self)

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -33,6 +34,9 @@ from packager.errors import PackagerError
 from packager.manifest import MANIFEST_NAME, BatchingConfig, Manifest
 
 log = logging.getLogger(__name__)
+
+
+LoadGuard = Callable[["ModelVersion"], AbstractContextManager[None]]
 
 
 class VersionState(StrEnum):
@@ -60,6 +64,7 @@ class ModelVersion:
     signature: Signature | None = None
     batcher: DynamicBatcher | None = None
     streamer: DecoupledRunner | None = None  # a decoupled model's (ModelStreamInfer only)
+    last_used: float = 0.0  # time.monotonic() of the last request routed to it
 
 
 @dataclass(eq=False)
@@ -108,6 +113,8 @@ class ModelRepository:
         self._drain_timeout_s = drain_timeout_s
         self._models: dict[str, _Model] = {}
         self._lock = threading.RLock()
+        self.load_guard: LoadGuard | None = None
+        """Entered around every load (the orchestrator: make room in the budget, measure)."""
 
     # ------------------------------------------------------------------ disk
     def scan(self) -> dict[str, list[int]]:
@@ -237,7 +244,7 @@ class ModelRepository:
             mv = ModelVersion(name=name, version=version, path=path)
             model.versions[version] = mv
         try:
-            self._bring_up(mv)
+            self._guarded_bring_up(mv)
         except (AgentError, PackagerError, OSError) as exc:
             mv.state = VersionState.UNAVAILABLE
             mv.reason = str(exc)
@@ -253,6 +260,14 @@ class ModelRepository:
             mv.state = VersionState.READY
             self._refresh_default(model)
         return mv
+
+    def _guarded_bring_up(self, mv: ModelVersion,
+                          overrides: ModelOverrides | None = None) -> None:
+        if self.load_guard is None:
+            self._bring_up(mv, overrides)
+            return
+        with self.load_guard(mv):
+            self._bring_up(mv, overrides)
 
     def _bring_up(self, mv: ModelVersion, overrides: ModelOverrides | None = None) -> None:
         if not mv.path.is_dir():
@@ -320,7 +335,7 @@ class ModelRepository:
                                             "load it instead of reloading it")
         mv = ModelVersion(name=name, version=version, path=old.path)
         try:
-            self._bring_up(mv, overrides)
+            self._guarded_bring_up(mv, overrides)
             mv.state = VersionState.READY
             if check is not None:
                 check(mv)
@@ -403,10 +418,12 @@ class ModelRepository:
         for v in versions:
             self.unload_version(name, v)
 
-    def reload_model(self, name: str) -> None:
+    def reload_model(self, name: str, versions: list[int] | None = None) -> None:
         """Bring the served versions of ``name`` in line with the disk: load new or failed
-        versions, unload versions whose directories are gone; READY versions stay."""
+        versions (``versions``: only those), unload the others; READY versions stay."""
         on_disk = self.scan().get(name)
+        if versions is not None and on_disk is not None:
+            on_disk = [v for v in on_disk if v in versions]
         if on_disk is None and name not in self._models:
             raise ModelNotFoundError(
                 f"model {name!r} is not in the repository at {self.models_dir}")

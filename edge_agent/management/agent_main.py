@@ -73,7 +73,8 @@ def run_agent(config: AgentConfig, options: ManagementOptions, *,
     runtime = AgentRuntime(config.state_dir, options, overrides=config.models,
                            default_overrides=config.model_defaults,
                            response_cache_bytes=config.response_cache_bytes,
-                           max_concurrent_executions=config.max_concurrent_executions)
+                           max_concurrent_executions=config.max_concurrent_executions,
+                           memory_budget_bytes=config.memory_budget_bytes)
     server = None
     http: HttpFrontEnd | None = None
     try:

@@ -71,7 +71,10 @@ def version_pb(v: VersionView) -> pb.ModelVersionInfo:
         load_ms=v.load_ms or 0.0, rss_delta_bytes=v.rss_delta_bytes or 0,
         load_error=v.load_error, size_bytes=v.size_bytes, added_at=v.added_at,
         parity_checked=v.parity is not None, parity_ok=bool(v.parity and v.parity[0]),
-        parity=v.parity[1] if v.parity else "")
+        parity=v.parity[1] if v.parity else "",
+        memory_bytes=v.memory_bytes, memory_source=v.memory_source, load_mode=v.load_mode,
+        pinned=v.pinned, residency=v.residency, loads=v.loads, unloads=v.unloads,
+        load_waits=v.load_waits, load_wait_ms=v.load_wait_ms)
 
 
 def point_pb(p: StoredPoint) -> pb.MetricPoint:
@@ -90,7 +93,9 @@ def agent_info(m: pb.AgentInfo) -> AgentInfo:
                      profile=m.profile, runtimes=tuple(m.runtimes),
                      agent_version=m.agent_version, uptime_s=m.uptime_s,
                      api_version=m.api_version, inference_address=m.inference_address,
-                     allow_unsigned=m.allow_unsigned, keep_versions=m.keep_versions)
+                     allow_unsigned=m.allow_unsigned, keep_versions=m.keep_versions,
+                     memory_budget_bytes=m.memory_budget_bytes or None,
+                     memory_used_bytes=m.memory_used_bytes)
 
 
 def version_info(m: pb.ModelVersionInfo) -> VersionInfo:
@@ -98,7 +103,11 @@ def version_info(m: pb.ModelVersionInfo) -> VersionInfo:
                        stored_state=m.stored_state, profile=m.profile, backend=m.backend,
                        load_ms=m.load_ms or None, rss_delta_bytes=m.rss_delta_bytes or None,
                        load_error=m.load_error, size_bytes=m.size_bytes, added_at=m.added_at,
-                       parity=(m.parity_ok, m.parity) if m.parity_checked else None)
+                       parity=(m.parity_ok, m.parity) if m.parity_checked else None,
+                       memory_bytes=m.memory_bytes, memory_source=m.memory_source,
+                       load_mode=m.load_mode or "eager", pinned=m.pinned,
+                       residency=m.residency, loads=m.loads, unloads=m.unloads,
+                       load_waits=m.load_waits, load_wait_ms=m.load_wait_ms)
 
 
 def doctor_report(m: pb.DoctorReport) -> DoctorReport:

@@ -82,9 +82,11 @@ class AgentRuntime:
                  overrides: Mapping[str, ModelOverrides] | None = None,
                  default_overrides: ModelOverrides | None = None,
                  drain_timeout_s: float = 30.0, response_cache_bytes: int = 0,
-                 max_concurrent_executions: int = 0) -> None:
+                 max_concurrent_executions: int = 0,
+                 memory_budget_bytes: int | None = None) -> None:
         self.state_dir = Path(state_dir)
         self.max_concurrent_executions = max_concurrent_executions
+        self.memory_budget_bytes = memory_budget_bytes
         self.response_cache_bytes = response_cache_bytes
         self.options = options
         self.overrides = overrides or {}
@@ -131,7 +133,8 @@ class AgentRuntime:
                                    default_overrides=self.default_overrides, autoload=False,
                                    drain_timeout_s=self.drain_timeout_s,
                                    response_cache_bytes=self.response_cache_bytes,
-                                   max_concurrent_executions=self.max_concurrent_executions)
+                                   max_concurrent_executions=self.max_concurrent_executions,
+                                   memory_budget_bytes=self.memory_budget_bytes)
         self.manager = ModelManager(self.dataplane, self.store,
                                     manager_settings(self.options, self.drain_timeout_s),
                                     step_hooks=hooks_from_environment(self.state_dir))

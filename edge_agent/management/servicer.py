@@ -97,7 +97,9 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                             agent_version=__version__, uptime_s=i.uptime_s,
                             api_version=MANAGEMENT_API_VERSION,
                             inference_address=i.inference_address,
-                            allow_unsigned=s.allow_unsigned, keep_versions=s.keep_versions)
+                            allow_unsigned=s.allow_unsigned, keep_versions=s.keep_versions,
+                            memory_budget_bytes=self.manager.orchestrator.budget_bytes or 0,
+                            memory_used_bytes=self.manager.orchestrator.used_bytes())
 
     def ListModels(self, request: pb.ListModelsRequest,
                    context: grpc.ServicerContext) -> pb.ListModelsResponse:
@@ -224,7 +226,8 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         target = compat.DeployTarget(
             device=m.device, trusted_keys=m.settings.trusted_keys,
             allow_unsigned=m.settings.allow_unsigned, models_dir=m.files.models_dir,
-            state_dir=m.files.state_dir, active_version=m.store.active_version)
+            state_dir=m.files.state_dir, active_version=m.store.active_version,
+            memory=m.memory_check)
         label = compat.display_name(request.filename) or "bundle"
         result = compat.preflight(
             request.manifest, request.signature if request.HasField("signature") else None,

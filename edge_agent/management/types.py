@@ -22,6 +22,8 @@ class AgentInfo:
     inference_address: str
     allow_unsigned: bool
     keep_versions: int
+    memory_budget_bytes: int | None = None  # [agent] memory_budget_mib (None: no budget)
+    memory_used_bytes: int = 0  # what the loaded versions take (their memory figures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,15 @@ class VersionInfo:
     size_bytes: int
     added_at: float
     parity: tuple[bool, str] | None = None  # the last on-device parity check: (agreed, figures)
+    memory_bytes: int = 0  # the figure the memory budget uses
+    memory_source: str = ""  # measured on this device, by edge-pack build, artifact size
+    load_mode: str = "eager"
+    pinned: bool = False
+    residency: str = ""  # "loaded", or why not
+    loads: int = 0
+    unloads: int = 0
+    load_waits: int = 0  # requests that waited for a load
+    load_wait_ms: float = 0.0  # their total wait
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from edge_agent.manager.errors import (
     IncompatibleBundleError,
     InvalidBundleError,
     ManagerError,
+    OverMemoryBudgetError,
     VersionInUseError,
     disk_full,
 )
@@ -53,6 +54,7 @@ class Refusal(StrEnum):
     VERSION_CONFLICT = "version_conflict"  # fix: build with a higher version
     ALREADY_ACTIVE = "already_active"  # fix: --force
     NO_SPACE = "no_space"
+    NO_MEMORY = "no_memory"  # fix: raise [agent] memory_budget_mib, unpin or remove a model
 
 
 def _refused(error: ManagerError, refusal: Refusal) -> ManagerError:
@@ -184,6 +186,24 @@ def check_upload_size(size_bytes: int) -> None:
                        Refusal.TOO_LARGE)
 
 
+MemoryCheck = Callable[[Manifest, "int | None"], None]
+"""(manifest, the active version it replaces) -> raises MemoryBudgetError when it cannot fit."""
+
+
+def check_memory(manifest: Manifest, active: int | None, memory: MemoryCheck | None) -> None:
+    """OverMemoryBudgetError (with the figures) when the version cannot be loaded within the
+    agent's memory budget, a hot swap counting the old and the new version at once."""
+    if memory is None:
+        return
+    from edge_agent.core.residency import MemoryBudgetError
+
+    try:
+        memory(manifest, active)
+    except MemoryBudgetError as exc:
+        raise _refused(OverMemoryBudgetError(f"{manifest.name} version {manifest.version} "
+                                             f"does not fit: {exc}"), Refusal.NO_MEMORY) from None
+
+
 # -- before an upload -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -196,6 +216,7 @@ class DeployTarget:
     models_dir: Path
     state_dir: Path
     active_version: Callable[[str], int | None]
+    memory: MemoryCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +260,7 @@ def preflight(manifest_bytes: bytes, signature: bytes | None, size_bytes: int, *
         need = size_bytes + (0 if present else extracted_bytes(manifest))
         check_disk_space(target.state_dir, need, f"receive and extract {name} version "
                          f"{version}")
+        check_memory(manifest, target.active_version(name), target.memory)
     except ManagerError as exc:
         return PreflightResult(False, str(exc), refusal_of(exc), name, version)
     signed = f"signed by key {key}" if key else "unsigned (allowed here)"

@@ -52,6 +52,13 @@ class BundleTooLargeError(ManagerError):
     code = ErrorCode.RESOURCE_EXHAUSTED
 
 
+class OverMemoryBudgetError(ManagerError):
+    """The version does not fit in ``[agent] memory_budget_mib`` even after unloading every
+    idle, unpinned model; nothing was changed."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
 class DiskFullError(ManagerError):
     """The state dir's file system ran out of space (or quota) while writing a version."""
 

@@ -23,6 +23,7 @@ from edge_agent.manager.compat import (
 )
 from edge_agent.manager.errors import disk_full, is_disk_full, storage_error
 from packager.errors import PackagerError
+from packager.manifest import MANIFEST_NAME, Manifest
 from packager.reader import BundleReader, load_extracted
 
 __all__ = ["VersionFiles", "bundle_manifest_sha", "dir_size", "manifest_sha"]
@@ -49,6 +50,13 @@ class VersionFiles:
     def path(self, model: str, version: int) -> Path:
         """The directory of one version."""
         return self.models_dir / model / str(version)
+
+    def manifest(self, model: str, version: int) -> Manifest | None:
+        """The manifest of a version on disk (None when it cannot be read)."""
+        try:
+            return Manifest.from_json((self.path(model, version) / MANIFEST_NAME).read_bytes())
+        except (OSError, PackagerError):
+            return None
 
     def new_upload_path(self) -> Path:
         """A fresh file under ``STATE_DIR/incoming/`` to receive an upload into; refused at

@@ -18,6 +18,7 @@ again. After a committed deploy a watcher checks the new version's error rate fo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.core.dataplane import DataPlane
+from edge_agent.core.repository import ModelVersion
 from edge_agent.errors import AgentError, ModelNotFoundError, StateStoreError
 from edge_agent.manager.compat import display_name
 from edge_agent.manager.device import DeviceInfo, detect_device
@@ -47,8 +49,16 @@ from edge_agent.manager.recovery import StartupRecovery
 from edge_agent.manager.serving import ServingControl
 from edge_agent.manager.settings import ManagerSettings
 from edge_agent.manager.watcher import ErrorRateWatchers
-from edge_agent.state import Deployment, DeploymentKind, DeploymentStatus, StateStore, Step
+from edge_agent.state import (
+    Deployment,
+    DeploymentKind,
+    DeploymentStatus,
+    StateStore,
+    Step,
+    VersionState,
+)
 from packager.errors import PackagerError
+from packager.manifest import Manifest
 from packager.reader import open_bundle
 
 log = logging.getLogger(__name__)
@@ -78,17 +88,22 @@ class ModelManager:
         self.store = store
         self.locks = ModelLocks()
         self.files = VersionFiles(self.repository.state_dir, self.repository.models_dir)
-        self.queries = VersionQueries(store, self.repository)
+        self.queries = VersionQueries(store, self.repository, dataplane.orchestrator)
         self.journal = DeploymentJournal(store, step_hooks=step_hooks)
         self.watchers = ErrorRateWatchers(self.repository, lambda: self.settings,
                                           rollback=self._auto_rollback)
+        self.orchestrator = dataplane.orchestrator
         self.pipeline = DeployPipeline(self.repository, store, self.files, self.journal,
                                        self.device, lambda: self.settings,
                                        on_begin=self.watchers.cancel,
-                                       on_commit=self._committed)
+                                       on_commit=self._committed, memory=self.memory_check)
         self.live_settings = LiveSettings(self.repository, store)
         self.serving = ServingControl(self.repository, store, self.journal, self.locks,
-                                      lambda: self.settings, on_unload=self.watchers.cancel)
+                                      lambda: self.settings, on_unload=self._unloaded)
+        self.orchestrator.set_loader(self._load_active, on_loaded=self._measured,
+                                     active=store.active_version)
+        for rec in store.versions():
+            self.orchestrator.seed(rec.model, rec.version, rec.rss_delta_bytes)
 
     # ------------------------------------------------------------------ start-up
     def start(self) -> list[str]:
@@ -270,6 +285,33 @@ class ModelManager:
     def close(self) -> None:
         """Stop the error-rate watchers."""
         self.watchers.close()
+
+    # ------------------------------------------------------------------ orchestration
+    def memory_check(self, manifest: Manifest, active: int | None) -> None:
+        """MemoryBudgetError when ``manifest``'s version cannot be loaded within the budget
+        (``active``: the version it would replace; a hot swap holds both); changes nothing."""
+        needed, _source = self.orchestrator.needed_for(manifest)
+        self.orchestrator.check_deploy(manifest.name, manifest.version, needed,
+                                       swap_from=active)
+
+    def _load_active(self, name: str) -> ModelVersion:
+        """Load ``name``'s active version for a request (on demand, or after an unload)."""
+        active = self.store.active_version(name)
+        if active is None:
+            raise ModelNotFoundError(f"model {name!r} has no active version on this device")
+        mv = self.repository.load_version(name, active)
+        self.repository.set_default(name, active)
+        return mv
+
+    def _measured(self, mv: ModelVersion, load_ms: float, rss: int | None) -> None:
+        with contextlib.suppress(AgentError):
+            self.store.set_version_state(mv.name, mv.version, VersionState.READY,
+                                         load_ms=load_ms, rss_delta_bytes=rss)
+
+    def _unloaded(self, name: str) -> None:
+        """An operator unloaded ``name`` (KServe): requests do not load it back."""
+        self.watchers.cancel(name)
+        self.orchestrator.hold(name)
 
     # ------------------------------------------------------------------ hooks
     def _kept(self, model: str, version: int) -> bool:

@@ -45,3 +45,12 @@ class VersionView:
     added_at: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
     parity: tuple[bool, str] | None = None  # the last on-device parity check: (agreed, figures)
+    memory_bytes: int = 0
+    memory_source: str = ""
+    load_mode: str = "eager"
+    pinned: bool = False
+    residency: str = ""
+    loads: int = 0
+    unloads: int = 0
+    load_waits: int = 0
+    load_wait_ms: float = 0.0

@@ -15,12 +15,11 @@ import logging
 import time
 from collections.abc import Callable
 
-import psutil
-
+from edge_agent.core.orchestrator import process_rss
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ModelRepository, ModelVersion
 from edge_agent.errors import AgentError, StateStoreError
-from edge_agent.manager.compat import check_fits, check_signature
+from edge_agent.manager.compat import MemoryCheck, check_fits, check_memory, check_signature
 from edge_agent.manager.device import DeviceInfo
 from edge_agent.manager.device_parity import check_loaded_version
 from edge_agent.manager.errors import InvalidBundleError
@@ -56,7 +55,7 @@ class _StepFailed(Exception):
 
 
 def _rss() -> int:
-    return int(psutil.Process().memory_info().rss)
+    return process_rss()  # the agent and its runtime processes
 
 
 class DeployPipeline:
@@ -65,8 +64,10 @@ class DeployPipeline:
     def __init__(self, repository: ModelRepository, store: StateStore, files: VersionFiles,
                  journal: DeploymentJournal, device: DeviceInfo,
                  settings: Callable[[], ManagerSettings], *,
-                 on_begin: BeginHook | None = None, on_commit: CommitHook | None = None) -> None:
+                 on_begin: BeginHook | None = None, on_commit: CommitHook | None = None,
+                 memory: MemoryCheck | None = None) -> None:
         self.repository = repository
+        self._memory = memory
         self.store = store
         self.files = files
         self.journal = journal
@@ -104,6 +105,7 @@ class DeployPipeline:
                       f"{m.profile}" + (f"; pulled from {origin}" if origin else ""), on_event)
             step = Step.VERIFIED
             backend = check_fits(m, self.device)
+            check_memory(m, active, self._memory)  # before anything changes
             key = check_signature(reader.manifest_bytes, m, reader.signature,
                                   settings.trusted_keys, settings.allow_unsigned,
                                   label=reader.label)
@@ -135,6 +137,10 @@ class DeployPipeline:
         ``reason`` (automatic changes) is recorded first and is the commit message; ``note``
         (e.g. why this is the rollback target) is recorded first and added to the message.
         """
+        if version != active and not self.ready(model, version):
+            manifest = self.files.manifest(model, version)
+            if manifest is not None:
+                check_memory(manifest, active, self._memory)  # before anything changes
         dep = self.begin(model, kind, version, active)
 
         def run() -> DeployOutcome:
@@ -252,7 +258,7 @@ class DeployPipeline:
         except _STEP_ERRORS as exc:
             raise _StepFailed(Step.LOADED, exc) from exc
         load_ms, rss_delta = (time.perf_counter() - t0) * 1000, _rss() - rss0
-        j.record_load(mv, load_ms, rss_delta)
+        j.record_load(mv, load_ms, None)  # the orchestrator stores the memory figure
         j.reached(dep, Step.LOADED, f"{mv.backend_name} backend loaded and warmed up in "
                   f"{load_ms:.0f} ms, RSS {rss_delta / 2**20:+.1f} MiB", on_event)
         instances = mv.batching.instances if mv.batching else 1
@@ -294,7 +300,7 @@ class DeployPipeline:
 
         def check(mv: ModelVersion) -> None:
             load_ms, rss_delta = (time.perf_counter() - t0) * 1000, _rss() - rss0
-            j.record_load(mv, load_ms, rss_delta)
+            j.record_load(mv, load_ms, None)  # the orchestrator stores the memory figure
             j.reached(dep, Step.LOADED, f"fresh copy of version {version} loaded in "
                       f"{load_ms:.0f} ms, RSS {rss_delta / 2**20:+.1f} MiB", on_event)
             j.reached(dep, Step.WARMED, "warm-up ran", on_event)

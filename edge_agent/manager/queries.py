@@ -7,7 +7,9 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from edge_agent.core.orchestrator import Orchestrator
 from edge_agent.core.repository import ModelRepository
 from edge_agent.core.repository import VersionState as Serving
 from edge_agent.manager.outcome import VersionView
@@ -40,9 +42,11 @@ class RollbackPlan:
 class VersionQueries:
     """Answers questions about versions from the state store and the repository."""
 
-    def __init__(self, store: StateStore, repository: ModelRepository) -> None:
+    def __init__(self, store: StateStore, repository: ModelRepository,
+                 orchestrator: Orchestrator | None = None) -> None:
         self.store = store
         self.repository = repository
+        self.orchestrator = orchestrator
 
     def versions(self, model: str | None = None) -> list[VersionView]:
         """Every version on disk (of one model, or all), with serving state and load figures."""
@@ -68,7 +72,21 @@ class VersionQueries:
                 stored_state=rec.state.value, profile=profile, backend=backend,
                 load_ms=rec.load_ms, rss_delta_bytes=rec.rss_delta_bytes, load_error=error or "",
                 size_bytes=rec.size_bytes, added_at=rec.added_at,
-                parity=parity.get((rec.model, rec.version))))
+                parity=parity.get((rec.model, rec.version)),
+                **self._residency(rec.model, rec.version, mv is not None)))
+        return out
+
+    def _residency(self, name: str, version: int, loaded: bool) -> dict[str, Any]:
+        """The orchestration columns of one version (memory figure, mode, loads, waits)."""
+        ov = self.repository.overrides_for(name)
+        out: dict[str, Any] = {"load_mode": ov.load, "pinned": ov.pinned}
+        if self.orchestrator is None:
+            return out
+        out["memory_bytes"], out["memory_source"] = self.orchestrator.memory_of(name, version)
+        stats = self.orchestrator.stats(name)
+        out.update(loads=stats.loads, unloads=stats.unloads, load_waits=stats.waits,
+                   load_wait_ms=stats.wait_ns / 1e6,
+                   residency="loaded" if loaded else self.orchestrator.not_loaded_reason(name)[1])
         return out
 
     def history(self, model: str | None = None, limit: int = 50) -> list[Deployment]:

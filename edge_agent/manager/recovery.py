@@ -47,18 +47,27 @@ class StartupRecovery:
         managed = {m for m, v in active.items() if v is not None}
         self.dataplane.load_all(
             only=lambda name, v: name not in managed or active.get(name) == v)
+        unfit = self.dataplane.orchestrator.did_not_fit
         for mv in self.repository.versions():
-            self.journal.record_load(mv, None, None)
+            if not unfit(mv.name):  # not a failure of the version: the budget was full
+                self.journal.record_load(mv, None, None)
         for name in self.repository.model_names():
             v = active.get(name)
             if v is not None and self._ready(name, v):
                 self.repository.set_default(name, v)
             elif v is None:
                 notes += self._first_activation(name)
+            elif unfit(name):
+                notes.append(f"{name} version {v} was not loaded: it does not fit in the memory "
+                             "budget next to the pinned models; a request loads it when room "
+                             "frees")
             else:
                 error = next((mv.reason for mv in self.repository.versions(name)
                               if mv.version == v), "") or "it did not load"
                 notes += self._fall_back(name, v, error)
+        for name, versions in self.repository.scan().items():  # on-demand: not loaded here
+            if name not in self.repository.model_names() and active.get(name) is None:
+                notes += self._first_activation(name, versions[-1])
         return notes
 
     def _ready(self, name: str, version: int) -> bool:
@@ -126,11 +135,13 @@ class StartupRecovery:
                              f"match its manifest ({damage}); deploy it again to restore it")
         return notes
 
-    def _first_activation(self, name: str) -> list[str]:
-        v = self.repository.default_version(name)
+    def _first_activation(self, name: str, on_demand: int | None = None) -> list[str]:
+        """Make the version a model serves (or, ``on_demand``, will load) active."""
+        v = self.repository.default_version(name) if on_demand is None else on_demand
         if v is None:
             return []
         dep = self.journal.begin(name, DeploymentKind.ACTIVATE, v, None)
         self.store.commit_deployment(dep, f"version {v} found on disk at start-up")
-        self.repository.set_default(name, v)
+        if on_demand is None:
+            self.repository.set_default(name, v)
         return [f"activated {name} version {v} (found on disk)"]

@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
+from edge_agent.core.overrides import policy_versions
 from edge_agent.core.repository import ModelRepository
 from edge_agent.errors import AgentError, ModelNotFoundError, StateStoreError
 from edge_agent.manager.errors import ManagerError, VersionInUseError
@@ -36,7 +37,8 @@ class ServingControl:
         self._on_unload = on_unload
 
     def load(self, name: str) -> str:
-        """Load the active version of ``name`` (a no-op when it serves); returns a summary."""
+        """Load the active version of ``name`` (a no-op when it serves), and the other
+        versions the model's ``version_policy`` names; returns a summary."""
         with self.locks.hold(name):
             active = self.store.active_version(name)
             if active is None:
@@ -44,16 +46,36 @@ class ServingControl:
                     raise ManagerError(f"{name} has no active version; activate one through "
                                        "the management API (edge-console)")
                 raise ModelNotFoundError(f"model {name!r} is not on this device")
-            with contextlib.suppress(AgentError):
-                self.repository.resolve(name, active)
-                return f"{name} version {active} is already loaded"
-            if any(mv.version == active for mv in self.repository.versions(name)):
-                self.repository.unload_version(name, active, drain_timeout_s=0)  # failed copy
-            t0 = time.perf_counter()
-            mv = self.repository.load_version(name, active)
-            self.journal.record_load(mv, (time.perf_counter() - t0) * 1000, None)
-            self.repository.set_default(name, active)
-            return f"{name} version {active} loaded"
+            others = self._policy_versions(name, active)
+            summary = self._load_active(name, active)
+            for v in others:
+                with contextlib.suppress(AgentError):
+                    self.repository.resolve(name, v)
+                    continue
+                t0 = time.perf_counter()
+                mv = self.repository.load_version(name, v)
+                self.journal.record_load(mv, (time.perf_counter() - t0) * 1000, None)
+            if others:
+                summary += f"; also version(s) {others} (version_policy)"
+            return summary
+
+    def _policy_versions(self, name: str, active: int) -> list[int]:
+        """The versions besides ``active`` that the model's version_policy loads."""
+        policy = self.repository.overrides_for(name).version_policy
+        on_disk = [r.version for r in self.store.versions(name)]
+        return [v for v in policy_versions(policy, on_disk, active) if v != active]
+
+    def _load_active(self, name: str, active: int) -> str:
+        with contextlib.suppress(AgentError):
+            self.repository.resolve(name, active)
+            return f"{name} version {active} is already loaded"
+        if any(mv.version == active for mv in self.repository.versions(name)):
+            self.repository.unload_version(name, active, drain_timeout_s=0)  # failed copy
+        t0 = time.perf_counter()
+        mv = self.repository.load_version(name, active)
+        self.journal.record_load(mv, (time.perf_counter() - t0) * 1000, None)
+        self.repository.set_default(name, active)
+        return f"{name} version {active} loaded"
 
     def unload(self, name: str) -> str:
         """Unload every version of ``name`` (draining in-flight requests); files stay."""

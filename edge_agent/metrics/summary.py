@@ -40,6 +40,38 @@ def build_summary_table(points: list[MetricPoint], system: SystemPoint | None,
     return table
 
 
+def load_residency(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The agent's last residency snapshot (budget, loaded or not, loads, waits), or None."""
+    import json
+
+    try:
+        data = json.loads((Path(state_dir) / "residency.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def build_residency_table(data: dict[str, Any]) -> Table:
+    """Which models are in memory, their figures, loads and the waits of first requests."""
+    budget = data.get("budget_bytes")
+    used = int(data.get("used_bytes") or 0)
+    title = (f"models in memory: {used / 2**20:.0f} MiB"
+             + (f" of a {budget / 2**20:.0f} MiB budget" if budget else " (no budget)"))
+    table = Table(title=title, title_justify="left")
+    for col in ("model", "loaded", "memory MiB", "loads", "unloads", "waits",
+                "mean wait ms", "state"):
+        table.add_column(col, justify="left" if col in ("model", "state") else "right")
+    for m in data.get("models", []):
+        waits = int(m.get("waits", 0))
+        table.add_row(str(m.get("model")),
+                      "-" if m.get("loaded_version") is None else f"v{m['loaded_version']}",
+                      f"{int(m.get('memory_bytes', 0)) / 2**20:.1f}", str(m.get("loads", 0)),
+                      str(m.get("unloads", 0)), str(waits),
+                      f"{float(m.get('wait_ms', 0)) / waits:.1f}" if waits else "-",
+                      str(m.get("state", "")))
+    return table
+
+
 def load_summary(state_dir: str | os.PathLike[str], window_s: int = 60,
                  now: float | None = None) -> tuple[list[MetricPoint], SystemPoint | None]:
     """Per model version points over the last ``window_s`` seconds and the latest system
@@ -55,7 +87,8 @@ def summary_json(state_dir: str | os.PathLike[str], window_s: int = 60,
     """The summary as plain data (``edge-agent metrics --json``)."""
     points, system = load_summary(state_dir, window_s, now)
     return {"window_s": window_s, "points": [dataclasses.asdict(p) for p in points],
-            "system": dataclasses.asdict(system) if system is not None else None}
+            "system": dataclasses.asdict(system) if system is not None else None,
+            "residency": load_residency(state_dir)}
 
 
 def render_summary(state_dir: str | os.PathLike[str], console: Console, window_s: int = 60,
@@ -68,4 +101,7 @@ def render_summary(state_dir: str | os.PathLike[str], console: Console, window_s
     if not points:
         console.print(f"No requests in the last {window_s} s.")
     console.print(build_summary_table(points, system, window_s))
+    residency = load_residency(state_dir)
+    if residency is not None:
+        console.print(build_residency_table(residency))
     return len(points)

@@ -64,9 +64,9 @@ def test_load_unload_model_and_index(bundles: Bundles, tmp_path: Path) -> None:
         with pytest.raises(ModelNotFoundError):
             dp.submit(InferRequest("mlp", {"input": X}))
         install(bundles.mlp_v2, tmp_path)
-        dp.load_model("mlp")
+        dp.load_model("mlp")  # version_policy "active": without a manager, the highest
         assert [(e.version, e.state) for e in dp.repository_index()] == [
-            (1, "READY"), (2, "READY")]
+            (1, "UNAVAILABLE"), (2, "READY")]
         assert dp.infer(InferRequest("mlp", {"input": X}), 30).version == 2
         with pytest.raises(ModelNotFoundError):
             dp.load_model("absent")

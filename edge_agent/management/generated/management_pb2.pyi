@@ -11,7 +11,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class AgentInfo(_message.Message):
-    __slots__ = ("agent_id", "name", "host", "arch", "profile", "runtimes", "agent_version", "uptime_s", "api_version", "inference_address", "allow_unsigned", "keep_versions")
+    __slots__ = ("agent_id", "name", "host", "arch", "profile", "runtimes", "agent_version", "uptime_s", "api_version", "inference_address", "allow_unsigned", "keep_versions", "memory_budget_bytes", "memory_used_bytes")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,8 @@ class AgentInfo(_message.Message):
     INFERENCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_UNSIGNED_FIELD_NUMBER: _ClassVar[int]
     KEEP_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     name: str
     host: str
@@ -36,7 +38,9 @@ class AgentInfo(_message.Message):
     inference_address: str
     allow_unsigned: bool
     keep_versions: int
-    def __init__(self, agent_id: _Optional[str] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., arch: _Optional[str] = ..., profile: _Optional[str] = ..., runtimes: _Optional[_Iterable[str]] = ..., agent_version: _Optional[str] = ..., uptime_s: _Optional[float] = ..., api_version: _Optional[str] = ..., inference_address: _Optional[str] = ..., allow_unsigned: _Optional[bool] = ..., keep_versions: _Optional[int] = ...) -> None: ...
+    memory_budget_bytes: int
+    memory_used_bytes: int
+    def __init__(self, agent_id: _Optional[str] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., arch: _Optional[str] = ..., profile: _Optional[str] = ..., runtimes: _Optional[_Iterable[str]] = ..., agent_version: _Optional[str] = ..., uptime_s: _Optional[float] = ..., api_version: _Optional[str] = ..., inference_address: _Optional[str] = ..., allow_unsigned: _Optional[bool] = ..., keep_versions: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("model",)
@@ -45,7 +49,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class ModelVersionInfo(_message.Message):
-    __slots__ = ("model", "version", "active", "state", "stored_state", "profile", "backend", "load_ms", "rss_delta_bytes", "load_error", "size_bytes", "added_at", "parity_checked", "parity_ok", "parity")
+    __slots__ = ("model", "version", "active", "state", "stored_state", "profile", "backend", "load_ms", "rss_delta_bytes", "load_error", "size_bytes", "added_at", "parity_checked", "parity_ok", "parity", "memory_bytes", "memory_source", "load_mode", "pinned", "residency", "loads", "unloads", "load_waits", "load_wait_ms")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +65,15 @@ class ModelVersionInfo(_message.Message):
     PARITY_CHECKED_FIELD_NUMBER: _ClassVar[int]
     PARITY_OK_FIELD_NUMBER: _ClassVar[int]
     PARITY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    LOAD_MODE_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    RESIDENCY_FIELD_NUMBER: _ClassVar[int]
+    LOADS_FIELD_NUMBER: _ClassVar[int]
+    UNLOADS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_WAITS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: int
     active: bool
@@ -76,7 +89,16 @@ class ModelVersionInfo(_message.Message):
     parity_checked: bool
     parity_ok: bool
     parity: str
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: _Optional[bool] = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ..., parity_checked: _Optional[bool] = ..., parity_ok: _Optional[bool] = ..., parity: _Optional[str] = ...) -> None: ...
+    memory_bytes: int
+    memory_source: str
+    load_mode: str
+    pinned: bool
+    residency: str
+    loads: int
+    unloads: int
+    load_waits: int
+    load_wait_ms: float
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: _Optional[bool] = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ..., parity_checked: _Optional[bool] = ..., parity_ok: _Optional[bool] = ..., parity: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., load_mode: _Optional[str] = ..., pinned: _Optional[bool] = ..., residency: _Optional[str] = ..., loads: _Optional[int] = ..., unloads: _Optional[int] = ..., load_waits: _Optional[int] = ..., load_wait_ms: _Optional[float] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("versions",)

@@ -1,0 +1,496 @@
+"""Model orchestration: the memory budget, load on demand and unload when idle.
+
+The repository asks :meth:`Orchestrator.loading` around every load (one load at a time: room
+is made first, by unloading least recently used idle versions, then the load's memory is
+measured); the data plane asks :meth:`Orchestrator.acquire` when a request names a model that
+is not loaded (on-demand models, and models this orchestrator unloaded). Concurrent first
+requests share one load. The accounting and the choice of what to unload are
+:mod:`edge_agent.core.residency`; nothing here knows of gRPC.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import psutil
+
+from edge_agent.core import residency
+from edge_agent.core.overrides import load_timeout_s
+from edge_agent.core.residency import MemoryBudgetError, Resident, mib
+from edge_agent.errors import AgentError, ModelNotFoundError, ModelUnavailableError
+
+if TYPE_CHECKING:
+    from edge_agent.core.repository import ModelRepository, ModelVersion
+    from packager.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+Loader = Callable[[str], "ModelVersion"]
+"""Loads the version of a model that should serve (the active one) and returns it."""
+
+LoadedHook = Callable[["ModelVersion", float, "int | None"], None]
+"""Hears of each load this orchestrator measured: (version, load ms, the version's memory
+figure: the largest RSS growth any of its loads measured)."""
+
+_SWEEP_S = 1.0
+SNAPSHOT_NAME = "residency.json"
+"""Written to the state directory after each load, unload and wait (``edge-agent metrics``
+reads it: the counters live in the agent's memory)."""
+_NS = 1_000_000_000
+
+
+def process_rss() -> int:
+    """Resident bytes of this process and its children (runtime processes of isolated models)."""
+    proc = psutil.Process()
+    total = int(proc.memory_info().rss)
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += int(child.memory_info().rss)
+    return total
+
+
+@dataclass(slots=True)
+class ResidencyStats:
+    """What one model's residency did: loads, unloads and the waits of first requests."""
+
+    loads: int = 0
+    on_demand_loads: int = 0
+    unloads: int = 0
+    waits: int = 0
+    wait_ns: int = 0
+    last_wait_ns: int = 0
+    last_unload: str = ""
+    loading: bool = False
+    waiting: int = 0
+    claims: int = 0  # requests a load was for, not yet routed to it (it is not evicted)
+
+    def copy(self) -> ResidencyStats:
+        return ResidencyStats(self.loads, self.on_demand_loads, self.unloads, self.waits,
+                              self.wait_ns, self.last_wait_ns, self.last_unload, self.loading,
+                              self.waiting, self.claims)
+
+
+@dataclass(slots=True)
+class _Figures:
+    measured: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class Orchestrator:
+    """Keeps the loaded versions within ``budget_bytes`` (None: no budget), loads on demand,
+    unloads idle versions. Thread-safe."""
+
+    def __init__(self, repository: ModelRepository, *, budget_bytes: int | None = None,
+                 drain_timeout_s: float = 30.0) -> None:
+        self.repository = repository
+        self.budget_bytes = budget_bytes
+        self._drain_timeout_s = drain_timeout_s
+        self._figures = _Figures()
+        self._loader: Loader = self._load_latest
+        self._active: Callable[[str], int | None] = lambda _name: None
+        self._on_loaded: LoadedHook | None = None
+        self._lock = threading.Lock()
+        self._load_lock = threading.RLock()  # one load at a time: room, load, measure
+        self._loads: dict[str, Future[ModelVersion]] = {}
+        self._in_load: tuple[str, int] | None = None  # the version loading now (one at a time)
+        self._reloadable: set[str] = set()  # unloaded by us: the next request loads it again
+        self._held: set[str] = set()  # unloaded by an operator: stays unloaded
+        self._unfit: set[str] = set()  # the last load did not fit in the budget
+        self._stats: dict[str, ResidencyStats] = {}
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ wiring
+    def set_loader(self, loader: Loader, on_loaded: LoadedHook | None = None,
+                   active: Callable[[str], int | None] | None = None) -> None:
+        """Who loads a model on demand (the model manager: its active version), and which
+        version that is (for the metadata of a model not loaded yet)."""
+        self._loader = loader
+        self._on_loaded = on_loaded
+        if active is not None:
+            self._active = active
+
+    def version_to_load(self, name: str) -> int | None:
+        """The version a request for ``name`` would load (None: none on disk)."""
+        active = self._active(name)
+        if active is not None:
+            return active
+        versions = self.repository.scan().get(name)
+        return versions[-1] if versions else None
+
+    def seed(self, name: str, version: int, rss_bytes: int | None) -> None:
+        """A memory figure measured earlier on this device (the state store's)."""
+        if rss_bytes:
+            self._note(name, version, rss_bytes)
+
+    def start(self) -> None:
+        """Start the idle sweeper (once; a no-op when running)."""
+        with self._lock:
+            if self._sweeper is not None:
+                return
+            self._sweeper = threading.Thread(target=self._sweep_loop, name="edge-idle-unload",
+                                             daemon=True)
+            self._sweeper.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join(5)
+
+    # ------------------------------------------------------------------ figures
+    def memory_of(self, name: str, version: int) -> tuple[int, str]:
+        """The best memory figure for a version, and where it comes from."""
+        measured = self._figures.measured.get((name, version))
+        if measured is not None:
+            return measured, "measured on this device"
+        manifest = self._manifest(name, version)
+        if manifest is not None:
+            return self.needed_for(manifest)
+        return 0, "unknown"
+
+    def needed_for(self, manifest: Manifest) -> tuple[int, str]:
+        """The best memory figure for a version not necessarily on disk yet."""
+        measured = self._figures.measured.get((manifest.name, manifest.version))
+        if measured is not None:
+            return measured, "measured on this device"
+        if manifest.load_cost_bytes > 0:
+            return manifest.load_cost_bytes, "measured by edge-pack build"
+        return sum(f.size for f in manifest.files), "artifact size (never measured)"
+
+    def _manifest(self, name: str, version: int) -> Manifest | None:
+        for mv in self.repository.versions(name):
+            if mv.version == version and mv.manifest is not None:
+                return mv.manifest
+        from packager.reader import load_extracted
+
+        try:
+            return load_extracted(self.repository.models_dir / name / str(version),
+                                  verify_hashes=False)
+        except Exception:  # any unreadable manifest: no figure
+            return None
+
+    def _note(self, name: str, version: int, rss: int) -> None:
+        # the largest figure seen: memory freed by an unload is often reused by the next load,
+        # which then measures less than it takes
+        if rss <= 0:  # nothing measurable (memory freed earlier was reused): no figure
+            return
+        key = (name, version)
+        self._figures.measured[key] = max(rss, self._figures.measured.get(key, 0))
+
+    # ------------------------------------------------------------------ residency
+    def residents(self, *, busy_evictable: bool = False,
+                  held_evictable: bool = False) -> list[Resident]:
+        """The loaded versions as the budget sees them. A version with requests in flight is
+        evictable only with ``busy_evictable`` (it is drained first); one that is loading,
+        mid-swap or claimed by requests that waited for its load (they are about to be
+        routed to it) only with ``held_evictable`` (used to tell "wait" from "never")."""
+        out = []
+        for name in self.repository.model_names():
+            versions = self.repository.versions(name)
+            ov = self.repository.overrides_for(name)
+            stats = self._stats.get(name)
+            held = len(versions) > 1 or name in self._loads or (
+                stats is not None and stats.claims > 0)
+            for mv in versions:
+                if mv.state.value != "READY" and (mv.name, mv.version) != self._in_load:
+                    continue  # not in memory (a load waiting for its turn takes nothing yet)
+                busy = mv.batcher is not None and mv.batcher.inflight > 0
+                out.append(Resident(
+                    name, mv.version, self.memory_of(name, mv.version)[0], mv.last_used,
+                    pinned=ov.pinned,
+                    evictable=held_evictable or (mv.state.value == "READY" and not held
+                                                 and (busy_evictable or not busy))))
+        return out
+
+    def used_bytes(self) -> int:
+        return residency.used(self.residents())
+
+    def check_deploy(self, name: str, version: int, needed: int | None = None,
+                     swap_from: int | None = None) -> None:
+        """Raise MemoryBudgetError when ``name`` ``version`` cannot be loaded within the budget
+        even after unloading every idle, unpinned model (``swap_from``: the version it
+        replaces, which stays loaded until the switch). Changes nothing."""
+        if self.budget_bytes is None:
+            return
+        if needed is None:
+            needed = self.memory_of(name, version)[0]
+        residents = self.residents(held_evictable=True)  # only pinned ones stay for good
+        old = next((r for r in residents if r.name == name and r.version == swap_from), None)
+        residency.check_fits(needed, self.budget_bytes, residents, name=name,
+                             version=version, swap_from=old)
+
+    @contextlib.contextmanager
+    def loading(self, mv: ModelVersion) -> Iterator[None]:
+        """Around one load: make room within the budget first, then measure the load."""
+        with self._load_lock:
+            stats = self._stats_of(mv.name)
+            if self.budget_bytes is not None:
+                self._make_room(mv.name, mv.version)
+            rss0, t0 = process_rss(), time.perf_counter()
+            self._in_load = (mv.name, mv.version)
+            try:
+                yield
+            finally:
+                self._in_load = None
+            rss = max(0, process_rss() - rss0)
+            load_ms = (time.perf_counter() - t0) * 1000
+            self._note(mv.name, mv.version, rss)
+            mv.last_used = time.monotonic()
+            with self._lock:
+                stats.loads += 1
+                self._held.discard(mv.name)
+                self._unfit.discard(mv.name)
+            if self.repository.overrides_for(mv.name).idle_unload_s:
+                self.start()  # a setting given after start-up (live settings) needs the sweeper
+            self._persist()
+            if self._on_loaded is not None:
+                self._on_loaded(mv, load_ms, self._figures.measured.get((mv.name, mv.version)))
+
+    def _make_room(self, name: str, version: int) -> None:
+        """Unload least recently used versions until ``name`` ``version`` fits: idle ones
+        first, then busy ones (drained). Versions held for a moment (loading, mid-swap,
+        claimed by the requests their load was for) are waited for, up to the model's
+        ``load_timeout_ms``; MemoryBudgetError when it cannot fit at all."""
+        assert self.budget_bytes is not None
+        needed = self.memory_of(name, version)[0]
+        keep = frozenset({name})  # a swap: the old version serves until the switch
+        deadline = time.monotonic() + load_timeout_s(self.repository.overrides_for(name))
+
+        def others(**kw: bool) -> list[Resident]:
+            return [r for r in self.residents(**kw) if not (r.name == name
+                                                             and r.version == version)]
+
+        while True:
+            try:
+                chosen = residency.victims(needed, self.budget_bytes, others(), keep=keep)
+                break
+            except MemoryBudgetError:
+                pass
+            try:
+                chosen = residency.victims(needed, self.budget_bytes,
+                                           others(busy_evictable=True), keep=keep)
+                break
+            except MemoryBudgetError as exc:
+                error = exc
+            try:
+                residency.victims(needed, self.budget_bytes, others(held_evictable=True),
+                                  keep=keep)
+            except MemoryBudgetError:
+                self._did_not_fit(name)
+                raise MemoryBudgetError(f"model {name!r} version {version}: {error}") from None
+            if time.monotonic() > deadline:
+                self._did_not_fit(name)
+                raise MemoryBudgetError(f"model {name!r} version {version}: {error} (waited "
+                                        "for versions held by a load or a swap)")
+            time.sleep(0.02)  # a version is held for a moment: wait for it
+        for r in chosen:
+            self._unload(r.name, r.version,
+                         f"unloaded to make room for {name} version {version} "
+                         f"(memory budget {mib(self.budget_bytes)})")
+
+    def _did_not_fit(self, name: str) -> None:
+        with self._lock:
+            self._reloadable.add(name)  # a later request tries again (room may have freed)
+            self._unfit.add(name)
+
+    def did_not_fit(self, name: str) -> bool:
+        """Whether the last load of ``name`` was refused by the memory budget."""
+        return name in self._unfit
+
+    def _unload(self, name: str, version: int, why: str) -> None:
+        """Unload one version (its in-flight requests are answered first); the next request
+        for the model loads it again."""
+        log.info("%s version %s: %s", name, version, why)
+        with self._lock:
+            self._reloadable.add(name)
+            stats = self._stats_of(name)
+            stats.unloads += 1
+            stats.last_unload = why
+        with contextlib.suppress(ModelNotFoundError):
+            self.repository.unload_version(name, version, drain_timeout_s=self._drain_timeout_s)
+        self._persist()
+
+    # ------------------------------------------------------------------ on demand
+    def loads_on_request(self, name: str) -> bool:
+        """Whether a request for ``name`` (not loaded) loads it."""
+        if name in self._held:
+            return False
+        return (name in self._reloadable
+                or self.repository.overrides_for(name).load == "on-demand")
+
+    def managed(self) -> set[str]:
+        """Models whose requests have waited for a load (on-demand or reloaded)."""
+        with self._lock:
+            return {name for name, stats in self._stats.items() if stats.waits}
+
+    def hold(self, name: str) -> None:
+        """An operator unloaded ``name``: requests do not load it until it is loaded again."""
+        with self._lock:
+            self._held.add(name)
+            self._reloadable.discard(name)
+
+    def acquire(self, name: str, version: int | None) -> ModelVersion | None:
+        """Load ``name`` for a request (shared with concurrent requests) and wait for it up to
+        the model's ``load_timeout_ms``; None when requests do not load this model.
+
+        Unless it returns None, the caller holds a claim on the model (it is not unloaded to
+        make room) until it calls :meth:`release` once it has routed the request."""
+        if not self.loads_on_request(name):
+            return None
+        timeout = load_timeout_s(self.repository.overrides_for(name))
+        with self._lock:
+            stats = self._stats_of(name)
+            future = self._loads.get(name)
+            if future is None:
+                future = self._loads[name] = Future()
+                stats.loading = True
+                threading.Thread(target=self._run_load, args=(name, future),
+                                 name=f"edge-load-{name}", daemon=True).start()
+            stats.waiting += 1
+            stats.claims += 1
+        start = time.monotonic_ns()
+        try:
+            self._wait_for(name, future, timeout)
+            mv = future.result()
+            if version is not None and mv.version != version:
+                mv = self.repository.resolve(name, version)
+        except BaseException:
+            self.release(name)  # no request will be routed on this claim
+            raise
+        finally:
+            waited = time.monotonic_ns() - start
+            with self._lock:
+                stats.waiting -= 1
+                stats.waits += 1
+                stats.wait_ns += waited
+                stats.last_wait_ns = waited
+            self._persist()
+        return mv
+
+    def _wait_for(self, name: str, future: Future[ModelVersion], timeout: float) -> None:
+        try:
+            future.result(timeout)
+        except FutureTimeoutError:
+            raise ModelUnavailableError(
+                f"model {name!r} is loading on demand and was not ready within "
+                f"load_timeout_ms={timeout * 1000:.0f}; retry") from None
+        except AgentError as exc:
+            raise ModelUnavailableError(
+                f"model {name!r} could not be loaded on demand: {exc}") from None
+
+    def release(self, name: str) -> None:
+        """The request that :meth:`acquire` loaded ``name`` for has been routed."""
+        with self._lock:
+            stats = self._stats_of(name)
+            stats.claims = max(0, stats.claims - 1)
+
+    def _run_load(self, name: str, future: Future[ModelVersion]) -> None:
+        try:
+            mv = self._loader(name)
+            with self._lock:
+                self._stats_of(name).on_demand_loads += 1
+            future.set_result(mv)
+        except BaseException as exc:  # handed to every waiting request
+            log.warning("on-demand load of %s failed: %s", name, exc)
+            future.set_exception(exc if isinstance(exc, AgentError)
+                                 else ModelUnavailableError(str(exc)))
+        finally:
+            with self._lock:
+                self._loads.pop(name, None)
+                self._stats_of(name).loading = False
+
+    def _load_latest(self, name: str) -> ModelVersion:
+        """The default loader (no model manager): the highest version on disk."""
+        versions = self.repository.scan().get(name)
+        if not versions:
+            raise ModelNotFoundError(f"model {name!r} is not in the repository")
+        return self.repository.load_version(name, versions[-1])
+
+    # ------------------------------------------------------------------ idle
+    def sweep(self, now: float | None = None) -> list[tuple[str, int]]:
+        """Unload the versions idle past their model's ``idle_unload_s``; returns them."""
+        now = time.monotonic() if now is None else now
+        residents = self.residents()
+        idle_after = {r.name: self.repository.overrides_for(r.name).idle_unload_s or 0.0
+                      for r in residents}
+        done = []
+        for r in residency.idle(residents, now, idle_after):
+            self._unload(r.name, r.version, f"unloaded after {idle_after[r.name]:g} s idle")
+            done.append((r.name, r.version))
+        return done
+
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(_SWEEP_S):
+            try:
+                self.sweep()
+            except Exception:  # the sweeper must outlive one bad unload
+                log.exception("idle unload failed")
+
+    # ------------------------------------------------------------------ reports
+    def _stats_of(self, name: str) -> ResidencyStats:
+        stats = self._stats.get(name)
+        if stats is None:
+            stats = self._stats[name] = ResidencyStats()
+        return stats
+
+    def stats(self, name: str) -> ResidencyStats:
+        """A copy of ``name``'s residency statistics."""
+        with self._lock:
+            return self._stats_of(name).copy()
+
+    def snapshot(self) -> dict[str, object]:
+        """The budget and each model's residency as plain data (what ``residency.json`` holds)."""
+        names = sorted(set(self.repository.scan()) | set(self._stats))
+        models = []
+        for name in names:
+            stats = self.stats(name)
+            loaded = [mv.version for mv in self.repository.versions(name)
+                      if mv.state.value == "READY"]
+            version = loaded[-1] if loaded else None
+            figure = self.memory_of(name, version)[0] if version is not None else 0
+            models.append({
+                "model": name, "loaded_version": version, "memory_bytes": figure,
+                "state": "loaded" if loaded else self.not_loaded_reason(name)[1],
+                "loads": stats.loads, "unloads": stats.unloads, "waits": stats.waits,
+                "wait_ms": stats.wait_ns / 1e6, "last_wait_ms": stats.last_wait_ns / 1e6})
+        return {"budget_bytes": self.budget_bytes, "used_bytes": self.used_bytes(),
+                "at": time.time(), "models": models}
+
+    def _persist(self) -> None:
+        """Best effort: the snapshot to ``STATE_DIR/residency.json`` (atomic replace)."""
+        target = self.repository.state_dir / SNAPSHOT_NAME
+        if not self.repository.state_dir.is_dir():
+            return
+        tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps(self.snapshot()))
+            os.replace(tmp, target)
+        except (OSError, AgentError) as exc:
+            log.debug("residency snapshot not written: %s", exc)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def not_loaded_reason(self, name: str) -> tuple[str, str]:
+        """(state, reason) for a model with no version in memory, in Triton's terms."""
+        with self._lock:
+            stats = self._stats.get(name)
+            if stats is not None and stats.loading:
+                return "LOADING", f"loading on demand ({stats.waiting} request(s) waiting)"
+            if name in self._held:
+                return "UNAVAILABLE", "not loaded"
+            if stats is not None and stats.last_unload and name in self._reloadable:
+                return "UNAVAILABLE", stats.last_unload + "; the next request loads it"
+        if self.repository.overrides_for(name).load == "on-demand":
+            return "UNAVAILABLE", "not loaded (load = on-demand: the first request loads it)"
+        return "UNAVAILABLE", "not loaded"

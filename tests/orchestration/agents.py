@@ -1,0 +1,79 @@
+"""Real agents for the orchestration tests: in this process (run_agent on a thread) with an
+AgentConfig the test writes, or as a subprocess reading an agent.toml."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import tritonclient.grpc as tc
+
+from edge_agent.config import AgentConfig, GrpcConfig
+from edge_agent.core.overrides import ModelOverrides
+from edge_agent.management.agent_main import run_agent
+from edge_agent.management.client import AgentClient
+from edge_agent.management.runtime import AgentRuntime, ManagementOptions
+from tests.agent_management.inproc import InProcessAgent
+
+
+@contextmanager
+def running_agent(state_dir: Path, trust: Path, *, budget_mib: float | None = None,
+                  models: Mapping[str, ModelOverrides] | None = None,
+                  repository_control: bool = False) -> Iterator[InProcessAgent]:
+    """An agent on ``state_dir`` (plaintext management, no mDNS, no watch window) with the
+    memory budget and per-model settings given; stopped on exit."""
+    options = ManagementOptions(address="127.0.0.1:0", name="orch", trusted_keys=(trust,),
+                                mdns=False, watch_window_s=0.0, insecure=True)
+    config = AgentConfig(state_dir=state_dir, models=dict(models or {}),
+                         grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False, workers=16,
+                                         repository_control=repository_control),
+                         memory_budget_bytes=None if budget_mib is None
+                         else int(budget_mib * (1 << 20)))
+    agent = InProcessAgent(state_dir)
+
+    def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:
+        agent.runtime, agent.grpc = runtime, addresses.tcp
+        agent.ready.set()
+
+    def main() -> None:
+        try:
+            run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
+                      grace=2.0)
+        except BaseException as exc:  # surfaced below
+            agent.error = exc
+            agent.ready.set()
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    agent.thread = threading.Thread(target=main, name="orch-agent", daemon=True)
+    agent.thread.start()
+    try:
+        if not agent.ready.wait(180) or agent.error is not None:
+            raise AssertionError(f"agent did not start: {agent.error!r}")
+        yield agent
+    finally:
+        agent.stop()
+
+
+def client(agent: InProcessAgent) -> AgentClient:
+    return AgentClient(agent.management, token=agent.token)
+
+
+def infer_cnn(triton: tc.InferenceServerClient, model: str) -> tuple[int, ...]:
+    """One request to a light CNN (1x3x224x224 zeros); the output's shape."""
+    import numpy as np
+
+    name = "gpu_0/data_0" if model.startswith("shufflenet") else "data_0"
+    inp = tc.InferInput(name, [1, 3, 224, 224], "FP32")
+    inp.set_data_from_numpy(np.zeros((1, 3, 224, 224), np.float32))
+    result = triton.infer(model, [inp], client_timeout=300)
+    response = result.get_response()
+    return tuple(response.outputs[0].shape)
+
+
+def memory_of(agent_client: AgentClient, model: str) -> int:
+    """The memory figure the agent's budget uses for ``model``'s active version."""
+    (view,) = [v for v in agent_client.models(model) if v.active]
+    return view.memory_bytes

@@ -1,0 +1,119 @@
+"""The memory budget on real agents and real CNNs: a budget that holds one of three CNNs
+serves requests cycling through all three; a deploy that cannot fit is refused before
+anything changes (a pinned model's and a hot swap's figures in the message)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tritonclient.grpc as tc
+
+from edge_agent.core.overrides import ModelOverrides
+from edge_agent.core.residency import MIB
+from edge_agent.management.client import AgentClient
+from packager.reader import open_bundle
+from tests.agent_management.agent_proc import AgentProcess
+from tests.orchestration.agents import client, infer_cnn, memory_of, running_agent
+from tests.orchestration.conftest import CNNS, CnnBundles
+
+ISOLATED = '[models."*"]\nisolation = "process"\ninstances = 1\n'
+
+
+def _agent(state: Path, bundles: CnnBundles, config: str) -> AgentProcess:
+    path = state.parent / "agent.toml"
+    path.write_text(config)
+    return AgentProcess(state, trust=bundles.public_key,
+                        extra=["--no-mdns", "--config", str(path)])
+
+
+def _ready(triton: tc.InferenceServerClient) -> set[str]:
+    return {m["name"] for m in triton.get_model_repository_index(as_json=True)["models"]
+            if m.get("state") == "READY"}
+
+
+def test_a_budget_holding_one_of_three_cnns_serves_requests_cycling_through_all_three(
+        tmp_path: Path, cnn_bundles: CnnBundles) -> None:
+    state = tmp_path / "state"
+    with _agent(state, cnn_bundles, ISOLATED) as agent, agent.client() as c:
+        for name in CNNS:
+            assert c.deploy(cnn_bundles.cnn[name]).ok
+        figures = {name: memory_of(c, name) for name in CNNS}
+    ordered = sorted(figures.values())
+    budget = int(ordered[-1] * 1.15)
+    assert budget < ordered[0] + ordered[1], f"the CNNs' figures are too unequal: {figures}"
+    config = ISOLATED + f"[agent]\nmemory_budget_mib = {budget / MIB:.3f}\n"
+    with _agent(state, cnn_bundles, config) as agent, agent.client() as c, \
+            tc.InferenceServerClient(agent.grpc) as triton:
+        info = c.info()
+        assert info.memory_budget_bytes is not None
+        assert abs(info.memory_budget_bytes - budget) < MIB
+        assert len(_ready(triton)) == 1
+        for name in [*CNNS, *CNNS]:
+            assert infer_cnn(triton, name)[0] == 1
+            assert _ready(triton) == {name}
+            assert c.info().memory_used_bytes <= info.memory_budget_bytes
+        views = {v.model: v for v in c.models() if v.active}
+        assert all(views[n].loads >= 2 and views[n].unloads >= 1 for n in CNNS), views
+        assert all("make room" in views[n].residency for n in CNNS if n != CNNS[-1])
+
+
+def _serving(c: AgentClient) -> list[tuple[str, int, bool, str]]:
+    return sorted((v.model, v.version, v.active, v.state) for v in c.models())
+
+
+def test_a_deploy_that_cannot_fit_is_refused_before_anything_changes(
+        tmp_path: Path, cnn_bundles: CnnBundles) -> None:
+    state = tmp_path / "state"
+    with running_agent(state, cnn_bundles.public_key) as agent, client(agent) as c:
+        assert c.deploy(cnn_bundles.cnn["squeezenet"]).ok
+        pinned_bytes = memory_of(c, "squeezenet")
+    with open_bundle(cnn_bundles.cnn["shufflenet"]) as reader:
+        needed = reader.manifest.load_cost_bytes
+    assert needed > 0, "edge-pack build recorded no load cost"
+    budget_mib = (pinned_bytes + needed // 2) / MIB
+    models = {"squeezenet": ModelOverrides(isolation="thread", pinned=True)}
+    with running_agent(state, cnn_bundles.public_key, budget_mib=budget_mib,
+                       models=models) as agent, client(agent) as c, \
+            tc.InferenceServerClient(agent.grpc) as triton:
+        before = _serving(c)
+        history = len(c.deployments())
+        check = c.check_deploy(cnn_bundles.cnn["shufflenet"])
+        assert check is not None and not check.ok and check.refusal == "no_memory"
+        result = c.deploy(cnn_bundles.cnn["shufflenet"])
+        assert not result.ok
+        assert "needs" in result.message and "memory budget" in result.message
+        assert "pinned: squeezenet v1" in result.message
+        swap = c.deploy(cnn_bundles.second["squeezenet"])
+        assert not swap.ok and "hot swap of squeezenet" in swap.message
+        assert _serving(c) == before
+        assert not (state / "models" / "shufflenet").exists()
+        assert not (state / "models" / "squeezenet" / "2").exists()
+        assert len(c.deployments()) == history + 2
+        assert triton.is_model_ready("squeezenet") and infer_cnn(triton, "squeezenet")[0] == 1
+
+
+def test_a_pinned_model_keeps_its_room_and_a_request_that_cannot_fit_is_told_why(
+        tmp_path: Path, cnn_bundles: CnnBundles) -> None:
+    state = tmp_path / "state"
+    with running_agent(state, cnn_bundles.public_key) as agent, client(agent) as c:
+        for name in ("squeezenet", "shufflenet"):
+            assert c.deploy(cnn_bundles.cnn[name]).ok
+        figures = {name: memory_of(c, name) for name in ("squeezenet", "shufflenet")}
+    budget_mib = (figures["squeezenet"] + figures["shufflenet"] // 2) / MIB
+    models = {"squeezenet": ModelOverrides(isolation="thread", pinned=True),
+              "shufflenet": ModelOverrides(isolation="thread")}
+    with running_agent(state, cnn_bundles.public_key, budget_mib=budget_mib,
+                       models=models) as agent, client(agent) as c, \
+            tc.InferenceServerClient(agent.grpc) as triton:
+        assert triton.is_model_ready("squeezenet") and not triton.is_model_ready("shufflenet")
+        try:
+            infer_cnn(triton, "shufflenet")
+            raise AssertionError("a model that cannot fit was served")
+        except tc.InferenceServerException as err:
+            assert err.status() == "StatusCode.UNAVAILABLE"
+            assert "memory budget" in err.message() and "pinned: squeezenet" in err.message()
+        assert triton.is_model_ready("squeezenet") and infer_cnn(triton, "squeezenet")[0] == 1
+        kinds = [d.kind for d in c.deployments()]
+        assert "auto-rollback" not in kinds
+        (view,) = [v for v in c.models("shufflenet") if v.active]
+        assert view.stored_state != "failed"
