@@ -97,6 +97,8 @@ class Orchestrator:
         self._figures = _Figures()
         self._loader: Loader = self._load_latest
         self._active: Callable[[str], int | None] = lambda _name: None
+        # a version a served pipeline pins (set by the model manager): never unloaded either
+        self._pinned_by_pipeline: Callable[[str, int], bool] = lambda _name, _version: False
         self._on_loaded: LoadedHook | None = None
         self._lock = threading.Lock()
         self._load_lock = threading.RLock()  # one load at a time: room, load, measure
@@ -111,13 +113,17 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ wiring
     def set_loader(self, loader: Loader, on_loaded: LoadedHook | None = None,
-                   active: Callable[[str], int | None] | None = None) -> None:
-        """Who loads a model on demand (the model manager: its active version), and which
-        version that is (for the metadata of a model not loaded yet)."""
+                   active: Callable[[str], int | None] | None = None,
+                   pinned: Callable[[str, int], bool] | None = None) -> None:
+        """Who loads a model on demand (the model manager: its active version), which
+        version that is (for the metadata of a model not loaded yet), and which versions
+        pipelines pin (kept loaded like ``pinned = true`` models)."""
         self._loader = loader
         self._on_loaded = on_loaded
         if active is not None:
             self._active = active
+        if pinned is not None:
+            self._pinned_by_pipeline = pinned
 
     def version_to_load(self, name: str) -> int | None:
         """The version a request for ``name`` would load (None: none on disk)."""
@@ -206,7 +212,7 @@ class Orchestrator:
                 busy = mv.batcher is not None and mv.batcher.inflight > 0
                 out.append(Resident(
                     name, mv.version, self.memory_of(name, mv.version)[0], mv.last_used,
-                    pinned=ov.pinned,
+                    pinned=ov.pinned or self._pinned_by_pipeline(name, mv.version),
                     evictable=held_evictable or (mv.state.value == "READY" and not held
                                                  and (busy_evictable or not busy))))
         return out

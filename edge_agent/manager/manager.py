@@ -100,8 +100,9 @@ class ModelManager:
         self.live_settings = LiveSettings(self.repository, store)
         self.serving = ServingControl(self.repository, store, self.journal, self.locks,
                                       lambda: self.settings, on_unload=self._unloaded)
-        self.orchestrator.set_loader(self._load_active, on_loaded=self._measured,
-                                     active=store.active_version)
+        self.orchestrator.set_loader(
+            self._load_active, on_loaded=self._measured, active=store.active_version,
+            pinned=lambda name, version: bool(pipelines_pinning(self.repository, name, version)))
         for rec in store.versions():
             self.orchestrator.seed(rec.model, rec.version, rec.rss_delta_bytes)
 

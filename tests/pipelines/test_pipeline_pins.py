@@ -3,6 +3,7 @@ it loaded, retention does not prune it, KServe RepositoryModelUnload and removal
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from edge_agent.core.overrides import ModelOverrides
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from tests.pipelines.conftest import PROFILE, Built, build, running_agent
@@ -72,3 +74,23 @@ def test_a_pinned_member_version_survives_deploys_retention_and_unload(
             client.unload_model("pinned")
             client.unload_model("mlp")
             assert not client.is_model_ready("mlp", "3")
+
+
+def test_the_idle_sweep_keeps_a_version_a_pipeline_pins(built: Built, tmp_path: Path) -> None:
+    pinned = build(pipeline_spec(tmp_path, 'model = "mlp"', 'model = "mlp"\nversion = 1',
+                                 "pinned"), 1, tmp_path / "a", built.private_key)
+    state = tmp_path / "agent"
+    idle = {"mlp": ModelOverrides(idle_unload_s=0.2)}
+    with running_agent(state, built.public_key, models=idle) as agent, agent.client() as c:
+        for name in ("mlp", "prep", "post", "classify"):
+            assert c.deploy(built.bundles[name]).ok
+        assert c.deploy(pinned).ok
+        on_v1 = labels(agent.tcp, "pinned")
+        orchestrator = agent.dataplane.orchestrator
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:  # sweeps well past idle_unload_s
+            orchestrator.sweep()
+            time.sleep(0.1)
+        with grpcclient.InferenceServerClient(agent.tcp) as client:
+            assert client.is_model_ready("mlp", "1"), "a pinned member was unloaded when idle"
+        np.testing.assert_array_equal(labels(agent.tcp, "pinned"), on_v1)
