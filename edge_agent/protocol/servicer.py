@@ -156,7 +156,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
         try:
-            infer_request, raw = converters.to_infer_request(request, self._shm)
+            infer_request, _ = converters.to_infer_request(request, self._shm)
             placed = converters.output_placements(request, self._shm)  # shared memory outputs
             result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
             nbytes = _response_bytes(result, infer_request.outputs)
@@ -164,7 +164,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 self._budget.acquire(nbytes)
                 if not context.add_callback(lambda: self._budget.release(nbytes)):
                     self._budget.release(nbytes)  # the call already ended
-            return converters.to_infer_response(result, raw=raw, order=infer_request.outputs,
+            # raw_output_contents whatever form the inputs came in, as Triton answers
+            return converters.to_infer_response(result, order=infer_request.outputs,
                                                 placed=placed)
         except Exception as exc:
             self._fail(context, exc)
@@ -240,7 +241,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 try:
                     placed = converters.output_placements(msg, self._shm)  # shared memory
                     response = converters.to_infer_response(
-                        result, raw=raw, order=req.outputs if req else None, placed=placed)
+                        result, order=req.outputs if req else None, placed=placed)
                 except BaseException:
                     self._budget.release(nbytes)
                     raise
