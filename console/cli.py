@@ -201,6 +201,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from console.agent_view import cache_cell
     from console.commands import agent_status
 
     settings = _settings(args)
@@ -217,14 +218,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                       f"agent {i.agent_version}  up {i.uptime_s:.0f} s")
         table = Table(title="model versions", title_justify="left")
         for col in ("model", "version", "active", "state", "backend", "load ms", "RSS MiB",
-                    "parity on device", "error"):
+                    "response cache", "parity on device", "error"):
             table.add_column(col)
         parity = {(p.model, p.version): p.figures for p in s.parity}
         for v in s.versions:
             table.add_row(v.model, str(v.version), "*" if v.active else "", v.state,
                           v.backend, "-" if v.load_ms is None else f"{v.load_ms:.0f}",
                           "-" if v.rss_delta_bytes is None
-                          else f"{v.rss_delta_bytes / 2**20:+.1f}",
+                          else f"{v.rss_delta_bytes / 2**20:+.1f}", cache_cell(v),
                           parity.get((v.model, v.version), "-"),
                           v.load_error[:60] if cut else v.load_error)
         console.print(table)

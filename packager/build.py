@@ -189,7 +189,8 @@ def _write_reference(root: Path, source: Runner, prepared: PreparedModel,
 
 def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,
                max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
-               steps: Steps, reference_inputs: GivenInputs | None = None) -> Path:
+               steps: Steps, reference_inputs: GivenInputs | None = None,
+               response_cache: bool = False) -> Path:
     root = stage / profile.name
     root.mkdir()
     batching = _batching(profile, prepared.batched, max_batch)
@@ -252,6 +253,7 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         fallback_backend=profile.fallback_backend, backend_options=backend_options,
         source_sha256=prepared.source_sha256, source_name=prepared.source_name,
         parity=parity, toolchain=_toolchain({a.backend for a in artifacts}), created=created,
+        response_cache=response_cache,
     )
     out = stage / bundle_filename(name, version, profile.name)
     write_bundle(out, root, manifest, key, mtime)
@@ -272,11 +274,13 @@ def build_bundles(
     allow_parity_failure: bool = False,
     progress: Any = None,
     reference_data: Path | str | None = None,
+    response_cache: bool = False,
 ) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` for each profile; return their paths.
 
     ``reference_data`` is an .npz of real inputs (one array per model input) stored as the
     bundles' reference data instead of seeded inputs.
+    ``response_cache`` records that the model opts into the agent's response cache by default.
     ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
     Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure.
     A ``.toml`` model path is a model spec (Python model or pipeline): packager/spec_build.py.
@@ -284,9 +288,10 @@ def build_bundles(
     if Path(model_path).suffix == ".toml":
         from packager.spec_build import build_spec_bundles
 
-        if dynamic_batch or max_batch is not None or allow_parity_failure:
-            raise UsageError("--dynamic-batch, --max-batch and --allow-parity-failure apply to "
-                             "ONNX models; a spec sets max_batch_size itself")
+        if dynamic_batch or max_batch is not None or allow_parity_failure or response_cache:
+            raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure and "
+                             "--response-cache apply to ONNX models; a spec sets "
+                             "max_batch_size itself")
         return build_spec_bundles(model_path, name=name or None, version=check_version(version),
                                   profiles=profiles, out_dir=out_dir, key_path=key_path)
     try:
@@ -313,7 +318,8 @@ def build_bundles(
         built = [
             _build_one(prepared, p, name=name, version=version, max_batch=max_batch,
                        allow_parity_failure=allow_parity_failure, stage=stage, key=key,
-                       steps=steps, reference_inputs=reference_inputs)
+                       steps=steps, reference_inputs=reference_inputs,
+                       response_cache=response_cache)
             for p in loaded
         ]
         return publish(built, out)

@@ -20,7 +20,8 @@ class ModelOverrides:
     ``max_batch_size`` may only lower the manifest's value (the artifact fixes the upper bound).
     ``default_version`` pins the version served when a request names none. ``backend`` and
     ``device`` replace the manifest's backend choice and the runtime's default device.
-    ``response_cache`` serves repeated requests from the agent's response cache (core/cache.py).
+    ``response_cache`` serves repeated requests from the agent's response cache (core/cache.py);
+    None follows the bundle's manifest (``edge-pack build --response-cache``).
     """
 
     max_batch_size: int | None = None
@@ -37,7 +38,7 @@ class ModelOverrides:
     warmup: bool = True
     execution_timeout_ms: int | None = None
     isolation: str = "auto"
-    response_cache: bool = False
+    response_cache: bool | None = None
 
     def execution_timeout_s(self) -> float:
         """Seconds one backend execution may run before it is cancelled (0: no limit)."""

@@ -57,6 +57,7 @@ class ModelVersion:
     batching: BatchingConfig | None = None
     signature: Signature | None = None
     batcher: DynamicBatcher | None = None
+    response_cache: bool = False  # answers repeated requests from the response cache
 
 
 @dataclass(eq=False)
@@ -111,6 +112,12 @@ class ModelRepository:
     def overrides_for(self, name: str) -> ModelOverrides:
         """The agent-config overrides of model ``name``."""
         return self._overrides.get(name, self._default_overrides)
+
+    def caches(self, name: str, version: int) -> bool:
+        """Whether ``name`` ``version`` (loaded) opts into the response cache."""
+        model = self._models.get(name)
+        mv = model.versions.get(version) if model is not None else None
+        return mv is not None and mv.response_cache
 
     # ------------------------------------------------------------------ lookups
     def resolve(self, name: str, version: int | None = None) -> ModelVersion:
@@ -263,6 +270,9 @@ class ModelRepository:
             backend.close()
             raise
         mv.manifest = dataclasses.replace(manifest, batching=batching)
+        # agent.toml's [models.NAME] response_cache when set, else the bundle's opt-in
+        mv.response_cache = ov.response_cache if ov.response_cache is not None \
+            else manifest.response_cache
         mv.backend_name = backend.name
         mv.device = backend.device
         mv.batching = batching

@@ -65,7 +65,9 @@ def version_pb(v: VersionView) -> pb.ModelVersionInfo:
         model=v.model, version=v.version, active=v.active, state=v.state,
         stored_state=v.stored_state, profile=v.profile, backend=v.backend,
         load_ms=v.load_ms or 0.0, rss_delta_bytes=v.rss_delta_bytes or 0,
-        load_error=v.load_error, size_bytes=v.size_bytes, added_at=v.added_at)
+        load_error=v.load_error, size_bytes=v.size_bytes, added_at=v.added_at,
+        response_cache=v.response_cache, cache_hits=v.cache_hits,
+        cache_misses=v.cache_misses)
 
 
 def point_pb(p: StoredPoint) -> pb.MetricPoint:
@@ -91,7 +93,9 @@ def version_info(m: pb.ModelVersionInfo) -> VersionInfo:
     return VersionInfo(model=m.model, version=m.version, active=m.active, state=m.state,
                        stored_state=m.stored_state, profile=m.profile, backend=m.backend,
                        load_ms=m.load_ms or None, rss_delta_bytes=m.rss_delta_bytes or None,
-                       load_error=m.load_error, size_bytes=m.size_bytes, added_at=m.added_at)
+                       load_error=m.load_error, size_bytes=m.size_bytes, added_at=m.added_at,
+                       response_cache=m.response_cache, cache_hits=m.cache_hits,
+                       cache_misses=m.cache_misses)
 
 
 def step_info(m: pb.DeploymentStep) -> StepInfo:

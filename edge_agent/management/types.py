@@ -40,6 +40,15 @@ class VersionInfo:
     load_error: str
     size_bytes: int
     added_at: float
+    response_cache: bool = False
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """Hits over lookups since the version was loaded; None before any lookup."""
+        lookups = self.cache_hits + self.cache_misses
+        return self.cache_hits / lookups if lookups else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,3 +44,6 @@ class VersionView:
     size_bytes: int = 0
     added_at: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
+    response_cache: bool = False  # served behind the response cache
+    cache_hits: int = 0  # since loaded
+    cache_misses: int = 0

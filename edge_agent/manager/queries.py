@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge_agent.core.cache import ResponseCache
 from edge_agent.core.repository import ModelRepository
 from edge_agent.core.repository import VersionState as Serving
 from edge_agent.manager.outcome import VersionView
@@ -40,9 +41,11 @@ class RollbackPlan:
 class VersionQueries:
     """Answers questions about versions from the state store and the repository."""
 
-    def __init__(self, store: StateStore, repository: ModelRepository) -> None:
+    def __init__(self, store: StateStore, repository: ModelRepository,
+                 cache: ResponseCache | None = None) -> None:
         self.store = store
         self.repository = repository
+        self.cache = cache  # the data plane's response cache (None: the agent has none)
 
     def versions(self, model: str | None = None) -> list[VersionView]:
         """Every version on disk (of one model, or all), with serving state and load figures."""
@@ -61,12 +64,17 @@ class VersionQueries:
             state = mv.state.value if mv is not None else Serving.UNAVAILABLE.value
             error = rec.load_error or (mv.reason if mv is not None and mv.state
                                        is Serving.UNAVAILABLE else "")
+            cached = self.cache is not None and mv is not None and mv.response_cache
+            counts = self.cache.stats(rec.model, rec.version) if self.cache is not None and cached \
+                else None
             out.append(VersionView(
                 model=rec.model, version=rec.version,
                 active=active.get(rec.model) == rec.version, state=state,
                 stored_state=rec.state.value, profile=profile, backend=backend,
                 load_ms=rec.load_ms, rss_delta_bytes=rec.rss_delta_bytes, load_error=error or "",
-                size_bytes=rec.size_bytes, added_at=rec.added_at))
+                size_bytes=rec.size_bytes, added_at=rec.added_at, response_cache=cached,
+                cache_hits=counts.hit.count if counts else 0,
+                cache_misses=counts.miss.count if counts else 0))
         return out
 
     def history(self, model: str | None = None, limit: int = 50) -> list[Deployment]:
