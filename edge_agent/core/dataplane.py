@@ -148,9 +148,10 @@ class DataPlane:
         return mv
 
     # ------------------------------------------------------------------ inference
-    def submit(self, request: InferRequest) -> Future[InferResult]:
-        """Validate and enqueue ``request``; raises AgentError subclasses synchronously."""
-        caller_runs = self._caller_runs and _running_loop() is None
+    def submit(self, request: InferRequest, *, inline: bool = True) -> Future[InferResult]:
+        """Validate and enqueue ``request``; raises AgentError subclasses synchronously.
+        ``inline=False``: never run on the calling thread."""
+        caller_runs = inline and self._caller_runs and _running_loop() is None
         if self.response_cache is not None:
             return self._on_current_version(request, self._submit_cached, caller_runs)
         return self._on_current_version(request, _submit, caller_runs)

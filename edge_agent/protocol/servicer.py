@@ -173,9 +173,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def ModelStreamInfer(self, request_iterator: Iterator[pb.ModelInferRequest], context: _Ctx,
                          send_response_callback: Callable[[Any], None] | None = None
                          ) -> Iterator[pb.ModelStreamInferResponse] | None:
-        """Pipelined: a reader thread submits each request as it arrives; a sender thread
-        answers in arrival order. A failed request yields an error_message and the stream goes
-        on. Non-blocking (no handler thread held): see :mod:`edge_agent.protocol.streams`."""
+        """Pipelined: a reader thread submits each request as it arrives (never running it
+        itself, so it keeps reading); a sender thread answers each as it finishes, so answers
+        may come out of order (the caller matches them by id, as Triton's do). A failed
+        request yields an error_message and the stream goes on. Non-blocking (no handler
+        thread held): see :mod:`edge_agent.protocol.streams`."""
         if send_response_callback is not None:
             self._open_stream(request_iterator, context, send_response_callback)
             return None
@@ -201,39 +203,43 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def _read_stream(self, session: StreamSession,
                      requests: Iterator[pb.ModelInferRequest]) -> None:
+        push, send = session.push, self._send_stream
         try:
             for msg in requests:
                 session.received_one()
-                item: tuple[pb.ModelInferRequest, InferRequest | None, bool,
-                            Future[InferResult] | None, Exception | None]
                 try:
-                    req, raw = converters.to_infer_request(msg, self._shm)
-                    item = (msg, req, raw, self._dp.submit(req), None)
+                    req, _ = converters.to_infer_request(msg, self._shm)
+                    future = self._dp.submit(req, inline=False)
                 except Exception as exc:
-                    item = (msg, None, False, None, exc)
-                session.push(item, self._send_stream)
+                    push((msg, None, None, exc), send)
+                    continue
+                future.add_done_callback(
+                    lambda done, msg=msg, req=req: push((msg, req, done, None), send))
         except Exception:  # the stream was cancelled, broke, or was ended: stop reading
             log.debug("stream reader stopped", exc_info=True)
         finally:
-            session.push(END, self._send_stream)
+            push(END, send)
 
     def _send_stream(self, session: StreamSession) -> None:
-        while True:
+        answered, reading = 0, True
+        while reading or answered < session.received:  # after END, received is final
             item = session.items.get()
             if item is END:
-                session.finish()
-                return
+                reading = False
+                continue
             response, nbytes = self._stream_response(*item)
             try:
                 session.send(response)
             finally:
                 self._budget.release(nbytes)
                 session.answered_one()
+                answered += 1
+        session.finish()
 
-    def _stream_response(self, msg: pb.ModelInferRequest, req: InferRequest | None, raw: bool,
-                         future: Any, exc: BaseException | None
+    def _stream_response(self, msg: pb.ModelInferRequest, req: InferRequest | None,
+                         future: Future[InferResult] | None, exc: BaseException | None
                          ) -> tuple[pb.ModelStreamInferResponse, int]:
-        if exc is None:
+        if exc is None and future is not None:
             try:
                 result = future.result()
                 nbytes = _response_bytes(result, req.outputs if req else None)
@@ -248,6 +254,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 return pb.ModelStreamInferResponse(infer_response=response), nbytes
             except Exception as err:
                 exc = err
+        assert exc is not None
         if not isinstance(exc, AgentError):
             log.exception("stream inference failed", exc_info=exc)
         return pb.ModelStreamInferResponse(
