@@ -8,6 +8,7 @@ every error goes through :mod:`edge_agent.protocol.status`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import queue
 import threading
@@ -213,12 +214,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 except Exception as exc:
                     push((msg, None, None, exc), send)
                     continue
-                future.add_done_callback(
-                    lambda done, msg=msg, req=req: push((msg, req, done, None), send))
+                future.add_done_callback(functools.partial(self._answered, session, msg, req))
         except Exception:  # the stream was cancelled, broke, or was ended: stop reading
             log.debug("stream reader stopped", exc_info=True)
         finally:
             push(END, send)
+
+    def _answered(self, session: StreamSession, msg: pb.ModelInferRequest, req: InferRequest,
+                  done: Future[InferResult]) -> None:
+        session.push((msg, req, done, None), self._send_stream)
 
     def _send_stream(self, session: StreamSession) -> None:
         answered, reading = 0, True
