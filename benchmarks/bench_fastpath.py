@@ -122,11 +122,12 @@ def load_mix(target: str, payloads: list[bytes], secs: float, pid: int,
     server's CPU per request (measured over the run only)."""
     asyncio.run(run_load_mix(target, warmup or payloads, concurrency=concurrency, seconds=0.5,
                              warmup=0.0))
-    cpu0 = _cpu_s(pid)
+    cpu0, client0 = _cpu_s(pid), time.process_time()
     result = asyncio.run(run_load_mix(target, payloads, concurrency=concurrency, seconds=secs,
                                       warmup=0.0))
     if result.requests:
         result.cpu_us_per_request = (_cpu_s(pid) - cpu0) * 1e6 / result.requests
+        result.client_cpu_us_per_request = (time.process_time() - client0) * 1e6 / result.requests
     if result.errors:
         print(f"    ({result.errors} errors, first: {result.first_error})")
     return result
@@ -188,10 +189,11 @@ async def run_stream(target: str, payloads: list[bytes], *, concurrency: int,
 def load_stream(target: str, payloads: list[bytes], secs: float, pid: int) -> LoadResult:
     """:func:`run_stream` after a short warm-up, with the server's CPU per request."""
     asyncio.run(run_stream(target, payloads, concurrency=CONCURRENCY, seconds=0.5))
-    cpu0 = _cpu_s(pid)
+    cpu0, client0 = _cpu_s(pid), time.process_time()
     result = asyncio.run(run_stream(target, payloads, concurrency=CONCURRENCY, seconds=secs))
     if result.requests:
         result.cpu_us_per_request = (_cpu_s(pid) - cpu0) * 1e6 / result.requests
+        result.client_cpu_us_per_request = (time.process_time() - client0) * 1e6 / result.requests
     if result.errors:
         print(f"    ({result.errors} errors, first: {result.first_error})")
     return result
@@ -403,7 +405,8 @@ def naive_part(mlp_onnx: Path, target: str, agent: Proc, work: Path, secs: float
         naive.stop()
     med = {label: median_result(v) for label, v in runs.items()}
     for label, r in med.items():
-        print(f"mlp c=16 uds  {label:<14} {r.line()}")
+        print(f"mlp c=16 uds  {label:<14} {r.line()}  client CPU "
+              f"{r.client_cpu_us_per_request or 0:.0f} us/req")
     base = med["naive"]
     for label in ("agent unary", "agent stream"):
         r = med[label]
