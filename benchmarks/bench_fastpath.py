@@ -328,11 +328,11 @@ def cache_latency_part(target: str, agent: Proc, secs: float, rounds: int) -> No
     rng = np.random.default_rng(2)
     cases = [("mlp_cached", "input", rng.random((1, 64), dtype=np.float32), 4000),
              ("squeezenet_cached", "data_0",
-              rng.random((1, 3, 224, 224), dtype=np.float32), 150)]
+              rng.random((1, 3, 224, 224), dtype=np.float32), 240)]
     for model, name, x, n in cases:
         hits: list[LoadResult] = []
         misses: list[LoadResult] = []
-        seconds = secs if n > 1000 else min(secs, 2.0)
+        seconds = secs if n > 1000 else min(secs, 1.5)  # fewer requests than inputs
         for _ in range(rounds):
             hits.append(load_mix(target, [infer_request_bytes(model, {name: x})], seconds,
                                  agent.pid, concurrency=1))
