@@ -122,6 +122,14 @@ class LiveMetrics:
         return "live: " + (" · ".join(parts) if parts else "no requests since this opened")
 
 
+def cache_cell(v: VersionInfo) -> str:
+    """A version's response cache: ``-`` when off, else hits and hit rate since it loaded."""
+    if not v.response_cache:
+        return "-"
+    rate = v.cache_hit_rate
+    return f"{v.cache_hits} hits ({rate:.0%})" if rate is not None else "on (no lookups)"
+
+
 def format_bytes(n: float | None) -> str:
     """``1.5 MiB`` style."""
     if n is None:

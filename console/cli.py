@@ -222,6 +222,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from console.agent_view import cache_cell
     from console.commands import agent_status
 
     settings = _settings(args)
@@ -241,7 +242,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                          if i.memory_budget_bytes else " (no memory budget)"))
         table = Table(title="model versions", title_justify="left")
         for col in ("model", "version", "active", "state", "backend", "load ms", "RSS MiB",
-                    "load", "loads/unloads", "waits (mean ms)", "parity on device", "error"):
+                    "load", "loads/unloads", "waits (mean ms)", "response cache",
+                    "parity on device", "error"):
             table.add_column(col)
         parity = {(p.model, p.version): p.figures for p in s.parity}
         for v in s.versions:
@@ -252,7 +254,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                           v.load_mode + (" pinned" if v.pinned else ""),
                           f"{v.loads}/{v.unloads}",
                           f"{v.load_waits} ({v.load_wait_ms / v.load_waits:.0f})"
-                          if v.load_waits else "-",
+                          if v.load_waits else "-", cache_cell(v),
                           parity.get((v.model, v.version), "-"),
                           v.load_error[:60] if cut else v.load_error)
         console.print(table)

@@ -231,7 +231,8 @@ def _plan(prepared: PreparedModel, profile: DeviceProfile,
 def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,
                max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
                steps: Steps, reference_inputs: GivenInputs | None = None,
-               calibrated: Calibrated | None = None) -> Path:
+               calibrated: Calibrated | None = None,
+               response_cache: bool = False) -> Path:
     root = stage / profile.name
     root.mkdir()
     batching = _batching(profile, prepared.batched, max_batch)
@@ -333,6 +334,7 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         backend_options=backend_options,
         source_sha256=prepared.source_sha256, source_name=prepared.source_name,
         parity=parity, toolchain=toolchain, created=created,
+        response_cache=response_cache,
     )
     out = stage / bundle_filename(name, version, profile.name)
     write_bundle(out, root, manifest, key, mtime)
@@ -381,6 +383,7 @@ def build_bundles(
     progress: Any = None,
     reference_data: Path | str | None = None,
     calibration_data: Path | str | None = None,
+    response_cache: bool = False,
 ) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` for each profile; return their paths.
 
@@ -389,6 +392,7 @@ def build_bundles(
     ``calibration_data`` (an .npz or a directory of NAME.npy, one array per input, leading dim =
     samples) makes the int8 profiles statically quantized (packager/quantize.py); parity of
     those is top-1 agreement on its held-out rows.
+    ``response_cache`` records that the model opts into the agent's response cache by default.
     ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
     Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure.
     A ``.toml`` model path is a model spec (Python model or pipeline): packager/spec_build.py.
@@ -397,10 +401,10 @@ def build_bundles(
         from packager.spec_build import build_spec_bundles
 
         if (dynamic_batch or max_batch is not None or allow_parity_failure
-                or calibration_data is not None):
-            raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure and "
-                             "--calibration-data apply to ONNX models; a spec sets "
-                             "max_batch_size itself")
+                or calibration_data is not None or response_cache):
+            raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
+                             "--calibration-data and --response-cache apply to ONNX models; a "
+                             "spec sets max_batch_size itself")
         return build_spec_bundles(model_path, name=name or None, version=check_version(version),
                                   profiles=profiles, out_dir=out_dir, key_path=key_path)
     try:
@@ -445,7 +449,8 @@ def build_bundles(
         built = [
             _build_one(prepared, p, name=name, version=version, max_batch=max_batch,
                        allow_parity_failure=allow_parity_failure, stage=stage, key=key,
-                       steps=steps, reference_inputs=reference_inputs, calibrated=calibrated)
+                       steps=steps, reference_inputs=reference_inputs, calibrated=calibrated,
+                       response_cache=response_cache)
             for p in loaded
         ]
         return publish(built, out)

@@ -87,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--dynamic-batch", action="store_true",
                    help="turn a fixed leading batch dim of 1 into a dynamic one")
     b.add_argument("--max-batch", metavar="N", help="override the profile's max batch size")
+    b.add_argument("--response-cache", action="store_true",
+                   help="the model opts into the agent's response cache by default (agents "
+                   "with a [response_cache] budget answer repeated requests from it; "
+                   "[models.NAME] response_cache in agent.toml overrides)")
     b.add_argument("--allow-parity-failure", action="store_true",
                    help="write bundles even when parity is past the profile's tolerance")
     b.add_argument("--member", action="append", default=[], type=Path, metavar="BUNDLE",
@@ -160,7 +164,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
                   key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
                   allow_parity_failure=args.allow_parity_failure,
                   reference_data=args.reference_data,
-                  calibration_data=args.calibration_data)
+                  calibration_data=args.calibration_data, response_cache=args.response_cache)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -172,12 +176,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
         from packager.spec_build import build_spec_bundles
 
         if (args.dynamic_batch or max_batch is not None or args.allow_parity_failure
-                or args.reference_data is not None or args.calibration_data is not None):
+                or args.reference_data is not None or args.calibration_data is not None
+                or args.response_cache):
             from packager.errors import UsageError
 
             raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
-                             "--reference-data and --calibration-data apply to ONNX models; a "
-                             "spec sets max_batch_size itself and has no parity check")
+                             "--reference-data, --calibration-data and --response-cache apply "
+                             "to ONNX models; a spec sets max_batch_size itself and has no "
+                             "parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
                                    members=args.member)

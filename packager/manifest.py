@@ -75,6 +75,12 @@ LOAD_COST_KEY = "load_rss_bytes"
 """The ``parity`` entry holding the build machine's measured load cost (bytes)."""
 
 
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise BundleError(f"manifest key {key!r} must be true or false, not {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Manifest:
     """Everything the agent needs to know about one model version for one device profile."""
@@ -101,9 +107,15 @@ class Manifest:
     toolchain: dict[str, str] = field(default_factory=dict)
     created: str = ""
     format_version: int = FORMAT_VERSION
+    # the model opts into the agent's response cache by default (edge-pack build
+    # --response-cache); written only when True, so older bundles keep their bytes
+    response_cache: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.response_cache:
+            del d["response_cache"]
+        return d
 
     def canonical_bytes(self) -> bytes:
         """The exact bytes that are signed and stored as manifest.json."""
@@ -139,6 +151,7 @@ class Manifest:
                 toolchain={str(k): str(v) for k, v in d.get("toolchain", {}).items()},
                 created=str(d.get("created", "")),
                 format_version=fv,
+                response_cache=_flag(d.get("response_cache", False), "response_cache"),
             )
         except BundleError:
             raise

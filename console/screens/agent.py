@@ -19,7 +19,14 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from console.agent_view import AgentSnapshot, LiveMetrics, format_bytes, step_lines, system_line
+from console.agent_view import (
+    AgentSnapshot,
+    LiveMetrics,
+    cache_cell,
+    format_bytes,
+    step_lines,
+    system_line,
+)
 from console.commands import last_tuning
 from console.errors import ConsoleError
 from console.fleet import AgentState, FleetAgent, format_ago
@@ -126,7 +133,8 @@ class AgentScreen(ConsoleScreen):
 
     def on_mount(self) -> None:
         self.query_one("#models-table", DataTable).add_columns(
-            "MODEL", "VERSION", "ACTIVE", "STATE", "BACKEND", "LOAD", "SIZE", "ADDED (UTC)")
+            "MODEL", "VERSION", "ACTIVE", "STATE", "BACKEND", "LOAD", "SIZE", "CACHE",
+            "ADDED (UTC)")
         self.query_one("#deployments-table", DataTable).add_columns(
             "STARTED", "MODEL", "KIND", "FROM→TO", "STATUS", "LAST STEP", "REASON")
         self.query_one("#agent-events", DataTable).add_columns("TIME (UTC)", "EVENT")
@@ -364,7 +372,7 @@ class AgentScreen(ConsoleScreen):
                 Text(v.state, style="red" if v.load_error or v.state == "failed" else ""),
                 v.backend or "-",
                 f"{v.load_ms:.0f} ms" if v.load_ms else "-", format_bytes(v.size_bytes),
-                _clock(v.added_at)]
+                cache_cell(v), _clock(v.added_at)]
             if stale:
                 cells = [Text(c.plain if isinstance(c, Text) else c, style="dim") for c in cells]
             table.add_row(*cells, key=f"{v.model}:{v.version}")

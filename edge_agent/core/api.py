@@ -61,9 +61,10 @@ class DataPlaneAPI(Protocol):
 
     def model_config(self, name: str, version: int | None = None) -> ModelConfigInfo: ...
 
-    def submit(self, request: InferRequest) -> Future[InferResult]:
+    def submit(self, request: InferRequest, *, inline: bool = True) -> Future[InferResult]:
         """Validate and enqueue. Raises AgentError subclasses synchronously for bad input,
-        unknown models and a full queue; failures during execution are set on the future."""
+        unknown models and a full queue; failures during execution are set on the future.
+        ``inline=False``: never run on the calling thread (a stream's reader keeps reading)."""
         ...
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:

@@ -57,6 +57,51 @@ _FLOOR_WINDOW = 256  # executions per window of the fastest-execution estimate
 _wall_ns = time.time_ns
 
 
+_CANCELLED = object()
+
+
+class _Waiter:
+    """What a blocked :meth:`DynamicBatcher.infer` caller waits on: a lock released once with
+    the answer. Same ``set_result``/``set_exception``/``cancel`` as a Future for the workers,
+    without a Future's condition and Python-level locking on both sides. The first of the
+    answers and a cancel wins (``list.append`` is atomic); a later one raises
+    InvalidStateError, as a Future's does."""
+
+    __slots__ = ("_claim", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._claim: list[Any] = []
+
+    def _settle(self, answer: Any) -> None:
+        claim = self._claim
+        claim.append(answer)
+        if claim[0] is not answer:
+            raise InvalidStateError("the request was answered or cancelled already")
+        self._lock.release()
+
+    def set_result(self, result: InferResult) -> None:
+        self._settle((result, None))
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle((None, error))
+
+    def cancel(self) -> bool:
+        """Give up waiting; False when the answer came first."""
+        self._claim.append(_CANCELLED)
+        return self._claim[0] is _CANCELLED
+
+    def result(self, timeout: float | None = None) -> InferResult:
+        """The answer (raises the request's error); FutureTimeoutError after ``timeout``."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise FutureTimeoutError()
+        result, error = self._claim[0]
+        if error is not None:
+            raise error
+        return result  # type: ignore[no-any-return]
+
+
 class _Pending:
     """One queued request."""
 
@@ -64,7 +109,7 @@ class _Pending:
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int, outputs: list[str] | None,
                  request_id: str, enqueued: int, deadline: int,
-                 future: Future[InferResult] | None, priority: int) -> None:
+                 future: Future[InferResult] | _Waiter | None, priority: int) -> None:
         self.inputs = inputs
         self.rows = rows
         self.outputs = outputs
@@ -209,10 +254,10 @@ class DynamicBatcher:
         item = _Pending(inputs, rows, outputs, request_id, now,
                         now + timeout_us * 1000 if timeout_us > 0 else 0, None,
                         priority or self.priority)
-        instance = self._admit(item, True)
+        instance = self._admit(item, True, _Waiter)
         if instance >= 0:
             return self._run_inline(item, instance)
-        future: Future[InferResult] = item.future  # type: ignore[assignment]  # _admit gave it a future
+        future: _Waiter = item.future  # type: ignore[assignment]  # _admit gave it a waiter
         try:
             return future.result(wait_s)
         except FutureTimeoutError:
@@ -221,8 +266,10 @@ class DynamicBatcher:
                 f"model {self.model!r} version {self.version}: no answer within {wait_s} s "
                 f"(request {request_id or '(no id)'})") from None
 
-    def _admit(self, item: _Pending, caller_runs: bool) -> int:
-        """Count the request in flight; return an instance to run it on here, or queue it (-1)."""
+    def _admit(self, item: _Pending, caller_runs: bool,
+               waiter: type[Future[InferResult]] | type[_Waiter] = Future) -> int:
+        """Count the request in flight; return an instance to run it on here, or queue it (-1)
+        with a ``waiter`` (a Future, or a lighter one for a blocked caller) to answer it."""
         with self._lock:
             if self._closed:
                 raise ModelUnavailableError(
@@ -237,7 +284,7 @@ class DynamicBatcher:
                     f"model {self.model!r} version {self.version}: queue is full "
                     f"({self._max_queue} requests waiting); back off and retry")
             if item.future is None:
-                item.future = Future()
+                item.future = waiter()
             if queue and queue[-1].priority > item.priority:
                 # ahead of every lower priority, behind every request of its own or higher
                 i = len(queue) - 1

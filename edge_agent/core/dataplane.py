@@ -6,7 +6,8 @@ When called from a plain thread (a thread-pool gRPC server) and an instance is i
 queued, the request runs on the calling thread and the returned future is already done; from a
 thread running an asyncio event loop it never runs inline, so the loop is never blocked.
 
-With ``response_cache_bytes`` > 0, models whose overrides set ``response_cache`` answer a
+With ``response_cache_bytes`` > 0, versions that opt in (agent.toml's ``response_cache``, else
+the bundle's manifest) answer a
 request the version it was routed to has answered before from :mod:`edge_agent.core.cache`,
 after routing and validation and before the batcher.
 """
@@ -193,10 +194,11 @@ class DataPlane:
                             backend_name=manifest.backend, batching=batching)
 
     # ------------------------------------------------------------------ inference
-    def submit(self, request: InferRequest) -> Future[InferResult]:
-        """Validate and enqueue ``request``; raises AgentError subclasses synchronously."""
-        caller_runs = self._caller_runs and _running_loop() is None
-        if self._cached(request.model):
+    def submit(self, request: InferRequest, *, inline: bool = True) -> Future[InferResult]:
+        """Validate and enqueue ``request``; raises AgentError subclasses synchronously.
+        ``inline=False``: never run on the calling thread."""
+        caller_runs = inline and self._caller_runs and _running_loop() is None
+        if self.response_cache is not None:
             return self._on_current_version(request, self._submit_cached, caller_runs)
         return self._on_current_version(request, _submit, caller_runs)
 
@@ -222,7 +224,7 @@ class DataPlane:
                 raise RequestTimeoutError(
                     f"model {request.model!r}: no answer within {timeout_s} s "
                     f"(request {request.id or '(no id)'})") from None
-        if self._cached(request.model):
+        if self.response_cache is not None:
             return self._on_current_version(request, self._infer_cached, timeout_s)
         return self._on_current_version(request, _infer, timeout_s)
 
@@ -243,10 +245,6 @@ class DataPlane:
         return mv.streamer.stream(request.inputs, request.id)
 
     # ------------------------------------------------------------------ response cache
-    def _cached(self, model: str) -> bool:
-        return self.response_cache is not None and \
-            self.repository.overrides_for(model).response_cache
-
     def _lookup(self, batcher: DynamicBatcher, request: InferRequest,
                 rows: int) -> tuple[bytes, InferResult | None]:
         """The request's cache key and, on a hit (counted), the cached answer."""
@@ -273,7 +271,10 @@ class DataPlane:
 
     def _infer_cached(self, batcher: DynamicBatcher, request: InferRequest, rows: int,
                       timeout_us: int, wait_s: float | None) -> InferResult:
-        """``_infer`` behind the response cache: the answer is stored before it returns."""
+        """``_infer`` behind the response cache (for versions that opt in): the answer is
+        stored before it returns."""
+        if not self.repository.caches(batcher.model, batcher.version):
+            return _infer(batcher, request, rows, timeout_us, wait_s)
         key, hit = self._lookup(batcher, request, rows)
         if hit is not None:
             return hit
@@ -286,6 +287,8 @@ class DataPlane:
         """``_submit`` behind the response cache (a hit: an already finished future). A miss
         is stored when its answer comes (a done callback: a caller woken by the answer may
         look up before it is stored, and then misses too)."""
+        if not self.repository.caches(batcher.model, batcher.version):
+            return _submit(batcher, request, rows, timeout_us, caller_runs)
         key, hit = self._lookup(batcher, request, rows)
         if hit is not None:
             done: Future[InferResult] = Future()

@@ -20,7 +20,8 @@ class ModelOverrides:
     ``max_batch_size`` may only lower the manifest's value (the artifact fixes the upper bound).
     ``default_version`` pins the version served when a request names none. ``backend`` and
     ``device`` replace the manifest's backend choice and the runtime's default device.
-    ``response_cache`` serves repeated requests from the agent's response cache (core/cache.py).
+    ``response_cache`` serves repeated requests from the agent's response cache (core/cache.py);
+    None follows the bundle's manifest (``edge-pack build --response-cache``).
     ``openvino_hint`` / ``openvino_streams`` replace the bundle's OpenVINO ``performance_hint``
     and the stream count (default: one stream per instance) when OpenVINO serves the model.
     ``priority`` (1 highest; None: core/gate.py's DEFAULT_PRIORITY) orders this model's
@@ -46,7 +47,7 @@ class ModelOverrides:
     warmup: bool = True
     execution_timeout_ms: int | None = None
     isolation: str = "auto"
-    response_cache: bool = False
+    response_cache: bool | None = None
     openvino_hint: str | None = None
     openvino_streams: int | None = None
     priority: int | None = None

@@ -65,6 +65,7 @@ class ModelVersion:
     batcher: DynamicBatcher | None = None
     streamer: DecoupledRunner | None = None  # a decoupled model's (ModelStreamInfer only)
     last_used: float = 0.0  # time.monotonic() of the last request routed to it
+    response_cache: bool = False  # answers repeated requests from the response cache
 
 
 @dataclass(eq=False)
@@ -139,6 +140,12 @@ class ModelRepository:
         """Use ``overrides`` for ``name`` from its next load on (live settings)."""
         with self._lock:
             self._overrides[name] = overrides
+
+    def caches(self, name: str, version: int) -> bool:
+        """Whether ``name`` ``version`` (loaded) opts into the response cache."""
+        model = self._models.get(name)
+        mv = model.versions.get(version) if model is not None else None
+        return mv is not None and mv.response_cache
 
     # ------------------------------------------------------------------ lookups
     def resolve(self, name: str, version: int | None = None) -> ModelVersion:
@@ -311,6 +318,9 @@ class ModelRepository:
             backend.close()
             raise
         mv.manifest = dataclasses.replace(manifest, batching=batching)
+        # agent.toml's [models.NAME] response_cache when set, else the bundle's opt-in
+        mv.response_cache = ov.response_cache if ov.response_cache is not None \
+            else manifest.response_cache
         mv.backend_name = backend.name
         mv.device = backend.device
         mv.batching = batching

@@ -74,7 +74,9 @@ def version_pb(v: VersionView) -> pb.ModelVersionInfo:
         parity=v.parity[1] if v.parity else "",
         memory_bytes=v.memory_bytes, memory_source=v.memory_source, load_mode=v.load_mode,
         pinned=v.pinned, residency=v.residency, loads=v.loads, unloads=v.unloads,
-        load_waits=v.load_waits, load_wait_ms=v.load_wait_ms)
+        load_waits=v.load_waits, load_wait_ms=v.load_wait_ms,
+        response_cache=v.response_cache, cache_hits=v.cache_hits,
+        cache_misses=v.cache_misses)
 
 
 def point_pb(p: StoredPoint) -> pb.MetricPoint:
@@ -107,7 +109,9 @@ def version_info(m: pb.ModelVersionInfo) -> VersionInfo:
                        memory_bytes=m.memory_bytes, memory_source=m.memory_source,
                        load_mode=m.load_mode or "eager", pinned=m.pinned,
                        residency=m.residency, loads=m.loads, unloads=m.unloads,
-                       load_waits=m.load_waits, load_wait_ms=m.load_wait_ms)
+                       load_waits=m.load_waits, load_wait_ms=m.load_wait_ms,
+                       response_cache=m.response_cache, cache_hits=m.cache_hits,
+                       cache_misses=m.cache_misses)
 
 
 def doctor_report(m: pb.DoctorReport) -> DoctorReport:

@@ -52,6 +52,15 @@ class VersionInfo:
     unloads: int = 0
     load_waits: int = 0  # requests that waited for a load
     load_wait_ms: float = 0.0  # their total wait
+    response_cache: bool = False
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """Hits over lookups since the version was loaded; None before any lookup."""
+        lookups = self.cache_hits + self.cache_misses
+        return self.cache_hits / lookups if lookups else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,7 +88,8 @@ class ModelManager:
         self.store = store
         self.locks = ModelLocks()
         self.files = VersionFiles(self.repository.state_dir, self.repository.models_dir)
-        self.queries = VersionQueries(store, self.repository, dataplane.orchestrator)
+        self.queries = VersionQueries(store, self.repository, dataplane.orchestrator,
+                                      dataplane.response_cache)
         self.journal = DeploymentJournal(store, step_hooks=step_hooks)
         self.watchers = ErrorRateWatchers(self.repository, lambda: self.settings,
                                           rollback=self._auto_rollback)

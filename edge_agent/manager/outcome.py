@@ -54,3 +54,6 @@ class VersionView:
     unloads: int = 0
     load_waits: int = 0
     load_wait_ms: float = 0.0
+    response_cache: bool = False  # served behind the response cache
+    cache_hits: int = 0  # since loaded
+    cache_misses: int = 0

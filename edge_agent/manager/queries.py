@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edge_agent.core.cache import ResponseCache
 from edge_agent.core.orchestrator import Orchestrator
 from edge_agent.core.repository import ModelRepository
 from edge_agent.core.repository import VersionState as Serving
@@ -43,10 +44,12 @@ class VersionQueries:
     """Answers questions about versions from the state store and the repository."""
 
     def __init__(self, store: StateStore, repository: ModelRepository,
-                 orchestrator: Orchestrator | None = None) -> None:
+                 orchestrator: Orchestrator | None = None,
+                 cache: ResponseCache | None = None) -> None:
         self.store = store
         self.repository = repository
         self.orchestrator = orchestrator
+        self.cache = cache  # the data plane's response cache (None: the agent has none)
 
     def versions(self, model: str | None = None) -> list[VersionView]:
         """Every version on disk (of one model, or all), with serving state and load figures."""
@@ -66,13 +69,18 @@ class VersionQueries:
             state = mv.state.value if mv is not None else Serving.UNAVAILABLE.value
             error = rec.load_error or (mv.reason if mv is not None and mv.state
                                        is Serving.UNAVAILABLE else "")
+            cached = self.cache is not None and mv is not None and mv.response_cache
+            counts = self.cache.stats(rec.model, rec.version) if self.cache is not None and cached \
+                else None
             out.append(VersionView(
                 model=rec.model, version=rec.version,
                 active=active.get(rec.model) == rec.version, state=state,
                 stored_state=rec.state.value, profile=profile, backend=backend,
                 load_ms=rec.load_ms, rss_delta_bytes=rec.rss_delta_bytes, load_error=error or "",
                 size_bytes=rec.size_bytes, added_at=rec.added_at,
-                parity=parity.get((rec.model, rec.version)),
+                parity=parity.get((rec.model, rec.version)), response_cache=cached,
+                cache_hits=counts.hit.count if counts else 0,
+                cache_misses=counts.miss.count if counts else 0,
                 **self._residency(rec.model, rec.version, mv is not None)))
         return out
 

@@ -5,13 +5,16 @@ for the bytes of responses in flight.
 unary calls (queued or running); a call beyond that runs on a small refusal pool whose only
 job is to answer RESOURCE_EXHAUSTED at once (:func:`refused` tells the handler). Streams and
 health run on pools of their own (``experimental_thread_pool``), so neither counts here and
-neither can starve the other. :class:`ResponseBudget` bounds the bytes of encoded responses
-that are waiting to be sent, whatever the callers ask for.
+neither can starve the other. The pools are LeanPool instances: fixed threads on one queue
+that hand gRPC a minimal future (no Future, condition or semaphore per call).
+:class:`ResponseBudget` bounds the bytes of encoded responses that are waiting to be sent,
+whatever the callers ask for.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -58,9 +61,11 @@ def request_arrived() -> None:
 
 
 def _rpc_event(args: tuple[Any, ...]) -> Any:
-    # gRPC's sync server submits (run, handler-in-pool, rpc_event, state, ...): the event is
-    # the argument carrying the call; cancelling it is ServicerContext.cancel() before the
-    # context exists
+    # gRPC's sync server submits context.run(handler-in-pool, rpc_event, state, ...): the
+    # event is the argument carrying the call; cancelling it is ServicerContext.cancel()
+    # before the context exists
+    if len(args) > 1 and hasattr(args[1], "call_details"):
+        return args[1]
     for a in args:
         if hasattr(a, "call_details") and hasattr(a, "call"):
             return a
@@ -81,8 +86,14 @@ class ReceiveDeadline:
 
     def waiting(self, event: Any) -> None:
         """The current thread starts waiting for ``event``'s request."""
+        deadline = time.monotonic() + self.timeout_s
         with self._lock:
-            self._waiting[threading.get_ident()] = (time.monotonic() + self.timeout_s, event)
+            self._waiting[threading.get_ident()] = (deadline, event)
+        if self._thread is None:
+            self._start()
+
+    def _start(self) -> None:
+        with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="grpc-receive-watch",
                                                 daemon=True)
@@ -113,29 +124,148 @@ class ReceiveDeadline:
         self._stop.set()
 
 
-class WatchedPool(futures.ThreadPoolExecutor):
+_DONE_LOCK = threading.Lock()  # held for a few instructions: a call's callbacks and end
+
+
+class _Call:
+    """One submitted call, and the part of a Future gRPC's server uses (a done callback)."""
+
+    __slots__ = ("args", "callbacks", "ended", "fn", "kwargs")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.callbacks: list[Callable[[Any], object]] | None = None
+        self.ended = False
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        """Call ``fn(self)`` when the call has run (at once if it has)."""
+        with _DONE_LOCK:
+            if not self.ended:
+                if self.callbacks is None:
+                    self.callbacks = [fn]
+                else:
+                    self.callbacks.append(fn)
+                return
+        fn(self)
+
+    def done(self) -> bool:
+        """True once the call has run."""
+        return self.ended
+
+    def cancel(self) -> bool:
+        """Calls are not cancelled once submitted (gRPC cancels the RPC instead)."""
+        return False
+
+    def end(self) -> None:
+        with _DONE_LOCK:
+            self.ended = True
+            callbacks, self.callbacks = self.callbacks, None
+        for fn in callbacks or ():
+            try:
+                fn(self)
+            except Exception:
+                log.exception("a handler pool's done callback failed")
+
+
+class LeanPool(futures.ThreadPoolExecutor):
+    """A fixed set of handler threads fed by one queue.
+
+    ``submit`` returns a :class:`_Call`, not a Future: gRPC's server only adds a done callback
+    to what its pool returns, and a Future costs a condition, a semaphore and their Python-level
+    locking per call (measured as a visible share of the server's CPU per request). It is a
+    ThreadPoolExecutor only in type (gRPC checks the type of ``experimental_thread_pool``).
+    """
+
+    def __init__(self, workers: int, *, thread_name_prefix: str) -> None:
+        super().__init__(max_workers=workers, thread_name_prefix=thread_name_prefix)
+        self._tasks: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        call = _Call(fn, args, kwargs)
+        self._put(call)
+        return call
+
+    def _put(self, call: _Call) -> None:
+        if self._closed:
+            raise RuntimeError("cannot schedule new calls after shutdown")
+        if not self._workers:
+            self._start_workers()
+        self._tasks.put(call)
+
+    def _start_workers(self) -> None:
+        with self._start_lock:
+            if self._workers or self._closed:
+                return
+            for i in range(self._max_workers):
+                t = threading.Thread(target=self._work, name=f"{self._thread_name_prefix}_{i}",
+                                     daemon=True)
+                t.start()
+                self._workers.append(t)
+
+    def _work(self) -> None:
+        get, run = self._tasks.get, self._run
+        while (call := get()) is not None:
+            run(call)
+
+    def _run(self, call: _Call) -> None:
+        try:
+            call.fn(*call.args, **call.kwargs)
+        except BaseException:  # gRPC's handlers answer their own errors: this is a bug
+            log.exception("a handler pool's call failed")
+        finally:
+            self._ended(call)
+
+    def _ended(self, call: _Call) -> None:
+        call.end()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._start_lock:
+            self._closed = True
+            workers = list(self._workers)
+        if cancel_futures:
+            while True:
+                try:
+                    call = self._tasks.get_nowait()
+                except queue.Empty:
+                    break
+                if call is not None:
+                    self._ended(call)
+        for _ in workers:
+            self._tasks.put(None)
+        if wait:
+            for t in workers:
+                t.join()
+        super().shutdown(wait=False)
+
+
+class WatchedPool(LeanPool):
     """A handler pool whose calls are cancelled when their request does not arrive in time."""
 
     def __init__(self, workers: int, *, request_arrival_s: float,
                  thread_name_prefix: str) -> None:
-        super().__init__(max_workers=workers, thread_name_prefix=thread_name_prefix)
+        super().__init__(workers, thread_name_prefix=thread_name_prefix)
         self.deadline = ReceiveDeadline(request_arrival_s)
 
-    def _watched(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> Any:
-        event = _rpc_event(args)
+    def _run(self, call: _Call) -> None:
+        event = _rpc_event(call.args)
         if event is not None:
             _local.deadline = self.deadline
             self.deadline.waiting(event)
         try:
-            return fn(*args, **kwargs)
+            call.fn(*call.args, **call.kwargs)
+        except BaseException:  # gRPC's handlers answer their own errors: this is a bug
+            log.exception("a handler pool's call failed")
         finally:
             if event is not None and _local.deadline is not None:  # no request_arrived()
                 _local.deadline = None
                 self.deadline.arrived()
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
-        return super().submit(self._watched, fn, args, kwargs)
+            self._ended(call)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self.deadline.stop()
@@ -143,7 +273,7 @@ class WatchedPool(futures.ThreadPoolExecutor):
 
 
 class AdmissionPool(WatchedPool):
-    """A thread pool that admits at most ``limit`` tasks at once (queued or running)."""
+    """A handler pool that admits at most ``limit`` calls at once (queued or running)."""
 
     def __init__(self, workers: int, limit: int, *, request_arrival_s: float = 10.0,
                  thread_name_prefix: str = "grpc") -> None:
@@ -172,10 +302,10 @@ class AdmissionPool(WatchedPool):
 
     @property
     def admitted(self) -> int:
-        """Tasks admitted now (queued or running)."""
+        """Calls admitted now (queued or running)."""
         return self._admitted
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             admit = self._admitted < self.limit and not self.closing
             if admit:
@@ -183,21 +313,21 @@ class AdmissionPool(WatchedPool):
         if not admit:
             return self._refusals.submit(_refuse_closing if self.closing else _refuse, fn,
                                          *args, **kwargs)
+        call = _Call(fn, args, kwargs)
         try:
-            return super().submit(self._admitted_run, fn, *args, **kwargs)
+            self._put(call)
         except BaseException:
             self._release()
             raise
+        return call
 
     def _release(self) -> None:
         with self._lock:
             self._admitted -= 1
 
-    def _admitted_run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self._release()
+    def _ended(self, call: _Call) -> None:
+        self._release()
+        call.end()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._refusals.shutdown(wait, cancel_futures=cancel_futures)

@@ -8,6 +8,7 @@ every error goes through :mod:`edge_agent.protocol.status`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import queue
 import threading
@@ -123,7 +124,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
         try:
-            infer_request, raw = converters.to_infer_request(request, self._shm)
+            infer_request, _ = converters.to_infer_request(request, self._shm)
             placed = converters.output_placements(request, self._shm)  # shared memory outputs
             result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
             nbytes = _response_bytes(result, infer_request.outputs)
@@ -131,7 +132,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 self._budget.acquire(nbytes)
                 if not context.add_callback(lambda: self._budget.release(nbytes)):
                     self._budget.release(nbytes)  # the call already ended
-            return converters.to_infer_response(result, raw=raw, order=infer_request.outputs,
+            # raw_output_contents whatever form the inputs came in, as Triton answers
+            return converters.to_infer_response(result, order=infer_request.outputs,
                                                 placed=placed)
         except Exception as exc:
             self._fail(context, exc)
@@ -139,9 +141,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def ModelStreamInfer(self, request_iterator: Iterator[pb.ModelInferRequest], context: _Ctx,
                          send_response_callback: Callable[[Any], None] | None = None
                          ) -> Iterator[pb.ModelStreamInferResponse] | None:
-        """Pipelined: a reader thread submits each request as it arrives; a sender thread
-        answers in arrival order. A failed request yields an error_message and the stream goes
-        on. Non-blocking (no handler thread held): see :mod:`edge_agent.protocol.streams`."""
+        """Pipelined: a reader thread submits each request as it arrives (never running it
+        itself, so it keeps reading); a sender thread answers each as it finishes, so answers
+        may come out of order (the caller matches them by id, as Triton's do). A failed
+        request yields an error_message and the stream goes on. Non-blocking (no handler
+        thread held): see :mod:`edge_agent.protocol.streams`."""
         if send_response_callback is not None:
             self._open_stream(request_iterator, context, send_response_callback)
             return None
@@ -167,35 +171,42 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def _read_stream(self, session: StreamSession,
                      requests: Iterator[pb.ModelInferRequest]) -> None:
+        push, send = session.push, self._send_stream
         try:
             for msg in requests:
                 session.received_one()
-                item: tuple[pb.ModelInferRequest, InferRequest | None, bool,
-                            Future[InferResult] | None, Exception | None]
                 try:
-                    req, raw = converters.to_infer_request(msg, self._shm)
-                    item = (msg, req, raw, self._dp.submit(req), None)
+                    req, _ = converters.to_infer_request(msg, self._shm)
+                    future = self._dp.submit(req, inline=False)
                 except DecoupledModelError:  # many responses: protocol/decoupled.py
-                    item = DecoupledCall(self._dp, msg, req, raw)  # type: ignore[assignment]
+                    push(DecoupledCall(self._dp, msg, req, True), send)
+                    continue
                 except Exception as exc:
-                    item = (msg, None, False, None, exc)
-                session.push(item, self._send_stream)
+                    push((msg, None, None, exc), send)
+                    continue
+                future.add_done_callback(functools.partial(self._answered, session, msg, req))
         except Exception:  # the stream was cancelled, broke, or was ended: stop reading
             log.debug("stream reader stopped", exc_info=True)
         finally:
-            session.push(END, self._send_stream)
+            push(END, send)
+
+    def _answered(self, session: StreamSession, msg: pb.ModelInferRequest, req: InferRequest,
+                  done: Future[InferResult]) -> None:
+        session.push((msg, req, done, None), self._send_stream)
 
     def _send_stream(self, session: StreamSession) -> None:
-        while True:
+        answered, reading = 0, True
+        while reading or answered < session.received:  # after END, received is final
             item = session.items.get()
             if item is END:
-                session.finish()
-                return
-            if isinstance(item, DecoupledCall):
+                reading = False
+                continue
+            if isinstance(item, DecoupledCall):  # answered here, its responses in order
                 try:
                     item.answer(session.send)
                 finally:
                     session.answered_one()
+                    answered += 1
                 continue
             response, nbytes = self._stream_response(*item)
             try:
@@ -203,11 +214,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             finally:
                 self._budget.release(nbytes)
                 session.answered_one()
+                answered += 1
+        session.finish()
 
-    def _stream_response(self, msg: pb.ModelInferRequest, req: InferRequest | None, raw: bool,
-                         future: Any, exc: BaseException | None
+    def _stream_response(self, msg: pb.ModelInferRequest, req: InferRequest | None,
+                         future: Future[InferResult] | None, exc: BaseException | None
                          ) -> tuple[pb.ModelStreamInferResponse, int]:
-        if exc is None:
+        if exc is None and future is not None:
             try:
                 result = future.result()
                 nbytes = _response_bytes(result, req.outputs if req else None)
@@ -215,13 +228,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 try:
                     placed = converters.output_placements(msg, self._shm)  # shared memory
                     response = converters.to_infer_response(
-                        result, raw=raw, order=req.outputs if req else None, placed=placed)
+                        result, order=req.outputs if req else None, placed=placed)
                 except BaseException:
                     self._budget.release(nbytes)
                     raise
                 return pb.ModelStreamInferResponse(infer_response=response), nbytes
             except Exception as err:
                 exc = err
+        assert exc is not None
         if not isinstance(exc, AgentError):
             log.exception("stream inference failed", exc_info=exc)
         return pb.ModelStreamInferResponse(

@@ -79,14 +79,20 @@ class StreamSession:
             self.last_activity = time.monotonic()
 
     def push(self, item: Any, start_sender: Callable[[StreamSession], None]) -> None:
-        """Queue ``item`` for the sender, starting it on the first request."""
+        """Queue ``item`` for the sender, starting it once a request was read (the reader
+        and the threads that finish requests push, so the start is under the lock)."""
         self.items.put(item)
-        if self._sender is None and item is not END:
-            self._sender = threading.Thread(target=start_sender, args=(self,),
-                                            name="stream-infer-sender", daemon=True)
-            self._sender.start()
-        elif self._sender is None:  # the caller closed without sending anything
-            self.finish()
+        if self._sender is not None:
+            return
+        with self._lock:
+            if self._sender is not None:
+                return
+            if self.received:
+                self._sender = threading.Thread(target=start_sender, args=(self,),
+                                                name="stream-infer-sender", daemon=True)
+                self._sender.start()
+                return
+        self.finish()  # END before any request: the caller closed without sending anything
 
     def send(self, response: Any) -> bool:
         """Send one response; False when the stream has ended (or the caller left)."""

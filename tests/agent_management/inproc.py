@@ -64,15 +64,16 @@ class InProcessAgent:
 
 def start_agent(state_dir: Path, options: ManagementOptions, *,
                 workers: int = 24, repository_control: bool = False,
-                tls: bool = False) -> InProcessAgent:
+                tls: bool = False, response_cache_bytes: int = 0) -> InProcessAgent:
     """Start an agent on ``state_dir`` and wait until it serves; plaintext management unless
-    ``tls`` (or TLS files in ``options``)."""
+    ``tls`` (or TLS files in ``options``); ``response_cache_bytes``: the cache budget."""
     if not tls and options.tls is None and options.client_ca is None:
         options = dataclasses.replace(options, insecure=True)
     config = AgentConfig(state_dir=state_dir,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False,
                                          workers=workers,
-                                         repository_control=repository_control))
+                                         repository_control=repository_control),
+                         response_cache_bytes=response_cache_bytes)
     agent = InProcessAgent(state_dir)
 
     def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:

@@ -49,7 +49,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class ModelVersionInfo(_message.Message):
-    __slots__ = ("model", "version", "active", "state", "stored_state", "profile", "backend", "load_ms", "rss_delta_bytes", "load_error", "size_bytes", "added_at", "parity_checked", "parity_ok", "parity", "memory_bytes", "memory_source", "load_mode", "pinned", "residency", "loads", "unloads", "load_waits", "load_wait_ms")
+    __slots__ = ("model", "version", "active", "state", "stored_state", "profile", "backend", "load_ms", "rss_delta_bytes", "load_error", "size_bytes", "added_at", "parity_checked", "parity_ok", "parity", "memory_bytes", "memory_source", "load_mode", "pinned", "residency", "loads", "unloads", "load_waits", "load_wait_ms", "response_cache", "cache_hits", "cache_misses")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +74,9 @@ class ModelVersionInfo(_message.Message):
     UNLOADS_FIELD_NUMBER: _ClassVar[int]
     LOAD_WAITS_FIELD_NUMBER: _ClassVar[int]
     LOAD_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_CACHE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_MISSES_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: int
     active: bool
@@ -98,7 +101,10 @@ class ModelVersionInfo(_message.Message):
     unloads: int
     load_waits: int
     load_wait_ms: float
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: _Optional[bool] = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ..., parity_checked: _Optional[bool] = ..., parity_ok: _Optional[bool] = ..., parity: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., load_mode: _Optional[str] = ..., pinned: _Optional[bool] = ..., residency: _Optional[str] = ..., loads: _Optional[int] = ..., unloads: _Optional[int] = ..., load_waits: _Optional[int] = ..., load_wait_ms: _Optional[float] = ...) -> None: ...
+    response_cache: bool
+    cache_hits: int
+    cache_misses: int
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: _Optional[bool] = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ..., parity_checked: _Optional[bool] = ..., parity_ok: _Optional[bool] = ..., parity: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., load_mode: _Optional[str] = ..., pinned: _Optional[bool] = ..., residency: _Optional[str] = ..., loads: _Optional[int] = ..., unloads: _Optional[int] = ..., load_waits: _Optional[int] = ..., load_wait_ms: _Optional[float] = ..., response_cache: _Optional[bool] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("versions",)
