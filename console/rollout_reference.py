@@ -77,6 +77,7 @@ class ReferenceRollout(Rollout):
         # (entry) -> CheckDeploy arguments for that profile's bundle, or None (see refusal)
         self._check = check
         self._entries: dict[str, Any] = {}
+        self._heads: dict[str, Any] = {}  # entry digest -> its bundle's head
 
     def deployed(self, agent: FleetAgent) -> list[tuple[str, int]]:
         return [(self.resolved.name, self.resolved.version)]
@@ -112,10 +113,12 @@ class ReferenceRollout(Rollout):
 
         if self._check is None:
             return ""
-        try:
-            head = self._check(self.resolved, entry)
-        except PackagerError:  # not readable from here: the agent's own checks still run
-            return ""
+        head = self._heads.get(entry.digest)
+        if head is None:  # read once per profile, however many agents run it
+            try:
+                head = self._heads[entry.digest] = self._check(self.resolved, entry)
+            except PackagerError:  # not readable from here: the agent's own checks still run
+                return ""
         check = self.connections.call(agent, partial(
             AgentClient.check_deploy_manifest, manifest=head.manifest,
             signature=head.signature, size=head.size, filename=head.filename))

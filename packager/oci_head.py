@@ -64,8 +64,10 @@ def read_bundle_head(client: RegistryClient, entry: L.Descriptor) -> BundleHead:
     limit = min(layer.size, FIRST_READ)
     head = client.read_blob_head(layer.digest, limit)
     members, needed = _members(head, 2 if signed else 1)
-    if needed and needed <= min(layer.size, L.MAX_MANIFEST_BYTES * 2):
-        head = client.read_blob_head(layer.digest, needed + BLOCK)
+    for _ in range(3):  # a manifest larger than the first read: read as far as it ends
+        if not needed or needed > min(layer.size, L.MAX_MANIFEST_BYTES + 4 * BLOCK):
+            break
+        head = client.read_blob_head(layer.digest, min(layer.size, needed + 2 * BLOCK))
         members, needed = _members(head, 2 if signed else 1)
     manifest = members.get(MANIFEST_NAME)
     if manifest is None or hashlib.sha256(manifest).hexdigest() != info.manifest_sha256:

@@ -89,6 +89,31 @@ def test_bundle_head_is_read_from_the_registry_without_the_bundle(site: Site) ->
     assert (head.info.name, head.info.version) == ("mlp", 1)
 
 
+def test_bundle_head_members_span_several_reads() -> None:
+    """A manifest larger than the first read: the tar parser says how far to read."""
+    import io
+    import tarfile
+
+    from packager.oci_head import FIRST_READ, _members
+
+    manifest, sig = b"{" + b" " * (FIRST_READ + 1000) + b"}", b"s" * 64
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in (("manifest.json", manifest), ("manifest.sig", sig),
+                           ("model.onnx", b"x" * 5000)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    whole = buf.getvalue()
+    found, needed = _members(whole[:FIRST_READ], 2)
+    assert found == {} and needed == 512 + len(manifest)
+    found, needed = _members(whole[:needed + 300], 2)  # the manifest, part of the next header
+    assert found == {"manifest.json": manifest} and needed > 0
+    for _ in range(2):  # the next header, then the signature's data
+        found, needed = _members(whole[:needed], 2)
+    assert found == {"manifest.json": manifest, "manifest.sig": sig} and needed == 0
+
+
 async def _resolve_in_screen(pilot, screen: DeployScreen, ref: str) -> None:  # type: ignore[no-untyped-def]
     screen.reference = None
     screen.query_one("#registry-insecure", Checkbox).value = True
