@@ -142,6 +142,7 @@ async def _roll(pilot, app: EdgeConsoleApp, screen: DeployScreen) -> None:  # ty
 async def test_deploy_screen_rolls_out_an_oci_reference(site: Site) -> None:
     unsigned = site.push(site.bundles.unsigned, "unsigned")
     good = site.push(site.bundles.mlp[1], "1")
+    arm = site.push(site.bundles.arm64, "arm")
     app = site.app()
     async with app.run_test(size=(150, 45)) as pilot:
         await wait_for(pilot, lambda: len(app.fleet.agents()) == 2 and all(
@@ -159,6 +160,16 @@ async def test_deploy_screen_rolls_out_an_oci_reference(site: Site) -> None:
         await wait_for(pilot, lambda: "resolving" not in str(
             screen.query_one("#picked-bundles").render()), "the failed resolve shown", 60)
         assert screen.reference is None
+
+        # built for arm64 only: both targets shown refused (with the reason), none tickable
+        await _resolve_in_screen(pilot, screen, arm)
+        targets = screen.query_one("#target-list", SelectionList)
+        await wait_for(pilot, lambda: targets.option_count == 2 and all(
+            targets.get_option_at_index(i).disabled for i in range(2)), "both refused", 60)
+        assert all("arm64" in str(targets.get_option_at_index(i).prompt) for i in range(2))
+        targets.select_all()
+        await pilot.pause()
+        assert targets.selected == []
 
         # an unsigned bundle: each agent's CheckDeploy refuses it before any pull
         await _resolve_in_screen(pilot, screen, unsigned)
