@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -193,15 +193,45 @@ class EdgeConsoleApp(App[None]):
                         name=f"rollout-{job.id}")
         return job
 
+    def start_reference_rollout(self, resolved: Any, targets: Sequence[FleetAgent],
+                                canary: str, soak_s: float, *,
+                                check: Callable[[Any, Any], Any] | None = None) -> RolloutJob:
+        """Start a staged rollout of a resolved ``oci://`` reference (each agent pulls it
+        from the registry: DeployReference) in a background thread, as :meth:`start_rollout`;
+        ``check(resolved, entry)`` gives what CheckDeploy is fed for one profile's bundle."""
+        from console.rollout import TargetProgress
+        from console.rollout_reference import reference_label
+
+        label = reference_label(resolved)
+        job = self.rollouts.add(f"{label} to {len(targets)} agent(s)", [
+            TargetProgress(a.key, a.name, canary=a.key == canary) for a in targets], canary)
+        self.fleet.log("", "info", f"rollout #{job.id} of {label} to {len(targets)} agent(s) "
+                       "started")
+        self.run_worker(partial(self._run_rollout, job, [], list(targets), canary, soak_s,
+                                resolved=resolved, check=check), thread=True,
+                        group="rollouts", exit_on_error=False, name=f"rollout-{job.id}")
+        return job
+
     def _run_rollout(self, job: RolloutJob, bundles: list[LocalBundle],
-                     targets: list[FleetAgent], canary: str, soak_s: float) -> None:
+                     targets: list[FleetAgent], canary: str, soak_s: float, *,
+                     resolved: Any = None, check: Callable[[Any, Any], Any] | None = None
+                     ) -> None:
         from console.rollout import Rollout, RolloutOutcome
+        from console.rollout_reference import ReferenceRollout
 
         worker = get_current_worker()
-        rollout = Rollout(
-            self.connections, bundles, targets, canary=canary, soak_s=soak_s,
-            cancelled=lambda: job.cancel_requested.is_set() or worker.is_cancelled,
-            report=lambda p: self.call_from_thread(self.rollouts.progress, job.id, p))
+        rollout: Rollout
+        if resolved is not None:
+            rollout = ReferenceRollout(
+                self.connections, resolved, targets, canary=canary, soak_s=soak_s,
+                check=check,
+                cancelled=lambda: job.cancel_requested.is_set() or worker.is_cancelled,
+                report=lambda p: self.call_from_thread(self.rollouts.progress, job.id, p))
+        else:
+            rollout = Rollout(
+                self.connections, bundles, targets, canary=canary, soak_s=soak_s,
+                cancelled=lambda: job.cancel_requested.is_set() or worker.is_cancelled,
+                report=lambda p: self.call_from_thread(self.rollouts.progress, job.id, p))
         try:
             outcome = rollout.run()
         except Exception as exc:  # shown, never a traceback

@@ -155,11 +155,7 @@ class Rollout:
                              f"{step.message}")
 
             try:
-                name = bundle.manifest.name
-                current = self.connections.call(agent, partial(AgentClient.models, model=name))
-                active = next((v.version for v in current if v.active), None)
-                if active is not None:
-                    self._before[(agent.key, name)] = active
+                self.remember_active(agent, bundle.manifest.name)
                 result = self.connections.call(agent, partial(
                     AgentClient.deploy, bundle=bundle.path, on_progress=on_progress,
                     on_step=on_step))
@@ -173,13 +169,23 @@ class Rollout:
             self._update(agent.key, sent=base, message=result.message)
         return True
 
+    def deployed(self, agent: FleetAgent) -> list[tuple[str, int]]:
+        """``(model, version)`` of what this rollout deploys to ``agent``."""
+        return [(b.manifest.name, b.manifest.version) for b in self._chosen[agent.key]]
+
+    def remember_active(self, agent: FleetAgent, name: str) -> None:
+        """Note the version of ``name`` active on ``agent`` now (a roll back returns to it)."""
+        current = self.connections.call(agent, partial(AgentClient.models, model=name))
+        active = next((v.version for v in current if v.active), None)
+        if active is not None:
+            self._before[(agent.key, name)] = active
+
     def health_problem(self, agent: FleetAgent, since: float) -> str | None:
         """Why the canary is not healthy now, or None: every deployed version must be active
         and ready, and its error rate since ``since`` below :data:`MAX_ERROR_RATE`."""
         try:
             versions = self.connections.call(agent, lambda c: c.models())
-            for bundle in self._chosen[agent.key]:
-                name, version = bundle.manifest.name, bundle.manifest.version
+            for name, version in self.deployed(agent):
                 mine = [v for v in versions if v.model == name and v.version == version]
                 if not mine or not mine[0].active:
                     return f"{name} v{version} is no longer active (the agent switched back)"
@@ -215,8 +221,7 @@ class Rollout:
     def roll_back(self, agent: FleetAgent, why: str) -> None:
         """Put the canary back on the versions it ran before."""
         notes = []
-        for bundle in self._chosen[agent.key]:
-            name, version = bundle.manifest.name, bundle.manifest.version
+        for name, version in self.deployed(agent):
             try:
                 versions = self.connections.call(agent, partial(AgentClient.models, model=name))
                 if not any(v.version == version and v.active for v in versions):

@@ -334,6 +334,23 @@ class RegistryClient:
             on_progress(size, size)
         return True
 
+    def read_blob_head(self, digest: str, limit: int) -> bytes:
+        """The first ``limit`` bytes of blob ``digest`` (an HTTP Range request; a registry
+        that ignores the range is read only that far). Not digest-checked: callers check
+        what they take from it against the manifest's annotations."""
+        r = self._request("GET", self._url(self._container.get_blob_url(digest)),
+                          f"blob {digest} of {self._where()}", stream=True, ok=(200, 206),
+                          headers={"Range": f"bytes=0-{max(0, limit - 1)}"})
+        try:
+            data = bytearray()
+            for chunk in r.iter_content(65536):
+                data += chunk
+                if len(data) >= limit:
+                    break
+        finally:
+            r.close()
+        return bytes(data[:limit])
+
     def download_blob(self, digest: str, size: int, dest: Path, *, max_bytes: int,
                       on_progress: Progress | None = None) -> int:
         """Write blob ``digest`` (``size`` bytes, at most ``max_bytes``) to ``dest``,

@@ -1,10 +1,14 @@
-"""The deploy screen: pick bundles (a file picker showing only .edgepkg), pick targets and a
-canary, then watch a staged rollout with a progress bar and per-step results per agent."""
+"""The deploy screen: pick bundles (a file picker showing only .edgepkg) or type an
+``oci://HOST[:PORT]/REPO:TAG`` reference (resolved to a digest once; each agent pulls it), pick
+targets and a canary, then watch a staged rollout with a progress bar and per-step results per
+agent."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
@@ -13,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import (
     Button,
+    Checkbox,
     DataTable,
     DirectoryTree,
     Footer,
@@ -24,18 +29,20 @@ from textual.widgets import (
 )
 from textual.widgets.selection_list import Selection
 
-from console.commands import LocalBundle, read_bundles
+from console.commands import LocalBundle, read_bundles, resolve_reference
 from console.errors import ConsoleError
 from console.fleet import AgentState, FleetAgent
 from console.messages import FleetChanged, RolloutsChanged
 from console.remembered import last_bundle_dir, remember_bundle_dir
 from console.rollout import RolloutOutcome, TargetProgress, group_bundles
+from console.rollout_reference import bundle_head, reference_label, reference_mismatch
 from console.rollouts import RolloutJob
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.widgets.bundle_tree import BundleTree
 from console.widgets.target_list import TargetList
 from console.widgets.target_row import TargetRow
+from packager.oci_layout import PROFILE as PROFILE_KEY
 
 
 def profile_mismatch(bundles: Sequence[LocalBundle], agent: FleetAgent) -> str | None:
@@ -71,11 +78,13 @@ class DeployScreen(ConsoleScreen):
         self.preselect = set(preselect)
         self.root = root
         self.bundles: list[LocalBundle] = []
+        self.reference: Any = None  # a resolved oci:// reference (instead of bundle files)
         self.job: RolloutJob | None = None  # the rollout started here (the app runs it)
         self.outcome: RolloutOutcome | None = None
         self.rows: dict[str, TargetRow] = {}
         self._target_keys: list[str] = []
         self._shown_targets: list[tuple[str, str | None, bool]] | None = None
+        self.registry_insecure = False  # the reference was resolved over plain HTTP
         self.canary: str | None = None  # the target that goes first (None: the first ticked)
         self._unsubscribe: Callable[[], None] = lambda: None
         self._unsubscribe_rollouts: Callable[[], None] = lambda: None
@@ -89,6 +98,11 @@ class DeployScreen(ConsoleScreen):
             with Vertical(id="deploy-files"):
                 yield Label("Bundles (.edgepkg): Enter picks/unpicks", classes="section-title")
                 yield BundleTree(root, id="bundle-tree")
+                yield Label("or an oci:// reference: Enter resolves",
+                            classes="section-title")
+                with Horizontal(id="reference-row"):
+                    yield Input(placeholder="oci://HOST[:PORT]/REPO:TAG", id="reference-input")
+                    yield Checkbox("plain HTTP", id="registry-insecure")
             with Vertical(id="deploy-targets"):
                 yield Label("Picked bundles", classes="section-title")
                 yield Static("none yet", id="picked-bundles")
@@ -139,7 +153,7 @@ class DeployScreen(ConsoleScreen):
         ticked = set(targets.selected) | self.preselect
         agents = self._candidates()
         keys = [a.key for a in agents]
-        refusals = {a.key: profile_mismatch(self.bundles, a) for a in agents}
+        refusals = {a.key: self._mismatch(a) for a in agents}
         shown = [(a.key, refusals[a.key], a.key == self.canary) for a in agents]
         if shown == self._shown_targets:
             return
@@ -160,6 +174,12 @@ class DeployScreen(ConsoleScreen):
         if highlighted is not None and targets.option_count:
             targets.highlighted = min(highlighted, targets.option_count - 1)
         self._refresh_canary()
+
+    def _mismatch(self, agent: FleetAgent) -> str | None:
+        """Why what is picked (bundles or the reference) cannot go to ``agent`` (None: fine)."""
+        if self.reference is not None:
+            return reference_mismatch(self.reference, agent)
+        return profile_mismatch(self.bundles, agent)
 
     def _canary_key(self) -> str | None:
         """The canary: the marked target while it is ticked, else the first ticked one."""
@@ -211,16 +231,59 @@ class DeployScreen(ConsoleScreen):
                 self.notify(str(exc), severity="error", timeout=8)
                 return
             remember_bundle_dir(self.console.settings.state_dir, path.parent)
+        self.reference = None  # bundle files replace a reference
         self._show_bundles()
         self._refresh_targets()
 
     def _show_bundles(self) -> None:
+        if self.reference is not None:
+            held = ", ".join(sorted(str(e.annotations.get(PROFILE_KEY))
+                                    for e in self.reference.entries))
+            self.query_one("#picked-bundles", Static).update(Text(
+                f"{reference_label(self.reference)}\nprofiles: {held}"))
+            return
         text = "\n".join(f"{b.manifest.name} v{b.manifest.version}  {b.manifest.profile}  "
                          f"({b.path.name})" for b in self.bundles) or "none yet"
         self.query_one("#picked-bundles", Static).update(Text(text))
 
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "reference-input":
+            event.stop()
+            self.pick_reference(event.value.strip())
+
+    def pick_reference(self, text: str) -> None:
+        """Resolve ``text`` (``oci://...:TAG``) to a digest in a worker; once resolved it
+        replaces the picked bundles (an empty text clears it)."""
+        if not text:
+            self.action_clear_bundles()
+            return
+        insecure = self.query_one("#registry-insecure", Checkbox).value
+        self.query_one("#picked-bundles", Static).update(Text(f"resolving {text}…"))
+        self.run_worker(lambda: self._resolve(text, insecure), thread=True,
+                        group="resolve", exclusive=True, exit_on_error=False)
+
+    def _resolve(self, text: str, insecure: bool) -> None:
+        try:
+            resolved = resolve_reference(text, insecure=insecure)
+        except ConsoleError as exc:
+            self.app.call_from_thread(self._resolved, None, str(exc))
+            return
+        self.app.call_from_thread(self._resolved, resolved, "")
+
+    def _resolved(self, resolved: Any, error: str) -> None:
+        if resolved is None:
+            self.notify(error, severity="error", timeout=8)
+            self._show_bundles()
+            return
+        self.reference = resolved
+        self.registry_insecure = self.query_one("#registry-insecure", Checkbox).value
+        self.bundles = []
+        self._show_bundles()
+        self._refresh_targets()
+
     def action_clear_bundles(self) -> None:
         self.bundles = []
+        self.reference = None
         self._show_bundles()
         self._refresh_targets()
 
@@ -247,11 +310,11 @@ class DeployScreen(ConsoleScreen):
         picked = [a for k in self.query_one("#target-list", TargetList).selected
                   if (a := self.console.fleet.get(k)) is not None]
         listed = [a for a in self._candidates() if a not in picked]
-        refused = {a.key: why for a in [*picked, *listed]
-                   if (why := profile_mismatch(self.bundles, a))}
+        refused = {a.key: why for a in [*picked, *listed] if (why := self._mismatch(a))}
         targets = [a for a in picked if a.key not in refused]
         soak = self._soak_s()
-        problem = ("pick at least one bundle" if not self.bundles else
+        problem = ("pick at least one bundle or resolve a reference"
+                   if not self.bundles and self.reference is None else
                    "tick at least one target" if not targets else
                    "the soak time must be a number of seconds" if soak is None else None)
         if problem:
@@ -261,8 +324,9 @@ class DeployScreen(ConsoleScreen):
         chosen = self._canary_key()
         canary = chosen if chosen in {a.key for a in targets} else targets[0].key
         canary_name = next((a.name for a in targets if a.key == canary), targets[0].name)
-        models = ", ".join(sorted({f"{b.manifest.name} v{b.manifest.version}"
-                                   for b in self.bundles}))
+        models = (reference_label(self.reference) if self.reference is not None else
+                  ", ".join(sorted({f"{b.manifest.name} v{b.manifest.version}"
+                                    for b in self.bundles})))
         question = (f"Deploy {models} to {len(targets)} agent(s)? {canary_name} goes first "
                     f"and must stay healthy for {soak:g}s before the others; if it fails it "
                     "is rolled back and nothing else is touched.")
@@ -283,7 +347,12 @@ class DeployScreen(ConsoleScreen):
         self.show_targets(targets, canary)
         self.query_one("#deploy-status", Static).update(
             "[b]rollout running…[/b] (it goes on in the background: Esc, R lists rollouts)")
-        self.job = self.console.start_rollout(list(self.bundles), targets, canary, soak_s)
+        if self.reference is not None:
+            self.job = self.console.start_reference_rollout(
+                self.reference, targets, canary, soak_s,
+                check=partial(bundle_head, insecure=self.registry_insecure))
+        else:
+            self.job = self.console.start_rollout(list(self.bundles), targets, canary, soak_s)
         self.refresh_bindings()
 
     @property

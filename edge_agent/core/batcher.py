@@ -623,6 +623,29 @@ class DynamicBatcher:
             except Exception:  # metrics must never take serving down
                 log.exception("inference observer failed")
 
+    def record_stream(self, *, ok: bool, rows: int, compute_ns: int, total_ns: int) -> None:
+        """Count one request to a decoupled model once its stream has ended: a success
+        (inference and execution counted, the time its model took as compute) or a failure
+        (an error mid-stream, or a caller that left), as Triton counts decoupled requests."""
+        compute_ns, total_ns = max(0, int(compute_ns)), max(0, int(total_ns))
+        with self._lock:
+            s = self.stats
+            if ok:
+                s.success.add(total_ns)
+                s.compute_infer.add(compute_ns)
+                s.inference_count += rows
+                s.execution_count += 1
+                s.last_inference_ms = _wall_ns() // 1_000_000
+            else:
+                s.fail.add(total_ns)
+        if self._observer is not None:
+            try:
+                self._observer.record_request(self.model, self.version, ok=ok, rows=rows,
+                                              queue_ns=0, compute_ns=compute_ns,
+                                              total_ns=total_ns)
+            except Exception:  # metrics must never take serving down
+                log.exception("inference observer failed")
+
     def snapshot_stats(self) -> ModelStats:
         """A consistent copy of this version's statistics."""
         import copy

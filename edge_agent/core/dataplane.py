@@ -69,6 +69,31 @@ def _submit(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_u
                           priority=request.priority)
 
 
+def _counted(responses: Iterator[InferResult], batcher: DynamicBatcher, rows: int,
+             start: int) -> Iterator[InferResult]:
+    """``responses`` passed through, the request counted in the model's statistics when the
+    stream ends (a success once exhausted; a failure on an error or a caller that left). The
+    time the caller takes a response is not the model's compute time."""
+    compute = 0
+    ok = False
+    try:
+        while True:
+            began = _now()
+            try:
+                result = next(responses)
+            except StopIteration:
+                compute += _now() - began
+                ok = True
+                return
+            compute += _now() - began
+            yield result
+    finally:
+        close = getattr(responses, "close", None)
+        if close is not None:
+            close()
+        batcher.record_stream(ok=ok, rows=rows, compute_ns=compute, total_ns=_now() - start)
+
+
 def _infer(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us: int,
            wait_s: float | None) -> InferResult:
     return batcher.infer(request.inputs, rows, outputs=request.outputs, request_id=request.id,
@@ -238,11 +263,12 @@ class DataPlane:
         if mv.streamer is None:
             return iter((self.infer(request),))
         try:
-            mv.signature.validate(request)  # type: ignore[union-attr]  # READY: set
+            rows = mv.signature.validate(request)  # type: ignore[union-attr]  # READY: set
         except AgentError:
             mv.batcher.record_rejected(_now() - start)  # type: ignore[union-attr]  # READY: set
             raise
-        return mv.streamer.stream(request.inputs, request.id)
+        return _counted(mv.streamer.stream(request.inputs, request.id),
+                        mv.batcher, rows, start)  # type: ignore[arg-type]  # READY: set
 
     # ------------------------------------------------------------------ response cache
     def _lookup(self, batcher: DynamicBatcher, request: InferRequest,

@@ -420,8 +420,14 @@ class AgentClient:
             size = bundle.stat().st_size
         except (PackagerError, OSError) as exc:
             raise ManagementError(str(exc), "INVALID_ARGUMENT") from None
+        return self.check_deploy_manifest(manifest, signature, size, bundle.name, force=force)
+
+    def check_deploy_manifest(self, manifest: bytes, signature: bytes | None, size: int,
+                              filename: str, *, force: bool = False) -> DeployCheck | None:
+        """:meth:`check_deploy` from a bundle's manifest and signature bytes and its size
+        (e.g. read from a registry); None from an agent that predates CheckDeploy."""
         request = pb.CheckDeployRequest(manifest=manifest, size_bytes=size, force=force,
-                                        filename=bundle.name)
+                                        filename=filename)
         if signature is not None:
             request.signature = signature
         try:
@@ -430,7 +436,7 @@ class AgentClient:
         except grpc.RpcError as exc:
             if exc.code() is grpc.StatusCode.UNIMPLEMENTED and self._speaks_management():
                 return None
-            raise self._error(exc, f"checking {bundle.name}") from None
+            raise self._error(exc, f"checking {filename}") from None
         return DeployCheck(ok=reply.ok, message=reply.message, refusal=reply.refusal,
                            model=reply.model, version=reply.version, backend=reply.backend,
                            key_id=reply.key_id)

@@ -235,3 +235,39 @@ def test_a_generator_that_hangs_mid_stream_is_cancelled_and_replaced(agent: Agen
     assert error is not None and "'stall'" in str(error)
     assert "no response within the execution timeout (1.5 s)" in str(error)
     assert [r.get_response().id for r, e in got[2:] if e is None] == ["fine", "fine"]
+
+
+def _stats(client: grpcclient.InferenceServerClient, model: str) -> dict[str, Any]:
+    stats = client.get_inference_statistics(model, as_json=True)["model_stats"]
+    (mine,) = [s for s in stats if s["version"] == "1"]
+    return dict(mine)
+
+
+def _count(stats: dict[str, Any], key: str) -> int:
+    return int(stats["inference_stats"].get(key, {}).get("count", 0))
+
+
+def test_streamed_requests_are_counted_in_the_model_statistics(agent: Agent) -> None:
+    """Each stream request counts once in ModelStatistics, as Triton counts a decoupled
+    request: a success when its last response is out, a failure when it fails mid-stream."""
+    with grpcclient.InferenceServerClient(agent.tcp) as client:
+        before = _stats(client, "count")
+        stream = Stream(agent.tcp)
+        try:
+            stream.client.async_stream_infer("count", request(3), request_id="s1",
+                                             enable_empty_final_response=True)
+            stream.client.async_stream_infer("count", request(2), request_id="s2",
+                                             enable_empty_final_response=True)
+            stream.client.async_stream_infer("count", request(1, fail=True), request_id="f",
+                                             enable_empty_final_response=True)
+            got = stream.take(3 + 1 + 2 + 1 + 1 + 1)  # data + final, data + final, 1 + error
+        finally:
+            stream.close()
+        assert sum(error is not None for _, error in got) == 1
+        after = _stats(client, "count")
+    assert _count(after, "success") - _count(before, "success") == 2
+    assert _count(after, "fail") - _count(before, "fail") == 1
+    assert int(after.get("inference_count", 0)) - int(before.get("inference_count", 0)) == 2
+    assert int(after.get("execution_count", 0)) - int(before.get("execution_count", 0)) == 2
+    assert _count(after, "compute_infer") - _count(before, "compute_infer") == 2
+    assert int(after["last_inference"]) > 0
