@@ -75,14 +75,25 @@ def test_a_draining_server_finishes_calls_in_flight_and_refuses_new_ones_as_unav
 def test_the_pool_tells_refused_calls_why() -> None:
     pool = AdmissionPool(1, 1, request_arrival_s=30)
     release = threading.Event()
+    why: dict[str, str] = {}
+    ran = {name: threading.Event() for name in ("first", "busy", "closing")}
+
+    def call(name: str) -> None:
+        if name == "first":
+            release.wait(30)
+        why[name] = refused()
+        ran[name].set()
+
     try:
-        first = pool.submit(lambda: (release.wait(30), refused())[1])
-        assert pool.submit(refused).result(30) == BUSY  # over the limit
+        pool.submit(call, "first")
+        pool.submit(call, "busy")  # over the limit
+        assert ran["busy"].wait(30) and why["busy"] == BUSY
         pool.close()
-        assert pool.submit(refused).result(30) == CLOSING
+        pool.submit(call, "closing")
+        assert ran["closing"].wait(30) and why["closing"] == CLOSING
         assert not pool.drain(0.05)  # the first call is still running
         release.set()
-        assert first.result(30) == ""  # an admitted call is never marked refused
+        assert ran["first"].wait(30) and why["first"] == ""  # admitted: never marked refused
         assert pool.drain(30)
     finally:
         release.set()
