@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import time
 from dataclasses import dataclass
 
-import grpc
 import numpy as np
 
 from edge_agent.perf.inputs import request_bytes
-from edge_agent.perf.load import INFER_METHOD
+from edge_agent.perf.load import INFER_METHOD, closed_loop
 
 __all__ = ["INFER_METHOD", "LoadResult", "infer_request_bytes", "run_load"]
 
@@ -57,42 +54,13 @@ def infer_request_bytes(model: str, inputs: dict[str, np.ndarray], version: str 
 
 async def run_load(target: str, payload: bytes, *, concurrency: int, seconds: float,
                    warmup: float = 1.0, method: str = INFER_METHOD) -> LoadResult:
-    """Keep ``concurrency`` calls in flight for ``warmup + seconds``; measure the last part."""
-    options = [("grpc.max_receive_message_length", 256 << 20),
-               ("grpc.max_send_message_length", 256 << 20)]
-    async with grpc.aio.insecure_channel(target, options=options) as channel:
-        await asyncio.wait_for(channel.channel_ready(), 30)
-        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
-        latencies: list[float] = []
-        errors = 0
-        first_error = ""
-        start = time.perf_counter()
-        measure_from = start + warmup
-        stop_at = measure_from + seconds
-
-        async def worker() -> None:
-            nonlocal errors, first_error
-            while True:
-                t0 = time.perf_counter()
-                if t0 >= stop_at:
-                    return
-                try:
-                    await call(payload)
-                except grpc.aio.AioRpcError as exc:
-                    errors += 1
-                    first_error = first_error or f"{exc.code().name}: {exc.details()}"
-                    continue
-                t1 = time.perf_counter()
-                if t0 >= measure_from:
-                    latencies.append(t1 - t0)
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - measure_from
-    lat = sorted(latencies) or [0.0]
-    return LoadResult(
-        concurrency=concurrency, requests=len(latencies), errors=errors, seconds=elapsed,
-        p50_ms=statistics.median(lat) * 1e3,
-        p99_ms=lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3, first_error=first_error)
+    """Keep ``concurrency`` calls in flight for ``warmup + seconds``; measure the last part
+    (edge-agent perf's closed loop, :func:`edge_agent.perf.load.closed_loop`)."""
+    m = await closed_loop(target, [payload], concurrency=concurrency, seconds=seconds,
+                          warmup_s=warmup, method=method)
+    return LoadResult(concurrency=concurrency, requests=m.requests, errors=m.errors,
+                      seconds=m.seconds, p50_ms=m.percentile_us(50) / 1e3,
+                      p99_ms=m.percentile_us(99) / 1e3, first_error=m.first_error)
 
 
 def main(argv: list[str] | None = None) -> int:

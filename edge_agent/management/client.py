@@ -357,17 +357,10 @@ class AgentClient:
                 while chunk := f.read(CHUNK_BYTES):
                     yield pb.DeployRequest(chunk=chunk)
 
-        result = None
         try:
-            for event in self._stub.Deploy(requests(), metadata=self._metadata,
-                                           timeout=self.deploy_timeout_s):
-                kind = event.WhichOneof("event")
-                if kind == "progress" and on_progress is not None:
-                    on_progress(event.progress.received_bytes, event.progress.total_bytes)
-                elif kind == "step" and on_step is not None:
-                    on_step(convert.step_info(event.step))
-                elif kind == "result":
-                    result = convert.deploy_result(event.result)
+            result = _follow(self._stub.Deploy(requests(), metadata=self._metadata,
+                                               timeout=self.deploy_timeout_s),
+                             on_progress, on_step)
         except grpc.RpcError as exc:
             raise self._error(exc, f"deploying {bundle.name}") from None
         if result is None:
@@ -381,17 +374,10 @@ class AgentClient:
         """Have the agent pull ``reference`` (``oci://...@sha256:...``) from its registry and
         deploy it; ``on_progress(pulled, total)`` and ``on_step`` as in :meth:`deploy`."""
         request = pb.DeployReferenceRequest(reference=reference, force=force)
-        result = None
         try:
-            for event in self._stub.DeployReference(request, metadata=self._metadata,
-                                                    timeout=self.deploy_timeout_s):
-                kind = event.WhichOneof("event")
-                if kind == "progress" and on_progress is not None:
-                    on_progress(event.progress.received_bytes, event.progress.total_bytes)
-                elif kind == "step" and on_step is not None:
-                    on_step(convert.step_info(event.step))
-                elif kind == "result":
-                    result = convert.deploy_result(event.result)
+            result = _follow(self._stub.DeployReference(request, metadata=self._metadata,
+                                                        timeout=self.deploy_timeout_s),
+                             on_progress, on_step)
         except grpc.RpcError as exc:
             if exc.code() is grpc.StatusCode.UNIMPLEMENTED and self._speaks_management():
                 raise ManagementError(f"agent {self.target} predates deploy by reference; "
@@ -548,3 +534,19 @@ class AgentClient:
                 raise self._error(exc, "WatchMetrics") from None
         finally:
             call.cancel()
+
+
+def _follow(events: Iterator[pb.DeployEvent], on_progress: Callable[[int, int], None] | None,
+            on_step: Callable[[StepInfo], None] | None) -> DeployResult | None:
+    """Read a Deploy or DeployReference stream: progress and steps to the callbacks; the
+    result (None when the stream ended without one)."""
+    result = None
+    for event in events:
+        kind = event.WhichOneof("event")
+        if kind == "progress" and on_progress is not None:
+            on_progress(event.progress.received_bytes, event.progress.total_bytes)
+        elif kind == "step" and on_step is not None:
+            on_step(convert.step_info(event.step))
+        elif kind == "result":
+            result = convert.deploy_result(event.result)
+    return result
