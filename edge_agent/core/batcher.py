@@ -99,7 +99,7 @@ class _Waiter:
         result, error = self._claim[0]
         if error is not None:
             raise error
-        return result  # type: ignore[no-any-return]
+        return result  # type: ignore[no-any-return]  # _claim holds (InferResult, error) pairs
 
 
 class _Pending:
