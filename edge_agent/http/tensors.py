@@ -24,12 +24,12 @@ from edge_agent.core import bytes_tensors
 from edge_agent.core.types import InferRequest, InferResult
 from edge_agent.errors import InvalidInputError
 from edge_agent.protocol.converters import (
-    MAX_DIMS,
-    MAX_ELEMENTS,
     MAX_PARAMETER_BYTES,
     MAX_PARAMETERS,
     MAX_REQUEST_ID_BYTES,
+    check_shape,
     parse_version,
+    tensor_from_bytes,
 )
 from edge_agent.protocol.datatypes import datatype_of, wire_dtype
 from edge_agent.protocol.shared_memory import (
@@ -97,15 +97,7 @@ def _shape(tensor: Mapping[str, Any], name: str) -> list[int]:
             isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise InvalidInputError(f"input '{name}': 'shape' must be a list of integers, got "
                                 f"{json.dumps(shape)[:60]}")
-    if any(d < 0 for d in shape):
-        raise InvalidInputError(f"input '{name}': shape {shape} has a negative dimension; "
-                                "a request must give concrete sizes")
-    if len(shape) > MAX_DIMS or math.prod(d for d in shape if d) > MAX_ELEMENTS:
-        raise InvalidInputError(
-            f"input '{name}': shape {shape[:8]}{'...' if len(shape) > 8 else ''} is not a "
-            f"tensor this agent can hold (at most {MAX_DIMS} dimensions and {MAX_ELEMENTS} "
-            "elements)")
-    return shape
+    return check_shape(name, shape)
 
 
 def _region(params: Mapping[str, Any], what: str) -> tuple[str, int, int] | None:
@@ -121,15 +113,7 @@ def _region(params: Mapping[str, Any], what: str) -> tuple[str, int, int] | None
 
 
 def _from_binary(name: str, datatype: str, shape: list[int], raw: memoryview) -> np.ndarray:
-    if datatype == "BYTES":
-        return bytes_tensors.decode(raw, shape, name)
-    dtype = wire_dtype(datatype, name)
-    expected = math.prod(shape) * dtype.itemsize
-    if len(raw) != expected:
-        raise InvalidInputError(
-            f"input '{name}': binary data holds {len(raw)} bytes but shape {shape} of "
-            f"{datatype} needs {expected} bytes")
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    return tensor_from_bytes(name, datatype, shape, raw, "binary data")
 
 
 def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndarray:

@@ -141,32 +141,43 @@ MAX_DIMS = 32  # numpy's limit is 64
 MAX_ELEMENTS = 1 << 40  # far past any message size; keeps byte counts inside numpy's intp
 
 
-def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> list[int]:
-    shape = tensor.shape[:]  # slicing a repeated field is cheaper than iterating it
+def check_shape(name: str, shape: list[int]) -> list[int]:
+    """``shape`` of input ``name`` when it is a tensor this agent can hold (both protocols)."""
     if shape and min(shape) < 0:
         raise InvalidInputError(
-            f"input '{tensor.name}': shape {list(shape)} has a negative dimension; "
+            f"input '{name}': shape {list(shape)} has a negative dimension; "
             "a request must give concrete sizes")
     if len(shape) > MAX_DIMS or (0 in shape and math.prod(d for d in shape if d) > MAX_ELEMENTS):
-        # an empty tensor passes the size check whatever its other dims; numpy cannot shape it
+        # a non-empty tensor is bounded by its bytes; an empty one passes that check whatever
+        # its other dims, and numpy cannot shape it
         raise InvalidInputError(
-            f"input '{tensor.name}': shape {list(shape)[:8]}{'...' if len(shape) > 8 else ''} "
+            f"input '{name}': shape {list(shape)[:8]}{'...' if len(shape) > 8 else ''} "
             f"is not a tensor this agent can hold (at most {MAX_DIMS} dimensions and "
             f"{MAX_ELEMENTS} elements)")
     return shape
 
 
-def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.ndarray:
-    if tensor.datatype == "BYTES":  # length-prefixed elements
-        return bytes_tensors.decode(raw, _shape(tensor), tensor.name)
-    dtype = wire_dtype(tensor.datatype, tensor.name)
-    shape = _shape(tensor)
+def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> list[int]:
+    return check_shape(tensor.name, tensor.shape[:])  # slicing a repeated field is cheap
+
+
+def tensor_from_bytes(name: str, datatype: str, shape: list[int], raw: bytes | memoryview,
+                      source: str = "raw contents") -> np.ndarray:
+    """An input tensor from its wire bytes (KServe raw contents, or HTTP binary data): BYTES
+    length-prefixed, others little-endian of exactly the shape's size."""
+    if datatype == "BYTES":
+        return bytes_tensors.decode(raw, shape, name)
+    dtype = wire_dtype(datatype, name)
     expected = math.prod(shape) * dtype.itemsize
     if len(raw) != expected:
         raise InvalidInputError(
-            f"input '{tensor.name}': raw contents hold {len(raw)} bytes but shape "
-            f"{list(shape)} of {tensor.datatype} needs {expected} bytes")
+            f"input '{name}': {source} hold {len(raw)} bytes but shape "
+            f"{list(shape)} of {datatype} needs {expected} bytes")
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.ndarray:
+    return tensor_from_bytes(tensor.name, tensor.datatype, _shape(tensor), raw)
 
 
 def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> np.ndarray:
