@@ -74,7 +74,14 @@ def start_agent(state_dir: Path, options: ManagementOptions, *,
                                          workers=workers,
                                          repository_control=repository_control),
                          response_cache_bytes=response_cache_bytes)
-    agent = InProcessAgent(state_dir)
+    return run_configured(config, options)
+
+
+def run_configured(config: AgentConfig, options: ManagementOptions, *,
+                   timeout_s: float = 120.0, name: str = "agent-under-test") -> InProcessAgent:
+    """Run ``run_agent(config, options)`` on a thread and wait until it serves (its state
+    directory created first); AssertionError naming the cause when it does not start."""
+    agent = InProcessAgent(config.state_dir)
 
     def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:
         agent.runtime, agent.grpc = runtime, addresses.tcp
@@ -88,10 +95,10 @@ def start_agent(state_dir: Path, options: ManagementOptions, *,
             agent.error = exc
             agent.ready.set()
 
-    state_dir.mkdir(parents=True, exist_ok=True)
-    agent.thread = threading.Thread(target=main, name="agent-under-test", daemon=True)
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    agent.thread = threading.Thread(target=main, name=name, daemon=True)
     agent.thread.start()
-    if not agent.ready.wait(120) or agent.error is not None:
+    if not agent.ready.wait(timeout_s) or agent.error is not None:
         agent.stop()
         raise AssertionError(f"agent did not start: {agent.error!r}")
     return agent

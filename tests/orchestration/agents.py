@@ -3,20 +3,17 @@ AgentConfig the test writes, or as a subprocess reading an agent.toml."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import tritonclient.grpc as tc
 
 from edge_agent.config import AgentConfig, GrpcConfig
 from edge_agent.core.overrides import ModelOverrides
-from edge_agent.management.agent_main import run_agent
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import AgentRuntime, ManagementOptions
-from tests.agent_management.inproc import InProcessAgent
+from edge_agent.management.runtime import ManagementOptions
+from tests.agent_management.inproc import InProcessAgent, run_configured
 
 
 @contextmanager
@@ -32,26 +29,8 @@ def running_agent(state_dir: Path, trust: Path, *, budget_mib: float | None = No
                                          repository_control=repository_control),
                          memory_budget_bytes=None if budget_mib is None
                          else int(budget_mib * (1 << 20)))
-    agent = InProcessAgent(state_dir)
-
-    def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:
-        agent.runtime, agent.grpc = runtime, addresses.tcp
-        agent.ready.set()
-
-    def main() -> None:
-        try:
-            run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
-                      grace=2.0)
-        except BaseException as exc:  # surfaced below
-            agent.error = exc
-            agent.ready.set()
-
-    state_dir.mkdir(parents=True, exist_ok=True)
-    agent.thread = threading.Thread(target=main, name="orch-agent", daemon=True)
-    agent.thread.start()
+    agent = run_configured(config, options, timeout_s=180, name="orch-agent")
     try:
-        if not agent.ready.wait(180) or agent.error is not None:
-            raise AssertionError(f"agent did not start: {agent.error!r}")
         yield agent
     finally:
         agent.stop()

@@ -12,13 +12,12 @@ from typing import Any
 import grpc
 
 from edge_agent.config import AgentConfig, GrpcConfig
-from edge_agent.management.agent_main import run_agent
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import AgentRuntime, ManagementOptions
+from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent
+from tests.agent_management.inproc import InProcessAgent, run_configured
 
 
 @contextlib.contextmanager
@@ -32,25 +31,8 @@ def limited_agent(state_dir: Path, bundles: Bundles, *, deploy: bool = True,
     options = ManagementOptions(address="127.0.0.1:0", name="abuse", mdns=False,
                                 trusted_keys=(bundles.public_key,), watch_window_s=0.0,
                                 insecure=True)  # the clients below speak plaintext
-    agent = InProcessAgent(state_dir)
-
-    def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:
-        agent.runtime, agent.grpc = runtime, addresses.tcp
-        agent.ready.set()
-
-    def main() -> None:
-        try:
-            run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
-                      grace=2.0)
-        except BaseException as exc:  # surfaced below
-            agent.error = exc
-            agent.ready.set()
-
-    state_dir.mkdir(parents=True, exist_ok=True)
-    agent.thread = threading.Thread(target=main, name="agent-under-test", daemon=True)
-    agent.thread.start()
+    agent = run_configured(config, options)
     try:
-        assert agent.ready.wait(120) and agent.error is None, f"no agent: {agent.error!r}"
         if deploy:
             with AgentClient(agent.management, token=agent.token) as client:
                 assert client.deploy(bundles.mlp[1]).ok
