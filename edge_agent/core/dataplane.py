@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 from edge_agent import __version__
 from edge_agent.core import planes
@@ -60,6 +60,8 @@ _ROUTE_ATTEMPTS = 3
 
 _A = TypeVar("_A")
 _R = TypeVar("_R")
+_Call: TypeAlias = Callable[[DynamicBatcher, InferRequest, int, int, _A], _R]
+"""What a request is run with on its version: ``call(batcher, request, rows, timeout_us, arg)``."""
 
 
 def _submit(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us: int,
@@ -223,9 +225,8 @@ class DataPlane:
         """Validate and enqueue ``request``; raises AgentError subclasses synchronously.
         ``inline=False``: never run on the calling thread."""
         caller_runs = inline and self._caller_runs and _running_loop() is None
-        if self.response_cache is not None:
-            return self._on_current_version(request, self._submit_cached, caller_runs)
-        return self._on_current_version(request, _submit, caller_runs)
+        cached = self._submit_cached if self.response_cache is not None else None
+        return self._on_current_version(request, _submit, caller_runs, cached)
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResult:
         """Blocking form of :meth:`submit` for thread-pool servers: validates, then runs the
@@ -249,9 +250,8 @@ class DataPlane:
                 raise RequestTimeoutError(
                     f"model {request.model!r}: no answer within {timeout_s} s "
                     f"(request {request.id or '(no id)'})") from None
-        if self.response_cache is not None:
-            return self._on_current_version(request, self._infer_cached, timeout_s)
-        return self._on_current_version(request, _infer, timeout_s)
+        cached = self._infer_cached if self.response_cache is not None else None
+        return self._on_current_version(request, _infer, timeout_s, cached)
 
     def stream(self, request: InferRequest) -> Iterator[InferResult]:
         """The responses of a decoupled model to ``request``, produced as they are taken
@@ -299,8 +299,6 @@ class DataPlane:
                       timeout_us: int, wait_s: float | None) -> InferResult:
         """``_infer`` behind the response cache (for versions that opt in): the answer is
         stored before it returns."""
-        if not self.repository.caches(batcher.model, batcher.version):
-            return _infer(batcher, request, rows, timeout_us, wait_s)
         key, hit = self._lookup(batcher, request, rows)
         if hit is not None:
             return hit
@@ -313,8 +311,6 @@ class DataPlane:
         """``_submit`` behind the response cache (a hit: an already finished future). A miss
         is stored when its answer comes (a done callback: a caller woken by the answer may
         look up before it is stored, and then misses too)."""
-        if not self.repository.caches(batcher.model, batcher.version):
-            return _submit(batcher, request, rows, timeout_us, caller_runs)
         key, hit = self._lookup(batcher, request, rows)
         if hit is not None:
             done: Future[InferResult] = Future()
@@ -329,17 +325,19 @@ class DataPlane:
         future.add_done_callback(store)
         return future
 
-    def _on_current_version(self, request: InferRequest,
-                            call: Callable[[DynamicBatcher, InferRequest, int, int, _A], _R],
-                            arg: _A) -> _R:
+    def _on_current_version(self, request: InferRequest, call: _Call[_A, _R], arg: _A,
+                            cached: _Call[_A, _R] | None = None) -> _R:
         """``call(batcher, request, rows, timeout_us, arg)`` on the version ``request``
-        resolves to, routing again when that version began unloading (or was replaced by a
-        reload) after it was resolved; resolve() raises when the model is really gone. A
-        request refused (invalid, queue full) counts as a failed request of that version."""
+        resolves to (``cached`` instead for a version that answers from the response cache),
+        routing again when that version began unloading (or was replaced by a reload) after
+        it was resolved; resolve() raises when the model is really gone. A request refused
+        (invalid, queue full) counts as a failed request of that version."""
         start = _now()
         for _attempt in range(_ROUTE_ATTEMPTS):
-            batcher, rows, timeout = self._route(request, start)
+            batcher, rows, timeout, caches = self._route(request, start)
             try:
+                if caches and cached is not None:
+                    return cached(batcher, request, rows, timeout, arg)
                 return call(batcher, request, rows, timeout, arg)
             except ModelUnavailableError:
                 continue
@@ -348,7 +346,10 @@ class DataPlane:
                 raise
         raise ModelUnavailableError(f"model {request.model!r} is being swapped; retry")
 
-    def _route(self, request: InferRequest, start: int) -> tuple[DynamicBatcher, int, int]:
+    def _route(self, request: InferRequest,
+               start: int) -> tuple[DynamicBatcher, int, int, bool]:
+        """The version's batcher, the request's rows and timeout, and whether the version
+        answers from the response cache."""
         try:
             mv = self.repository.resolve(request.model, request.version)
         except (ModelNotFoundError, ModelUnavailableError):
@@ -368,7 +369,7 @@ class DataPlane:
         timeout = request.timeout_us
         if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]  # resolve() gives a READY version: all set
             timeout = batching.default_timeout_us  # type: ignore[union-attr]  # resolve() gives a READY version: all set
-        return mv.batcher, rows, timeout  # type: ignore[return-value]  # resolve() gives a READY version: all set
+        return mv.batcher, rows, timeout, mv.response_cache  # type: ignore[return-value]  # resolve() gives a READY version: all set
 
     def _load_for(self, request: InferRequest) -> ModelVersion | None:
         """The version ``request`` goes to, loaded for it when its model loads on request

@@ -141,12 +141,6 @@ class ModelRepository:
         with self._lock:
             self._overrides[name] = overrides
 
-    def caches(self, name: str, version: int) -> bool:
-        """Whether ``name`` ``version`` (loaded) opts into the response cache."""
-        model = self._models.get(name)
-        mv = model.versions.get(version) if model is not None else None
-        return mv is not None and mv.response_cache
-
     # ------------------------------------------------------------------ lookups
     def resolve(self, name: str, version: int | None = None) -> ModelVersion:
         """The READY version to serve (the default when ``version`` is None)."""
