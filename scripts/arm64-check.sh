@@ -15,30 +15,13 @@
 #   --if-possible: where this machine cannot do it (not root, no binfmt_misc, no network to the
 #   package registries, chroot refused), print "SKIPPED: why" and exit 0; a failing test still
 #   fails. scripts/test.sh runs it so when it runs as root (CI).
-set -euo pipefail
-IF_POSSIBLE=0
-[ "${1:-}" = "--if-possible" ] && IF_POSSIBLE=1
-
-HERE=$(cd "$(dirname "$0")/.." && pwd)
+NAME=arm64-check
 CACHE=${EDGE_ARM64_CACHE:-/var/cache/edge-toolkit-arm64}
-SUITE=bookworm
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-PY=${PYTHON:-$HERE/.venv/bin/python}
-t0=$(date +%s)
-say() { printf '==> [%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
-die() { echo "arm64-check: error: $*" >&2; exit 1; }
-cant() {  # this machine cannot run the check (not a test failure)
-    if [ "$IF_POSSIBLE" = 1 ]; then echo "arm64-check: SKIPPED: $*"; exit 0; fi
-    die "$*"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/_target_check.sh"
 
-[ "$(id -u)" -eq 0 ] || cant "needs root (chroot, mounts, binfmt_misc); run it with sudo"
-[ -x "$PY" ] || die "$PY not found: run ./scripts/test.sh once (it creates .venv), or set PYTHON"
+need_root "chroot, mounts, binfmt_misc"
 if ! command -v debootstrap >/dev/null || [ ! -x /usr/libexec/qemu-binfmt/aarch64-binfmt-P ]; then
-    say "installing qemu-user-static and debootstrap"
-    (apt-get install -y --no-install-recommends qemu-user-static debootstrap >/dev/null 2>&1 \
-        || { apt-get update -qq && apt-get install -y --no-install-recommends qemu-user-static \
-             debootstrap >/dev/null 2>&1; }) || cant "could not install qemu-user-static"
+    install_packages qemu-user-static debootstrap
 fi
 
 # -- binfmt_misc: run aarch64 ELF files with qemu (flag F: the interpreter is opened now, so
@@ -56,15 +39,8 @@ fi
 # -- the root file system with python3 (cached as a tar: unpacking takes seconds)
 mkdir -p "$CACHE"
 BASE="$CACHE/rootfs-$SUITE-arm64.tar"
-if [ ! -f "$BASE" ]; then
-    say "debootstrap $SUITE arm64 (minbase + python3; several minutes)"
-    rm -rf "$CACHE/root.build"
-    debootstrap --arch=arm64 --variant=minbase --include=python3,python3-venv,ca-certificates \
-        "$SUITE" "$CACHE/root.build" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
-        || cant "debootstrap failed (no network to the Debian mirror?); see $CACHE/debootstrap.log"
-    tar -C "$CACHE/root.build" -cf "$BASE.tmp" . && mv "$BASE.tmp" "$BASE"
-    rm -rf "$CACHE/root.build"
-fi
+bootstrap_rootfs "$BASE" --arch=arm64 --variant=minbase \
+    --include=python3,python3-venv,ca-certificates
 
 # -- aarch64 wheels of the [agent] extra's dependencies, downloaded on the host; the venv in the
 #    root file system is cached per pyproject.toml (the toolkit itself is installed each run)
@@ -76,12 +52,8 @@ TOOLKIT=$(mktemp -d /var/tmp/edge-arm64-wheel.XXXXXX)
 if [ ! -f "$READY" ]; then
     say "downloading aarch64 wheels"
     rm -rf "$WHEELS" && mkdir -p "$WHEELS"
-    "$PY" -m pip download -q -d "$WHEELS" --only-binary=:all: --python-version 3.11 \
-        --implementation cp --abi cp311 --platform manylinux2014_aarch64 \
-        --platform manylinux_2_28_aarch64 --platform manylinux_2_34_aarch64 \
-        "$(ls "$TOOLKIT"/edge_toolkit-*.whl)[agent]" \
-        || cant "could not download the aarch64 wheels (no network to the package index?)"
-    rm -f "$WHEELS"/edge_toolkit-*.whl
+    download_agent_wheels "$WHEELS" "$TOOLKIT" manylinux2014_aarch64 manylinux_2_28_aarch64 \
+        manylinux_2_34_aarch64
     BUILD=$(mktemp -d /var/tmp/edge-arm64-build.XXXXXX)
     tar -C "$BUILD" -xf "$BASE"
     mkdir -p "$BUILD/wheels" && cp "$WHEELS"/*.whl "$BUILD/wheels/"

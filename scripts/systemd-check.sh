@@ -14,45 +14,19 @@
 #   --if-possible: where this machine cannot do it (not root, no network to the package
 #   registries, systemd-nspawn refused by the kernel or container), print "SKIPPED: why" and
 #   exit 0; a failing test still fails. scripts/test.sh runs it so when it runs as root (CI).
-set -euo pipefail
-IF_POSSIBLE=0
-[ "${1:-}" = "--if-possible" ] && IF_POSSIBLE=1
-
-HERE=$(cd "$(dirname "$0")/.." && pwd)
+NAME=systemd-check
 CACHE=${EDGE_SYSTEMD_CACHE:-/var/cache/edge-toolkit-systemd}
-SUITE=bookworm
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-PY=${PYTHON:-$HERE/.venv/bin/python}
-t0=$(date +%s)
-say() { printf '==> [%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
-die() { echo "systemd-check: error: $*" >&2; exit 1; }
-cant() {  # this machine cannot run the check (not a test failure)
-    if [ "$IF_POSSIBLE" = 1 ]; then echo "systemd-check: SKIPPED: $*"; exit 0; fi
-    die "$*"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/_target_check.sh"
 
-[ "$(id -u)" -eq 0 ] || cant "needs root (debootstrap, systemd-nspawn); run it with sudo"
-[ -x "$PY" ] || die "$PY not found: run ./scripts/test.sh once (it creates .venv), or set PYTHON"
+need_root "debootstrap, systemd-nspawn"
 if ! command -v debootstrap >/dev/null || ! command -v systemd-nspawn >/dev/null; then
-    say "installing systemd-container and debootstrap"
-    (apt-get install -y --no-install-recommends systemd-container debootstrap >/dev/null 2>&1 \
-        || { apt-get update -qq && apt-get install -y --no-install-recommends \
-             systemd-container debootstrap >/dev/null 2>&1; }) \
-        || cant "could not install systemd-container and debootstrap"
+    install_packages systemd-container debootstrap
 fi
 
 mkdir -p "$CACHE"
 BASE="$CACHE/rootfs-$SUITE-amd64-systemd.tar"
-if [ ! -f "$BASE" ]; then
-    say "debootstrap $SUITE amd64 (minbase + systemd + python3; a few minutes)"
-    rm -rf "$CACHE/root.build"
-    debootstrap --variant=minbase \
-        --include=systemd,systemd-sysv,dbus,python3,python3-venv,ca-certificates,procps \
-        "$SUITE" "$CACHE/root.build" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
-        || cant "debootstrap failed (no network to the Debian mirror?); see $CACHE/debootstrap.log"
-    tar -C "$CACHE/root.build" -cf "$BASE.tmp" . && mv "$BASE.tmp" "$BASE"
-    rm -rf "$CACHE/root.build"
-fi
+bootstrap_rootfs "$BASE" --variant=minbase \
+    --include=systemd,systemd-sysv,dbus,python3,python3-venv,ca-certificates,procps
 
 # the venv in the root file system, cached per pyproject.toml (the toolkit itself each run)
 KEY=$(sha256sum "$HERE/pyproject.toml" | cut -c1-16)
@@ -63,12 +37,8 @@ if [ ! -f "$READY" ]; then
     say "downloading the [agent] wheels"
     WHEELS="$CACHE/wheels-$KEY"
     rm -rf "$WHEELS" && mkdir -p "$WHEELS"
-    "$PY" -m pip download -q -d "$WHEELS" --only-binary=:all: --python-version 3.11 \
-        --implementation cp --abi cp311 --platform manylinux2014_x86_64 \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64 \
-        "$(ls "$TOOLKIT"/edge_toolkit-*.whl)[agent]" \
-        || cant "could not download the [agent] wheels (no network to the package index?)"
-    rm -f "$WHEELS"/edge_toolkit-*.whl
+    download_agent_wheels "$WHEELS" "$TOOLKIT" manylinux2014_x86_64 manylinux_2_28_x86_64 \
+        manylinux_2_34_x86_64
     BUILD=$(mktemp -d /var/tmp/edge-systemd-build.XXXXXX)
     tar -C "$BUILD" -xf "$BASE"
     mkdir -p "$BUILD/wheels" && cp "$WHEELS"/*.whl "$BUILD/wheels/"
