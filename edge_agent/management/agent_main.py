@@ -70,11 +70,7 @@ def run_agent(config: AgentConfig, options: ManagementOptions, *,
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
         previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: hup.set())
     notifier = SystemdNotifier()
-    runtime = AgentRuntime(config.state_dir, options, overrides=config.models,
-                           default_overrides=config.model_defaults,
-                           response_cache_bytes=config.response_cache_bytes,
-                           max_concurrent_executions=config.max_concurrent_executions,
-                           memory_budget_bytes=config.memory_budget_bytes)
+    runtime = AgentRuntime(config, options)
     server = None
     http: HttpFrontEnd | None = None
     try:

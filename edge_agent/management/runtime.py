@@ -3,7 +3,7 @@
 :class:`AgentRuntime` wires the libraries together;
 :func:`edge_agent.management.agent_main.run_agent` drives it::
 
-    runtime = AgentRuntime(state_dir, options, observer_enabled=True)
+    runtime = AgentRuntime(config, options)
     runtime.start_core()                 # state dir lock, state store, token, metrics, data
                                          # plane, manager
     ...                                  # the inference server binds here (it needs the plane)
@@ -19,12 +19,13 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from edge_agent import log_ring
+from edge_agent.config import AgentConfig
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.management.identity import AgentIdentity, load_or_create_agent_id
 from edge_agent.management.server import ManagementServer
 from edge_agent.management.servicer import ManagementServicer
@@ -78,19 +79,11 @@ class _LoopThread:
 class AgentRuntime:
     """Everything one agent process runs besides the inference gRPC server."""
 
-    def __init__(self, state_dir: Path, options: ManagementOptions, *,
-                 overrides: Mapping[str, ModelOverrides] | None = None,
-                 default_overrides: ModelOverrides | None = None,
-                 drain_timeout_s: float = 30.0, response_cache_bytes: int = 0,
-                 max_concurrent_executions: int = 0,
-                 memory_budget_bytes: int | None = None) -> None:
-        self.state_dir = Path(state_dir)
-        self.max_concurrent_executions = max_concurrent_executions
-        self.memory_budget_bytes = memory_budget_bytes
-        self.response_cache_bytes = response_cache_bytes
+    def __init__(self, config: AgentConfig, options: ManagementOptions, *,
+                 drain_timeout_s: float = 30.0) -> None:
+        self.config = config  # the data plane's settings (per-model, cache, gate, budget)
+        self.state_dir = Path(config.state_dir)
         self.options = options
-        self.overrides = overrides or {}
-        self.default_overrides = default_overrides
         self.drain_timeout_s = drain_timeout_s
         self.store: StateStore | None = None
         self.metrics: MetricsStore | None = None
@@ -121,6 +114,7 @@ class AgentRuntime:
         The lock comes first: a second agent on the same directory stops here, before any
         recovery or write (StateDirInUseError names the holder's PID).
         """
+        log_ring.install()  # from the start: `edge-console logs` shows the models loading
         self._state_lock = claim_state_dir(self.state_dir, role="serve")
         self.store = StateStore.open(self.state_dir)
         self._token_file = TokenFile(self.state_dir)
@@ -128,13 +122,13 @@ class AgentRuntime:
             self.metrics = MetricsStore.open(self.state_dir)
             self.recorder = MetricsRecorder(self.metrics, system=SystemSampler(self.state_dir))
             self.recorder.start()
+        cfg = self.config
         self.dataplane = DataPlane(self.state_dir, observer=self.recorder,
-                                   overrides=self.overrides,
-                                   default_overrides=self.default_overrides, autoload=False,
-                                   drain_timeout_s=self.drain_timeout_s,
-                                   response_cache_bytes=self.response_cache_bytes,
-                                   max_concurrent_executions=self.max_concurrent_executions,
-                                   memory_budget_bytes=self.memory_budget_bytes)
+                                   overrides=cfg.models, default_overrides=cfg.model_defaults,
+                                   autoload=False, drain_timeout_s=self.drain_timeout_s,
+                                   response_cache_bytes=cfg.response_cache_bytes,
+                                   max_concurrent_executions=cfg.max_concurrent_executions,
+                                   memory_budget_bytes=cfg.memory_budget_bytes)
         self.manager = ModelManager(self.dataplane, self.store,
                                     manager_settings(self.options, self.drain_timeout_s),
                                     step_hooks=hooks_from_environment(self.state_dir))
@@ -159,7 +153,6 @@ class AgentRuntime:
         self._inference_port = int(port) if port.isdigit() else 0
         if self.options.address is None:
             return None
-        from edge_agent import log_ring
         from edge_agent.management.diagnostics import Diagnostics
 
         diagnostics = Diagnostics(self.state_dir, log_ring.install(), self.metrics)
