@@ -16,6 +16,7 @@ import numpy as np
 from packager.datatypes import NUMPY_DTYPES
 from packager.errors import UsageError
 from packager.manifest import TensorSpec
+from packager.parity import require_one_array_per_input
 
 FLAG = "--calibration-data"
 HELD_OUT_SHARE = 0.2  # of the samples, for the parity check (never seen by the quantizer)
@@ -71,13 +72,7 @@ def load_calibration(path: Path, inputs: Sequence[TensorSpec], batched: bool) ->
     """
     path = Path(path)
     given = _read_arrays(path)
-    names = [s.name for s in inputs]
-    missing = [n for n in names if n not in given]
-    extra = sorted(set(given) - set(names))
-    if missing or extra:
-        raise UsageError(f"{FLAG} {path}: needs one array per model input ({', '.join(names)}); "
-                         f"missing: {', '.join(missing) or 'none'}, unknown: "
-                         f"{', '.join(extra) or 'none'}")
+    require_one_array_per_input(f"{FLAG} {path}", given, inputs)
     arrays: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
     for spec in inputs:

@@ -6,7 +6,7 @@ relative error per output and, for outputs that look like class scores, top-1 ag
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from packager.datatypes import NUMPY_DTYPES
-from packager.errors import ConversionError
+from packager.errors import ConversionError, UsageError
 from packager.manifest import TensorSpec
 from packager.profiles import ParityTolerance
 
@@ -130,38 +130,28 @@ def compare_outputs(ref: np.ndarray, got: np.ndarray, tol: ParityTolerance,
     return report
 
 
+def require_one_array_per_input(where: str, given: Mapping[str, Any],
+                                inputs: Sequence[TensorSpec]) -> None:
+    """UsageError naming the missing and unknown names unless ``given`` (a data file's
+    arrays, ``where`` it came from) holds exactly one array per model input."""
+    names = [s.name for s in inputs]
+    missing = [n for n in names if n not in given]
+    extra = sorted(set(given) - set(names))
+    if missing or extra:
+        raise UsageError(f"{where}: needs one array per model input ({', '.join(names)}); "
+                         f"missing: {', '.join(missing) or 'none'}, unknown: "
+                         f"{', '.join(extra) or 'none'}")
+
+
 def check_parity(source: Runner, candidate: Runner, inputs: Sequence[TensorSpec],
                  batch_sizes: Sequence[int | None], tol: ParityTolerance,
                  seed: int = SEED) -> dict[str, Any]:
     """Run both on seeded inputs at each batch size; a report with an overall ``passed``."""
-    per_batch: dict[str, Any] = {}
-    worst_abs, worst_rel, passed = 0.0, 0.0, True
-    agreements: list[float] = []
+    cases = []
     for b in batch_sizes:
         feeds = seeded_inputs(inputs, b, seed)
-        want = source(feeds)
-        got = candidate(feeds)
-        outs: dict[str, Any] = {}
-        for name, ref in want.items():
-            if name not in got:
-                outs[name] = {"passed": False, "error": "output missing from the artifact"}
-            else:
-                outs[name] = compare_outputs(ref, got[name], tol, batched=b is not None)
-            o = outs[name]
-            passed = passed and o["passed"]
-            worst_abs = max(worst_abs, o.get("max_abs_error", 0.0))
-            worst_rel = max(worst_rel, o.get("max_rel_error", 0.0))
-            if o.get("top1_agreement") is not None:
-                agreements.append(o["top1_agreement"])
-        per_batch[str(b if b is not None else 1)] = outs
-    return {
-        "passed": passed,
-        "max_abs_error": worst_abs,
-        "max_rel_error": worst_rel,
-        "top1_agreement": min(agreements) if agreements else None,
-        "batch_sizes": [b if b is not None else 1 for b in batch_sizes],
-        "per_batch": per_batch,
-    }
+        cases.append(ReferenceCase(b, feeds, source(feeds)))
+    return check_reference(candidate, cases, tol)
 
 
 # ---------------------------------------------------------------------------------- reference data
@@ -194,8 +184,6 @@ def load_given_inputs(path: Path, inputs: Sequence[TensorSpec],
                       batched: bool) -> dict[str, np.ndarray]:
     """Real inputs from ``--reference-data FILE.npz`` (one array per model input, by name),
     checked against the model's signature; UsageError naming what is wrong."""
-    from packager.errors import UsageError
-
     try:
         with np.load(path, allow_pickle=False) as data:
             given = {k: np.asarray(data[k]) for k in data.files}
@@ -204,13 +192,7 @@ def load_given_inputs(path: Path, inputs: Sequence[TensorSpec],
     except (OSError, ValueError) as exc:
         raise UsageError(f"--reference-data {path}: not a readable .npz file of arrays "
                          f"({exc})") from None
-    names = [s.name for s in inputs]
-    missing = [n for n in names if n not in given]
-    extra = sorted(set(given) - set(names))
-    if missing or extra:
-        raise UsageError(f"--reference-data {path}: needs one array per model input "
-                         f"({', '.join(names)}); missing: {', '.join(missing) or 'none'}, "
-                         f"unknown: {', '.join(extra) or 'none'}")
+    require_one_array_per_input(f"--reference-data {path}", given, inputs)
     out: dict[str, np.ndarray] = {}
     rows: set[int] = set()
     for spec in inputs:
@@ -308,7 +290,7 @@ def check_reference(run: Runner, cases: Sequence[ReferenceCase],
         outs: dict[str, Any] = {}
         for name, ref in case.outputs.items():
             if name not in got:
-                outs[name] = {"passed": False, "error": "output missing"}
+                outs[name] = {"passed": False, "error": "output missing from the artifact"}
             else:
                 outs[name] = compare_outputs(ref, np.asarray(got[name]), tol,
                                              batched=case.rows is not None)

@@ -22,7 +22,7 @@ import onnx
 
 from packager.calibration import CalibrationData
 from packager.errors import ConversionError
-from packager.parity import Runner, compare_outputs
+from packager.parity import ReferenceCase, Runner, check_reference
 from packager.profiles import ParityTolerance
 
 QUANT_MIN_OPSET = 13
@@ -148,25 +148,7 @@ def held_out_parity(source: Runner, candidate: Runner, data: CalibrationData, ba
     not gated; other outputs must stay within the profile's atol/rtol.
     """
     want = _run_rows(source, data.held_out, batched)
-    got = _run_rows(candidate, data.held_out, batched)
-    outs: dict[str, Any] = {}
-    passed, worst_abs, worst_rel = True, 0.0, 0.0
-    agreements: list[float] = []
-    for name, ref in want.items():
-        if name not in got:
-            o: dict[str, Any] = {"passed": False, "error": "output missing from the artifact"}
-        else:
-            o = compare_outputs(ref, got[name], tol, batched=True)
-            if o.get("top1_agreement") is not None:
-                agreements.append(o["top1_agreement"])
-        outs[name] = o
-        passed = passed and o["passed"]
-        worst_abs = max(worst_abs, o.get("max_abs_error", 0.0))
-        worst_rel = max(worst_rel, o.get("max_rel_error", 0.0))
-    n = data.sizes[1]
-    return {
-        "passed": passed, "max_abs_error": worst_abs, "max_rel_error": worst_rel,
-        "top1_agreement": min(agreements) if agreements else None,
-        "batch_sizes": [n], "inputs": f"{n} held-out rows of {data.origin}",
-        "per_batch": {str(n): outs},
-    }
+    report = check_reference(lambda feeds: _run_rows(candidate, feeds, batched),
+                             [ReferenceCase(data.sizes[1], dict(data.held_out), want)], tol)
+    report["inputs"] = f"{data.sizes[1]} held-out rows of {data.origin}"
+    return report
