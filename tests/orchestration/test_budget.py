@@ -39,7 +39,9 @@ def test_a_budget_holding_one_of_three_cnns_serves_requests_cycling_through_all_
             assert c.deploy(cnn_bundles.cnn[name]).ok
         figures = {name: memory_of(c, name) for name in CNNS}
     ordered = sorted(figures.values())
-    budget = int(ordered[-1] * 1.05)
+    # room above the largest figure: the agent keeps the largest measurement it sees, and a
+    # later load of the same CNN on this busy machine can measure several percent higher
+    budget = int(ordered[-1] * 1.15)
     # the figures are measured on this (busy) machine: usually no two CNNs fit in the budget,
     # but when the largest measures far above the other two, those two may fit together
     one_at_a_time = budget < ordered[0] + ordered[1]
