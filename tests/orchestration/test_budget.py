@@ -51,7 +51,7 @@ def test_a_budget_holding_one_of_three_cnns_serves_requests_cycling_through_all_
         info = c.info()
         assert info.memory_budget_bytes is not None
         assert abs(info.memory_budget_bytes - budget) < MIB
-        assert len(_ready(triton)) == 1
+        assert len(_ready(triton)) == 1 if one_at_a_time else 1 <= len(_ready(triton)) <= 2
         for name in [*CNNS, *CNNS]:
             assert infer_cnn(triton, name)[0] == 1
             ready = _ready(triton)
