@@ -10,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from console.commands import deploy_reference
@@ -48,6 +49,20 @@ def _hup_and_wait(agent: AgentProcess, expect: str, timeout: float = 60.0) -> No
         time.sleep(0.1)
 
 
+def _infer_matches(agent: AgentProcess, bundles: Bundles, version: int) -> None:
+    """The pulled version serves: KServe v2 inference agrees with the source model."""
+    import tritonclient.grpc as tc
+
+    x = np.random.default_rng(version).standard_normal((3, 64)).astype(np.float32)
+    inp = tc.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    with tc.InferenceServerClient(agent.grpc) as triton:
+        result = triton.infer("mlp", [inp])
+    assert result.get_response().model_version == str(version)
+    np.testing.assert_allclose(result.as_numpy("probs"), bundles.reference(version, x),
+                               rtol=1e-4, atol=1e-5)
+
+
 @needs_registry
 @pytest.mark.slow
 def test_sighup_allows_a_registry_without_a_restart(registry: RegistryProcess,
@@ -74,6 +89,7 @@ def test_sighup_allows_a_registry_without_a_restart(registry: RegistryProcess,
                                    insecure_registry=True)
         assert reports[0].ok, reports
         assert _active(agent) == 1
+        _infer_matches(agent, bundles, 1)
 
         # A bad edit is not applied: the settings in force stay, the agent keeps serving.
         config.write_text('[registry]\nallow = ["oci://nope"]\n')
