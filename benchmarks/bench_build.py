@@ -22,14 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from packager.build import build_bundles  # noqa: E402
-from packager.onnx_tools import io_signature, load_model, make_batch_dynamic  # noqa: E402
-from packager.parity import (  # noqa: E402
+from packager.bundle.parity import (  # noqa: E402
     Runner,
     onnxruntime_runner,
     openvino_runner,
     seeded_inputs,
 )
-from packager.reader import open_bundle  # noqa: E402
+from packager.bundle.reader import open_bundle  # noqa: E402
+from packager.onnx_tools import io_signature, load_model, make_batch_dynamic  # noqa: E402
 from tests.model_factory import light_model_path, make_mlp  # noqa: E402
 
 PROFILES = ("x86_64-cpu-onnxruntime", "x86_64-cpu-openvino", "x86_64-cpu-openvino-fp16",

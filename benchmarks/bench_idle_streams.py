@@ -79,8 +79,8 @@ def main() -> int:
     from edge_agent.management.client import AgentClient
     from edge_agent.manager.device import detect_device
     from packager.build import build_bundles
+    from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp
-    from packager.signing import generate_keypair
 
     with tempfile.TemporaryDirectory(prefix="edge-idle-streams-") as tmp:
         work = Path(tmp)

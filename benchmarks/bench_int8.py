@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from packager.build import build_bundles
-from packager.reader import open_bundle
+from packager.bundle.reader import open_bundle
 from tests.digits_cnn import (
     INPUT,
     OUTPUT,

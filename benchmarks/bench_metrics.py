@@ -51,7 +51,7 @@ class _DoubleBackend:
     name, device = "bench", "cpu"
 
     def __init__(self) -> None:
-        from packager.manifest import TensorSpec
+        from packager.bundle.manifest import TensorSpec
         self.inputs = (TensorSpec("x", "FP32", (-1, 16)),)
         self.outputs = (TensorSpec("y", "FP32", (-1, 16)),)
 
@@ -69,7 +69,7 @@ class _MlpBackend(_DoubleBackend):
     def __init__(self, tmp: Path) -> None:
         import onnxruntime as ort
 
-        from packager.manifest import TensorSpec
+        from packager.bundle.manifest import TensorSpec
         from packager.samples import make_mlp
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
@@ -90,7 +90,7 @@ def batcher_throughput(observer: object, seconds: float, clients: int) -> tuple[
     changes wall-clock throughput a lot but this process's CPU per request much less.
     """
     from edge_agent.core.batcher import DynamicBatcher
-    from packager.manifest import BatchingConfig
+    from packager.bundle.manifest import BatchingConfig
     batcher = DynamicBatcher(_DoubleBackend(), model="bench", version=1,  # type: ignore[arg-type]
                              config=BatchingConfig(max_batch_size=8, max_queue_size=10_000),
                              observer=observer)  # type: ignore[arg-type]
@@ -121,7 +121,7 @@ def batcher_throughput(observer: object, seconds: float, clients: int) -> tuple[
 def inline_cpu_per_request(observer: object, n: int, backend: _DoubleBackend) -> float:
     """Process CPU µs per request with the caller running each request itself (no handoffs)."""
     from edge_agent.core.batcher import DynamicBatcher
-    from packager.manifest import BatchingConfig
+    from packager.bundle.manifest import BatchingConfig
     batcher = DynamicBatcher(backend, model="bench", version=1,  # type: ignore[arg-type]
                              config=BatchingConfig(max_batch_size=8, max_queue_size=10_000),
                              observer=observer)  # type: ignore[arg-type]

@@ -35,7 +35,7 @@ from edge_agent.core.orchestrator import process_rss
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.types import InferRequest
 from packager.build import build_bundles
-from packager.reader import open_bundle
+from packager.bundle.reader import open_bundle
 from tests.model_factory import LIGHT_BUILD, light_model_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,8 +40,8 @@ TOKEN = "bench-registry-token-0123456789abcdef"
 def _bundle(root: Path, mb: int, version: int) -> tuple[Path, Path]:
     """A signed bundle of an MLP whose first weight takes ~``mb`` MB; (bundle, public key)."""
     from packager.build import build_bundles
+    from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp
-    from packager.signing import generate_keypair
 
     keys = root / "keys"
     if not (keys / "edge-pack.key").exists():

@@ -272,8 +272,8 @@ def main() -> int:
     from benchmarks.bench_swap import Agent
     from edge_agent.manager.device import detect_device
     from packager.build import build_bundles
+    from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp
-    from packager.signing import generate_keypair
 
     with tempfile.TemporaryDirectory(prefix="edge-soak-") as tmp:
         work = Path(tmp)

@@ -160,8 +160,8 @@ def p99(latencies: list[float]) -> float:
 def build(work: Path) -> tuple[Path, Path, dict[int, Path], Path]:
     from edge_agent.manager.device import detect_device
     from packager.build import build_bundles
+    from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp
-    from packager.signing import generate_keypair
     from tests.model_factory import LIGHT_BUILD, light_model_path
 
     profile = detect_device().profile

@@ -32,9 +32,9 @@ from edge_agent.management.types import (
 from edge_agent.manager.compat import check_fits
 from edge_agent.manager.device import DeviceInfo
 from edge_agent.manager.errors import IncompatibleBundleError
-from packager.errors import PackagerError
-from packager.manifest import Manifest
-from packager.reader import open_bundle
+from packager.bundle.errors import PackagerError
+from packager.bundle.manifest import Manifest
+from packager.bundle.reader import open_bundle
 
 
 def parse_target(value: str, where: str = "--agent") -> str:
@@ -483,10 +483,14 @@ def resolve_reference(text: str, *, insecure: bool = False,
                       registry_config: Path | None = None, ca_file: Path | None = None) -> Any:
     """Resolve ``oci://...:TAG`` to the digest of what it names (every agent then gets the
     same bytes); credentials from ``registry_config`` or the docker config. Returns a
-    :class:`packager.oci_bundles.Resolved`; BundleRejectedError with one line on failure."""
-    from packager.oci_bundles import resolve
-    from packager.oci_client import RegistryOptions, credentials_from_config, docker_config_path
-    from packager.oci_ref import parse_reference
+    :class:`packager.bundle.oci.transfer.Resolved`; BundleRejectedError with one line on failure."""
+    from packager.bundle.oci.client import (
+        RegistryOptions,
+        credentials_from_config,
+        docker_config_path,
+    )
+    from packager.bundle.oci.ref import parse_reference
+    from packager.bundle.oci.transfer import resolve
 
     try:
         ref = parse_reference(text)
@@ -538,8 +542,8 @@ def _deploy_reference_to(target: str, resolved: Any, settings: ConsoleSettings,
                          token_file: Path | None, force: bool,
                          on_step: Callable[[str, StepInfo], None] | None,
                          on_progress: Callable[[str, int, int], None] | None) -> DeployReport:
-    from packager.errors import ArtifactNotFoundError
-    from packager.oci_layout import choose_entry
+    from packager.bundle.errors import ArtifactNotFoundError
+    from packager.bundle.oci.layout import choose_entry
 
     pinned = resolved.reference.pinned()
     label = f"{resolved.name} version {resolved.version}"

@@ -28,7 +28,7 @@ def reference_label(resolved: Any) -> str:
 def reference_mismatch(resolved: Any, agent: FleetAgent) -> str | None:
     """Why no entry of ``resolved`` fits ``agent`` by its advertised profile and arch (None:
     fine, or not known yet). The authoritative pick runs against GetInfo before the deploy."""
-    from packager.oci_layout import ARCH, PROFILE
+    from packager.bundle.oci.layout import ARCH, PROFILE
 
     if not agent.profile:
         return None
@@ -44,15 +44,15 @@ def reference_mismatch(resolved: Any, agent: FleetAgent) -> str | None:
 def bundle_head(resolved: Any, entry: Any, *, insecure: bool = False,
                 registry_config: Path | None = None, ca_file: Path | None = None) -> Any:
     """The manifest and signature of the bundle ``entry`` names (a
-    :class:`packager.oci_head.BundleHead`), read from the registry with a small Range
+    :class:`packager.bundle.oci.head.BundleHead`), read from the registry with a small Range
     request: what the agent's CheckDeploy needs, without pulling the bundle."""
-    from packager.oci_client import (
+    from packager.bundle.oci.client import (
         RegistryClient,
         RegistryOptions,
         credentials_from_config,
         docker_config_path,
     )
-    from packager.oci_head import read_bundle_head
+    from packager.bundle.oci.head import read_bundle_head
 
     ref = resolved.reference
     creds = credentials_from_config(registry_config or docker_config_path(), ref.registry,
@@ -85,8 +85,8 @@ class ReferenceRollout(Rollout):
     def check_fit(self) -> list[FleetAgent]:
         """The registry's entry for each target's profile (as the agent will pick it); targets
         without one, or whose agent would refuse the bundle, are REFUSED before any pull."""
-        from packager.errors import PackagerError
-        from packager.oci_layout import choose_entry
+        from packager.bundle.errors import PackagerError
+        from packager.bundle.oci.layout import choose_entry
 
         fitting = []
         for agent in self.targets:
@@ -109,7 +109,7 @@ class ReferenceRollout(Rollout):
     def reference_refusal(self, agent: FleetAgent, entry: Any) -> str:
         """Why ``agent`` would refuse the bundle of ``entry`` (its CheckDeploy, fed the
         bundle's manifest and signature read from the registry), or ""."""
-        from packager.errors import PackagerError
+        from packager.bundle.errors import PackagerError
 
         if self._check is None:
             return ""

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from edge_agent.core.api import DataPlaneAPI
     from edge_agent.management.runtime import ManagementOptions
     from edge_agent.server import BoundAddresses
-    from packager.reader import BundleReader
+    from packager.bundle.reader import BundleReader
 
 #: Commands that create files in the state directory (they run with umask 077).
 WRITERS = ("serve", "add-bundle", "token")
@@ -165,7 +165,7 @@ def cmd_add_bundle(args: argparse.Namespace) -> int:
     from edge_agent.manager.compat import check_fits
     from edge_agent.manager.device import detect_device
     from edge_agent.state.lock import claim_state_dir
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     if not args.bundle.is_file():
         raise AgentError(f"bundle {args.bundle} does not exist")
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from packager.errors import PackagerError
+    from packager.bundle.errors import PackagerError
     from packager.extras import refusal
 
     if args.command in _NEEDS_AGENT and (

@@ -198,7 +198,7 @@ def _gpu() -> tuple[list[Finding], bool]:
 
 def _profile() -> Finding:
     from edge_agent.manager.device import detect_device
-    from packager.profiles import list_profiles
+    from packager.bundle.profiles import list_profiles
 
     device = detect_device()
     names = {p.name for p in list_profiles()}

@@ -40,7 +40,7 @@ from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import VersionState
 from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
 from edge_agent.errors import AgentError
-from packager.errors import PackagerError
+from packager.bundle.errors import PackagerError
 
 __all__ = ["EmbeddedOpenError", "EmbeddedRuntime", "open_bundle", "open_state_dir"]
 
@@ -138,8 +138,8 @@ def open_bundle(path: str | Path, *, trusted_keys: KeyPaths = (),
     is). ``overrides`` are the ``[models.NAME]`` settings of agent.toml (batching, instances,
     isolation, priority, ...). Raises EmbeddedOpenError when the bundle is refused or fails
     to load."""
-    from packager.reader import open_bundle as read_bundle
-    from packager.reader import verify_extracted
+    from packager.bundle.reader import open_bundle as read_bundle
+    from packager.bundle.reader import verify_extracted
 
     source = Path(path)
     keys = [Path(k) for k in trusted_keys]
@@ -186,7 +186,7 @@ def open_state_dir(state_dir: str | Path, *, config: str | Path | None = None,
     models are left out and logged."""
     from edge_agent.config import load_config
     from edge_agent.state.store import read_active_versions
-    from packager.reader import verify_extracted
+    from packager.bundle.reader import verify_extracted
 
     root = Path(state_dir)
     keys = [Path(k) for k in trusted_keys]

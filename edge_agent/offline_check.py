@@ -18,8 +18,8 @@ from edge_agent.backends.base import BackendOptions
 from edge_agent.backends.registry import load_backend
 from edge_agent.core.warmup import run_warmup
 from edge_agent.manager.device_parity import ParityResult, run_reference
-from packager.manifest import Manifest
-from packager.reader import open_bundle
+from packager.bundle.manifest import Manifest
+from packager.bundle.reader import open_bundle
 
 
 def check_bundle(bundle: Path, trusted_keys: Sequence[Path] = (), *,

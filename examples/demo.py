@@ -45,9 +45,9 @@ def build(workdir: Path) -> tuple[Path, dict[int, Path], list[Path]]:
     from rich.progress import Progress
 
     from packager.build import build_bundles
-    from packager.profiles import list_profiles
+    from packager.bundle.profiles import list_profiles
+    from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp
-    from packager.signing import generate_keypair
 
     step(1, "generate the sample MLP: version 1 (seed 1) and version 2 (seed 2)")
     sources = {v: make_mlp(workdir / f"mlp-v{v}.onnx", seed=v) for v in (1, 2)}
@@ -76,7 +76,7 @@ def build(workdir: Path) -> tuple[Path, dict[int, Path], list[Path]]:
 
 
 def inspect_and_verify(public: Path, bundles: list[Path]) -> None:
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     table = Table(title="bundles (every file hash and the signature verified)",
                   title_justify="left")

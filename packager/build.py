@@ -22,20 +22,10 @@ import onnx
 
 from packager import __version__
 from packager.artifact import Artifact
-from packager.bundle_format import bundle_filename, check_model_name, sha256_file
-from packager.bundle_writer import write_bundle
-from packager.calibration import CalibrationData, load_calibration
-from packager.converters import convert
-from packager.errors import BundleError, ModelError, ParityError, UsageError
-from packager.load_cost import measure_load_cost
-from packager.manifest import LOAD_COST_KEY, BatchingConfig, Manifest, TensorSpec
-from packager.onnx_tools import (
-    io_signature,
-    leading_dim_state,
-    load_model,
-    make_batch_dynamic,
-)
-from packager.parity import (
+from packager.bundle.errors import BundleError, ModelError, ParityError, UsageError
+from packager.bundle.format import bundle_filename, check_model_name, sha256_file
+from packager.bundle.manifest import LOAD_COST_KEY, BatchingConfig, Manifest, TensorSpec
+from packager.bundle.parity import (
     REFERENCE_FILE,
     GivenInputs,
     Runner,
@@ -46,10 +36,20 @@ from packager.parity import (
     openvino_runner,
     save_reference,
 )
-from packager.profiles import DeviceProfile
+from packager.bundle.profiles import DeviceProfile
+from packager.bundle.signing import load_private_key
+from packager.bundle.writer import write_bundle
+from packager.calibration import CalibrationData, load_calibration
+from packager.converters import convert
+from packager.load_cost import measure_load_cost
+from packager.onnx_tools import (
+    io_signature,
+    leading_dim_state,
+    load_model,
+    make_batch_dynamic,
+)
 from packager.progress import Steps
 from packager.quantize import held_out_parity, quantize_static_int8
-from packager.signing import load_private_key
 from packager.staging import load_profiles, open_stage, publish
 from packager.trees import TreeModel, check_native, convert_tree_model, has_ml_ops, tree_kind
 

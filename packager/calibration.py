@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from packager.datatypes import NUMPY_DTYPES
-from packager.errors import UsageError
-from packager.manifest import TensorSpec
-from packager.parity import require_one_array_per_input
+from packager.bundle.datatypes import NUMPY_DTYPES
+from packager.bundle.errors import UsageError
+from packager.bundle.manifest import TensorSpec
+from packager.bundle.parity import require_one_array_per_input
 
 FLAG = "--calibration-data"
 HELD_OUT_SHARE = 0.2  # of the samples, for the parity check (never seen by the quantizer)

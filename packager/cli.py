@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from packager import __version__
-from packager.errors import PackagerError
+from packager.bundle.errors import PackagerError
 from packager.extras import refusal
 
 _EPILOG_MAIN = """\
@@ -129,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _positive_int(text: str | None, what: str) -> int | None:
-    from packager.errors import UsageError
+    from packager.bundle.errors import UsageError
 
     if text is None:
         return None
@@ -143,7 +143,7 @@ def _positive_int(text: str | None, what: str) -> int | None:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
-    from packager.signing import generate_keypair
+    from packager.bundle.signing import generate_keypair
 
     priv, pub = generate_keypair(args.out)
     print(f"private key: {priv}  (keep it secret; pass it to `edge-pack build --key`)")
@@ -156,7 +156,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     version = check_version(args.model_version)
     if args.name is None and args.model.suffix != ".toml":
-        from packager.errors import UsageError
+        from packager.bundle.errors import UsageError
 
         raise UsageError("--name is required when building from an ONNX model")
     max_batch = _positive_int(args.max_batch, "--max-batch")
@@ -169,7 +169,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     if args.member and args.model.suffix != ".toml":
-        from packager.errors import UsageError
+        from packager.bundle.errors import UsageError
 
         raise UsageError("--member applies to a pipeline spec (SPEC.toml), not to an ONNX model")
     if args.model.suffix == ".toml":
@@ -178,7 +178,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         if (args.dynamic_batch or max_batch is not None or args.allow_parity_failure
                 or args.reference_data is not None or args.calibration_data is not None
                 or args.response_cache):
-            from packager.errors import UsageError
+            from packager.bundle.errors import UsageError
 
             raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
                              "--reference-data, --calibration-data and --response-cache apply "
@@ -224,7 +224,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _dynamic_int8_convs(model: Path, bundles: Sequence[Path]) -> int:
     """Conv nodes of ``model`` when some bundle is dynamically quantized int8, else 0."""
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     dynamic = False
     for b in bundles:
@@ -240,7 +240,7 @@ def _dynamic_int8_convs(model: Path, bundles: Sequence[Path]) -> int:
 
 def _carries_code(bundle: Path) -> bool:
     """Whether a built bundle carries code (a Python model), which agents run only signed."""
-    from packager.reader import carries_code, open_bundle
+    from packager.bundle.reader import carries_code, open_bundle
 
     with open_bundle(bundle) as reader:
         return carries_code(reader.manifest)
@@ -248,14 +248,14 @@ def _carries_code(bundle: Path) -> bool:
 
 def _batched(bundle: Path) -> bool:
     """Whether a built bundle's model has a dynamic batch dimension."""
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     with open_bundle(bundle) as reader:
         return reader.manifest.batching.max_batch_size > 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     with open_bundle(args.bundle) as reader:
         m, signed = reader.manifest, reader.signed
@@ -269,7 +269,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     with open_bundle(args.bundle) as reader:
         reader.verify_files()
@@ -289,7 +289,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from packager.profiles import list_profiles
+    from packager.bundle.profiles import list_profiles
 
     profiles = list_profiles()
     if args.json:

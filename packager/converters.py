@@ -13,7 +13,7 @@ from typing import Any
 import onnx
 
 from packager.artifact import Artifact
-from packager.errors import ConversionError
+from packager.bundle.errors import ConversionError
 from packager.onnx_tools import custom_domain_nodes
 from packager.quantize import DYNAMIC, STATIC, quantize_dynamic_int8
 from packager.tensorrt_build import to_tensorrt

@@ -9,8 +9,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from packager.manifest import Manifest
-from packager.profiles import DeviceProfile
+from packager.bundle.manifest import Manifest
+from packager.bundle.profiles import DeviceProfile
 
 
 def _shape(shape: tuple[int, ...]) -> str:

@@ -25,14 +25,14 @@ def _measure_here(backend: str, entry: Path, precision: str) -> int:
     if backend == "onnxruntime":
         import onnxruntime  # noqa: F401  (the runtime's own import is not the model's cost)
 
-        from packager.parity import onnxruntime_runner
+        from packager.bundle.parity import onnxruntime_runner
 
         before = _rss()
         runner = onnxruntime_runner(entry)
     elif backend == "openvino":
         import openvino  # noqa: F401
 
-        from packager.parity import openvino_runner
+        from packager.bundle.parity import openvino_runner
 
         before = _rss()
         runner = openvino_runner(entry, precision)

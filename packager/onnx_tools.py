@@ -8,8 +8,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from packager.errors import ModelError
-from packager.manifest import TensorSpec
+from packager.bundle.errors import ModelError
+from packager.bundle.manifest import TensorSpec
 
 BATCH_DIM_NAME = "batch"
 

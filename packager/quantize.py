@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import onnx
 
+from packager.bundle.errors import ConversionError
+from packager.bundle.parity import ReferenceCase, Runner, check_reference
+from packager.bundle.profiles import ParityTolerance
 from packager.calibration import CalibrationData
-from packager.errors import ConversionError
-from packager.parity import ReferenceCase, Runner, check_reference
-from packager.profiles import ParityTolerance
 
 QUANT_MIN_OPSET = 13
 CALIB_BATCH = 32  # rows per calibration run (batched models)

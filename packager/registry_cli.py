@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from packager.errors import UsageError
-from packager.oci_client import (
+from packager.bundle.errors import UsageError
+from packager.bundle.oci.client import (
     Credentials,
     RegistryOptions,
     credentials_from_config,
     docker_config_path,
 )
-from packager.oci_ref import OciReference, parse_reference
+from packager.bundle.oci.ref import OciReference, parse_reference
 
 _EPILOG_PUSH = """\
 The bundles (one model version; one per profile) go to REF's tag as an OCI index with one
@@ -94,7 +94,7 @@ def registry_options(args: argparse.Namespace, ref: OciReference) -> RegistryOpt
 
 def run(args: argparse.Namespace) -> int:
     """Run ``push`` or ``pull``."""
-    from packager.oci_bundles import pull_bundles, push_bundles
+    from packager.bundle.oci.transfer import pull_bundles, push_bundles
 
     def say(line: str) -> None:
         if not args.quiet:

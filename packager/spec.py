@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packager.bundle_format import check_member_path, check_model_name
-from packager.errors import BundleError, UsageError
-from packager.manifest import DATATYPES, TensorSpec
+from packager.bundle.errors import BundleError, UsageError
+from packager.bundle.format import check_member_path, check_model_name
+from packager.bundle.manifest import DATATYPES, TensorSpec
+from packager.bundle.pipeline import Step
 
 KINDS = ("python", "pipeline")
 _COMMON_KEYS = {"name", "kind", "max_batch_size", "inputs", "outputs", "description",
@@ -31,28 +32,6 @@ _DIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_BATCH_LIMIT = 1 << 16
 _RESERVED_MODULES = frozenset({"edge_agent", "packager", "console", "numpy", "grpc",
                                "onnxruntime", "openvino", "tensorrt"})
-
-
-@dataclass(frozen=True)
-class Step:
-    """One pipeline step: ``inputs`` maps step input -> pipeline tensor, ``outputs`` maps step
-    output -> pipeline tensor."""
-
-    model: str
-    version: int | None
-    inputs: dict[str, str]
-    outputs: dict[str, str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "version": self.version, "inputs": dict(self.inputs),
-                "outputs": dict(self.outputs)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Step:
-        v = d.get("version")
-        return cls(str(d["model"]), None if v is None else int(v),
-                   {str(k): str(x) for k, x in d["inputs"].items()},
-                   {str(k): str(x) for k, x in d["outputs"].items()})
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from packager import __version__
-from packager.bundle_format import bundle_filename, sha256_file
-from packager.bundle_writer import write_bundle
-from packager.errors import UsageError
-from packager.manifest import BatchingConfig, Manifest
-from packager.profiles import DeviceProfile
-from packager.signing import load_private_key
-from packager.spec import ModelSpec, Step, load_spec
+from packager.bundle.errors import UsageError
+from packager.bundle.format import bundle_filename, sha256_file
+from packager.bundle.manifest import BatchingConfig, Manifest
+from packager.bundle.pipeline import Step, check_wiring
+from packager.bundle.profiles import DeviceProfile
+from packager.bundle.signing import load_private_key
+from packager.bundle.writer import write_bundle
+from packager.spec import ModelSpec, load_spec
 from packager.staging import load_profiles, open_stage, publish
-from packager.wiring import check_wiring
 
 CODE_DIR = "code"
 PIPELINE_FILE = "pipeline.json"
@@ -98,7 +98,7 @@ def _build_one(spec: ModelSpec, profile: DeviceProfile, version: int, stage: Pat
 def check_members(spec: ModelSpec, members: Sequence[Path | str]) -> None:
     """Check a pipeline's wiring against the member bundles given (``--member``); steps whose
     model is not among them are checked at deploy. UsageError for a member no step names."""
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     manifests: dict[str, list[Manifest]] = {}
     for path in members:

@@ -10,8 +10,8 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from packager.errors import UsageError
-from packager.profiles import DeviceProfile, load_profile
+from packager.bundle.errors import UsageError
+from packager.bundle.profiles import DeviceProfile, load_profile
 
 
 def load_profiles(names: Sequence[str]) -> list[DeviceProfile]:

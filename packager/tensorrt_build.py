@@ -1,6 +1,6 @@
 """TensorRT: the bundle carries the ONNX model plus a build spec; an engine is prebuilt only
 where TensorRT and an NVIDIA GPU are present (engines are tied to the TensorRT version and GPU).
-The engine build itself is :mod:`packager.tensorrt_engine`, which the agent uses too.
+The engine build itself is :mod:`packager.bundle.tensorrt_engine`, which the agent uses too.
 
 TensorRT and pycuda are imported lazily, so this module imports fine everywhere.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from packager.artifact import Artifact
-from packager.errors import ConversionError
-from packager.parity import Runner
-from packager.tensorrt_engine import (
+from packager.bundle.errors import ConversionError
+from packager.bundle.parity import Runner
+from packager.bundle.tensorrt_engine import (
     SPEC_KEYS,
     TensorRtUnavailableError,
     build_engine,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from packager.errors import ConversionError, ModelError, ParityError
+from packager.bundle.errors import ConversionError, ModelError, ParityError
 
 TREE_SUFFIXES = {".json": "xgboost", ".ubj": "xgboost", ".txt": "lightgbm", ".skops": "sklearn"}
 INPUT = "input"
@@ -252,7 +252,7 @@ def _tidy(model: onnx.ModelProto, task: str) -> onnx.ModelProto:
 
 def native_parity(tree: TreeModel, onnx_path: Path, rows: np.ndarray) -> dict[str, Any]:
     """Run the library and ONNX Runtime on ``rows``; max error and row agreement."""
-    from packager.parity import onnxruntime_runner
+    from packager.bundle.parity import onnxruntime_runner
 
     want = tree.predict(rows)
     got = onnxruntime_runner(onnx_path)({INPUT: rows})

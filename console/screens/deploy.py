@@ -42,7 +42,7 @@ from console.screens.confirm import ConfirmScreen
 from console.widgets.bundle_tree import BundleTree
 from console.widgets.target_list import TargetList
 from console.widgets.target_row import TargetRow
-from packager.oci_layout import PROFILE as PROFILE_KEY
+from packager.bundle.oci.layout import PROFILE as PROFILE_KEY
 
 
 def profile_mismatch(bundles: Sequence[LocalBundle], agent: FleetAgent) -> str | None:

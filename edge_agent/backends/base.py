@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from packager.manifest import Manifest, TensorSpec
+from packager.bundle.manifest import Manifest, TensorSpec
 
 
 @dataclass(frozen=True, slots=True)

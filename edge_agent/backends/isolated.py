@@ -37,7 +37,7 @@ from edge_agent.backends.base import (
 )
 from edge_agent.backends.ipc import Channel, WireError
 from edge_agent.errors import BackendCrashedError, BackendError, RuntimeMissingError
-from packager.manifest import Manifest
+from packager.bundle.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from edge_agent.backends.base import (
     threads_per_instance,
 )
 from edge_agent.errors import BackendError, RuntimeMissingError
-from packager.manifest import Manifest
+from packager.bundle.manifest import Manifest
 
 NAME = "onnxruntime"
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
 from edge_agent.errors import BackendError, RuntimeMissingError
-from packager.manifest import Manifest
+from packager.bundle.manifest import Manifest
 
 NAME = "openvino"
 

@@ -21,10 +21,9 @@ from edge_agent.core.api import DataPlaneAPI
 from edge_agent.core.decoupled import is_decoupled
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
-from packager.errors import PackagerError
-from packager.manifest import Manifest
-from packager.spec import Step
-from packager.wiring import check_wiring, step_label
+from packager.bundle.errors import PackagerError
+from packager.bundle.manifest import Manifest
+from packager.bundle.pipeline import Step, check_wiring, step_label
 
 NAME = "pipeline"
 

@@ -25,9 +25,9 @@ import numpy as np
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
 from edge_agent.core import planes
 from edge_agent.core.api import DataPlaneAPI
-from edge_agent.core.datatypes import numpy_dtype
 from edge_agent.errors import BackendError
-from packager.manifest import Manifest
+from packager.bundle.datatypes import numpy_dtype
+from packager.bundle.manifest import Manifest
 
 NAME = "python"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from edge_agent.backends.base import Backend, BackendOptions, BackendPlugin, Cancellation
 from edge_agent.errors import BackendError, RuntimeMissingError
 from edge_agent.settings import ISOLATION_MODES
-from packager.manifest import Manifest
+from packager.bundle.manifest import Manifest
 
 ENTRY_POINT_GROUP = "edge_agent.backends"
 

@@ -48,7 +48,7 @@ def load(request: dict[str, Any]) -> Backend:
     """Load the backend a load request names, with the one instance this process serves."""
     from edge_agent.backends.base import BackendOptions
     from edge_agent.backends.registry import load_backend
-    from packager.manifest import Manifest
+    from packager.bundle.manifest import Manifest
 
     opts = request["options"]
     options = BackendOptions(threads=int(opts["threads"]), instances=1,

@@ -27,10 +27,10 @@ import numpy as np
 
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
 from edge_agent.errors import BackendError, RuntimeMissingError
-from packager.bundle_format import sha256_file
-from packager.errors import PackagerError
-from packager.manifest import Manifest
-from packager.tensorrt_engine import (
+from packager.bundle.errors import PackagerError
+from packager.bundle.format import sha256_file
+from packager.bundle.manifest import Manifest
+from packager.bundle.tensorrt_engine import (
     SPEC_KEYS,
     TensorRt,
     TensorRtUnavailableError,

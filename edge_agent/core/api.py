@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
-from packager.manifest import Manifest
+from packager.bundle.manifest import Manifest
 
 
 @dataclass(frozen=True, slots=True)

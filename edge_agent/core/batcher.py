@@ -45,7 +45,7 @@ from edge_agent.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
-from packager.manifest import BatchingConfig
+from packager.bundle.manifest import BatchingConfig
 
 log = logging.getLogger(__name__)
 _now = time.monotonic_ns

@@ -48,8 +48,8 @@ from edge_agent.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
-from packager.errors import PackagerError
-from packager.reader import load_extracted
+from packager.bundle.errors import PackagerError
+from packager.bundle.reader import load_extracted
 
 _now = time.monotonic_ns
 

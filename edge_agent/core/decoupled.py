@@ -26,7 +26,7 @@ from edge_agent.errors import (
     ModelUnavailableError,
     RequestTimeoutError,
 )
-from packager.manifest import Manifest
+from packager.bundle.manifest import Manifest
 
 __all__ = ["DecoupledModelError", "DecoupledRunner", "StreamingBackend", "is_decoupled"]
 

@@ -31,7 +31,7 @@ from edge_agent.errors import AgentError, ModelNotFoundError, ModelUnavailableEr
 
 if TYPE_CHECKING:
     from edge_agent.core.repository import ModelRepository, ModelVersion
-    from packager.manifest import Manifest
+    from packager.bundle.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class Orchestrator:
         for mv in self.repository.versions(name):
             if mv.version == version and mv.manifest is not None:
                 return mv.manifest
-        from packager.reader import load_extracted
+        from packager.bundle.reader import load_extracted
 
         try:
             return load_extracted(self.repository.models_dir / name / str(version),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packager.manifest import BatchingConfig
+from packager.bundle.manifest import BatchingConfig
 
 DEFAULT_MAX_QUEUE_SIZE = 1024
 """Queue bound (requests) used when neither the manifest nor the agent config sets one."""

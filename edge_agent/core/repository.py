@@ -30,8 +30,8 @@ from edge_agent.core.overrides import ModelOverrides, effective_batching
 from edge_agent.core.validation import Signature
 from edge_agent.core.warmup import run_warmup
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
-from packager.errors import PackagerError
-from packager.manifest import MANIFEST_NAME, BatchingConfig, Manifest
+from packager.bundle.errors import PackagerError
+from packager.bundle.manifest import MANIFEST_NAME, BatchingConfig, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def _with_openvino_overrides(manifest: Manifest, ov: ModelOverrides) -> Manifest
 
 def load_manifest(model_dir: Path) -> Manifest:
     """The manifest of an extracted bundle, with every file's size and sha256 checked."""
-    from packager.reader import load_extracted
+    from packager.bundle.reader import load_extracted
 
     return load_extracted(model_dir)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from packager.manifest import TensorSpec
+from packager.bundle.manifest import TensorSpec
 
 TRITON_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
                     "tensorrt": "tensorrt_plan", "pipeline": "ensemble"}

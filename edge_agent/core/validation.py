@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_agent.core.datatypes import numpy_dtype
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import InvalidInputError
-from packager.manifest import TensorSpec
+from packager.bundle.datatypes import numpy_dtype
+from packager.bundle.manifest import TensorSpec
 
 
 class Signature:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from edge_agent.backends.base import Backend
-from edge_agent.core.datatypes import numpy_dtype
 from edge_agent.errors import BackendError
-from packager.manifest import BatchingConfig, TensorSpec
+from packager.bundle.datatypes import numpy_dtype
+from packager.bundle.manifest import BatchingConfig, TensorSpec
 
 
 def warmup_inputs(specs: tuple[TensorSpec, ...], rows: int, *, batched: bool,

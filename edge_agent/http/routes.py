@@ -28,7 +28,7 @@ from edge_agent.http import tensors
 from edge_agent.protocol import converters, frontend
 from edge_agent.protocol.frontend import RepositoryControl
 from edge_agent.protocol.shared_memory import SharedMemoryRegistry
-from packager.manifest import TensorSpec
+from packager.bundle.manifest import TensorSpec
 
 log = logging.getLogger(__name__)
 

@@ -396,8 +396,8 @@ class AgentClient:
     def check_deploy(self, bundle: Path, *, force: bool = False) -> DeployCheck | None:
         """Ask the agent whether it would deploy ``bundle`` (its manifest, signature and size
         are sent, not the bundle); None from an agent that predates CheckDeploy."""
-        from packager.errors import PackagerError
-        from packager.reader import open_bundle
+        from packager.bundle.errors import PackagerError
+        from packager.bundle.reader import open_bundle
 
         bundle = Path(bundle)
         try:

@@ -172,8 +172,8 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
 
 def _registry(rg: Mapping[str, Any], path: Any) -> RegistrySettings:
     """``[registry]``, every entry checked now (a bad one would refuse every deploy later)."""
-    from packager.errors import PackagerError
-    from packager.oci_ref import RegistryPolicy
+    from packager.bundle.errors import PackagerError
+    from packager.bundle.oci.ref import RegistryPolicy
 
     def strings(key: str) -> tuple[str, ...]:
         values = _typed(f"registry.{key}", rg.get(key, []), list)
@@ -203,8 +203,8 @@ def _registry_flags(base: RegistrySettings, allow: Sequence[str], insecure: bool
     """``[registry]`` with the serve flags on top: ``--registry-allow`` entries added to the
     file's, ``--registry-insecure`` (plain HTTP to the registries of those entries), and
     ``--registry-ca-file`` / ``--registry-auth-file`` replacing the file's."""
-    from packager.errors import PackagerError
-    from packager.oci_ref import parse_allow_entry
+    from packager.bundle.errors import PackagerError
+    from packager.bundle.oci.ref import parse_allow_entry
 
     try:
         entries = [parse_allow_entry(a, "--registry-allow") for a in allow]
@@ -232,8 +232,8 @@ def _merged(first: Sequence[str], more: Sequence[str]) -> tuple[str, ...]:
 def check_trusted_keys(paths: Sequence[Path]) -> None:
     """Refuse at start what would refuse every deploy later: a --trust that is missing, a
     directory, a private key or not an Ed25519 public key."""
-    from packager.errors import KeyFileError
-    from packager.signing import load_public_key
+    from packager.bundle.errors import KeyFileError
+    from packager.bundle.signing import load_public_key
 
     for key in paths:
         if not key.exists():

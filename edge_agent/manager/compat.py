@@ -31,15 +31,15 @@ from edge_agent.manager.errors import (
     VersionInUseError,
     disk_full,
 )
-from packager.bundle_format import MAX_MANIFEST_BYTES, MAX_TOTAL_BYTES
-from packager.errors import (
+from packager.bundle.errors import (
     NoTrustedKeyError,
     PackagerError,
     UnsignedBundleError,
     UntrustedSignatureError,
 )
-from packager.manifest import MANIFEST_NAME, Manifest
-from packager.reader import check_manifest_signature, validate_manifest
+from packager.bundle.format import MAX_MANIFEST_BYTES, MAX_TOTAL_BYTES
+from packager.bundle.manifest import MANIFEST_NAME, Manifest
+from packager.bundle.reader import check_manifest_signature, validate_manifest
 
 
 class Refusal(StrEnum):

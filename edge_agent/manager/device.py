@@ -29,7 +29,7 @@ class DeviceInfo:
 
 def _default_profile(arch: str, runtimes: tuple[str, ...]) -> str:
     try:
-        from packager.profiles import list_profiles
+        from packager.bundle.profiles import list_profiles
 
         profiles = [p for p in list_profiles()
                     if normalize_arch(p.arch) == arch and p.backend in runtimes]

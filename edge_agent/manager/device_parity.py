@@ -17,16 +17,16 @@ import numpy as np
 from edge_agent.core.repository import ModelVersion
 from edge_agent.errors import AgentError
 from edge_agent.manager.errors import DeploymentFailedError
-from packager.errors import PackagerError
-from packager.manifest import Manifest
-from packager.parity import (
+from packager.bundle.errors import PackagerError
+from packager.bundle.manifest import Manifest
+from packager.bundle.parity import (
     REFERENCE_FILE,
     Runner,
     check_reference,
     load_reference,
     summary,
 )
-from packager.profiles import ParityTolerance
+from packager.bundle.profiles import ParityTolerance
 
 NO_REFERENCE = "no reference data in this bundle (built before edge-pack stored it); not checked"
 

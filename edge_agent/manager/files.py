@@ -22,9 +22,9 @@ from edge_agent.manager.compat import (
     version_conflict,
 )
 from edge_agent.manager.errors import disk_full, is_disk_full, storage_error
-from packager.errors import PackagerError
-from packager.manifest import MANIFEST_NAME, Manifest
-from packager.reader import BundleReader, load_extracted
+from packager.bundle.errors import PackagerError
+from packager.bundle.manifest import MANIFEST_NAME, Manifest
+from packager.bundle.reader import BundleReader, load_extracted
 
 __all__ = ["VersionFiles", "bundle_manifest_sha", "dir_size", "manifest_sha"]
 

@@ -57,9 +57,9 @@ from edge_agent.state import (
     Step,
     VersionState,
 )
-from packager.errors import PackagerError
-from packager.manifest import Manifest
-from packager.reader import open_bundle
+from packager.bundle.errors import PackagerError
+from packager.bundle.manifest import Manifest
+from packager.bundle.reader import open_bundle
 
 log = logging.getLogger(__name__)
 

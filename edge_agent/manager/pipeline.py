@@ -37,8 +37,8 @@ from edge_agent.state import (
     VersionRecord,
     VersionState,
 )
-from packager.errors import PackagerError
-from packager.reader import BundleReader
+from packager.bundle.errors import PackagerError
+from packager.bundle.reader import BundleReader
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from edge_agent.state import (
     StateStore,
     VersionState,
 )
-from packager.errors import PackagerError
-from packager.reader import load_extracted
+from packager.bundle.errors import PackagerError
+from packager.bundle.reader import load_extracted
 
 ACTIVATING = (DeploymentKind.DEPLOY, DeploymentKind.ROLLBACK, DeploymentKind.ACTIVATE,
               DeploymentKind.AUTO_ROLLBACK)

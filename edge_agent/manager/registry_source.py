@@ -15,8 +15,7 @@ from edge_agent.errors import AgentError, ErrorCode, InvalidInputError, ModelNot
 from edge_agent.manager.device import DeviceInfo
 from edge_agent.manager.errors import DeploymentBusyError, InvalidBundleError, ManagerError
 from edge_agent.settings import RegistrySettings
-from packager.bundle_format import MAX_TOTAL_BYTES
-from packager.errors import (
+from packager.bundle.errors import (
     ArtifactNotFoundError,
     ArtifactRejectedError,
     PackagerError,
@@ -25,7 +24,8 @@ from packager.errors import (
     RegistryUnavailableError,
     UsageError,
 )
-from packager.oci_ref import (
+from packager.bundle.format import MAX_TOTAL_BYTES
+from packager.bundle.oci.ref import (
     OciReference,
     OciReferenceError,
     RegistryNotAllowedError,
@@ -101,9 +101,9 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
     (which must not exist). On any failure ``dest`` is removed and an AgentError raised; a
     cut download stays in ``dest``'s directory for the next pull of the same blob to resume
     (the agent's start-up clears that directory)."""
-    from packager.oci_bundles import pull_bundle, resolve
-    from packager.oci_client import RegistryClient, RegistryOptions, credentials_from_config
-    from packager.oci_layout import PROFILE, choose_entry
+    from packager.bundle.oci.client import RegistryClient, RegistryOptions, credentials_from_config
+    from packager.bundle.oci.layout import PROFILE, choose_entry
+    from packager.bundle.oci.transfer import pull_bundle, resolve
 
     ref = check_reference(text, settings)
     policy = RegistryPolicy.parse(settings.allow, settings.insecure)

@@ -18,7 +18,7 @@ import numpy as np
 from edge_agent.errors import InvalidInputError
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from packager.datatypes import FIXED_SIZE, datatype_of
+from packager.bundle.datatypes import FIXED_SIZE, datatype_of
 
 
 @dataclass(frozen=True)

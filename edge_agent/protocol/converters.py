@@ -37,7 +37,7 @@ from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import model_config_pb2 as mc
 from edge_agent.protocol.shared_memory import Placement, SharedMemoryRegistry, region_reference
 from edge_agent.undecodable import Undecodable
-from packager.manifest import TensorSpec
+from packager.bundle.manifest import TensorSpec
 
 MAX_REQUEST_ID_BYTES = 256
 """A request id longer than this is refused (the id is echoed in the response)."""

@@ -1,6 +1,7 @@
 """KServe v2 wire datatypes: numpy dtypes (little-endian), typed-contents fields, config enums.
 
-The datatype table and the BYTES policy are :mod:`packager.datatypes`.
+The datatype table and the BYTES policy are :mod:`packager.bundle.datatypes`; this module adds
+what is the wire's, with the agent's errors.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ from typing import cast
 
 import numpy as np
 
-from edge_agent.core.datatypes import kserve_datatype
 from edge_agent.errors import InvalidInputError
 from edge_agent.protocol.generated import model_config_pb2
-from packager.datatypes import BYTES_UNSUPPORTED, FIXED_SIZE, NUMPY_DTYPES
+from packager.bundle import datatypes
+from packager.bundle.datatypes import BYTES_UNSUPPORTED, FIXED_SIZE, NUMPY_DTYPES
 
 WIRE_DTYPES = FIXED_SIZE
 """KServe datatype -> the little-endian numpy dtype of its raw contents (BYTES has none)."""
@@ -52,8 +53,13 @@ def wire_dtype(datatype: str, tensor: str) -> np.dtype:
         f"{', '.join(WIRE_DTYPES)}")
 
 
-datatype_of = kserve_datatype
-"""The KServe datatype name of a numpy dtype (any byte order); InvalidInputError if none."""
+def datatype_of(dtype: np.dtype) -> str:
+    """The KServe datatype name of numpy ``dtype`` in any byte order (str/bytes arrays map to
+    BYTES); InvalidInputError if it has none."""
+    name = datatypes.datatype_of(dtype)
+    if name is None:
+        raise InvalidInputError(f"numpy dtype {dtype} has no KServe v2 datatype")
+    return name
 
 
 def config_data_type(datatype: str) -> model_config_pb2.DataType:

@@ -32,8 +32,8 @@ PROFILE = "x86_64-cpu-onnxruntime"
 
 def build(workdir: Path) -> tuple[Path, Path, dict[str, Path]]:
     from packager.build import build_bundles
+    from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp
-    from packager.signing import generate_keypair
 
     private, public = generate_keypair(workdir / "keys")
     mlp = make_mlp(workdir / "mlp.onnx", seed=3)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from packager.build import build_bundles
-from packager.reader import open_bundle
+from packager.bundle.reader import open_bundle
 
 PROFILE = "x86_64-cpu-openvino"  # OpenVINO IR + ONNX Runtime fallback artifact
 

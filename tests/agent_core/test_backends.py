@@ -32,7 +32,7 @@ from edge_agent.backends.openvino_backend import compile_config
 from edge_agent.backends.registry import get_plugin
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError, RuntimeMissingError
-from packager.manifest import Manifest
+from packager.bundle.manifest import Manifest
 from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
 

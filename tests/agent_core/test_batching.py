@@ -14,7 +14,7 @@ from edge_agent.core.batcher import _FLOOR_WINDOW, DynamicBatcher
 from edge_agent.core.batching import merge_inputs, split_outputs
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import ModelUnavailableError
-from packager.manifest import BatchingConfig
+from packager.bundle.manifest import BatchingConfig
 from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
 

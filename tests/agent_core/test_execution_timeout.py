@@ -17,7 +17,7 @@ from edge_agent.backends import Backend, BackendOptions, Cancellation, load_back
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError, RequestTimeoutError
-from packager.manifest import BatchingConfig
+from packager.bundle.manifest import BatchingConfig
 from tests.agent_core.bundles import install
 from tests.agent_core.conftest import Bundles
 from tests.agent_core.spin_model import spin_input

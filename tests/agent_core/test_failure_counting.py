@@ -16,7 +16,7 @@ from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import InvalidInputError, QueueFullError
 from packager.build import build_bundles
-from packager.reader import open_bundle
+from packager.bundle.reader import open_bundle
 from packager.samples import make_mlp
 
 

@@ -14,7 +14,7 @@ from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ModelRepository, _with_openvino_overrides
 from edge_agent.errors import AgentError, ConfigError
 from packager.build import build_bundles
-from packager.reader import open_bundle
+from packager.bundle.reader import open_bundle
 from packager.samples import make_mlp
 
 

@@ -21,7 +21,7 @@ from edge_agent.core.repository import load_manifest
 from edge_agent.errors import ConfigError, InvalidInputError
 from edge_agent.protocol.converters import to_infer_request
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from packager.manifest import BatchingConfig
+from packager.bundle.manifest import BatchingConfig
 from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
 from tests.agent_core.test_batching import GatedBackend

@@ -84,7 +84,7 @@ def test_tensorrt_engine_builds_caches_and_matches_the_source(jetson_dir: Path,
 def test_the_agent_builds_engines_with_the_packagers_code() -> None:
     # one engine build, one prebuilt-engine key and one spec for the packager and the agent
     from edge_agent.backends import tensorrt_backend
-    from packager import tensorrt_engine
+    from packager.bundle import tensorrt_engine
 
     assert tensorrt_backend.build_engine is tensorrt_engine.build_engine
     assert tensorrt_backend.engine_key is tensorrt_engine.engine_key

@@ -15,8 +15,8 @@ import numpy as np
 import onnxruntime as ort
 
 from packager.build import build_bundles
+from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from packager.signing import generate_keypair
 from tests.agent_management.models import make_fragile_model, make_nan_model
 
 PROFILE = "x86_64-cpu-onnxruntime"

@@ -132,7 +132,7 @@ def test_add_bundle_refuses_another_arch_as_a_deploy_does(bundles: Bundles,
     from edge_agent.manager.compat import check_fits
     from edge_agent.manager.device import detect_device
     from edge_agent.manager.errors import IncompatibleBundleError
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     with open_bundle(bundles.arm64) as reader, \
             pytest.raises(IncompatibleBundleError) as deploy_refusal:

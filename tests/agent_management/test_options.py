@@ -9,7 +9,7 @@ import pytest
 
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import management_options
-from packager.signing import generate_keypair
+from packager.bundle.signing import generate_keypair
 
 TOML = """
 [management]

@@ -46,7 +46,7 @@ def test_server_metadata_lists_what_is_served(tmp_path: Path, bundles: Bundles,
     ("CPU", False), ("AUTO", False)])
 def test_instance_kind_follows_the_backend_device(bundles: Bundles, device: str,
                                                    gpu: bool) -> None:
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     with open_bundle(bundles.mlp[1]) as reader:
         manifest = reader.manifest

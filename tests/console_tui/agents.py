@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packager.build import build_bundles
+from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from packager.signing import generate_keypair
 from tests.agent_management.models import make_fragile_model, make_nan_model
 
 PROFILE = "x86_64-cpu-onnxruntime"

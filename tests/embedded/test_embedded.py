@@ -15,7 +15,7 @@ import pytest
 
 from edge_agent import embedded
 from edge_agent.errors import InvalidInputError, ModelNotFoundError
-from packager.reader import open_bundle as read_bundle
+from packager.bundle.reader import open_bundle as read_bundle
 from tests.agent_management.bundles import Bundles
 from tests.agent_management.inproc import trusted_agent
 

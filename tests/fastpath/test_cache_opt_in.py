@@ -20,7 +20,7 @@ from edge_agent.core.types import InferRequest
 from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from packager.reader import open_bundle
+from packager.bundle.reader import open_bundle
 from tests.agent_core.bundles import install
 from tests.agent_management.inproc import start_agent
 from tests.console_cli.conftest import console

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from packager.build import build_bundles
-from packager.signing import generate_keypair
+from packager.bundle.signing import generate_keypair
 from tests.model_factory import LIGHT_BUILD, light_model_path
 
 PROFILE = "x86_64-cpu-onnxruntime"

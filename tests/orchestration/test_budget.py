@@ -11,7 +11,7 @@ import tritonclient.grpc as tc
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.residency import MIB
 from edge_agent.management.client import AgentClient
-from packager.reader import open_bundle
+from packager.bundle.reader import open_bundle
 from tests.agent_management.agent_proc import AgentProcess
 from tests.orchestration.agents import client, infer_cnn, memory_of, running_agent
 from tests.orchestration.conftest import CNNS, CnnBundles

@@ -12,7 +12,7 @@ from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.residency import MIB
 from edge_agent.core.types import InferRequest
-from packager.reader import open_bundle
+from packager.bundle.reader import open_bundle
 from tests.orchestration.conftest import CnnBundles
 
 MODELS = {"squeezenet": "data_0", "shufflenet": "gpu_0/data_0"}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from packager.bundle.manifest import LOAD_COST_KEY
+from packager.bundle.reader import open_bundle
 from packager.load_cost import measure_load_cost
-from packager.manifest import LOAD_COST_KEY
-from packager.reader import open_bundle
 from tests.orchestration.conftest import CnnBundles
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from packager.build import build_bundles
-from packager.signing import generate_keypair
+from packager.bundle.signing import generate_keypair
 from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
 CPU_PROFILES = ("x86_64-cpu-openvino", "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime")

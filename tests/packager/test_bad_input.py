@@ -9,10 +9,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from packager.build import build_bundles
+from packager.bundle.errors import ConversionError, ParityError, ProfileError
+from packager.bundle.profiles import PROFILE_PATH_ENV, load_profile
+from packager.bundle.reader import open_bundle
 from packager.cli import main
-from packager.errors import ConversionError, ParityError, ProfileError
-from packager.profiles import PROFILE_PATH_ENV, load_profile
-from packager.reader import open_bundle
 
 
 def _custom_op_model(path: Path) -> Path:

@@ -10,8 +10,8 @@ import openvino as ov
 import pytest
 
 from packager.build import build_bundles
-from packager.parity import seeded_inputs
-from packager.reader import open_bundle
+from packager.bundle.parity import seeded_inputs
+from packager.bundle.reader import open_bundle
 
 
 def _extract(bundle: Path, tmp_path: Path):

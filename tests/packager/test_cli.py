@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from packager.bundle.profiles import load_profile
 from packager.cli import main
-from packager.profiles import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 

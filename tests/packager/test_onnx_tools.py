@@ -7,7 +7,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from packager.errors import ModelError
+from packager.bundle.errors import ModelError
 from packager.onnx_tools import io_signature, load_model, make_batch_dynamic, real_inputs
 from tests.model_factory import light_model_path, make_mlp
 
@@ -53,7 +53,7 @@ def test_make_batch_dynamic_refuses_a_leading_dim_other_than_one(tmp_path):
 
 def test_fixed_batch_model_without_dynamic_flag_is_unbatched(tmp_path, pk_dir):
     from packager.build import build_bundles
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
 
     fixed = make_mlp(tmp_path / "fixed.onnx", dynamic_batch=False)
     (path,) = build_bundles(fixed, name="fixed", version=1, out_dir=tmp_path / "o",

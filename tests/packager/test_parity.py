@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from packager.manifest import TensorSpec
-from packager.parity import compare_outputs, seeded_inputs
-from packager.profiles import ParityTolerance
+from packager.bundle.manifest import TensorSpec
+from packager.bundle.parity import compare_outputs, seeded_inputs
+from packager.bundle.profiles import ParityTolerance
 
 TOL = ParityTolerance(atol=1e-3, rtol=1e-2, min_top1_agreement=1.0)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from packager.errors import ProfileError
-from packager.profiles import list_profiles, load_profile, parse_profile_file
+from packager.bundle.errors import ProfileError
+from packager.bundle.profiles import list_profiles, load_profile, parse_profile_file
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED = ("x86_64-cpu-openvino", "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime",
@@ -110,7 +110,7 @@ def test_profiles_ship_inside_the_wheel(tmp_path):
     # and the installed layout finds them: unpack, import from there, list
     unpacked = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(unpacked)
-    code = ("import packager.profiles as p; "
+    code = ("import packager.bundle.profiles as p; "
             "print(p.profile_dirs()[0]); print(len(p.list_profiles()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=tmp_path, env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin"},

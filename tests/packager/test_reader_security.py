@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from packager.errors import BundleError, SignatureError
-from packager.manifest import MANIFEST_NAME, BatchingConfig, FileEntry, Manifest, TensorSpec
-from packager.reader import load_extracted, open_bundle, verify_extracted
-from packager.signing import load_public_key
+from packager.bundle.errors import BundleError, SignatureError
+from packager.bundle.manifest import MANIFEST_NAME, BatchingConfig, FileEntry, Manifest, TensorSpec
+from packager.bundle.reader import load_extracted, open_bundle, verify_extracted
+from packager.bundle.signing import load_public_key
 
 
 def _member_offsets(bundle: Path) -> dict[str, tuple[int, int]]:

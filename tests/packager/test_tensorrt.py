@@ -24,7 +24,7 @@ def test_availability_reports_a_reason_when_missing():
 @pytest.mark.skipif(not TRT_OK, reason=f"TensorRT engine build needs TensorRT and a GPU: {TRT_WHY}")
 def test_prebuilt_engine_matches_the_source(mlp_path, tmp_path):  # pragma: no cover
     from packager.build import build_bundles
-    from packager.reader import open_bundle
+    from packager.bundle.reader import open_bundle
     from packager.tensorrt_build import engine_runner
 
     (path,) = build_bundles(mlp_path, name="mlp", version=1, out_dir=tmp_path / "o",

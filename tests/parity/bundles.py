@@ -14,12 +14,12 @@ import onnx
 from onnx import numpy_helper
 
 from packager.build import build_bundles
-from packager.bundle_writer import write_bundle
-from packager.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
-from packager.parity import REFERENCE_FILE
-from packager.reader import open_bundle
+from packager.bundle.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
+from packager.bundle.parity import REFERENCE_FILE
+from packager.bundle.reader import open_bundle
+from packager.bundle.signing import generate_keypair, load_private_key
+from packager.bundle.writer import write_bundle
 from packager.samples import make_mlp
-from packager.signing import generate_keypair, load_private_key
 
 PROFILE = "x86_64-cpu-onnxruntime"
 

@@ -23,8 +23,8 @@ import onnxruntime as ort
 import pytest
 
 from packager.build import build_bundles
+from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from packager.signing import generate_keypair
 from tests.agent_management.agent_proc import AgentProcess
 
 ROOT_ENV = "EDGE_ARM64_ROOT"

@@ -42,7 +42,7 @@ def test_an_old_bundle_is_not_checked_and_says_so(parity_bundles: ParityBundles)
 
 def test_an_untrusted_signature_is_one_clear_error(parity_bundles: ParityBundles,
                                                   tmp_path: Path) -> None:
-    from packager.signing import generate_keypair
+    from packager.bundle.signing import generate_keypair
 
     _, other = generate_keypair(tmp_path / "other")
     proc = _check(str(parity_bundles.good[1]), "--trust", str(other))

@@ -12,15 +12,15 @@ import onnxruntime as ort
 import pytest
 
 from packager.build import build_bundles
-from packager.errors import UsageError
-from packager.onnx_tools import io_signature, load_model
-from packager.parity import (
+from packager.bundle.errors import UsageError
+from packager.bundle.parity import (
     REFERENCE_FILE,
     load_reference,
     make_reference,
     onnxruntime_runner,
 )
-from packager.reader import open_bundle
+from packager.bundle.reader import open_bundle
+from packager.onnx_tools import io_signature, load_model
 from packager.samples import make_mlp
 from tests.parity.bundles import PROFILE, ParityBundles
 

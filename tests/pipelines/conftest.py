@@ -26,8 +26,8 @@ from edge_agent.management.agent_main import run_agent
 from edge_agent.management.client import AgentClient
 from edge_agent.management.runtime import AgentRuntime, ManagementOptions
 from packager.build import build_bundles
+from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from packager.signing import generate_keypair
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pipeline"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from packager.bundle.signing import generate_keypair
 from packager.cli import main
-from packager.signing import generate_keypair
 from tests.pipelines.conftest import EXAMPLE, PROFILE
 
 

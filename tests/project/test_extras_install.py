@@ -127,7 +127,7 @@ def test_agent_install_serves_without_the_toolchain_or_the_console(agent_venv: V
     assert profiles.returncode == 0, profiles.stderr
     assert "jetson-orin-tensorrt" in profiles.stdout
     reader = agent_venv.run(str(agent_venv.bin / "python"), "-c",
-                            "import sys, packager.reader; print('onnx' in sys.modules)")
+                            "import sys, packager.bundle.reader; print('onnx' in sys.modules)")
     assert reader.stdout.strip() == "False", reader.stderr
     # the other machines' commands say what to install, in one line
     _one_line_refusal(agent_venv.run(str(agent_venv.bin / "edge-pack"), "build", "m.onnx",

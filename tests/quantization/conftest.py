@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packager.signing import generate_keypair
+from packager.bundle.signing import generate_keypair
 from tests.digits_cnn import DigitsData, export_onnx, load_digits_split, train_digits_cnn
 
 

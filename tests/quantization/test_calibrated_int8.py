@@ -13,10 +13,10 @@ from edge_agent.backends.registry import load_backend
 from edge_agent.core.types import InferRequest
 from edge_agent.state import Step
 from packager.build import build_bundles
+from packager.bundle.errors import ParityError, UsageError
+from packager.bundle.manifest import Manifest
+from packager.bundle.reader import open_bundle
 from packager.cli import main
-from packager.errors import ParityError, UsageError
-from packager.manifest import Manifest
-from packager.reader import open_bundle
 from tests.digits_cnn import INPUT, OUTPUT, accuracy
 from tests.managed_agent import managed_agent
 from tests.quantization.conftest import TrainedCnn

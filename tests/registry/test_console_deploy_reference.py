@@ -20,11 +20,11 @@ from console.fleet import AgentState
 from console.rollout import Phase, RolloutOutcome
 from console.screens.confirm import ConfirmScreen
 from console.screens.deploy import DeployScreen
+from packager.bundle.oci.client import RegistryClient, RegistryOptions
+from packager.bundle.oci.head import read_bundle_head
+from packager.bundle.oci.ref import parse_reference
+from packager.bundle.reader import open_bundle
 from packager.cli import main as edge_pack
-from packager.oci_client import RegistryClient, RegistryOptions
-from packager.oci_head import read_bundle_head
-from packager.oci_ref import parse_reference
-from packager.reader import open_bundle
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles
 from tests.console_tui.conftest import console_app, wait_for
@@ -78,7 +78,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 def test_bundle_head_is_read_from_the_registry_without_the_bundle(site: Site) -> None:
     ref = site.push(site.bundles.mlp[1], "head")
     client = RegistryClient(parse_reference(ref), RegistryOptions(insecure=True))
-    from packager.oci_bundles import resolve
+    from packager.bundle.oci.transfer import resolve
 
     resolved = resolve(parse_reference(ref), RegistryOptions(insecure=True))
     head = read_bundle_head(client, resolved.entries[0])
@@ -94,7 +94,7 @@ def test_bundle_head_members_span_several_reads() -> None:
     import io
     import tarfile
 
-    from packager.oci_head import FIRST_READ, _members
+    from packager.bundle.oci.head import FIRST_READ, _members
 
     manifest, sig = b"{" + b" " * (FIRST_READ + 1000) + b"}", b"s" * 64
     buf = io.BytesIO()

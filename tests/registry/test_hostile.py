@@ -12,22 +12,22 @@ import pytest
 
 from edge_agent.config import load_config
 from edge_agent.errors import ConfigError
-from packager.errors import ArtifactRejectedError, RegistryAuthError, RegistryError
-from packager.oci_bundles import pull_bundles, resolve
-from packager.oci_client import (
+from packager.bundle.errors import ArtifactRejectedError, RegistryAuthError, RegistryError
+from packager.bundle.oci.client import (
     Credentials,
     RegistryClient,
     RegistryOptions,
     credentials_from_config,
 )
-from packager.oci_layout import (
+from packager.bundle.oci.layout import (
     BUNDLE_MEDIA_TYPE,
     EMPTY_CONFIG,
     EMPTY_MEDIA_TYPE,
     MANIFEST_MEDIA_TYPE,
     digest_of,
 )
-from packager.oci_ref import parse_reference
+from packager.bundle.oci.ref import parse_reference
+from packager.bundle.oci.transfer import pull_bundles, resolve
 from tests.registry.registry_proc import RegistryProcess
 
 HTTP = RegistryOptions(insecure=True, retries=1, backoff_s=0.05)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from packager.bundle.errors import ArtifactNotFoundError, ArtifactRejectedError
+from packager.bundle.oci.client import RegistryOptions
+from packager.bundle.oci.layout import BUNDLE_MEDIA_TYPE, INDEX_MEDIA_TYPE, PROFILE, SIGNATURE_SHA
+from packager.bundle.oci.ref import parse_reference
+from packager.bundle.oci.transfer import pull_bundles, resolve
 from packager.cli import main as edge_pack
-from packager.errors import ArtifactNotFoundError, ArtifactRejectedError
-from packager.oci_bundles import pull_bundles, resolve
-from packager.oci_client import RegistryOptions
-from packager.oci_layout import BUNDLE_MEDIA_TYPE, INDEX_MEDIA_TYPE, PROFILE, SIGNATURE_SHA
-from packager.oci_ref import parse_reference
 from tests.agent_management.bundles import Bundles
 from tests.registry.registry_proc import RegistryProcess
 

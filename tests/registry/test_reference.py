@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from packager.oci_ref import (
+from packager.bundle.oci.ref import (
     OciReferenceError,
     RegistryNotAllowedError,
     RegistryPolicy,

@@ -28,8 +28,8 @@ import pytest
 
 from edge_agent.management.client import AgentClient
 from packager.build import build_bundles
+from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from packager.signing import generate_keypair
 
 ROOT_ENV = "EDGE_NSPAWN_ROOT"
 VENV = "/opt/edge"

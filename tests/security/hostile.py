@@ -13,8 +13,8 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from packager.manifest import MANIFEST_NAME, Manifest, TensorSpec
-from packager.signing import load_private_key, sign
+from packager.bundle.manifest import MANIFEST_NAME, Manifest, TensorSpec
+from packager.bundle.signing import load_private_key, sign
 
 SIG = "manifest.sig"
 

@@ -17,7 +17,7 @@ from edge_agent.management.client import AgentClient
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.state.token import rotate_token
-from packager.bundle_format import MAX_TOTAL_BYTES
+from packager.bundle.format import MAX_TOTAL_BYTES
 from tests.agent_management.bundles import Bundles
 from tests.agent_management.inproc import InProcessAgent
 from tests.security.abuse import limited_agent

@@ -17,7 +17,7 @@ from edge_agent.management.auth import bearer
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from packager.signing import generate_keypair
+from packager.bundle.signing import generate_keypair
 from tests.agent_management.bundles import Bundles
 from tests.agent_management.inproc import InProcessAgent, trusted_agent
 from tests.packager.test_reader_security import HOSTILE

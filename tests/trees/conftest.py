@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packager.signing import generate_keypair
+from packager.bundle.signing import generate_keypair
 
 pytest.importorskip("xgboost", reason="the [trees] extra is not installed")
 pytest.importorskip("lightgbm", reason="the [trees] extra is not installed")

@@ -14,10 +14,10 @@ from edge_agent.backends.base import BackendOptions
 from edge_agent.backends.registry import load_backend
 from edge_agent.core.types import InferRequest
 from packager.build import build_bundles
+from packager.bundle.errors import ModelError, UsageError
+from packager.bundle.manifest import Manifest
+from packager.bundle.reader import open_bundle
 from packager.cli import main
-from packager.errors import ModelError, UsageError
-from packager.manifest import Manifest
-from packager.reader import open_bundle
 from tests.managed_agent import managed_agent
 from tests.trees.conftest import Trained, TreeModels
 

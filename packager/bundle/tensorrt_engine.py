@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packager.errors import ConversionError, PackagerError
+from packager.bundle.errors import ConversionError, PackagerError
 
 SPEC_KEYS = ("precision", "min_batch", "opt_batch", "max_batch", "workspace_mb")
 """The build spec: what an engine depends on besides the model, TensorRT and the GPU."""

@@ -9,7 +9,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from packager.errors import KeyFileError
+from packager.bundle.errors import KeyFileError
 
 PRIVATE_KEY_NAME = "edge-pack.key"
 PUBLIC_KEY_NAME = "edge-pack.pub"

@@ -1,4 +1,5 @@
-"""A pipeline's wiring checked against its members' manifests (at build and at deploy).
+"""Pipeline steps as a manifest stores them, and their wiring checked against the members'
+manifests (at build and at deploy).
 
 ``check_wiring`` walks the steps in order, as the agent runs them: each member must have the
 inputs and outputs the wiring names, every member input must be wired, datatypes and shapes
@@ -9,10 +10,33 @@ no ``--member`` bundle given for it) is skipped, and so is every tensor it produ
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from packager.errors import ModelError
-from packager.manifest import Manifest, TensorSpec
-from packager.spec import Step
+from packager.bundle.errors import ModelError
+from packager.bundle.manifest import Manifest, TensorSpec
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pipeline step: ``inputs`` maps step input -> pipeline tensor, ``outputs`` maps step
+    output -> pipeline tensor."""
+
+    model: str
+    version: int | None
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "version": self.version, "inputs": dict(self.inputs),
+                "outputs": dict(self.outputs)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Step:
+        v = d.get("version")
+        return cls(str(d["model"]), None if v is None else int(v),
+                   {str(k): str(x) for k, x in d["inputs"].items()},
+                   {str(k): str(x) for k, x in d["outputs"].items()})
 
 
 def _shapes_fit(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -6,7 +6,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from packager.errors import BundleError
+from packager.bundle.errors import BundleError
 
 BUNDLE_SUFFIX = ".edgepkg"
 MAX_MANIFEST_BYTES = 16 << 20  # 16 MiB

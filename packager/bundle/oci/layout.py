@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packager.errors import ArtifactRejectedError
+from packager.bundle.errors import ArtifactRejectedError
 
 ARTIFACT_TYPE = "application/vnd.edge-toolkit.bundle.v1"
 BUNDLE_MEDIA_TYPE = "application/vnd.edge-toolkit.bundle.v1.tar"
@@ -185,7 +185,7 @@ def choose_entry(entries: Sequence[Descriptor], profile: str, arch: str,
                  runtimes: Sequence[str], where: str) -> Descriptor:
     """The entry for a device: its exact profile, else one of its arch whose backend it runs
     (ArtifactNotFoundError naming what the index holds)."""
-    from packager.errors import ArtifactNotFoundError
+    from packager.bundle.errors import ArtifactNotFoundError
 
     exact = [e for e in entries if e.annotations.get(PROFILE) == profile]
     if exact:

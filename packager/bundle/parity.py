@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from packager.datatypes import NUMPY_DTYPES
-from packager.errors import ConversionError, UsageError
-from packager.manifest import TensorSpec
-from packager.profiles import ParityTolerance
+from packager.bundle.datatypes import NUMPY_DTYPES
+from packager.bundle.errors import ConversionError, UsageError
+from packager.bundle.manifest import TensorSpec
+from packager.bundle.profiles import ParityTolerance
 
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 SEED = 20240601

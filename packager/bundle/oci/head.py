@@ -10,10 +10,10 @@ import hashlib
 import tarfile
 from dataclasses import dataclass
 
-from packager import oci_layout as L
-from packager.errors import ArtifactRejectedError
-from packager.manifest import MANIFEST_NAME, SIGNATURE_NAME
-from packager.oci_client import RegistryClient
+from packager.bundle.errors import ArtifactRejectedError
+from packager.bundle.manifest import MANIFEST_NAME, SIGNATURE_NAME
+from packager.bundle.oci import layout as L
+from packager.bundle.oci.client import RegistryClient
 
 BLOCK = 512
 FIRST_READ = 64 << 10  # one request covers a manifest and signature of usual size

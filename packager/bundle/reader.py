@@ -18,7 +18,14 @@ from typing import IO, BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from packager.bundle_format import (
+from packager.bundle.errors import (
+    BundleError,
+    NoTrustedKeyError,
+    UnsignedBundleError,
+    UnsignedCodeError,
+    UntrustedSignatureError,
+)
+from packager.bundle.format import (
     MAX_MANIFEST_BYTES,
     MAX_MEMBER_BYTES,
     MAX_MEMBERS,
@@ -26,15 +33,8 @@ from packager.bundle_format import (
     check_member_path,
     check_model_name,
 )
-from packager.errors import (
-    BundleError,
-    NoTrustedKeyError,
-    UnsignedBundleError,
-    UnsignedCodeError,
-    UntrustedSignatureError,
-)
-from packager.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
-from packager.signing import SIGNATURE_SIZE, key_id, load_public_key, verify_signature
+from packager.bundle.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from packager.bundle.signing import SIGNATURE_SIZE, key_id, load_public_key, verify_signature
 
 _CHUNK = 1 << 20
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from packager.bundle_format import check_member_path, sha256_file
-from packager.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
-from packager.signing import sign
+from packager.bundle.format import check_member_path, sha256_file
+from packager.bundle.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from packager.bundle.signing import sign
 
 
 def file_entries(root: Path) -> tuple[FileEntry, ...]:

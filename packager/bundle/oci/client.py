@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packager.errors import (
+from packager.bundle.errors import (
     ArtifactNotFoundError,
     ArtifactRejectedError,
     RegistryAuthError,
     RegistryError,
     RegistryUnavailableError,
 )
-from packager.oci_layout import MAX_MANIFEST_BYTES, digest_of
-from packager.oci_ref import OciReference
+from packager.bundle.oci.layout import MAX_MANIFEST_BYTES, digest_of
+from packager.bundle.oci.ref import OciReference
 
 ACCEPT = ", ".join(("application/vnd.oci.image.index.v1+json",
                     "application/vnd.oci.image.manifest.v1+json"))

@@ -1,6 +1,9 @@
 """KServe v2 datatypes and the numpy dtypes that carry them: the one table of the packager,
 the agent's core and its protocol edge (the names themselves are ``manifest.DATATYPES``).
 
+The agent's wire edge (``edge_agent.protocol.datatypes``) adds only what is the wire's: the
+typed-contents fields, the model_config enum and its refusals as the agent's errors.
+
 Dtypes are little-endian, the byte order of KServe's raw tensor contents. BYTES (ONNX STRING)
 is a manifest datatype carried in memory as numpy object arrays, but it has no fixed size:
 it is not fed to parity checks, not accepted over the wire and cannot cross into a runtime
@@ -11,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from packager.manifest import DATATYPES
+from packager.bundle.errors import BundleError
+from packager.bundle.manifest import DATATYPES
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype("?"),
@@ -41,12 +45,17 @@ _BY_KIND_SIZE = {(dt.kind, dt.itemsize): name for name, dt in FIXED_SIZE.items()
 _BY_DTYPE = {dt: name for name, dt in FIXED_SIZE.items()}  # fast path for native dtypes
 
 if tuple(NUMPY_DTYPES) != DATATYPES:  # pragma: no cover - a table edited on one side only
-    raise ImportError("packager.datatypes.NUMPY_DTYPES and manifest.DATATYPES disagree")
+    raise ImportError("packager.bundle.datatypes.NUMPY_DTYPES and manifest.DATATYPES disagree")
 
 
-def numpy_dtype(datatype: str) -> np.dtype | None:
-    """The numpy dtype of KServe ``datatype`` (BYTES: object), or None for an unknown name."""
-    return NUMPY_DTYPES.get(datatype)
+def numpy_dtype(datatype: str) -> np.dtype:
+    """The numpy dtype of a manifest's KServe ``datatype`` (BYTES: object); BundleError for a
+    name that is not one (the manifest is not a valid one)."""
+    dtype = NUMPY_DTYPES.get(datatype)
+    if dtype is None:
+        raise BundleError(f"datatype {datatype!r} is not a KServe v2 datatype; expected one of "
+                          f"{', '.join(NUMPY_DTYPES)}")
+    return dtype
 
 
 def datatype_of(dtype: np.dtype) -> str | None:

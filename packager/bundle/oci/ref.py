@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from packager.errors import UsageError
+from packager.bundle.errors import UsageError
 
 SCHEME = "oci://"
 MAX_REFERENCE_CHARS = 1024

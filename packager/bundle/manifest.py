@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from packager.errors import BundleError
+from packager.bundle.errors import BundleError
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"

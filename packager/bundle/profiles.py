@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packager.errors import ProfileError
-from packager.manifest import BatchingConfig
+from packager.bundle.errors import ProfileError
+from packager.bundle.manifest import BatchingConfig
 
 BACKENDS = ("openvino", "onnxruntime", "tensorrt")
 ARCHES = ("x86_64", "aarch64")
@@ -62,7 +62,7 @@ PROFILE_PATH_ENV = "EDGE_PACK_PROFILE_PATH"
 def profile_dirs() -> list[Path]:
     """Directories searched for ``*.toml`` profiles, in order: ``$EDGE_PACK_PROFILE_PATH``
     (os.pathsep-separated, for your own profiles), the installed wheel, the source checkout."""
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]  # packager/
     extra = [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p]
     dirs = [*extra, pkg / "device_profiles", pkg.parent / "device_profiles"]
     return [d for d in dirs if d.is_dir()]

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packager import oci_layout as L
-from packager.bundle_format import MAX_TOTAL_BYTES
-from packager.errors import (
+from packager.bundle.errors import (
     ArtifactNotFoundError,
     ArtifactRejectedError,
     PackagerError,
@@ -26,9 +24,11 @@ from packager.errors import (
     RegistryUnavailableError,
     UsageError,
 )
-from packager.oci_client import Progress, RegistryClient, RegistryOptions
-from packager.oci_ref import OciReference
-from packager.reader import open_bundle
+from packager.bundle.format import MAX_TOTAL_BYTES
+from packager.bundle.oci import layout as L
+from packager.bundle.oci.client import Progress, RegistryClient, RegistryOptions
+from packager.bundle.oci.ref import OciReference
+from packager.bundle.reader import open_bundle
 
 
 @dataclass(frozen=True)
