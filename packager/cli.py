@@ -325,7 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except PackagerError as exc:
-        print(f"edge-pack: error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):  # a script reading stdout gets the error there too
+            print(json.dumps({"error": {"code": exc.code.value, "message": str(exc)}}))
+        print(f"edge-pack: error: {exc} [{exc.code.value}]", file=sys.stderr)
         return 1
     except OSError as exc:  # disk full, permissions: still one clear line
         where = f" ({exc.filename})" if exc.filename else ""

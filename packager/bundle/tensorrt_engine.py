@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packager.bundle.errors import ConversionError, PackagerError
+from packager.bundle.errors import ConversionError, ErrorCode, PackagerError
 
 SPEC_KEYS = ("precision", "min_batch", "opt_batch", "max_batch", "workspace_mb")
 """The build spec: what an engine depends on besides the model, TensorRT and the GPU."""
@@ -24,6 +24,8 @@ SPEC_KEYS = ("precision", "min_batch", "opt_batch", "max_batch", "workspace_mb")
 
 class TensorRtUnavailableError(PackagerError):
     """TensorRT, pycuda or a usable CUDA GPU is missing here; the message says which."""
+
+    code = ErrorCode.TENSORRT_UNAVAILABLE
 
 
 @dataclass(frozen=True)

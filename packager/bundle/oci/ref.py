@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from packager.bundle.errors import UsageError
+from packager.bundle.errors import ErrorCode, UsageError
 
 SCHEME = "oci://"
 MAX_REFERENCE_CHARS = 1024
@@ -32,9 +32,13 @@ _EXAMPLE = "oci://registry.example.com:5000/models/resnet:3"
 class OciReferenceError(UsageError):
     """An OCI reference or an allow-list entry is malformed."""
 
+    code = ErrorCode.REFERENCE
+
 
 class RegistryNotAllowedError(OciReferenceError):
     """A reference outside the agent's ``[registry] allow`` list."""
+
+    code = ErrorCode.REGISTRY_NOT_ALLOWED
 
 
 def is_reference(text: str) -> bool:
