@@ -227,9 +227,11 @@ def test_shell_blocks_run_in_order(doc: Path, tmp_path: Path) -> None:
             if block.skip_reason is not None:
                 continue
             ok, output = session.run(n, block.code)
-            assert ok, (f"{doc.name}, the block at line {block.lineno} failed (earlier blocks "
-                        f"ran first, in one shell, in a copy of the repo):\n{block.code}\n"
-                        f"--- its output ---\n{output[-6000:]}{_log_tails(work)}")
+            if not ok:
+                pytest.fail(f"{doc.name}, the block at line {block.lineno} failed (earlier "
+                            f"blocks ran first, in one shell, in a copy of the repo):\n"
+                            f"{block.code}\n--- its output ---\n{output[-6000:]}"
+                            f"{_log_tails(work)}", pytrace=False)
     finally:
         session.stop()
 
