@@ -270,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
             from console.cli import deployments_table
 
             console.print(deployments_table(client.deployments()))
+    except ModuleNotFoundError as exc:
+        console.print(f"[bold red]demo failed:[/] {exc}. The demo runs in the venv that "
+                      "./scripts/demo.sh creates with the project's [all] extra; rerun "
+                      "./scripts/demo.sh, or install it into yours: pip install -e '.[all]'")
+        return 1
     except Exception as exc:
         console.print(f"[bold red]demo failed:[/] {exc}")
         return 1

@@ -213,12 +213,14 @@ class RegistryPolicy:
             raise RegistryNotAllowedError(
                 f"this agent pulls from no registry: {ref} refused; add "
                 f"'{ref.registry}/{ref.repository}' (or a prefix of it) to [registry] allow "
-                "in the agent's config and restart it")
+                "in the agent's config, then reload it (SIGHUP; systemctl reload edge-agent) "
+                "or start it with --registry-allow")
         if not any(e.allows(ref) for e in self.allow):
             raise RegistryNotAllowedError(
                 f"{ref} is not under any [registry] allow entry of this agent "
                 f"({', '.join(str(e) for e in self.allow)}); add "
-                f"'{ref.registry}/{ref.repository}' to allow it")
+                f"'{ref.registry}/{ref.repository}' to allow it, then reload the agent "
+                "(SIGHUP)")
 
     def is_insecure(self, ref: OciReference) -> bool:
         """True when ``ref``'s registry is listed as plain HTTP."""

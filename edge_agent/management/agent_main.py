@@ -129,7 +129,8 @@ def _reload(runtime: AgentRuntime, reload: Callable[[], ManagementOptions] | Non
     notifier.notify("RELOADING=1")
     try:
         runtime.reload_settings(reload())
-        log.warning("SIGHUP: configuration reloaded (trust, retention, watch settings)")
+        log.warning("SIGHUP: configuration reloaded (trust, retention, watch settings, "
+                    "[registry])")
     except Exception as exc:  # a bad edit must not take the agent down
         log.error("SIGHUP: the configuration was not reloaded: %s", exc)
     finally:

@@ -29,7 +29,13 @@ SERVE_FLAGS_EPILOG = textwrap.dedent("""\
       interfaces = ["192.168.1.20"]  # --mdns-interface (repeatable); enabled = false: --no-mdns
       [metrics]
       enabled = true                 # --no-metrics
-    SIGHUP re-reads agent.toml (trust, allow_unsigned, retention, watch settings).
+      [registry]                     # deploy by reference (docs/registry.md)
+      allow = ["registry.local:5000/models"]  # --registry-allow (repeatable; added to these)
+      insecure = ["registry.local:5000"]      # plain HTTP (--registry-insecure)
+      auth_file = "registry-auth.json"        # --registry-auth-file
+      ca_file = "factory-ca.pem"              # --registry-ca-file
+    SIGHUP re-reads agent.toml, with these flags on top again (trust, allow_unsigned,
+    retention, watch settings, [registry]): no restart to allow a registry.
     """)
 
 
@@ -57,6 +63,21 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     g.add_argument("--no-metrics", action="store_true",
                    help="do not record metrics (no metrics.db, no WatchMetrics samples)")
     g.add_argument("--profile", help="the device profile to report (default: detected)")
+    r = serve.add_argument_group("registry (deploy by reference; [registry] in agent.toml)")
+    r.add_argument("--registry-allow", action="append", default=[],
+                   metavar="HOST[:PORT][/PREFIX]",
+                   help="pull bundles from this registry (repositories under PREFIX; all "
+                        "without one); repeatable, added to [registry] allow. Without any "
+                        "entry every deploy by reference is refused")
+    r.add_argument("--registry-insecure", action="store_true",
+                   help="talk plain HTTP (no TLS) to the registries of --registry-allow "
+                        "(a lab registry)")
+    r.add_argument("--registry-ca-file", type=Path, metavar="PEM",
+                   help="trust this CA bundle for registries' TLS certificates "
+                        "([registry] ca_file; default: the system's CAs)")
+    r.add_argument("--registry-auth-file", type=Path, metavar="FILE",
+                   help="registry credentials: a docker-style config.json "
+                        "([registry] auth_file)")
 
 
 def management_flag_values(args: argparse.Namespace) -> dict[str, object]:
@@ -64,7 +85,10 @@ def management_flag_values(args: argparse.Namespace) -> dict[str, object]:
     return {"address": args.management, "name": args.name, "trust": args.trust,
             "allow_unsigned": args.allow_unsigned, "mdns_interfaces": args.mdns_interface,
             "no_mdns": args.no_mdns, "no_metrics": args.no_metrics, "profile": args.profile,
-            "insecure": args.insecure}
+            "insecure": args.insecure, "registry_allow": args.registry_allow,
+            "registry_insecure": args.registry_insecure,
+            "registry_ca_file": args.registry_ca_file,
+            "registry_auth_file": args.registry_auth_file}
 
 
 def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

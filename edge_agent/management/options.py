@@ -28,10 +28,12 @@
     enabled = true                  # --no-metrics
 
     [registry]                      # deploy by reference (edge-console deploy oci://...)
-    allow = ["registry.local:5000/models"]  # host[:port]/prefix; empty: refuse every reference
-    insecure = ["registry.local:5000"]      # plain-HTTP lab registries
-    auth_file = "registry-auth.json"        # docker-style config.json (relative to the file)
-    ca_file = "factory-ca.pem"              # a private CA for registries' TLS certificates
+    allow = ["registry.local:5000/models"]  # --registry-allow (repeatable, added to these);
+                                            # host[:port]/prefix; empty: refuse every reference
+    insecure = ["registry.local:5000"]      # plain-HTTP lab registries (--registry-insecure:
+                                            # the registries of --registry-allow)
+    auth_file = "registry-auth.json"        # --registry-auth-file; docker-style config.json
+    ca_file = "factory-ca.pem"              # --registry-ca-file; a private CA (PEM)
     retries = 4                     # per failed request / cut download (resumed)
 """
 
@@ -82,7 +84,9 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
                        trust: Sequence[Path] = (), allow_unsigned: bool = False,
                        mdns_interfaces: Sequence[str] = (), no_mdns: bool = False,
                        no_metrics: bool = False, profile: str | None = None,
-                       insecure: bool = False) -> ManagementOptions:
+                       insecure: bool = False, registry_allow: Sequence[str] = (),
+                       registry_insecure: bool = False, registry_ca_file: Path | None = None,
+                       registry_auth_file: Path | None = None) -> ManagementOptions:
     """ManagementOptions from the parsed TOML ``data`` with the flags (when given) on top."""
     mg = _table(data, "management", _MGMT_KEYS)
     md = _table(data, "mdns", {"enabled", "interfaces"})
@@ -155,6 +159,9 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
         flags["profile"] = profile
     if insecure:
         flags["insecure"] = True
+    if registry_allow or registry_insecure or registry_ca_file or registry_auth_file:
+        flags["registry"] = _registry_flags(options.registry, registry_allow, registry_insecure,
+                                            registry_ca_file, registry_auth_file)
     options = dataclasses.replace(options, **flags)
     if options.insecure and (options.tls is not None or options.client_ca is not None):
         raise ConfigError("--insecure (management.insecure) turns TLS off, but TLS files are "
@@ -189,6 +196,37 @@ def _registry(rg: Mapping[str, Any], path: Any) -> RegistrySettings:
         raise ConfigError(f"config key 'registry.ca_file': {ca} is not a file")
     return RegistrySettings(allow=allow, insecure=insecure, auth_file=auth, ca_file=ca,
                             retries=retries)
+
+
+def _registry_flags(base: RegistrySettings, allow: Sequence[str], insecure: bool,
+                    ca_file: Path | None, auth_file: Path | None) -> RegistrySettings:
+    """``[registry]`` with the serve flags on top: ``--registry-allow`` entries added to the
+    file's, ``--registry-insecure`` (plain HTTP to the registries of those entries), and
+    ``--registry-ca-file`` / ``--registry-auth-file`` replacing the file's."""
+    from packager.errors import PackagerError
+    from packager.oci_ref import parse_allow_entry
+
+    try:
+        entries = [parse_allow_entry(a, "--registry-allow") for a in allow]
+    except PackagerError as exc:
+        raise ConfigError(str(exc)) from None
+    plain: tuple[str, ...] = ()
+    if insecure:
+        if not entries:
+            raise ConfigError("--registry-insecure makes the registries of --registry-allow "
+                              "plain HTTP; give --registry-allow HOST[:PORT]/PREFIX too (or "
+                              "list the registry in [registry] insecure)")
+        plain = tuple(e.registry for e in entries)
+    if ca_file is not None and not ca_file.is_file():
+        raise ConfigError(f"--registry-ca-file: {ca_file} is not a file")
+    return dataclasses.replace(
+        base, allow=_merged(base.allow, allow), insecure=_merged(base.insecure, plain),
+        ca_file=ca_file or base.ca_file, auth_file=auth_file or base.auth_file)
+
+
+def _merged(first: Sequence[str], more: Sequence[str]) -> tuple[str, ...]:
+    """``first`` then the entries of ``more`` not already in it (order kept)."""
+    return tuple(dict.fromkeys([*first, *more]))
 
 
 def check_trusted_keys(paths: Sequence[Path]) -> None:

@@ -223,10 +223,13 @@ class AgentRuntime:
             self._loop.run(self._advertiser.update(self._advert()))
 
     def reload_settings(self, options: ManagementOptions) -> None:
-        """Apply what a config reload (SIGHUP) may change: trust, retention, watch settings."""
+        """Apply what a config reload (SIGHUP) may change: trust, retention, watch settings and
+        ``[registry]`` (the next deploy by reference uses it; a pull under way keeps its own)."""
         self.options = options
         if self.manager is not None:
             self.manager.settings = manager_settings(options, self.drain_timeout_s)
+        if self.management is not None:
+            self.management.servicer.registry = options.registry
 
     # -- stop ----------------------------------------------------------------------------------
     def stop_management(self) -> None:

@@ -157,8 +157,9 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         settings), then the same pipeline as an upload."""
         from edge_agent.manager.registry_source import check_reference
 
+        registry = self.registry  # one deploy, one set of settings (SIGHUP may replace them)
         try:
-            check_reference(request.reference, self.registry)  # refused before any pull
+            check_reference(request.reference, registry)  # refused before any pull
         except AgentError as exc:
             abort(context, exc)
         if not self._deploys.acquire(blocking=False):
@@ -170,15 +171,15 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 path = self.manager.new_upload_path()
             except AgentError as exc:
                 abort(context, exc)
-            resumed = yield from self._pull(request.reference, path, context)
+            resumed = yield from self._pull(request.reference, registry, path, context)
             origin = request.reference + (f" (a cut pull resumed after {resumed} bytes)"
                                           if resumed else "")
             yield from self._run_deploy(path, request.force, context, "bundle", origin=origin)
         finally:
             self._deploys.release()
 
-    def _pull(self, reference: str, path: Path, context: grpc.ServicerContext
-              ) -> Generator[pb.DeployEvent, None, int]:
+    def _pull(self, reference: str, registry: RegistrySettings, path: Path,
+              context: grpc.ServicerContext) -> Generator[pb.DeployEvent, None, int]:
         """Pull on a worker thread, yielding progress every MiB; abort on failure. Returns
         how many bytes of an earlier cut pull were reused."""
         from edge_agent.manager.registry_source import pull_for_device
@@ -196,7 +197,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
 
         def run() -> None:
             try:
-                pulled = pull_for_device(reference, self.registry, self.manager.device, path,
+                pulled = pull_for_device(reference, registry, self.manager.device, path,
                                          on_progress=progress)
             except BaseException as exc:  # handed to the RPC thread below
                 events.put(exc)

@@ -69,6 +69,20 @@ def test_credentials_from_stdin_and_docker_config(locked: RegistryProcess, bundl
     assert "edge-pack: error:" in capsys.readouterr().err
 
 
+def _push_with_password(locked: RegistryProcess, bundles: Bundles, tmp_path: Path,
+                        monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    """Push MLP version 1 with --password-stdin; the reference and a config.json holding
+    the credentials (tmp_path/registry-auth.json)."""
+    ref = f"oci://{locked.address}/edge/mlp:1"
+    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    assert edge_pack(["push", str(bundles.mlp[1]), ref, "--insecure", "-q", "--username", USER,
+                      "--password-stdin"]) == 0
+    auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    creds = tmp_path / "registry-auth.json"
+    creds.write_text(json.dumps({"auths": {locked.address: {"auth": auth}}}))
+    return ref, creds
+
+
 def test_an_agent_pulls_with_its_own_auth_file(locked: RegistryProcess, bundles: Bundles,
                                                tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,13 +91,7 @@ def test_an_agent_pulls_with_its_own_auth_file(locked: RegistryProcess, bundles:
     from console.errors import DeploymentFailedError
     from tests.agent_management.agent_proc import AgentProcess
 
-    ref = f"oci://{locked.address}/edge/mlp:1"
-    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
-    assert edge_pack(["push", str(bundles.mlp[1]), ref, "--insecure", "-q", "--username", USER,
-                      "--password-stdin"]) == 0
-    auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    creds = tmp_path / "registry-auth.json"
-    creds.write_text(json.dumps({"auths": {locked.address: {"auth": auth}}}))
+    ref, creds = _push_with_password(locked, bundles, tmp_path, monkeypatch)
     configs = {}
     for name, extra in (("with", 'auth_file = "registry-auth.json"\n'), ("without", "")):
         d = tmp_path / name
@@ -108,3 +116,25 @@ def test_an_agent_pulls_with_its_own_auth_file(locked: RegistryProcess, bundles:
         assert "wants credentials" in err.value.reports[0].error
         with b.client() as c:
             assert c.models("mlp") == []
+
+
+def test_an_agent_started_with_registry_flags_only(locked: RegistryProcess, bundles: Bundles,
+                                                   tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """--registry-allow, --registry-insecure and --registry-auth-file: no config file."""
+    from console.commands import deploy_reference
+    from console.config import ConsoleSettings
+    from tests.agent_management.agent_proc import AgentProcess
+
+    ref, creds = _push_with_password(locked, bundles, tmp_path, monkeypatch)
+    flags = ["--registry-allow", f"{locked.address}/edge", "--registry-insecure",
+             "--registry-auth-file", str(creds)]
+    with AgentProcess(tmp_path / "state", trust=bundles.public_key,
+                      extra=["--no-mdns", *flags]) as agent:
+        settings = ConsoleSettings(discovery=False, insecure=True, tokens={
+            agent.management: (agent.state_dir / "management.token").read_text().strip()})
+        reports = deploy_reference(ref, [agent.management], settings, None,
+                                   insecure_registry=True, registry_config=creds)
+        assert reports[0].ok, reports
+        with agent.client() as c:
+            assert [v.version for v in c.models("mlp") if v.active] == [1]

@@ -39,3 +39,33 @@ def test_tls_by_default_and_a_private_ca(tls_registry: RegistryProcess, bundles:
     out = tmp_path / "pulled"
     assert edge_pack(["pull", ref, "--out", str(out), "-q", *ca]) == 0
     assert (out / bundles.mlp[1].name).read_bytes() == bundles.mlp[1].read_bytes()
+
+
+def test_an_agent_trusts_a_private_ca_given_by_flag(tls_registry: RegistryProcess,
+                                                    bundles: Bundles, tmp_path: Path) -> None:
+    """--registry-ca-file: the agent pulls over TLS from a registry with a private CA (refused
+    without it)."""
+    from console.commands import deploy_reference
+    from console.config import ConsoleSettings
+    from console.errors import DeploymentFailedError
+    from tests.agent_management.agent_proc import AgentProcess
+
+    assert tls_registry.tls is not None
+    ca = tls_registry.tls[0]
+    ref = f"oci://{tls_registry.address}/edge/mlp:1"
+    assert edge_pack(["push", str(bundles.mlp[1]), ref, "-q", "--ca-file", str(ca)]) == 0
+    allow = ["--registry-allow", f"{tls_registry.address}/edge"]
+    with AgentProcess(tmp_path / "with" / "state", trust=bundles.public_key,
+                      extra=["--no-mdns", *allow, "--registry-ca-file", str(ca)]) as a, \
+            AgentProcess(tmp_path / "without" / "state", trust=bundles.public_key,
+                         extra=["--no-mdns", *allow]) as b:
+        settings = ConsoleSettings(discovery=False, insecure=True, tokens={
+            x.management: (x.state_dir / "management.token").read_text().strip()
+            for x in (a, b)})
+        reports = deploy_reference(ref, [a.management], settings, None, registry_ca=ca)
+        assert reports[0].ok, reports
+        with pytest.raises(DeploymentFailedError) as err:
+            deploy_reference(ref, [b.management], settings, None, registry_ca=ca)
+        assert "TLS" in err.value.reports[0].error, err.value.reports[0].error
+        with a.client() as c:
+            assert [v.version for v in c.models("mlp") if v.active] == [1]
