@@ -18,8 +18,8 @@ machine's namespace (the ports must then be free). At the end the session's whol
 group is stopped (every agent or registry a block started in the background).
 
 A block is skipped only with a reason: hardware or a system the machine lacks (a Jetson, a
-GPU, systemd as PID 1, an interactive terminal for the console's UI), or the test command
-itself (``./scripts/test.sh``).
+GPU, systemd as PID 1, Docker, an interactive terminal for the console's UI), or the test
+command itself (``.ci/run`` runs ``./scripts/demo.sh`` and ``./scripts/test.sh``).
 """
 
 from __future__ import annotations
@@ -238,8 +238,8 @@ def test_shell_blocks_run_in_order(doc: Path, tmp_path: Path) -> None:
 
 def test_skipped_blocks_say_why() -> None:
     """A skipped block names hardware or a system the machine lacks (a Jetson, a GPU, systemd,
-    root, an interactive terminal), or is the test command itself."""
-    allowed = re.compile(r"Jetson|GPU|TensorRT|systemd|root|interactive terminal|"
+    root, Docker, an interactive terminal), or is the test command itself."""
+    allowed = re.compile(r"Jetson|GPU|TensorRT|systemd|root|Docker|interactive terminal|"
                          r"the test command itself", re.I)
     for doc in _markdown():
         for b in shell_blocks(doc):
