@@ -27,7 +27,7 @@ WRITERS = ("serve", "add-bundle", "token")
 EPILOG = textwrap.dedent("""\
     examples:
       # put a signed bundle in place, then serve it on the Unix socket and 127.0.0.1:8001
-      edge-agent add-bundle --state-dir /var/lib/edge-agent --pubkey release.pub \\
+      edge-agent add-bundle --state-dir /var/lib/edge-agent --pubkey keys/edge-pack.pub \\
           mlp-3-x86_64-cpu-onnxruntime.edgepkg
       edge-agent serve --state-dir /var/lib/edge-agent
 
@@ -74,7 +74,7 @@ ADD_HELP = textwrap.dedent("""\
 
 ADD_EPILOG = textwrap.dedent("""\
     examples:
-      edge-agent add-bundle --state-dir ./state --pubkey release.pub \\
+      edge-agent add-bundle --state-dir ./state --pubkey keys/edge-pack.pub \\
           mlp-1-x86_64-cpu-openvino.edgepkg
       edge-agent add-bundle --state-dir ./state --allow-unsigned --replace dev.edgepkg
     """)

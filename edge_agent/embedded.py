@@ -6,7 +6,7 @@ execution gate as the agent, opened on a bundle or on an agent's state directory
     from edge_agent import embedded
 
     with embedded.open_bundle("mlp-1-x86_64-cpu-openvino.edgepkg",
-                              trusted_keys=["release.pub"]) as rt:
+                              trusted_keys=["keys/edge-pack.pub"]) as rt:
         probs = rt.infer("mlp", {"input": frame})["probs"]
 
     with embedded.open_state_dir("/var/lib/edge-agent",

@@ -2,7 +2,7 @@
 
     # one bundle, signature checked against your release key
     python examples/embedded_app.py --bundle mlp-1-x86_64-cpu-onnxruntime.edgepkg \
-        --trust release.pub
+        --trust keys/edge-pack.pub
 
     # the active versions of an agent's state directory (read-only; the agent may be running)
     python examples/embedded_app.py --state-dir /var/lib/edge-agent \

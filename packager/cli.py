@@ -14,6 +14,7 @@ from packager.extras import refusal
 
 _EPILOG_MAIN = """\
 examples:
+  edge-pack sample mlp --out model.onnx         # a seeded sample model to try the tools
   edge-pack keygen --out keys/
   edge-pack profiles
   edge-pack build model.onnx --name resnet --version 3 \\
@@ -125,6 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     from packager.registry_cli import add_registry_commands
 
     add_registry_commands(sub, fmt)
+    from packager.samples_cli import add_sample_command
+
+    add_sample_command(sub, fmt)
     return p
 
 
@@ -305,6 +309,12 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sample(args: argparse.Namespace) -> int:
+    from packager.samples_cli import run
+
+    return run(args)
+
+
 def _cmd_registry(args: argparse.Namespace) -> int:
     from packager.registry_cli import run
 
@@ -313,7 +323,7 @@ def _cmd_registry(args: argparse.Namespace) -> int:
 
 _COMMANDS = {"keygen": _cmd_keygen, "build": _cmd_build, "inspect": _cmd_inspect,
              "verify": _cmd_verify, "profiles": _cmd_profiles, "push": _cmd_registry,
-             "pull": _cmd_registry}
+             "pull": _cmd_registry, "sample": _cmd_sample}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

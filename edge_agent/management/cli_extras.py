@@ -19,7 +19,7 @@ SERVE_FLAGS_EPILOG = textwrap.dedent("""\
       [management]
       address = "0.0.0.0:50051"      # --management; unset = no management API
       name = "line-3"                # --name
-      trust = ["release.pub"]        # --trust (repeatable)
+      trust = ["edge-pack.pub"]      # --trust (repeatable)
       allow_unsigned = false         # --allow-unsigned
       insecure = false               # --insecure (default: TLS, self-signed in STATE_DIR/tls)
       tls_cert = "agent.pem"         # your own certificate instead (and tls_key)

@@ -5,7 +5,7 @@
     [management]
     address = "0.0.0.0:50051"       # --management HOST:PORT (unset or "": no management API)
     name = "line-3"                 # --name
-    trust = ["release.pub"]         # --trust PUBKEY (repeatable; relative to the file)
+    trust = ["edge-pack.pub"]       # --trust PUBKEY (repeatable; relative to the file)
     allow_unsigned = false          # --allow-unsigned
     profile = "x86_64-cpu-openvino" # --profile (default: detected)
     keep_versions = 3

@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DIST_OF = {"numpy": "numpy", "grpc": "grpcio", "grpc_health": "grpcio-health-checking",
            "google.protobuf": "protobuf", "psutil": "psutil", "zeroconf": "zeroconf",
            "textual": "textual", "onnx": "onnx", "onnxruntime": "onnxruntime",
-           "openvino": "openvino", "plotext": "plotext"}
+           "openvino": "openvino", "plotext": "plotext", "xgboost": "xgboost-cpu",
+           "lightgbm": "lightgbm", "sklearn": "scikit-learn", "skops": "skops",
+           "onnxmltools": "onnxmltools", "skl2onnx": "skl2onnx"}
 
 
 def _extra_dists(name: str) -> set[str]:
