@@ -24,8 +24,8 @@ from edge_agent.management.client import AgentClient, ManagementError, PinnedTls
 from edge_agent.management.tls import fingerprint_of, load_or_create
 from examples.demo import LocalAgent
 from packager.build import build_bundles
-from packager.samples import make_mlp
 from packager.bundle.signing import generate_keypair
+from packager.samples import make_mlp
 
 PROFILE = "x86_64-cpu-onnxruntime"
 
