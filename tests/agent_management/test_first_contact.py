@@ -1,0 +1,46 @@
+"""What a new user hit first (issue 23), each against a real agent process or real bundles:
+``edge-agent metrics`` after a switch, ``token --out``, ``check`` of another device's bundle."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.agent_management.agent_proc import ROOT, AgentProcess
+from tests.agent_management.bundles import Bundles
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edge_agent.cli", *args], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_metrics_shows_the_version_that_serves_after_a_switch(bundles: Bundles,
+                                                                tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with AgentProcess(state, trust=bundles.public_key) as agent, agent.client() as client:
+        for version in (1, 2):
+            result = client.deploy(bundles.mlp[version])
+            assert result.ok, result.message
+        serving = [v.version for v in client.models() if v.active]
+        assert serving == [2]
+        deadline = time.monotonic() + 60
+        while True:  # the snapshot is written as the old version goes: wait for that
+            shown = _cli("metrics", "--state-dir", str(state), "--json")
+            assert shown.returncode == 0, shown.stderr
+            models = {m["model"]: m for m in json.loads(shown.stdout)["residency"]["models"]}
+            if models["mlp"]["loaded_versions"] == [2] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert models["mlp"]["serving_version"] == 2, models
+        assert models["mlp"]["loaded_versions"] == [2], models
+        table = _cli("metrics", "--state-dir", str(state))
+        assert table.returncode == 0, table.stderr
+        row = next(line for line in table.stdout.splitlines() if line.strip("│ ").startswith("mlp")
+                   and "loaded" in line)
+        assert "v2" in row and "v1" not in row, table.stdout
