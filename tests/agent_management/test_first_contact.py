@@ -44,3 +44,36 @@ def test_metrics_shows_the_version_that_serves_after_a_switch(bundles: Bundles,
         row = next(line for line in table.stdout.splitlines() if line.strip("│ ").startswith("mlp")
                    and "loaded" in line)
         assert "v2" in row and "v1" not in row, table.stdout
+
+
+def test_token_out_writes_a_private_file_whatever_the_umask(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    out = tmp_path / "pi.token"
+    out.write_text("an older token\n")
+    out.chmod(0o644)  # as `> pi.token` left it
+    written = subprocess.run(
+        ["sh", "-c", 'umask 022; exec "$0" -m edge_agent.cli token --state-dir "$1" --out "$2"',
+         sys.executable, str(state), str(out)], cwd=ROOT, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
+    assert written.returncode == 0, written.stderr
+    assert written.stdout == ""  # the token is in the file only
+    assert "certificate fingerprint SHA256:" in written.stderr
+    assert out.stat().st_mode & 0o777 == 0o600
+    assert out.read_text() == (state / "management.token").read_text()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+    piped = _cli("token", "--state-dir", str(state))  # without --out: stdout, as before
+    assert piped.returncode == 0 and piped.stdout == out.read_text()
+
+
+def test_token_out_refuses_a_symlink(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    victim = tmp_path / "shared.txt"
+    victim.write_text("not a token\n")
+    link = tmp_path / "pi.token"
+    link.symlink_to(victim)
+    refused = _cli("token", "--state-dir", str(state), "--out", str(link))
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "symbolic link" in refused.stderr and str(link) in refused.stderr
+    assert victim.read_text() == "not a token\n" and link.is_symlink()
