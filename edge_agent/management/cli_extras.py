@@ -139,8 +139,11 @@ def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser],
         description="Verify BUNDLE, load it on the runtime this device would serve it with, "
                     "run its reference inputs and compare with the source model's outputs "
                     "stored at build time, within the profile's tolerance (the deploy "
-                    "pipeline's parity step, offline). Exit 0 when it agrees (or carries no "
-                    "reference data), 1 when it disagrees or cannot run.",
+                    "pipeline's parity step, offline). A bundle built for another device "
+                    "(another arch, or a runtime this device lacks) is refused as a deploy "
+                    "refuses it: run the check on that device. Exit 0 when it agrees (or "
+                    "carries no reference data), 1 when it disagrees, cannot run or is for "
+                    "another device.",
         epilog="examples:\n  edge-agent check mlp-2-arm64-cpu-onnxruntime.edgepkg "
                "--trust release.pub\n  edge-agent check BUNDLE --json | jq .max_abs_error",
         formatter_class=raw)

@@ -77,3 +77,22 @@ def test_token_out_refuses_a_symlink(tmp_path: Path) -> None:
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
     assert "symbolic link" in refused.stderr and str(link) in refused.stderr
     assert victim.read_text() == "not a token\n" and link.is_symlink()
+
+
+def test_check_refuses_a_bundle_for_another_device_as_add_bundle_does(
+        bundles: Bundles, tmp_path: Path) -> None:
+    from edge_agent.manager.device import detect_device
+
+    assert detect_device().arch != "arm64", "this test needs a machine that is not arm64"
+    state = tmp_path / "state"
+    added = _cli("add-bundle", str(bundles.arm64), "--state-dir", str(state), "--pubkey",
+                 str(bundles.public_key))
+    assert added.returncode == 1
+    for extra in ((), ("--json",)):
+        checked = _cli("check", str(bundles.arm64), "--trust", str(bundles.public_key), *extra)
+        assert checked.returncode == 1, checked.stdout
+        assert "PASSED" not in checked.stdout and checked.stdout == ""
+        assert checked.stderr.count("\n") == 1, checked.stderr
+        assert "arm64-cpu-onnxruntime" in checked.stderr and "this device runs" in checked.stderr
+        # one rule, one message: what add-bundle (and a deploy) says
+        assert checked.stderr.split("error: ", 1)[1] == added.stderr.split("error: ", 1)[1]
