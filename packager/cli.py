@@ -29,6 +29,9 @@ _EPILOG_BUILD = """\
 One bundle per profile is written as OUT/NAME-VERSION-PROFILE.edgepkg and its path printed.
 Versions are positive integers; the agent orders versions by them (rollback goes to the
 previous one). Nothing is written to OUT unless every profile builds and passes parity.
+A bundle already in OUT with the same file name is replaced when it was built from the same
+source (the same model file, or spec and code files: a rebuild); one built from another
+source is refused (two models must not share a name and version) unless --overwrite.
 
 examples:
   edge-pack build mlp.onnx --name mlp --version 1 --profile x86_64-cpu-onnxruntime --out dist/
@@ -104,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
                         "name, leading dim = samples; or a directory of NAME.npy): int8 "
                         "profiles are statically quantized on them and checked on a held-out "
                         "fifth (docs/quantization.md)")
+    b.add_argument("--overwrite", action="store_true",
+                   help="replace bundles in OUT with the same name, version and profile even "
+                        "when they were built from another source (a rebuild from the same "
+                        "source replaces them without it)")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
     i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
@@ -164,7 +171,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
                   key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
                   allow_parity_failure=args.allow_parity_failure,
                   reference_data=args.reference_data,
-                  calibration_data=args.calibration_data, response_cache=args.response_cache)
+                  calibration_data=args.calibration_data, response_cache=args.response_cache,
+                  overwrite=args.overwrite)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -186,7 +194,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
                              "parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
-                                   members=args.member)
+                                   members=args.member, overwrite=args.overwrite)
     elif args.quiet or not console.is_terminal:
         paths = build_bundles(args.model, **kwargs)
     else:
