@@ -1,6 +1,7 @@
 """What ``edge-agent perf`` sends: the model's inputs (from ModelMetadata and ModelConfig over
 KServe v2, shaped by ``-b`` and ``--shape``, random or from ``--input-data``) serialized once,
-and optionally placed in system shared memory (``--shared-memory system``)."""
+and optionally placed in system shared memory (``--shared-memory system``). The REST forms of
+the description, the request and the registration are :mod:`edge_agent.perf.rest`."""
 
 from __future__ import annotations
 
@@ -179,6 +180,7 @@ class SystemSharedMemory:
     registered with the server; :meth:`close` unregisters and unlinks it."""
 
     target: str
+    protocol: str = "grpc"  # or "http": registered over KServe v2 REST
     name: str = field(default_factory=lambda: f"edge-perf-{secrets.token_hex(6)}")
     registered: bool = False
     path: Path | None = None
@@ -214,26 +216,45 @@ class SystemSharedMemory:
                     offset += size
         finally:
             os.close(fd)
+        try:
+            self._register(total)
+        except InvalidInputError:
+            self.close()
+            raise
+        self.registered = True
+        return regions, outputs
+
+    def _register(self, total: int) -> None:
+        if self.protocol == "http":
+            from edge_agent.perf.rest import http_target, post_json
+
+            post_json(http_target(self.target),
+                      f"/v2/systemsharedmemory/region/{self.name}/register",
+                      {"key": f"/{self.name}", "offset": 0, "byte_size": total})
+            return
         with grpc.insecure_channel(self.target) as channel:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
             try:
                 stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(
                     name=self.name, key=f"/{self.name}", offset=0, byte_size=total), timeout=30)
             except grpc.RpcError as exc:
-                self.close()
                 raise InvalidInputError(f"{self.target}: registering system shared memory "
                                         f"failed: {exc.code().name}: {exc.details()}") from None
-        self.registered = True
-        return regions, outputs
 
     def close(self) -> None:
-        if self.registered:
+        if self.registered and self.protocol == "http":
+            from edge_agent.perf.rest import http_target, post_json
+
+            with contextlib.suppress(InvalidInputError):  # gone: nothing registered any more
+                post_json(http_target(self.target),
+                          f"/v2/systemsharedmemory/region/{self.name}/unregister", {})
+        elif self.registered:
             with grpc.insecure_channel(self.target) as channel:
                 stub = pb_grpc.GRPCInferenceServiceStub(channel)
                 with contextlib.suppress(grpc.RpcError):  # gone: nothing registered any more
                     stub.SystemSharedMemoryUnregister(
                         pb.SystemSharedMemoryUnregisterRequest(name=self.name), timeout=30)
-            self.registered = False
+        self.registered = False
         if self.path is not None:
             self.path.unlink(missing_ok=True)
             self.path = None
