@@ -11,6 +11,7 @@ from pathlib import Path
 from packager import __version__
 from packager.errors import PackagerError
 from packager.extras import refusal
+from packager.pipes import quiet_on_broken_pipe
 
 _EPILOG_MAIN = """\
 examples:
@@ -324,6 +325,7 @@ _COMMANDS = {"keygen": _cmd_keygen, "build": _cmd_build, "inspect": _cmd_inspect
              "pull": _cmd_registry}
 
 
+@quiet_on_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``edge-pack`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -335,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PackagerError as exc:
         print(f"edge-pack: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: quiet_on_broken_pipe ends it
     except OSError as exc:  # disk full, permissions: still one clear line
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"edge-pack: error: {exc.strerror or exc}{where}", file=sys.stderr)
