@@ -96,3 +96,26 @@ def test_check_refuses_a_bundle_for_another_device_as_add_bundle_does(
         assert "arm64-cpu-onnxruntime" in checked.stderr and "this device runs" in checked.stderr
         # one rule, one message: what add-bundle (and a deploy) says
         assert checked.stderr.split("error: ", 1)[1] == added.stderr.split("error: ", 1)[1]
+
+
+def test_the_console_names_the_agents_http_port_instead_of_suggesting_insecure(
+        bundles: Bundles, tmp_path: Path) -> None:
+    import re
+
+    state = tmp_path / "state"
+    agent = AgentProcess(state, trust=bundles.public_key, tls=True,
+                         extra=["--no-mdns", "--http", "127.0.0.1:0"])
+    with agent:
+        http = re.search(r"HTTP on (\S+?);", "".join(agent.output))
+        assert http, "".join(agent.output)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(tmp_path / "home")}
+        for extra in ([], ["--insecure"], ["--accept-new"]):
+            run = subprocess.run(
+                [sys.executable, "-m", "console.cli", "status", "--agent", http[1],
+                 "--token-file", str(state / "management.token"), *extra],
+                cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+            assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+            assert "the agent's HTTP (KServe REST) port" in run.stderr, run.stderr
+            assert "--management" in run.stderr and "edge-console agents" in run.stderr
+            assert "started with --insecure?" not in run.stderr
+            assert "use --insecure" not in run.stderr
