@@ -68,7 +68,8 @@ def add_perf_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = sub.add_parser("perf", help="measure throughput and latency (perf_analyzer's flags)",
                        description=PERF_DESCRIPTION, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-m", "--model-name", required=True, metavar="MODEL")
+    p.add_argument("-m", "--model-name", required=True, metavar="MODEL",
+                   help="the model to measure (as the server names it)")
     p.add_argument("-x", "--model-version", default="", metavar="V",
                    help="version to ask for (default: the one the server routes to)")
     p.add_argument("-u", "--url", default=None, metavar="ADDR",
