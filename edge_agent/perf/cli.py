@@ -21,6 +21,13 @@ from edge_agent.perf.inputs import (
     request_bytes,
 )
 from edge_agent.perf.load import Measurement, measure
+from edge_agent.perf.rest import (
+    DEFAULT_HTTP_URL,
+    RestRegions,
+    describe_model_http,
+    http_target,
+    infer_message,
+)
 
 
 @dataclass(frozen=True)
@@ -47,8 +54,6 @@ def prepare(target: str, model: str, *, version: str = "", batch: int = 1,
         raise InvalidInputError("--shared-memory cuda is not supported by edge-agent perf; "
                                 "use system or none")
     if protocol == "http":
-        from edge_agent.perf.rest import describe_model_http, http_target, infer_message
-
         rest = http_target(target)
         spec = describe_model_http(rest, model, version)
     else:
@@ -56,7 +61,8 @@ def prepare(target: str, model: str, *, version: str = "", batch: int = 1,
     data_file = None if input_data == "random" else Path(input_data)
     inputs = make_inputs(spec, batch=batch, shapes=parse_shapes(list(shapes)),
                          data_file=data_file)
-    region = SystemSharedMemory(target, protocol) if shared_memory == "system" else None
+    region = None if shared_memory != "system" else SystemSharedMemory(
+        target, RestRegions(rest) if protocol == "http" else None)
     try:
         regions, outputs = region.place(spec, inputs, batch) if region is not None else ({}, {})
         if protocol == "http":
@@ -101,8 +107,6 @@ def cmd_perf(args: argparse.Namespace) -> int:
                                     or args.output_tensor_format != "binary"):
         raise InvalidInputError("--input-tensor-format and --output-tensor-format apply to "
                                 "-i http (gRPC sends raw tensors)")
-    from edge_agent.perf.rest import DEFAULT_HTTP_URL
-
     url = args.url or (DEFAULT_HTTP_URL if args.protocol == "http" else DEFAULT_GRPC_URL)
     levels = parse_range(args.concurrency_range)
     seconds = args.measurement_interval / 1000

@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 import numpy as np
@@ -174,13 +175,21 @@ def _region_params(params: object, where: tuple[str, int, int]) -> None:
     params["shared_memory_byte_size"].int64_param = size  # type: ignore[index]  # a protobuf map
 
 
+class RegionRegistrar(Protocol):
+    """Registers system shared memory regions with a server another way than gRPC."""
+
+    def register(self, name: str, byte_size: int) -> None: ...
+
+    def unregister(self, name: str) -> None: ...
+
+
 @dataclass
 class SystemSharedMemory:
     """One POSIX shared-memory object holding the inputs (and room for the outputs),
     registered with the server; :meth:`close` unregisters and unlinks it."""
 
     target: str
-    protocol: str = "grpc"  # or "http": registered over KServe v2 REST
+    rest: RegionRegistrar | None = None  # registers over KServe v2 REST instead of gRPC
     name: str = field(default_factory=lambda: f"edge-perf-{secrets.token_hex(6)}")
     registered: bool = False
     path: Path | None = None
@@ -225,12 +234,8 @@ class SystemSharedMemory:
         return regions, outputs
 
     def _register(self, total: int) -> None:
-        if self.protocol == "http":
-            from edge_agent.perf.rest import http_target, post_json
-
-            post_json(http_target(self.target),
-                      f"/v2/systemsharedmemory/region/{self.name}/register",
-                      {"key": f"/{self.name}", "offset": 0, "byte_size": total})
+        if self.rest is not None:
+            self.rest.register(self.name, total)
             return
         with grpc.insecure_channel(self.target) as channel:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
@@ -242,12 +247,9 @@ class SystemSharedMemory:
                                         f"failed: {exc.code().name}: {exc.details()}") from None
 
     def close(self) -> None:
-        if self.registered and self.protocol == "http":
-            from edge_agent.perf.rest import http_target, post_json
-
+        if self.registered and self.rest is not None:
             with contextlib.suppress(InvalidInputError):  # gone: nothing registered any more
-                post_json(http_target(self.target),
-                          f"/v2/systemsharedmemory/region/{self.name}/unregister", {})
+                self.rest.unregister(self.name)
         elif self.registered:
             with grpc.insecure_channel(self.target) as channel:
                 stub = pb_grpc.GRPCInferenceServiceStub(channel)

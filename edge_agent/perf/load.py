@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from edge_agent.perf.rest import CallFailed, HttpConnection, http_target
+
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 << 20),
                    ("grpc.max_send_message_length", 256 << 20)]
@@ -58,10 +60,6 @@ class Measurement:
         return lat[min(len(lat) - 1, max(0, math.ceil(p / 100 * len(lat)) - 1))]
 
 
-class CallFailed(Exception):
-    """One request that got no successful answer (the message says why)."""
-
-
 Call = Callable[[bytes], Awaitable[None]]
 """Sends one prepared request and waits for its answer; CallFailed when it failed."""
 
@@ -74,8 +72,6 @@ async def closed_loop(target: str, payloads: Sequence[bytes], *, concurrency: in
     ModelInferRequests over gRPC (one channel), or whole HTTP/1.1 messages with ``protocol``
     "http" (one keep-alive connection per worker, :mod:`edge_agent.perf.rest`)."""
     if protocol == "http":
-        from edge_agent.perf.rest import HttpConnection, http_target
-
         connections = [HttpConnection(http_target(target)) for _ in range(concurrency)]
         try:
             return await _drive([c.send for c in connections], payloads, seconds=seconds,

@@ -24,7 +24,6 @@ import numpy as np
 from edge_agent.errors import InvalidInputError
 from edge_agent.http.tensors import BINARY_SIZE, HEADER_LENGTH
 from edge_agent.perf.inputs import ModelSpec, TensorSpec
-from edge_agent.perf.load import CallFailed
 from edge_agent.protocol.shared_memory import BYTE_SIZE, OFFSET, REGION
 from packager.datatypes import datatype_of
 
@@ -183,6 +182,26 @@ def post_json(target: HttpTarget, path: str, doc: Mapping[str, Any],
     if answer.status != 200:
         raise InvalidInputError(f"{target.label}: POST {path}: HTTP {answer.status}: "
                                 f"{error_text(body)}")
+
+
+@dataclass(frozen=True)
+class RestRegions:
+    """Registers system shared memory regions over KServe v2 REST (``--shared-memory system``
+    with ``-i http``)."""
+
+    target: HttpTarget
+
+    def register(self, name: str, byte_size: int) -> None:
+        post_json(self.target, f"/v2/systemsharedmemory/region/{quote(name, safe='')}/register",
+                  {"key": f"/{name}", "offset": 0, "byte_size": byte_size})
+
+    def unregister(self, name: str) -> None:
+        post_json(self.target,
+                  f"/v2/systemsharedmemory/region/{quote(name, safe='')}/unregister", {})
+
+
+class CallFailed(Exception):
+    """One request that got no successful answer (the message says why)."""
 
 
 class HttpConnection:
