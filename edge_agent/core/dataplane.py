@@ -126,6 +126,7 @@ class DataPlane:
         self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
                                          drain_timeout_s=drain_timeout_s)
         self.repository.load_guard = self.orchestrator.loading
+        self.repository.on_change = self.orchestrator.persist
         if memory_budget_bytes is not None or any(
                 o.idle_unload_s for o in [*(overrides or {}).values(),
                                           default_overrides or ModelOverrides()]):

@@ -44,8 +44,9 @@ figure: the largest RSS growth any of its loads measured)."""
 
 _SWEEP_S = 1.0
 SNAPSHOT_NAME = "residency.json"
-"""Written to the state directory after each load, unload and wait (``edge-agent metrics``
-reads it: the counters live in the agent's memory)."""
+"""Written to the state directory after each change of what is loaded or serves (the
+repository's ``on_change``) and each wait (``edge-agent metrics`` reads it: the counters live
+in the agent's memory)."""
 _NS = 1_000_000_000
 
 
@@ -110,6 +111,7 @@ class Orchestrator:
         self._stats: dict[str, ResidencyStats] = {}
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self._persist_lock = threading.Lock()  # snapshots are taken and written in order
 
     # ------------------------------------------------------------------ wiring
     def set_loader(self, loader: Loader, on_loaded: LoadedHook | None = None,
@@ -257,7 +259,8 @@ class Orchestrator:
                 self._unfit.discard(mv.name)
             if self.repository.overrides_for(mv.name).idle_unload_s:
                 self.start()  # a setting given after start-up (live settings) needs the sweeper
-            self._persist()
+            # no snapshot here: the version is not READY yet (the repository's on_change
+            # writes it once it is, and again when a switch and the old version's unload end)
             if self._on_loaded is not None:
                 self._on_loaded(mv, load_ms, self._figures.measured.get((mv.name, mv.version)))
 
@@ -323,7 +326,7 @@ class Orchestrator:
             stats.last_unload = why
         with contextlib.suppress(ModelNotFoundError):
             self.repository.unload_version(name, version, drain_timeout_s=self._drain_timeout_s)
-        self._persist()
+        self.persist()  # the unload count (the repository's on_change wrote the unload)
 
     # ------------------------------------------------------------------ on demand
     def loads_on_request(self, name: str) -> bool:
@@ -379,7 +382,7 @@ class Orchestrator:
                 stats.waits += 1
                 stats.wait_ns += waited
                 stats.last_wait_ns = waited
-            self._persist()
+            self.persist()
         return mv
 
     def _wait_for(self, name: str, future: Future[ModelVersion], timeout: float) -> None:
@@ -461,31 +464,35 @@ class Orchestrator:
             stats = self.stats(name)
             loaded = [mv.version for mv in self.repository.versions(name)
                       if mv.state.value == "READY"]
-            version = loaded[-1] if loaded else None
-            figure = self.memory_of(name, version)[0] if version is not None else 0
+            serving = self.repository.default_version(name)
+            version = serving if serving is not None else (loaded[-1] if loaded else None)
+            figure = sum(self.memory_of(name, v)[0] for v in loaded)
             models.append({
-                "model": name, "loaded_version": version, "memory_bytes": figure,
+                "model": name, "loaded_version": version, "serving_version": serving,
+                "loaded_versions": loaded, "memory_bytes": figure,
                 "state": "loaded" if loaded else self.not_loaded_reason(name)[1],
                 "loads": stats.loads, "unloads": stats.unloads, "waits": stats.waits,
                 "wait_ms": stats.wait_ns / 1e6, "last_wait_ms": stats.last_wait_ns / 1e6})
         return {"budget_bytes": self.budget_bytes, "used_bytes": self.used_bytes(),
                 "at": time.time(), "models": models}
 
-    def _persist(self) -> None:
-        """Best effort: the snapshot to ``STATE_DIR/residency.json`` (atomic replace)."""
+    def persist(self) -> None:
+        """Best effort: the snapshot to ``STATE_DIR/residency.json`` (atomic replace; taken and
+        written under one lock, so a later change is never overwritten by an earlier one)."""
         target = self.repository.state_dir / SNAPSHOT_NAME
         if not self.repository.state_dir.is_dir():
             return
         tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private
-            with os.fdopen(fd, "w") as out:
-                out.write(json.dumps(self.snapshot()))
-            os.replace(tmp, target)
-        except (OSError, AgentError) as exc:
-            log.debug("residency snapshot not written: %s", exc)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        with self._persist_lock:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private
+                with os.fdopen(fd, "w") as out:
+                    out.write(json.dumps(self.snapshot()))
+                os.replace(tmp, target)
+            except (OSError, AgentError) as exc:
+                log.debug("residency snapshot not written: %s", exc)
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
 
     def not_loaded_reason(self, name: str) -> tuple[str, str]:
         """(state, reason) for a model with no version in memory, in Triton's terms."""

@@ -116,6 +116,9 @@ class ModelRepository:
         self._lock = threading.RLock()
         self.load_guard: LoadGuard | None = None
         """Entered around every load (the orchestrator: make room in the budget, measure)."""
+        self.on_change: Callable[[], None] | None = None
+        """Called (outside the lock) after a version became READY or UNAVAILABLE, was unloaded
+        or the default changed: what serves is then final (the orchestrator's snapshot)."""
 
     # ------------------------------------------------------------------ disk
     def scan(self) -> dict[str, list[int]]:
@@ -252,6 +255,7 @@ class ModelRepository:
             log.warning("model %s version %s is unavailable: %s", name, version, exc)
             with self._lock:
                 self._refresh_default(model)
+            self._changed()
             if raise_on_error:
                 if isinstance(exc, AgentError):
                     raise
@@ -260,6 +264,7 @@ class ModelRepository:
         with self._lock:
             mv.state = VersionState.READY
             self._refresh_default(model)
+        self._changed()
         return mv
 
     def _guarded_bring_up(self, mv: ModelVersion,
@@ -361,6 +366,7 @@ class ModelRepository:
             old.batcher.backend.close()
         old.state = VersionState.UNAVAILABLE
         old.reason = "replaced by a reload"
+        self._changed()
         return drained
 
     def set_default(self, name: str, version: int | None) -> None:
@@ -377,6 +383,7 @@ class ModelRepository:
                         f"it the default")
             model.pinned = version
             self._refresh_default(model)
+        self._changed()
 
     def unload_version(self, name: str, version: int, *,
                        drain_timeout_s: float | None = None) -> bool:
@@ -410,6 +417,7 @@ class ModelRepository:
                 mv.reason = "unloaded"
                 if not model.versions:
                     self._models.pop(name, None)
+            self._changed()
         return drained
 
     def unload_model(self, name: str) -> None:
@@ -452,6 +460,14 @@ class ModelRepository:
                 self.unload_model(name)
 
     # ------------------------------------------------------------------ helpers
+    def _changed(self) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change()
+        except Exception:  # a report must never fail a load, a switch or an unload
+            log.exception("change hook failed")
+
     def _refresh_default(self, model: _Model) -> None:
         ready = {v: mv for v, mv in model.versions.items() if mv.state is VersionState.READY}
         if model.pinned is not None and model.pinned in ready:
