@@ -35,7 +35,7 @@ from edge_agent.bind import add_port
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
-from edge_agent.protocol import handlers
+from edge_agent.protocol import grpc_internals, handlers
 from edge_agent.protocol.admission import AdmissionPool, ResponseBudget, WatchedPool
 from edge_agent.protocol.servicer import InferenceServicer, RepositoryControl
 from edge_agent.protocol.shared_memory import SharedMemoryRegistry
@@ -153,9 +153,11 @@ class AgentServer:
         # callers beyond CALLS_PER_WORKER per handler thread get RESOURCE_EXHAUSTED at once
         # instead of waiting, each with its request in memory, in an unbounded queue
         arrival = cfg.request_arrival_s
+        # a stream holds a thread of its pool only where grpcio lacks the non-blocking hook
+        streamers = 2 if grpc_internals.hooks().non_blocking else cfg.max_streams
         self._pools = [AdmissionPool(cfg.workers, cfg.workers * CALLS_PER_WORKER,
                                      request_arrival_s=arrival),
-                       futures.ThreadPoolExecutor(2, thread_name_prefix="grpc-stream"),
+                       futures.ThreadPoolExecutor(streamers, thread_name_prefix="grpc-stream"),
                        WatchedPool(4, request_arrival_s=arrival, thread_name_prefix="grpc-health")]
         main, stream_pool, health_pool = self._pools
         server = grpc.server(main, options=options)
