@@ -306,7 +306,7 @@ def self_test() -> Hooks:
         events = main.events + side.events
         return Hooks(
             grpcio=version,
-            thread_pool=on_side.decode().startswith(side.name) and not side.used - FUTURE_METHODS,
+            thread_pool=on_side.decode().startswith(side.name),
             non_blocking=pushed == [b"non-blocking"],
             lean_future=not (main.used | side.used) - FUTURE_METHODS,
             rpc_event=bool(events) and all(events) and cancelled)
