@@ -1,8 +1,8 @@
 """Every grpcio behaviour the agent's abuse protections rely on beyond grpcio's public API, in
 one place, each checked at start by :func:`hooks` (a self-test on a throwaway server).
 
-The hooks, with the grpcio source they rely on (grpcio 1.85.1 to 1.85.3, ``grpc/_server.py``;
-line numbers of 1.85.3):
+The hooks, with the grpcio source they rely on (``grpc/_server.py``, the same file in grpcio
+1.85.1 and 1.85.3, the newest release checked; line numbers of that file):
 
 ``thread_pool``
     A handler function's ``experimental_thread_pool`` attribute: the sync server runs the call
@@ -24,8 +24,8 @@ line numbers of 1.85.3):
     The pool's ``submit`` gets ``(context.run, handler_in_pool, rpc_event, state, ...)``
     (``_handle_unary_unary`` and its three siblings, lines 897-906, 921-930, 945-954,
     969-978): the call's event is argument :data:`EVENT_INDEX`; its ``call.cancel()`` ends the
-    call (what ``_Context.cancel`` does, line 387) and ``call_details.method`` names it. Used
-    to cancel calls whose request never arrives (:func:`rpc_event`, :func:`cancel`).
+    call (what ``_Context.cancel`` does, lines 386-387) and ``call_details.method`` names it.
+    Used to cancel calls whose request never arrives (:func:`rpc_event`, :func:`cancel`).
 
 Public APIs only elsewhere: handlers are built from the services' protobuf descriptors with
 ``grpc.*_rpc_method_handler`` (:func:`service_handlers`, :func:`rebuild`), never by capturing

@@ -95,7 +95,7 @@ def test_the_newest_grpcio_keeps_the_hooks_and_the_abuse_tests_pass(tmp_path: Pa
     found = json.loads(out.stdout.strip().splitlines()[-1])
     # the newest grpcio was imported, not this environment's
     assert Path(found["module"]).is_relative_to(tmp_path / "venv"), found["module"]
-    print(f"\nnewest: grpcio {found['grpcio']}, grpcio-health-checking {found['health']}; "
+    print(f"\nunder test: grpcio {found['grpcio']}, grpcio-health-checking {found['health']}; "
           f"self-test: {json.dumps(found)}")
     missing = [h for h in ("thread_pool", "non_blocking", "lean_future", "rpc_event")
                if not found[h]]
