@@ -197,7 +197,7 @@ def _gpu() -> tuple[list[Finding], bool]:
 
 
 def _grpc_hooks() -> Finding:
-    from edge_agent.protocol import grpc_internals
+    from edge_agent import grpc_internals
 
     found = grpc_internals.hooks()
     if not found.missing():

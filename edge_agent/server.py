@@ -31,11 +31,12 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2
 
+from edge_agent import grpc_internals
 from edge_agent.bind import add_port
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
-from edge_agent.protocol import grpc_internals, handlers
+from edge_agent.protocol import handlers
 from edge_agent.protocol.admission import AdmissionPool, ResponseBudget, WatchedPool
 from edge_agent.protocol.servicer import InferenceServicer, RepositoryControl
 from edge_agent.protocol.shared_memory import SharedMemoryRegistry

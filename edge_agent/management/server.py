@@ -8,11 +8,11 @@ from typing import Any
 
 import grpc
 
+from edge_agent import grpc_internals
 from edge_agent.bind import add_port
 from edge_agent.management.auth import TlsFiles, TokenAuthInterceptor, server_credentials
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.servicer import ManagementServicer
-from edge_agent.protocol import grpc_internals
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # deploy chunks are 1 MiB
 MAX_CONNECTIONS = 128  # operators' consoles and scripts; far fewer than inference callers

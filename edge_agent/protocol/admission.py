@@ -4,10 +4,10 @@ for the bytes of responses in flight.
 :class:`AdmissionPool` is the inference server's handler pool. It admits at most ``limit``
 unary calls (queued or running); a call beyond that runs on a small refusal pool whose only
 job is to answer RESOURCE_EXHAUSTED at once (:func:`refused` tells the handler). Streams and
-health run on pools of their own (:func:`~edge_agent.protocol.grpc_internals.on_pool`), so
+health run on pools of their own (:func:`~edge_agent.grpc_internals.on_pool`), so
 neither counts here and neither can starve the other. The pools are LeanPool instances: fixed
 threads on one queue that hand gRPC a minimal future (no Future, condition or semaphore per
-call) when :mod:`~edge_agent.protocol.grpc_internals` found that gRPC allows it.
+call) when :mod:`~edge_agent.grpc_internals` found that gRPC allows it.
 :class:`ResponseBudget` bounds the bytes of encoded responses that are waiting to be sent,
 whatever the callers ask for.
 """
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
+from edge_agent import grpc_internals
 from edge_agent.errors import QueueFullError
 from edge_agent.logthrottle import LogThrottle
-from edge_agent.protocol import grpc_internals
 
 log = logging.getLogger(__name__)
 _throttle = LogThrottle(log)
@@ -162,7 +162,7 @@ class _Call:
 
 class _FutureCall(futures.Future[None]):
     """One submitted call as a full Future (when gRPC needs more of it than :class:`_Call`
-    provides: hook ``lean_future`` of :mod:`~edge_agent.protocol.grpc_internals`)."""
+    provides: hook ``lean_future`` of :mod:`~edge_agent.grpc_internals`)."""
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """The inference and health services' method handlers, as the agent's server registers them.
 
 Built from the services' descriptors (what the generated ``add_*_to_server`` registers; the
-gRPC hooks used are all in :mod:`~edge_agent.protocol.grpc_internals`), with three changes:
+gRPC hooks used are all in :mod:`~edge_agent.grpc_internals`), with three changes:
 every request deserializer turns bytes that do not parse into a
 :class:`~edge_agent.undecodable.Undecodable` (the call gets
 INVALID_ARGUMENT and one rate-limited log line, not a traceback per call); unary calls that
@@ -22,8 +22,8 @@ from typing import Any, TypeAlias
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from edge_agent import grpc_internals
 from edge_agent.logthrottle import LogThrottle
-from edge_agent.protocol import grpc_internals
 from edge_agent.protocol.admission import CLOSING, refused, request_arrived
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc

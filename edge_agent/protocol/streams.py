@@ -1,7 +1,7 @@
 """Inference streams that cannot hold serving capacity: caps, a first-message and an idle
 timeout.
 
-ModelStreamInfer runs non-blocking (:func:`~edge_agent.protocol.grpc_internals.non_blocking`):
+ModelStreamInfer runs non-blocking (:func:`~edge_agent.grpc_internals.non_blocking`):
 the handler registers a :class:`StreamSession` and returns, so a stream holds no handler thread
 (where grpcio lacks that hook, one thread of the stream pool, sized to the cap, per stream).
 Each open stream has

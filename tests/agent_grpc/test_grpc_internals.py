@@ -1,4 +1,4 @@
-"""The grpcio hooks' self-test (edge_agent.protocol.grpc_internals) on the installed grpcio: every
+"""The grpcio hooks' self-test (edge_agent.grpc_internals) on the installed grpcio: every
 hook found; a hook grpcio stopped reading (simulated by renaming what the agent sets or
 looks for) found missing, alone; one warning per process; and the handlers built from the
 descriptors match what the generated ``add_*_to_server`` registers."""
@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from edge_agent.protocol import grpc_internals
+from edge_agent import grpc_internals
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 
@@ -53,7 +53,7 @@ def test_a_hook_grpc_stopped_honouring_is_found_missing_alone(
 
 def test_missing_hooks_are_warned_about_once_per_process(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="edge_agent.protocol.grpc_internals")
+    caplog.set_level(logging.INFO, logger="edge_agent.grpc_internals")
     monkeypatch.setattr(grpc_internals, "EVENT_INDEX", 0)
     monkeypatch.setattr(grpc_internals, "NON_BLOCKING_ATTR", "experimental_callback_renamed")
     first = grpc_internals.hooks()
@@ -67,7 +67,7 @@ def test_missing_hooks_are_warned_about_once_per_process(
 
 
 def test_all_present_is_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="edge_agent.protocol.grpc_internals")
+    caplog.set_level(logging.INFO, logger="edge_agent.grpc_internals")
     assert grpc_internals.hooks().missing() == []
     assert [r.levelno for r in caplog.records] == [logging.INFO]
     assert "all 4 server hooks present" in caplog.records[0].getMessage()

@@ -1,5 +1,5 @@
 """grpcio's private and experimental names appear in one module only:
-edge_agent/protocol/grpc_internals.py, where each is documented and checked at start (the
+edge_agent/grpc_internals.py, where each is documented and checked at start (the
 generated stubs aside: grpcio-tools writes them)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("edge_agent", "console")
-HOME = "edge_agent/protocol/grpc_internals.py"
+HOME = "edge_agent/grpc_internals.py"
 GENERATED = ("edge_agent/protocol/generated/", "edge_agent/management/generated/")
 PRIVATE = re.compile(
     r"experimental_"  # experimental_thread_pool, experimental_non_blocking, ...

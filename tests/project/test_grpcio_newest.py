@@ -7,7 +7,7 @@ has them) and a ``.pth`` that adds this interpreter's site-packages after them; 
 comes first on PYTHONPATH. ``EDGE_TEST_GRPCIO`` names other requirements to try instead
 (e.g. ``grpcio==1.86.0rc1 grpcio-health-checking==1.86.0rc1``). When the newest grpcio lacks a
 hook, the test checks that the agent still serves (the fallback) and is marked xfail naming
-what is missing: time to update edge_agent/protocol/grpc_internals.py before raising the
+what is missing: time to update edge_agent/grpc_internals.py before raising the
 bound. Slow (one pip install, about two minutes of tests). Skipped, with pip's own words,
 only when pip cannot reach a registry.
 """
@@ -43,7 +43,7 @@ ABUSE = [
 FALLBACK = ["tests/security/test_grpc_hooks_fallback.py"]
 SELF_TEST = ("import grpc, json\n"
              "from importlib.metadata import version\n"
-             "from edge_agent.protocol import grpc_internals\n"
+             "from edge_agent import grpc_internals\n"
              "found = grpc_internals.self_test().as_dict()\n"
              "found.update(module=grpc.__file__, health=version('grpcio-health-checking'))\n"
              "print(json.dumps(found))\n")

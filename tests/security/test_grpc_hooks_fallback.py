@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from edge_agent import grpc_internals
 from edge_agent.management.auth import bearer
 from edge_agent.management.generated import management_pb2 as mpb
 from edge_agent.management.generated import management_pb2_grpc as mpb_grpc
-from edge_agent.protocol import grpc_internals
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.agent_management.bundles import Bundles
 from tests.reliability.helpers import X, infer_request
 from tests.security.abuse import limited_agent
 
-LOGGER = "edge_agent.protocol.grpc_internals"
+LOGGER = "edge_agent.grpc_internals"
 
 
 @pytest.fixture
