@@ -196,6 +196,17 @@ def _gpu() -> tuple[list[Finding], bool]:
     return findings, nvidia
 
 
+def _grpc_hooks() -> Finding:
+    from edge_agent import grpc_internals
+
+    found = grpc_internals.hooks()
+    if not found.missing():
+        return Finding("runtimes", "grpcio server hooks", OK, found.summary())
+    return Finding("runtimes", "grpcio server hooks", WARN,
+                   f"{found.summary()}; abuse protections reduced: {'; '.join(found.reduced())}",
+                   "install the grpcio the agent supports: pip install 'edge-toolkit[agent]'")
+
+
 def _profile() -> Finding:
     from edge_agent.manager.device import detect_device
     from packager.bundle.profiles import list_profiles
@@ -285,6 +296,8 @@ def run_doctor(state_dir: Path | None = None) -> list[Finding]:
     findings = list(_device())
     gpu, nvidia = _gpu()
     findings += list(_runtimes(nvidia))
+    if importlib.util.find_spec("grpc") is not None:
+        findings.append(_grpc_hooks())
     findings += gpu
     findings.append(_profile())
     if state_dir is not None:

@@ -31,6 +31,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2
 
+from edge_agent import grpc_internals
 from edge_agent.bind import add_port
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
@@ -153,9 +154,11 @@ class AgentServer:
         # callers beyond CALLS_PER_WORKER per handler thread get RESOURCE_EXHAUSTED at once
         # instead of waiting, each with its request in memory, in an unbounded queue
         arrival = cfg.request_arrival_s
+        # a stream holds a thread of its pool only where grpcio lacks the non-blocking hook
+        streamers = 2 if grpc_internals.hooks().non_blocking else cfg.max_streams
         self._pools = [AdmissionPool(cfg.workers, cfg.workers * CALLS_PER_WORKER,
                                      request_arrival_s=arrival),
-                       futures.ThreadPoolExecutor(2, thread_name_prefix="grpc-stream"),
+                       futures.ThreadPoolExecutor(streamers, thread_name_prefix="grpc-stream"),
                        WatchedPool(4, request_arrival_s=arrival, thread_name_prefix="grpc-health")]
         main, stream_pool, health_pool = self._pools
         server = grpc.server(main, options=options)
