@@ -16,7 +16,7 @@ installed="$(cat "$stamp" 2>/dev/null || true)"
 # than is installed (dev holds all).
 if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ] \
         || { [ "$installed" != "$EXTRA" ] && [ "$installed" != dev ]; }; then
-    echo "==> installing edge-toolkit[$EXTRA] and its dependencies (first run takes a minute)"
+    echo "==> installing edgeship[$EXTRA] and its dependencies (first run takes a minute)"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$EXTRA]"
     echo "$EXTRA" > "$stamp"

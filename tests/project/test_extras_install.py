@@ -1,5 +1,5 @@
-"""Each machine gets only what it runs: ``pip install edge-toolkit[agent]`` and
-``edge-toolkit[console]`` into fresh virtual environments, then the commands run there.
+"""Each machine gets only what it runs: ``pip install edgeship[agent]`` and
+``edgeship[console]`` into fresh virtual environments, then the commands run there.
 
 - ``[agent]``: ``edge-agent serve --help`` works and every agent module imports; no Textual,
   no ONNX toolchain (onnx), no OpenVINO; the bundle reader and ``edge-pack profiles`` work;
@@ -78,8 +78,8 @@ def _venv_with(extra: str, tmp: Path) -> Venv:
         why = _registry_unreachable(venv, tmp / f"{extra}-probe")
         if why is not None:
             pytest.skip(f"pip cannot reach a package registry ({why})")
-        pytest.fail(f"pip install edge-toolkit[{extra}] failed:\n{out.stderr[-3000:]}")
-    print(f"\nedge-toolkit[{extra}]: site-packages {venv.site_packages_mib():.0f} MiB")
+        pytest.fail(f"pip install edgeship[{extra}] failed:\n{out.stderr[-3000:]}")
+    print(f"\nedgeship[{extra}]: site-packages {venv.site_packages_mib():.0f} MiB")
     return venv
 
 
@@ -107,8 +107,8 @@ def _one_line_refusal(out: subprocess.CompletedProcess[str], extra: str) -> None
     assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
-    assert f"needs edge-toolkit[{extra}]" in lines[0]
-    assert f"pip install 'edge-toolkit[{extra}]'" in lines[0]
+    assert f"needs edgeship[{extra}]" in lines[0]
+    assert f"pip install 'edgeship[{extra}]'" in lines[0]
 
 
 def test_agent_install_serves_without_the_toolchain_or_the_console(agent_venv: Venv,
