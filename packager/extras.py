@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "agent": ("numpy", "grpc", "grpc_health", "google.protobuf", "psutil", "zeroconf"),
+    "agent": ("numpy", "grpc", "google.protobuf", "psutil", "zeroconf"),
     "console": ("textual", "grpc", "google.protobuf", "psutil", "zeroconf"),
     "pack": ("numpy", "onnx", "onnxruntime", "openvino"),
     "tune": ("plotext",),  # on top of [agent]

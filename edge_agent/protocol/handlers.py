@@ -18,11 +18,11 @@ from concurrent import futures
 from typing import Any, TypeAlias
 
 import grpc
-from grpc_health.v1 import health_pb2_grpc
 
 from edge_agent.logthrottle import LogThrottle
 from edge_agent.protocol.admission import CLOSING, refused, request_arrived
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.protocol.generated import health_pb2_grpc
 from edge_agent.undecodable import Undecodable, safe_deserializer
 
 # grpc's method handler is a namedtuple whose ``_replace`` (and the server's
