@@ -8,89 +8,30 @@
   runtime (onnxruntime, openvino, onnx).
 
 Slow (two real pip installs from the package registry, about a minute each). Skipped, with
-pip's own words, only when pip cannot reach a registry.
+pip's own words, only when pip cannot reach a registry. Prints each install's site-packages
+size (``du``): the README's Install table is that measurement.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PIP_TIMEOUT_S = 900
+from tests.project.venvs import Venv, venv_with
 
 pytestmark = pytest.mark.slow
 
 
-@dataclass(frozen=True)
-class Venv:
-    """A fresh virtual environment with one extra of the project installed."""
-
-    root: Path
-
-    @property
-    def bin(self) -> Path:
-        return self.root / "bin"
-
-    def run(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
-        return subprocess.run(list(args), cwd=cwd or self.root, env=env, capture_output=True,
-                              text=True, timeout=PIP_TIMEOUT_S, check=False)
-
-    def installed(self, names: list[str]) -> dict[str, bool]:
-        code = ("import importlib.metadata as md, json, sys\n"
-                "def has(n):\n"
-                "    try:\n        md.distribution(n)\n        return True\n"
-                "    except md.PackageNotFoundError:\n        return False\n"
-                "print(json.dumps({n: has(n) for n in sys.argv[1:]}))\n")
-        out = self.run(str(self.bin / "python"), "-c", code, *names)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-    def site_packages_mib(self) -> float:
-        """Disk use of site-packages, as ``du`` counts it (allocated blocks)."""
-        sp = next(self.root.glob("lib/python3*/site-packages"))
-        return sum(p.lstat().st_blocks * 512 for p in sp.rglob("*")) / 2**20
-
-
-def _registry_unreachable(venv: Venv, scratch: Path) -> str | None:
-    """pip's last words when it cannot fetch a small package from a registry, else None."""
-    probe = venv.run(str(venv.bin / "python"), "-m", "pip", "download", "--no-deps",
-                     "--dest", str(scratch), "hatchling")
-    if probe.returncode == 0:
-        return None
-    return (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
-
-
-def _venv_with(extra: str, tmp: Path) -> Venv:
-    venv = Venv(tmp / extra)
-    subprocess.run([sys.executable, "-m", "venv", str(venv.root)], check=True, timeout=300)
-    out = venv.run(str(venv.bin / "python"), "-m", "pip", "install", "--quiet",
-                   f"{ROOT}[{extra}]")
-    if out.returncode != 0:
-        why = _registry_unreachable(venv, tmp / f"{extra}-probe")
-        if why is not None:
-            pytest.skip(f"pip cannot reach a package registry ({why})")
-        pytest.fail(f"pip install edgeship[{extra}] failed:\n{out.stderr[-3000:]}")
-    print(f"\nedgeship[{extra}]: site-packages {venv.site_packages_mib():.0f} MiB")
-    return venv
+@pytest.fixture(scope="module")
+def agent_venv(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Venv:
+    return venv_with("agent", tmp_path_factory.mktemp("extras"), pytestconfig)
 
 
 @pytest.fixture(scope="module")
-def agent_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return _venv_with("agent", tmp_path_factory.mktemp("extras"))
-
-
-@pytest.fixture(scope="module")
-def console_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return _venv_with("console", tmp_path_factory.mktemp("extras"))
+def console_venv(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Venv:
+    return venv_with("console", tmp_path_factory.mktemp("extras"), pytestconfig)
 
 
 def _import_all(venv: Venv, package: str) -> subprocess.CompletedProcess[str]:
@@ -100,7 +41,7 @@ def _import_all(venv: Venv, package: str) -> subprocess.CompletedProcess[str]:
             "    if not m.name.endswith('__main__'):\n"
             "        importlib.import_module(m.name)\n"
             "print('imported', len(sys.modules))\n")
-    return venv.run(str(venv.bin / "python"), "-c", code)
+    return venv.python(code)
 
 
 def _one_line_refusal(out: subprocess.CompletedProcess[str], extra: str) -> None:
