@@ -13,6 +13,7 @@ first use under the user's cache directory (``$XDG_CACHE_HOME/edgeship``) and re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -46,20 +47,24 @@ def generator_python() -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeship"
     root = cache / f"grpcio-tools-{GRPCIO_TOOLS}"
     python = root / "bin" / "python"
-    if (root / "ready").exists():
+    if python.exists():
         return python
-    venv.create(root, with_pip=True, clear=True)
-    out = subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                          f"grpcio-tools=={GRPCIO_TOOLS}"],
-                         capture_output=True, text=True, timeout=900, check=False)
-    if out.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise GeneratorUnavailableError(
-            f"cannot install grpcio-tools=={GRPCIO_TOOLS} into {root} to compile the stubs: "
-            f"{last}; install it in this environment instead (pip install "
-            f"grpcio-tools=={GRPCIO_TOOLS} in a venv with protobuf<6)")
-    (root / "ready").write_text(GRPCIO_TOOLS + "\n")
+    # built beside it and renamed into place: a concurrent run finds it whole or not at all
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"{root.name}.", dir=cache) as tmp:
+        build = Path(tmp) / "venv"
+        venv.create(build, with_pip=True)
+        out = subprocess.run([str(build / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                              f"grpcio-tools=={GRPCIO_TOOLS}"],
+                             capture_output=True, text=True, timeout=900, check=False)
+        if out.returncode != 0:
+            last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise GeneratorUnavailableError(
+                f"cannot install grpcio-tools=={GRPCIO_TOOLS} into {root} to compile the "
+                f"stubs: {last}; or install it in this environment (pip install "
+                f"grpcio-tools=={GRPCIO_TOOLS}, which needs protobuf<6)")
+        with contextlib.suppress(OSError):  # another run got there first: use its venv
+            build.rename(root)
     return python
 
 
