@@ -58,9 +58,12 @@ def test_agent_install_serves_without_the_toolchain_or_the_console(agent_venv: V
     assert out.returncode == 0, out.stderr
     assert "usage: edge-agent serve" in out.stdout
     have = agent_venv.installed(["onnxruntime", "grpcio", "zeroconf", "textual", "onnx",
-                                 "openvino", "sqlite-utils", "tensorrt"])
+                                 "openvino", "sqlite-utils", "tensorrt", "grpcio-health-checking"])
+    # the agent serves grpc.health.v1 from its own stubs (protobuf 5.29.1 to 7.x), not from
+    # grpcio-health-checking's (which follow the newest protobuf)
     assert have == {"onnxruntime": True, "grpcio": True, "zeroconf": True, "textual": False,
-                    "onnx": False, "openvino": False, "sqlite-utils": False, "tensorrt": False}
+                    "onnx": False, "openvino": False, "sqlite-utils": False, "tensorrt": False,
+                    "grpcio-health-checking": False}
     imported = _import_all(agent_venv, "edge_agent")
     assert imported.returncode == 0, imported.stderr
     # the bundle reader and the profiles need no ONNX toolchain
