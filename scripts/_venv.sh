@@ -30,7 +30,7 @@ except md.PackageNotFoundError:
 sys.exit(0 if url.get("url") == pathlib.Path(sys.argv[1]).as_uri() else 1)
 PY
     then
-        "$VENV/bin/python" -m pip uninstall --quiet --yes edge-toolkit grpcio-tools
+        "$VENV/bin/python" -m pip uninstall -qq --yes edge-toolkit grpcio-tools
     fi
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$EXTRA]"
     echo "$EXTRA" > "$stamp"
