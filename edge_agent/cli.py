@@ -208,7 +208,7 @@ def _install(bundle: BundleReader, state_dir: Path, *, replace: bool) -> tuple[P
 
 
 _NEEDS_AGENT = ("serve", "metrics", "check", "perf")
-"""Commands that need edge-toolkit[agent]; the others run in any installation."""
+"""Commands that need edgeship[agent]; the others run in any installation."""
 
 
 def cmd_perf(args: argparse.Namespace) -> int:

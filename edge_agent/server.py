@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2
 
 from edge_agent import grpc_internals
 from edge_agent.bind import add_port
@@ -38,6 +37,7 @@ from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
 from edge_agent.protocol import handlers
 from edge_agent.protocol.admission import AdmissionPool, ResponseBudget, WatchedPool
+from edge_agent.protocol.health import NOT_SERVING, SERVING, HealthServicer
 from edge_agent.protocol.servicer import InferenceServicer, RepositoryControl
 from edge_agent.protocol.shared_memory import SharedMemoryRegistry
 from edge_agent.protocol.streams import StreamLimits, StreamSessions
@@ -45,8 +45,6 @@ from edge_agent.protocol.streams import StreamLimits, StreamSessions
 log = logging.getLogger(__name__)
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
-_SERVING = health_pb2.HealthCheckResponse.SERVING
-_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 CALLS_PER_WORKER = 4
@@ -129,7 +127,7 @@ class AgentServer:
         # RepositoryModelLoad/Unload go to the model manager, only when the config allows it
         self.model_control = model_control if config.grpc.repository_control else None
         self.config = config
-        self.health = health.HealthServicer()
+        self.health = HealthServicer()
         # one set of system shared memory regions for every front end (gRPC and HTTP)
         self.shared_memory = SharedMemoryRegistry()
         self._server: grpc.Server | None = None
@@ -174,7 +172,7 @@ class AgentServer:
         handlers.register(server, handlers.HEALTH_SERVICE,
                           handlers.health_handlers(self.health, health_pool))
         for name in ("", INFERENCE_SERVICE):
-            self.health.set(name, _NOT_SERVING)
+            self.health.set(name, NOT_SERVING)
         tcp = None
         if cfg.address:
             port = add_port(server, cfg.address, where="--grpc (grpc.address)")
@@ -197,7 +195,7 @@ class AgentServer:
     def mark_serving(self) -> None:
         """Report SERVING on the health service (call once the models are ready)."""
         for name in ("", INFERENCE_SERVICE):
-            self.health.set(name, _SERVING)
+            self.health.set(name, SERVING)
 
     def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, finish in-flight calls within ``grace`` seconds, unbind."""

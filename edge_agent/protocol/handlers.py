@@ -20,13 +20,13 @@ from concurrent import futures
 from typing import Any, TypeAlias
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from edge_agent import grpc_internals
 from edge_agent.logthrottle import LogThrottle
 from edge_agent.protocol.admission import CLOSING, refused, request_arrived
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.protocol.generated import health_pb2, health_pb2_grpc
 from edge_agent.undecodable import Undecodable, safe_deserializer
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"

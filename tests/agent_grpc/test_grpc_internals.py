@@ -11,11 +11,12 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from edge_agent import grpc_internals
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.protocol.generated import health_pb2, health_pb2_grpc
+from edge_agent.protocol.health import HealthServicer
 
 HOOKS = ["thread_pool", "non_blocking", "lean_future", "rpc_event"]
 # how each hook is made to vanish: grpc no longer reads the attribute the agent sets, the
@@ -101,7 +102,7 @@ def test_handlers_from_the_descriptor_match_the_generated_registration() -> None
     assert {n: _kind(h) for n, h in built.items()} == {
         n: _kind(h) for n, h in generated.handlers.items()}
 
-    checker = health.HealthServicer()
+    checker = HealthServicer()
     generated = _Registered()
     health_pb2_grpc.add_HealthServicer_to_server(checker, generated)
     built = grpc_internals.service_handlers(checker,

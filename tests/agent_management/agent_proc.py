@@ -32,9 +32,12 @@ class AgentProcess:
 
     def __init__(self, state_dir: Path, *, trust: Path | None = None,
                  allow_unsigned: bool = False, env: dict[str, str] | None = None,
-                 extra: list[str] | None = None, tls: bool = False) -> None:
+                 extra: list[str] | None = None, tls: bool = False,
+                 command: list[str] | None = None) -> None:
+        """``command`` runs another installation's agent (e.g. ``[VENV/bin/edge-agent]``, with
+        ``env`` its whole environment); by default this Python runs this checkout's."""
         self.state_dir = Path(state_dir)
-        self.args = [sys.executable, "-m", "edge_agent.cli", "serve",
+        self.args = [*(command or [sys.executable, "-m", "edge_agent.cli"]), "serve",
                      "--state-dir", str(self.state_dir), "--grpc", "127.0.0.1:0", "--no-uds",
                      "--management", "127.0.0.1:0", "--name", "test-agent"]
         if trust is not None:
@@ -45,7 +48,8 @@ class AgentProcess:
         if not tls:
             self.args.append("--insecure")
         self.args += extra if extra is not None else ["--no-mdns"]
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        self.env = ({**os.environ, "PYTHONPATH": str(ROOT), **(env or {})} if command is None
+                    else dict(env or os.environ))
         self.proc: subprocess.Popen[str] | None = None
         self.lines: queue.Queue[str] = queue.Queue()
         self.output: list[str] = []
