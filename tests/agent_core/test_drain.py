@@ -17,9 +17,9 @@ from edge_agent.config import load_config
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.protocol.admission import BUSY, CLOSING, AdmissionPool, refused
 from edge_agent.server import AgentServer
-from tests.agent_core.bundles import install
 from tests.agent_core.conftest import Bundles
-from tests.agent_core.spin_model import spin_input
+from tests.support.core_bundles import install
+from tests.support.spin_model import spin_input
 
 
 def _infer(address: str, x: np.ndarray) -> str:

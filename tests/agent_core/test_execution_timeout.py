@@ -18,9 +18,9 @@ from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError, RequestTimeoutError
 from packager.bundle.manifest import BatchingConfig
-from tests.agent_core.bundles import install
 from tests.agent_core.conftest import Bundles
-from tests.agent_core.spin_model import spin_input
+from tests.support.core_bundles import install
+from tests.support.spin_model import spin_input
 
 CALM = {"input": spin_input()}
 

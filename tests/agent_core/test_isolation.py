@@ -25,9 +25,9 @@ from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import load_manifest
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import BackendCrashedError, BackendError, ErrorCode
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
-from tests.agent_core.spin_model import spin_input
+from tests.support.core_bundles import install, reference_outputs
+from tests.support.spin_model import spin_input
 
 X = np.random.default_rng(7).standard_normal((3, 64)).astype(np.float32)
 

@@ -22,9 +22,9 @@ from edge_agent.errors import ConfigError, InvalidInputError
 from edge_agent.protocol.converters import to_infer_request
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from packager.bundle.manifest import BatchingConfig
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
 from tests.agent_core.test_batching import GatedBackend
+from tests.support.core_bundles import install, reference_outputs
 
 DEADLINE_S = 60.0
 

@@ -24,9 +24,9 @@ from edge_agent.config import load_config
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.management.agent_main import run_agent
 from edge_agent.management.runtime import ManagementOptions
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
-from tests.agent_core.spin_model import spin_input
+from tests.support.core_bundles import install, reference_outputs
+from tests.support.spin_model import spin_input
 
 DEADLINE_S = 120.0
 

@@ -13,8 +13,8 @@ from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import ModelNotFoundError, ModelUnavailableError
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
+from tests.support.core_bundles import install, reference_outputs
 
 X = np.random.default_rng(42).standard_normal((2, 64)).astype(np.float32)
 

@@ -26,7 +26,7 @@ from edge_agent.management.agent_main import serve
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.server import BoundAddresses
 from packager.build import build_bundles
-from tests.model_factory import conditioned_light_model, make_mlp
+from tests.support.model_factory import conditioned_light_model, make_mlp
 
 ORT = "x86_64-cpu-onnxruntime"
 OV = "x86_64-cpu-openvino"

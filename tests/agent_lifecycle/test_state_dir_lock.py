@@ -25,8 +25,8 @@ from edge_agent.management.client import AgentClient
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.types import DeployResult
-from tests.agent_management.agent_proc import ROOT, AgentProcess
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.harness import ROOT, AgentProcess
 
 X = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from edge_agent.management.client import AgentClient
-from tests.agent_management.agent_proc import ROOT, AgentProcess
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.harness import ROOT, AgentProcess
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -16,8 +16,8 @@ import pytest
 from edge_agent.management.client import AgentClient, AuthenticationError, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent, trusted_agent
 
 INPUTS = [np.random.default_rng(i).standard_normal((1, 64)).astype(np.float32)
           for i in range(8)]

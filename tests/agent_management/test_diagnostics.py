@@ -15,8 +15,8 @@ from edge_agent.log_ring import LogRing
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent, trusted_agent
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,8 @@ import pytest
 from console.discovery import AgentBrowser
 from edge_agent.management.client import AgentClient
 from edge_agent.management.runtime import ManagementOptions
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import start_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess, start_agent
 
 
 def _datagrams(sock: socket.socket, until: str, deadline_s: float = 60.0) -> list[str]:

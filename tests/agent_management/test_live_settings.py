@@ -17,9 +17,9 @@ import pytest
 
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.manager.pause import PAUSE_ENV, PAUSE_FILE
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import X, integrity, served_version
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
+from tests.support.traffic import X, integrity, served_version
 
 
 class Load:

@@ -16,7 +16,7 @@ from edge_agent.errors import AgentError
 from edge_agent.manager import DeploymentBusyError, ManagerError, VersionInUseError
 from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.state import DeploymentKind, DeploymentStatus, StateStore, Step
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
 
 X = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
 

@@ -36,8 +36,7 @@ from edge_agent.management.client import (
 from edge_agent.management.options import management_options
 from edge_agent.management.runtime import ManagementOptions
 from edge_agent.management.tls import fingerprint
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.support.harness import AgentProcess, InProcessAgent, start_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 

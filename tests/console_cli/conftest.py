@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from edge_agent.management.runtime import ManagementOptions
-from tests.agent_management.bundles import Bundles, build_all
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.support.bundles import Bundles, build_all
+from tests.support.harness import InProcessAgent, start_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 

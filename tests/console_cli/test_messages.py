@@ -26,9 +26,9 @@ from console.connections import Connections
 from console.fleet import AgentState, FleetAgent
 from console.tui import build_tui_parser
 from edge_agent.management.client import AgentClient, InferencePortError
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
 from tests.console_cli.conftest import ROOT, Fleet, console
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent, trusted_agent
 
 
 def _piped(*args: str, module: str = "console.cli") -> subprocess.CompletedProcess[str]:

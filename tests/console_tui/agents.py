@@ -21,7 +21,7 @@ from pathlib import Path
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from tests.agent_management.models import make_fragile_model, make_nan_model
+from tests.support.models import make_fragile_model, make_nan_model
 
 PROFILE = "x86_64-cpu-onnxruntime"
 LOOPBACK = ("127.0.0.1",)

@@ -16,8 +16,8 @@ import pytest
 from edge_agent import embedded
 from edge_agent.errors import InvalidInputError, ModelNotFoundError
 from packager.bundle.reader import open_bundle as read_bundle
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import trusted_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import trusted_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import pytest
 from edge_agent.config import load_config
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.server import AgentServer
-from tests.agent_core.bundles import build, install
-from tests.model_factory import make_mlp
+from tests.support.core_bundles import build, install
+from tests.support.model_factory import make_mlp
 
 ORT = "x86_64-cpu-onnxruntime"
 

@@ -21,8 +21,8 @@ from edge_agent.core.dataplane import DataPlane
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.server import AgentServer
-from tests.agent_core.bundles import build, install
 from tests.fastpath.conftest import ORT
+from tests.support.core_bundles import build, install
 
 
 def _make_simple(path: Path) -> Path:

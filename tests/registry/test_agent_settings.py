@@ -19,9 +19,9 @@ from console.errors import DeploymentFailedError
 from edge_agent.errors import ConfigError
 from edge_agent.management.options import management_options
 from packager.cli import main as edge_pack
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
 from tests.registry.registry_proc import BINARY, SKIP_REASON, RegistryProcess
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
 
 needs_registry = pytest.mark.skipif(BINARY is None, reason=SKIP_REASON)
 

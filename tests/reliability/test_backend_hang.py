@@ -24,10 +24,10 @@ from edge_agent.management.client import AgentClient
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.build import build_bundles
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import Bystander, infer_request
 from tests.reliability.models import HOT, make_hang_model
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
+from tests.support.traffic import Bystander, infer_request
 
 
 @contextlib.contextmanager

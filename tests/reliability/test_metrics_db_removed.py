@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from edge_agent.metrics.store import DB_NAME, MetricsStore, SecondRow
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import Bystander
 from tests.security.abuse import limited_agent
+from tests.support.bundles import Bundles
+from tests.support.traffic import Bystander
 
 
 def _row(requests: int) -> SecondRow:

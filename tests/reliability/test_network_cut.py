@@ -13,10 +13,10 @@ from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.runtime import ManagementOptions
 from packager.build import build_bundles
 from packager.samples import make_mlp
-from tests.agent_management.bundles import PROFILE, Bundles
-from tests.agent_management.inproc import start_agent
-from tests.reliability.helpers import served_version
 from tests.reliability.netcut import CuttingProxy
+from tests.support.bundles import PROFILE, Bundles
+from tests.support.harness import start_agent
+from tests.support.traffic import served_version
 
 
 def _wait_until(condition, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]

@@ -22,9 +22,9 @@ import pytest
 from edge_agent.management.client import AgentClient
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import served_version
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
+from tests.support.traffic import served_version
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 BURST = 1500  # concurrent calls; the agent admits 4 per handler thread (8)

@@ -18,9 +18,9 @@ from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.state.token import rotate_token
 from packager.bundle.format import MAX_TOTAL_BYTES
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent
 from tests.security.abuse import limited_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent
 
 CHUNK = b"\0" * 20480
 

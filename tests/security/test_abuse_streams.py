@@ -18,9 +18,9 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import X, infer_request
 from tests.security.abuse import IdleStreams, limited_agent
+from tests.support.bundles import Bundles
+from tests.support.traffic import X, infer_request
 
 
 def _wait(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
