@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as th
 
 from edge_agent.core.dataplane import DataPlane
@@ -92,6 +93,9 @@ def test_device_gauges_appear_once_the_recorder_sampled(http_agent: HttpAgent) -
     assert samples[("edge_agent_rss_bytes", frozenset())] > 0
 
 
+SWAP_S = 0.2
+
+
 def test_deployments_and_swap_duration_come_from_the_state_store(tmp_path: Path) -> None:
     store = StateStore.open(tmp_path / "state")
     plane = DataPlane(tmp_path / "plane")
@@ -101,6 +105,8 @@ def test_deployments_and_swap_duration_come_from_the_state_store(tmp_path: Path)
                          (DeploymentKind.ROLLBACK, True)):
             dep = store.begin_deployment("cam", kind, to_version=2, from_version=1)
             store.record_step(dep, Step.RECEIVED, "")
+            if kind is DeploymentKind.ROLLBACK:
+                time.sleep(SWAP_S)  # the newest committed change takes at least SWAP_S
             if ok:
                 store.commit_deployment(dep)
             else:
@@ -123,5 +129,9 @@ def test_deployments_and_swap_duration_come_from_the_state_store(tmp_path: Path)
                     labels(model="cam", kind="rollback", status="committed"))] == 1
     assert samples[("edge_deployment_duration_seconds_count",
                     labels(model="cam", kind="rollback", status="committed"))] == 1
-    assert samples[("edge_last_swap_duration_seconds", labels(model="cam"))] >= 0
+    # the gauge is the newest committed change (the rollback), not the first deploy
+    rollback = labels(model="cam", kind="rollback", status="committed")
+    swap = samples[("edge_last_swap_duration_seconds", labels(model="cam"))]
+    assert swap >= SWAP_S
+    assert swap == pytest.approx(samples[("edge_deployment_duration_seconds_sum", rollback)])
     assert not any(name.startswith("nv_cache") for name, _ in samples)  # cache off
