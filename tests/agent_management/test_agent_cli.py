@@ -54,10 +54,7 @@ def test_sighup_reloads_the_trust_settings_and_token_metrics_commands(
             config.write_text("[management]\nallow_unsigned = true\n")
             assert agent.proc is not None
             os.killpg(agent.proc.pid, signal.SIGHUP)
-            deadline = time.monotonic() + 60
-            while not any("configuration reloaded" in line for line in agent.output):
-                assert time.monotonic() < deadline, "".join(agent.output)
-                time.sleep(0.1)
+            agent.wait_for_output("configuration reloaded", timeout=60)
             accepted = client.deploy(bundles.unsigned)
             assert accepted.ok, accepted.message
         with tc.InferenceServerClient(agent.grpc) as triton:

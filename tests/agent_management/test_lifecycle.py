@@ -4,6 +4,7 @@ exits cleanly, and the mDNS advert (127.0.0.1 only) appears on start and is with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -16,20 +17,21 @@ from console.discovery import AgentBrowser
 from edge_agent.management.client import AgentClient
 from edge_agent.management.runtime import ManagementOptions
 from tests.support.bundles import Bundles
+from tests.support.eventually import eventually, eventually_async
 from tests.support.harness import AgentProcess, start_agent
 
 
 def _datagrams(sock: socket.socket, until: str, deadline_s: float = 60.0) -> list[str]:
     got: list[str] = []
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
+
+    def received() -> bool:  # one datagram (the socket's own timeout bounds the wait)
+        with contextlib.suppress(TimeoutError):
             got.append(sock.recv(4096).decode())
-        except TimeoutError:
-            continue
-        if any(until in m for m in got):
-            return got
-    raise AssertionError(f"no {until!r} from the agent; got {got}")
+        return any(until in m for m in got)
+
+    eventually(received, timeout=deadline_s, interval=0,
+               message=lambda: f"no {until!r} from the agent; got {got}")
+    return got
 
 
 def test_systemd_ready_watchdog_stopping_and_sigterm_exit_0(bundles: Bundles,
@@ -55,12 +57,9 @@ def test_systemd_ready_watchdog_stopping_and_sigterm_exit_0(bundles: Bundles,
 
 
 async def _wait_for(browser: AgentBrowser, present: bool, name: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(a.name == name for a in browser.agents()) == present:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"agent {name} {'never appeared' if present else 'never left'}")
+    await eventually_async(lambda: any(a.name == name for a in browser.agents()) == present,
+                           timeout=timeout, interval=0.1,
+                           message=f"agent {name} {'never appeared' if present else 'never left'}")
 
 
 @pytest.mark.asyncio

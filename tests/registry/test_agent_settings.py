@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -42,11 +41,7 @@ def _hup_and_wait(agent: AgentProcess, expect: str, timeout: float = 60.0) -> No
     assert agent.proc is not None
     seen = len(agent.output)
     os.kill(agent.proc.pid, signal.SIGHUP)
-    deadline = time.monotonic() + timeout
-    while not any(expect in line for line in agent.output[seen:]):
-        assert agent.proc.poll() is None and time.monotonic() < deadline, \
-            "".join(agent.output)
-        time.sleep(0.1)
+    agent.wait_for_output(expect, since=seen, timeout=timeout)
 
 
 def _infer_matches(agent: AgentProcess, bundles: Bundles, version: int) -> None:

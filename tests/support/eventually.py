@@ -7,7 +7,7 @@ took, only that the condition came true before the deadline.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import TypeVar, cast
 
 T = TypeVar("T")
@@ -50,14 +50,17 @@ def eventually(predicate: Callable[[], T], *, timeout: float = DEFAULT_TIMEOUT_S
 
 async def eventually_async(predicate: Callable[[], T], *, timeout: float = DEFAULT_TIMEOUT_S,
                            interval: float = 0.05,
-                           message: str | Callable[[], str] = "condition never held") -> T:
-    """:func:`eventually` for asyncio tests: sleeps with ``asyncio.sleep`` between calls."""
+                           message: str | Callable[[], str] = "condition never held",
+                           sleep: Callable[[float], Awaitable[object]] | None = None) -> T:
+    """:func:`eventually` for asyncio tests: awaits ``sleep(interval)`` between calls
+    (``asyncio.sleep`` unless given, e.g. a Textual pilot's ``pause``)."""
     import asyncio
 
+    pause = sleep or asyncio.sleep
     steps = _attempts(predicate, timeout, message)
     try:
         while True:
             next(steps)
-            await asyncio.sleep(interval)
+            await pause(interval)
     except StopIteration as done:
         return cast(T, done.value)  # the generator's return value

@@ -38,6 +38,7 @@ from edge_agent.management.runtime import AgentRuntime, ManagementOptions
 from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.server import BoundAddresses
 from edge_agent.state import StateStore
+from tests.support.eventually import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"edge-agent ready: listening on (?P<listen>.*?); management on "
@@ -312,11 +313,25 @@ class AgentProcess:
             self.output.append(line)
             self.lines.put(line)
 
+    def wait_for_output(self, text: str, *, since: int = 0,
+                        timeout: float = START_DEADLINE_S) -> str:
+        """Wait until a line of output after the first ``since`` lines holds ``text``; return
+        that line. AssertionError (with the output) if the process exits first or ``timeout``
+        passes."""
+        def line() -> str:
+            assert self.proc is not None
+            found = next((x for x in self.output[since:] if text in x), "")
+            if not found and self.proc.poll() is not None:
+                raise AssertionError(f"agent exited before printing {text!r}:\n"
+                                     + "".join(self.output))
+            return found
+
+        return eventually(line, timeout=timeout, interval=0.05,
+                          message=lambda: f"no {text!r} from the agent:\n" + "".join(self.output))
+
     def wait_for_file(self, path: Path, timeout: float = START_DEADLINE_S) -> None:
         """Wait until ``path`` exists; AssertionError (with the output) if the process exits
         first or ``timeout`` passes."""
-        from tests.support.eventually import eventually
-
         def appeared() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
