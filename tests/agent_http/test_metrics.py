@@ -16,6 +16,7 @@ from edge_agent.http.prometheus import AgentCollector, MetricsPage
 from edge_agent.state import StateStore
 from edge_agent.state.records import DeploymentKind, Step, VersionRecord
 from tests.agent_http.conftest import HttpAgent
+from tests.support.eventually import eventually
 
 _LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -81,13 +82,13 @@ def test_triton_counters_follow_inferences(http_agent: HttpAgent, triton_http) -
 
 
 def test_device_gauges_appear_once_the_recorder_sampled(http_agent: HttpAgent) -> None:
-    deadline = time.monotonic() + 60
-    while True:
+    def sampled() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         _, samples = scrape(http_agent)
-        names = {name for name, _ in samples}
-        if "edge_device_cpu_percent" in names or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+        return samples if ("edge_device_cpu_percent", frozenset()) in samples else {}
+
+    samples = eventually(sampled, timeout=60, interval=0.2,
+                         message="the recorder never sampled the device")
+    names = {name for name, _ in samples}
     assert {"edge_device_cpu_percent", "edge_device_memory_percent", "edge_agent_rss_bytes",
             "edge_disk_free_bytes"} <= names
     assert samples[("edge_agent_rss_bytes", frozenset())] > 0

@@ -8,7 +8,6 @@ import contextlib
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -77,14 +76,14 @@ async def test_mdns_advert_on_start_withdrawn_on_stop(bundles: Bundles, tmp_path
             assert seen.api == "1" and seen.arch == "x86_64"
             with AgentClient(agent.management, token=agent.token) as client:
                 assert (await asyncio.to_thread(client.deploy, bundles.mlp[1])).ok
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:  # the TXT record follows the active versions
+
+            def txt_follows() -> bool:  # the TXT record follows the active versions
                 agents = [a for a in browser.agents() if a.name == "mdns-agent"]
-                if agents and agents[0].txt.get("models") == "mlp:1":
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError(f"TXT models never became mlp:1: {browser.agents()}")
+                return bool(agents) and agents[0].txt.get("models") == "mlp:1"
+
+            await eventually_async(
+                txt_follows, timeout=30, interval=0.1,
+                message=lambda: f"TXT models never became mlp:1: {browser.agents()}")
         finally:
             await asyncio.to_thread(agent.stop)
         await _wait_for(browser, False, "mdns-agent", 30)
