@@ -45,12 +45,16 @@ def test_a_draining_server_finishes_calls_in_flight_and_refuses_new_ones_as_unav
         assert address is not None
         server.mark_serving()
         assert _infer(address, spin_input(0)) == "ok"
+        pool = server._pools[0]
+        assert isinstance(pool, AdmissionPool)
+        # the first call leaves the pool just after its answer: wait, so that the count below
+        # is the slow call's
+        eventually(lambda: pool.admitted == 0, timeout=60, interval=0.01,
+                   message="the first call never left the pool")
         slow: list[str] = []
         in_flight = threading.Thread(target=lambda: slow.append(
             _infer(address, spin_input(1_000_000))))  # a run of a second or more
         in_flight.start()
-        pool = server._pools[0]
-        assert isinstance(pool, AdmissionPool)
         eventually(lambda: pool.admitted, timeout=60, interval=0.01,
                    message="the slow call never reached the server")
         stopper = threading.Thread(target=server.stop, kwargs={"grace": 60.0})
