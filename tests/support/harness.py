@@ -1,9 +1,10 @@
 """The one harness that starts an agent under test, in one of two modes.
 
-- **In-process** (:func:`run_configured`, :func:`start_agent`, :func:`trusted_agent`): the real
-  agent (``edge_agent.management.agent_main.run_agent``, or ``serve`` when no management
-  options are given) on a thread of the test process, inference gRPC (and management gRPC) on
-  127.0.0.1 port 0. Fast to start; the test can reach the data plane and the runtime.
+- **In-process** (:func:`run_configured`, :func:`running`, :func:`start_agent`,
+  :func:`trusted_agent`): the real agent (``edge_agent.management.agent_main.run_agent``, or
+  ``serve`` when no management options are given) on a thread of the test process, inference
+  gRPC (and management gRPC) on 127.0.0.1 port 0. Fast to start; the test can reach the data
+  plane and the runtime.
 - **Subprocess** (:class:`AgentProcess`): ``python -m edge_agent.cli serve`` in its own process
   group, ports read from its ready line; for crashes, signals, restarts and the CLI.
 
