@@ -14,9 +14,9 @@ from tritonclient.utils import InferenceServerException
 
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.metrics.summary import summary_json
-from tests.console_cli.conftest import console
 from tests.orchestration.agents import client, infer_cnn, running_agent
 from tests.orchestration.conftest import CnnBundles
+from tests.support.cli import console
 from tests.support.eventually import eventually
 
 ON_DEMAND = ModelOverrides(load="on-demand", isolation="thread")
