@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -22,20 +20,14 @@ import tritonclient.grpc as tc
 
 from edge_agent.config import load_config
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.management.agent_main import run_agent
 from edge_agent.management.runtime import ManagementOptions
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
-from tests.agent_core.spin_model import spin_input
+from tests.support.core_bundles import install, reference_outputs
+from tests.support.eventually import eventually
+from tests.support.harness import running
+from tests.support.spin_model import spin_input
 
 DEADLINE_S = 120.0
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 @pytest.fixture
@@ -48,31 +40,9 @@ def agent(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, DataPlane]]:
                     '[models.spin]\npriority = 20\nisolation = "process"\n'
                     '[models.mlp]\nisolation = "process"\n')
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True)
-    ready = threading.Event()
-    found: dict[str, Any] = {}
-    stop = threading.Event()
-
-    def on_ready(addresses: Any, dataplane: Any, _runtime: Any) -> None:
-        found["grpc"], found["plane"] = addresses.tcp, dataplane
-        ready.set()
-
-    def main() -> None:
-        try:
-            run_agent(config, ManagementOptions(mdns=False, metrics=False), on_ready=on_ready,
-                      stop_event=stop, grace=2.0)
-        except BaseException as exc:
-            found["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=main, name="priority-agent", daemon=True)
-    thread.start()
-    try:
-        assert ready.wait(DEADLINE_S) and "error" not in found, found.get("error")
-        yield found["grpc"], found["plane"]
-    finally:
-        stop.set()
-        thread.join(DEADLINE_S)
-        assert not thread.is_alive(), "agent did not stop"
+    with running(config, ManagementOptions(mdns=False, metrics=False), timeout_s=DEADLINE_S,
+                 name="priority-agent") as served:
+        yield served.grpc, served.dataplane
 
 
 def test_a_later_high_priority_request_runs_before_a_waiting_low_priority_one(
@@ -106,11 +76,14 @@ def test_a_later_high_priority_request_runs_before_a_waiting_low_priority_one(
         gate.acquire(1)  # the test holds the device's only execution slot
         try:
             low = pool.submit(infer, "spin", spin_input())  # priority 20 from agent.toml
-            wait_until(lambda: gate.waiting == 1, "the spin execution to wait")
+            eventually(lambda: gate.waiting == 1, timeout=DEADLINE_S,
+                       message="timed out waiting for the spin execution to wait")
             high = pool.submit(infer, "mlp", x, 2)  # the request's own priority: 2
-            wait_until(lambda: gate.waiting == 2, "the mlp execution to wait")
+            eventually(lambda: gate.waiting == 2, timeout=DEADLINE_S,
+                       message="timed out waiting for the mlp execution to wait")
             pool.submit(marker)
-            wait_until(lambda: gate.waiting == 3, "the marker to wait")
+            eventually(lambda: gate.waiting == 3, timeout=DEADLINE_S,
+                       message="timed out waiting for the marker to wait")
         finally:
             gate.release()
         try:

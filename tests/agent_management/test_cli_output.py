@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from packager.pipes import BROKEN_PIPE_EXIT
-from tests.agent_management.agent_proc import ROOT, AgentProcess
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.harness import ROOT, AgentProcess
 
 MODULES = {"edge-pack": "packager.cli", "edge-agent": "edge_agent.cli",
            "edge-console": "console.cli"}

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.agent_management.agent_proc import ROOT, AgentProcess
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.harness import ROOT, AgentProcess
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

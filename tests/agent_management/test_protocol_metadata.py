@@ -13,8 +13,8 @@ from edge_agent.core.api import ModelConfigInfo
 from edge_agent.management.client import AgentClient
 from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.converters import to_model_config
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import start_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import start_agent
 
 
 @pytest.mark.parametrize("control", [False, True])

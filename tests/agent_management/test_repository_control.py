@@ -24,8 +24,8 @@ from edge_agent.management.runtime import ManagementOptions
 from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.server import AgentServer
 from edge_agent.state import StateStore, Step
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent, start_agent
 
 X = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
 

@@ -36,8 +36,8 @@ from edge_agent.management.client import (
 from edge_agent.management.options import management_options
 from edge_agent.management.runtime import ManagementOptions
 from edge_agent.management.tls import fingerprint
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.support.eventually import eventually
+from tests.support.harness import AgentProcess, InProcessAgent, start_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -288,7 +288,6 @@ def test_first_contact_on_a_terminal_asks(tls_agent: InProcessAgent, tmp_path: P
     """`edge-console status` with a terminal: the fingerprint is shown, `yes` pins it."""
     import pty
     import select
-    import time
 
     home = tmp_path / "home"
     home.mkdir()
@@ -302,11 +301,17 @@ def test_first_contact_on_a_terminal_asks(tls_agent: InProcessAgent, tmp_path: P
         env={**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(home)})
     os.close(slave)
     try:
-        seen, deadline = b"", time.monotonic() + 120
-        while b"(yes/no)?" not in seen:
-            assert time.monotonic() < deadline and proc.poll() is None, seen
+        read: list[bytes] = []
+
+        def prompted() -> bool:
+            assert proc.poll() is None, b"".join(read)
             if select.select([master], [], [], 0.5)[0]:
-                seen += os.read(master, 4096)
+                read.append(os.read(master, 4096))
+            return b"(yes/no)?" in b"".join(read)
+
+        eventually(prompted, timeout=120, interval=0,
+                   message=lambda: f"no (yes/no)? prompt: {b''.join(read)!r}")
+        seen = b"".join(read)
         assert tls_agent.fingerprint.encode() in seen
         os.write(master, b"yes\n")
         out, _ = proc.communicate(timeout=120)

@@ -22,9 +22,9 @@ from edge_agent.management.client import AgentClient
 from edge_agent.management.runtime import ManagementOptions
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
-from tests.agent_management.bundles import PROFILE, Bundles
-from tests.agent_management.inproc import InProcessAgent, start_agent, trusted_agent
 from tests.console_cli.conftest import console
+from tests.support.bundles import PROFILE, Bundles
+from tests.support.harness import InProcessAgent, start_agent, trusted_agent
 
 
 @dataclass

@@ -7,8 +7,8 @@ import json
 import logging
 import time
 
-from tests.agent_management.bundles import Bundles
 from tests.console_cli.conftest import Fleet, console
+from tests.support.bundles import Bundles
 
 
 def test_doctor_prints_each_agents_findings(fleet: Fleet) -> None:

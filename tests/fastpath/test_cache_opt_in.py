@@ -21,10 +21,10 @@ from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.bundle.reader import open_bundle
-from tests.agent_core.bundles import install
-from tests.agent_management.inproc import start_agent
-from tests.console_cli.conftest import console
 from tests.fastpath.conftest import ORT, MlpBundles
+from tests.support.cli import console
+from tests.support.core_bundles import install
+from tests.support.harness import start_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from edge_agent.config import AgentConfig, GrpcConfig
 from edge_agent.core.overrides import ModelOverrides
 from edge_agent.management.client import AgentClient
 from edge_agent.management.runtime import ManagementOptions
-from tests.agent_management.inproc import InProcessAgent, run_configured
+from tests.support.harness import InProcessAgent, run_configured
 
 
 @contextmanager

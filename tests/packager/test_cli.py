@@ -122,7 +122,7 @@ def test_max_batch_on_a_fixed_batch_model_warns_and_names_dynamic_batch(tmp_path
 
 
 def test_build_refuses_to_replace_a_bundle_built_from_other_weights(tmp_path: Path) -> None:
-    from tests.model_factory import make_mlp
+    from tests.support.model_factory import make_mlp
 
     first, other = make_mlp(tmp_path / "a.onnx", seed=1), make_mlp(tmp_path / "b.onnx", seed=2)
     args = ("--name", "mlp", "--version", "1", "--profile", "x86_64-cpu-onnxruntime",

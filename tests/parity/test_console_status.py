@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from edge_agent.management.runtime import ManagementOptions
-from tests.agent_management.inproc import InProcessAgent, start_agent
-from tests.console_cli.conftest import Run, console
 from tests.parity.bundles import ParityBundles
+from tests.support.cli import Run, console
+from tests.support.harness import InProcessAgent, start_agent
 
 
 @pytest.fixture

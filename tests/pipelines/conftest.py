@@ -12,22 +12,19 @@ import contextlib
 import shutil
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from edge_agent.config import AgentConfig, GrpcConfig
 from edge_agent.core.overrides import ModelOverrides
-from edge_agent.management.agent_main import run_agent
-from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import AgentRuntime, ManagementOptions
+from edge_agent.management.runtime import ManagementOptions
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
+from tests.support.harness import InProcessAgent, running
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pipeline"
@@ -122,24 +119,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return b
 
 
-@dataclass
-class Agent:
-    state_dir: Path
-    stop_event: threading.Event = field(default_factory=threading.Event)
-    runtime: AgentRuntime | None = None
-    dataplane: Any = None
-    tcp: str = ""
-    uds: str = ""
-    error: BaseException | None = None
-    thread: threading.Thread | None = None
-
-    def client(self) -> AgentClient:
-        assert self.runtime is not None and self.runtime.management_address
-        return AgentClient(self.runtime.management_address, token=self.runtime.token)
-
-    def deploy(self, bundle: Path) -> Any:
-        with self.client() as c:
-            return c.deploy(bundle)
+Agent = InProcessAgent
+"""A running agent of these tests (the harness's in-process mode)."""
 
 
 @contextlib.contextmanager
@@ -155,29 +136,5 @@ def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: b
     config = AgentConfig(state_dir=state_dir, models=models or {},
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds,
                                          workers=24, repository_control=repository_control))
-    agent = Agent(state_dir)
-    ready = threading.Event()
-
-    def on_ready(addresses: Any, dataplane: Any, runtime: AgentRuntime) -> None:
-        agent.runtime, agent.tcp, agent.dataplane = runtime, addresses.tcp, dataplane
-        agent.uds = f"unix://{uds}"
-        ready.set()
-
-    def main() -> None:
-        try:
-            run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
-                      grace=2.0)
-        except BaseException as exc:  # surfaced below
-            agent.error = exc
-            ready.set()
-
-    state_dir.mkdir(parents=True, exist_ok=True)
-    agent.thread = threading.Thread(target=main, name="pipeline-agent", daemon=True)
-    agent.thread.start()
-    try:
-        assert ready.wait(120) and agent.error is None, f"agent did not start: {agent.error!r}"
+    with running(config, options, name="pipeline-agent") as agent:
         yield agent
-    finally:
-        agent.stop_event.set()
-        agent.thread.join(60)
-        assert not agent.thread.is_alive(), "agent did not stop"

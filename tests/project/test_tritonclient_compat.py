@@ -26,9 +26,9 @@ import onnxruntime as ort
 import pytest
 
 from packager.build import build_bundles
-from tests.agent_management.agent_proc import AgentProcess
-from tests.model_factory import make_mlp
 from tests.project.venvs import ROOT, Venv, report, venv_with
+from tests.support.harness import AgentProcess
+from tests.support.model_factory import make_mlp
 
 pytestmark = pytest.mark.slow
 

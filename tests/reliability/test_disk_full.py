@@ -29,9 +29,9 @@ from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.state import StateStore, Step
 from packager.build import build_bundles
 from packager.samples import make_mlp
-from tests.agent_management.bundles import PROFILE, Bundles
-from tests.agent_management.inproc import start_agent
-from tests.reliability.helpers import integrity, served_version
+from tests.support.bundles import PROFILE, Bundles
+from tests.support.harness import start_agent
+from tests.support.traffic import integrity, served_version
 
 SIZE = 24 << 20
 X = np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)

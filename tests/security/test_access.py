@@ -17,9 +17,8 @@ from edge_agent.management.client import AgentClient, AuthenticationError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.runtime import ManagementOptions
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, start_agent, trusted_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess, InProcessAgent, start_agent, trusted_agent
 
 
 def _mode(path: Path) -> int:

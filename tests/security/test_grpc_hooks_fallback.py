@@ -18,9 +18,9 @@ from edge_agent.management.auth import bearer
 from edge_agent.management.generated import management_pb2 as mpb
 from edge_agent.management.generated import management_pb2_grpc as mpb_grpc
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import X, infer_request
 from tests.security.abuse import limited_agent
+from tests.support.bundles import Bundles
+from tests.support.traffic import X, infer_request
 
 LOGGER = "edge_agent.grpc_internals"
 
