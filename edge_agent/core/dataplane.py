@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import TypeAlias, TypeVar
 
 from edge_agent import __version__
-from edge_agent.core import planes
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.cache import ResponseCache
 from edge_agent.core.gate import ExecutionGate
+from edge_agent.core.hosting import PlaneHost
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.orchestrator import Orchestrator
 from edge_agent.core.overrides import ModelOverrides, effective_batching, policy_versions
@@ -123,6 +123,7 @@ class DataPlane:
         self.repository = ModelRepository(state_dir, observer=observer, overrides=overrides,
                                           default_overrides=default_overrides,
                                           drain_timeout_s=drain_timeout_s, gate=self.gate)
+        self.repository.host = PlaneHost(self)  # pipelines and Python models call models here
         self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
                                          drain_timeout_s=drain_timeout_s)
         self.repository.load_guard = self.orchestrator.loading
@@ -138,7 +139,6 @@ class DataPlane:
             else None
         self._closed = False
         self._startup_done = threading.Event()
-        planes.register(self.repository.models_dir, self)  # pipelines find their steps here
         if autoload:
             self.load_all()
 
@@ -448,4 +448,3 @@ class DataPlane:
         self._closed = True
         self.orchestrator.close()
         self.repository.close()
-        planes.unregister(self.repository.models_dir, self)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from edge_agent.backends.base import BackendOptions
+from edge_agent.backends.base import BackendOptions, Host
 from edge_agent.backends.registry import IN_AGENT_BACKENDS, load_backend
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
@@ -114,6 +114,8 @@ class ModelRepository:
         self._drain_timeout_s = drain_timeout_s
         self._models: dict[str, _Model] = {}
         self._lock = threading.RLock()
+        self.host: Host | None = None
+        """Given to every backend loaded here (the data plane: nested requests run on it)."""
         self.load_guard: LoadGuard | None = None
         """Entered around every load (the orchestrator: make room in the budget, measure)."""
         self.on_change: Callable[[], None] | None = None
@@ -291,7 +293,7 @@ class ModelRepository:
         priority = ov.priority or DEFAULT_PRIORITY
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
                                  device=ov.device, state_dir=self.state_dir,
-                                 nice=nice_for(priority))
+                                 nice=nice_for(priority), host=self.host)
         backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
                                isolation=ov.isolation)
         try:

@@ -93,3 +93,12 @@ def test_console_commands_load_no_serving_core() -> None:
         "edge_agent.metrics", "edge_agent.protocol", "edge_agent.server")))
     assert not serving, f"console.commands loads the agent's serving side: {serving}"
     assert not _top(loaded) & {"numpy", "onnx", "onnxruntime", "openvino", "textual"}
+
+
+def test_backends_never_import_the_serving_core() -> None:
+    # core -> backends only: a backend reaches other models through the Host it is given
+    loaded = _modules_loaded_by(_submodules("edge_agent.backends",
+                                            skip=("edge_agent.backends.tensorrt",)))
+    assert "edge_agent.backends.pipeline_backend" in loaded
+    core = sorted(m for m in loaded if m.startswith("edge_agent.core"))
+    assert not core, f"edge_agent.backends loads the serving core: {core}"
