@@ -30,15 +30,15 @@ from edge_agent.core.residency import MemoryBudgetError, Resident, mib
 from edge_agent.errors import AgentError, ModelNotFoundError, ModelUnavailableError
 
 if TYPE_CHECKING:
-    from edge_agent.core.repository import ModelRepository, ModelVersion
+    from edge_agent.core.repository import ModelRepository, VersionSlot
     from packager.bundle.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
-Loader = Callable[[str], "ModelVersion"]
+Loader = Callable[[str], "VersionSlot"]
 """Loads the version of a model that should serve (the active one) and returns it."""
 
-LoadedHook = Callable[["ModelVersion", float, "int | None"], None]
+LoadedHook = Callable[["VersionSlot", float, "int | None"], None]
 """Hears of each load this orchestrator measured: (version, load ms, the version's memory
 figure: the largest RSS growth any of its loads measured)."""
 
@@ -103,7 +103,7 @@ class Orchestrator:
         self._on_loaded: LoadedHook | None = None
         self._lock = threading.Lock()
         self._load_lock = threading.RLock()  # one load at a time: room, load, measure
-        self._loads: dict[str, Future[ModelVersion]] = {}
+        self._loads: dict[str, Future[VersionSlot]] = {}
         self._in_load: tuple[str, int] | None = None  # the version loading now (one at a time)
         self._reloadable: set[str] = set()  # unloaded by us: the next request loads it again
         self._held: set[str] = set()  # unloaded by an operator: stays unloaded
@@ -176,8 +176,8 @@ class Orchestrator:
 
     def _manifest(self, name: str, version: int) -> Manifest | None:
         for mv in self.repository.versions(name):
-            if mv.version == version and mv.manifest is not None:
-                return mv.manifest
+            if mv.version == version and mv.loaded is not None:
+                return mv.loaded.manifest
         from packager.bundle.reader import load_extracted
 
         try:
@@ -211,7 +211,7 @@ class Orchestrator:
             for mv in versions:
                 if mv.state.value != "READY" and (mv.name, mv.version) != self._in_load:
                     continue  # not in memory (a load waiting for its turn takes nothing yet)
-                busy = mv.batcher is not None and mv.batcher.inflight > 0
+                busy = mv.loaded is not None and mv.loaded.batcher.inflight > 0
                 out.append(Resident(
                     name, mv.version, self.memory_of(name, mv.version)[0], mv.last_used,
                     pinned=ov.pinned or self._pinned_by_pipeline(name, mv.version),
@@ -237,7 +237,7 @@ class Orchestrator:
                              version=version, swap_from=old)
 
     @contextlib.contextmanager
-    def loading(self, mv: ModelVersion) -> Iterator[None]:
+    def loading(self, mv: VersionSlot) -> Iterator[None]:
         """Around one load: make room within the budget first, then measure the load."""
         with self._load_lock:
             stats = self._stats_of(mv.name)
@@ -347,7 +347,7 @@ class Orchestrator:
             self._held.add(name)
             self._reloadable.discard(name)
 
-    def acquire(self, name: str, version: int | None) -> ModelVersion | None:
+    def acquire(self, name: str, version: int | None) -> VersionSlot | None:
         """Load ``name`` for a request (shared with concurrent requests) and wait for it up to
         the model's ``load_timeout_ms``; None when requests do not load this model.
 
@@ -371,7 +371,7 @@ class Orchestrator:
             self._wait_for(name, future, timeout)
             mv = future.result()
             if version is not None and mv.version != version:
-                mv = self.repository.resolve(name, version)
+                mv = self.repository.resolve(name, version).slot
         except BaseException:
             self.release(name)  # no request will be routed on this claim
             raise
@@ -385,7 +385,7 @@ class Orchestrator:
             self.persist()
         return mv
 
-    def _wait_for(self, name: str, future: Future[ModelVersion], timeout: float) -> None:
+    def _wait_for(self, name: str, future: Future[VersionSlot], timeout: float) -> None:
         try:
             future.result(timeout)
         except FutureTimeoutError:
@@ -402,7 +402,7 @@ class Orchestrator:
             stats = self._stats_of(name)
             stats.claims = max(0, stats.claims - 1)
 
-    def _run_load(self, name: str, future: Future[ModelVersion]) -> None:
+    def _run_load(self, name: str, future: Future[VersionSlot]) -> None:
         try:
             mv = self._loader(name)
             with self._lock:
@@ -417,7 +417,7 @@ class Orchestrator:
                 self._loads.pop(name, None)
                 self._stats_of(name).loading = False
 
-    def _load_latest(self, name: str) -> ModelVersion:
+    def _load_latest(self, name: str) -> VersionSlot:
         """The default loader (no model manager): the highest version on disk."""
         versions = self.repository.scan().get(name)
         if not versions:

@@ -50,9 +50,9 @@ def test_a_later_high_priority_request_runs_before_a_waiting_low_priority_one(
     address, plane = agent
     gate = plane.gate
     assert gate.limit == 1  # [agent] max_concurrent_executions
-    assert plane.repository.resolve("spin").batcher.priority == 20  # type: ignore[union-attr]
-    spin_backend = plane.repository.resolve("spin").batcher.backend  # type: ignore[union-attr]
-    mlp_backend = plane.repository.resolve("mlp").batcher.backend  # type: ignore[union-attr]
+    assert plane.repository.resolve("spin").batcher.priority == 20
+    spin_backend = plane.repository.resolve("spin").batcher.backend
+    mlp_backend = plane.repository.resolve("mlp").batcher.backend
     # a background model's runtime processes defer to the rest for the CPU
     assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in spin_backend.pids} == {10}
     assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in mlp_backend.pids} == {0}
