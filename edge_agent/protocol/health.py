@@ -8,12 +8,14 @@ never set) and then each change, holding no handler thread while it waits. After
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeAlias
 
 import grpc
 
+from edge_agent import grpc_internals
 from edge_agent.protocol.generated import health_pb2, health_pb2_grpc
 
 Status: TypeAlias = health_pb2.HealthCheckResponse.ServingStatus
@@ -68,8 +70,8 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext,
               send_response_callback: Send | None = None
               ) -> Iterator[health_pb2.HealthCheckResponse] | None:
-        if send_response_callback is None:  # pragma: no cover - registered non-blocking
-            raise RuntimeError("Watch is registered non-blocking (experimental_non_blocking)")
+        if send_response_callback is None:  # grpcio without the non_blocking hook
+            return self._watch_blocking(request.service, context)
         service, send = request.service, send_response_callback
         with self._lock:
             _tell([send], self._status.get(service, SERVICE_UNKNOWN))
@@ -86,8 +88,31 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         context.add_callback(forget)
         return None
 
+    def _watch_blocking(self, service: str, context: grpc.ServicerContext
+                        ) -> Iterator[health_pb2.HealthCheckResponse]:
+        """Watch on a handler thread of its own (the public API's way): the current status,
+        then each change, until the client goes away."""
+        changes: queue.Queue[health_pb2.HealthCheckResponse] = queue.Queue()
+        send = changes.put
+        with self._lock:
+            _tell([send], self._status.get(service, SERVICE_UNKNOWN))
+            self._watchers.setdefault(service, set()).add(send)
+        try:
+            while context.is_active():
+                try:
+                    yield changes.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+        finally:
+            with self._lock:
+                watchers = self._watchers.get(service)
+                if watchers is not None:
+                    watchers.discard(send)
+                    if not watchers:
+                        del self._watchers[service]
 
-HealthServicer.Watch.experimental_non_blocking = True  # type: ignore[attr-defined]  # grpc reads it
+
+grpc_internals.non_blocking(HealthServicer.Watch)  # Watch sends through grpc's callback
 
 
 def _tell(watchers: list[Send], status: Status) -> None:

@@ -36,7 +36,7 @@ def test_calibration_data_goes_with_the_cnn_only(tmp_path: Path,
     out = tmp_path / "m.onnx"
     assert main(["sample", "mlp", "--out", str(out), "--calibration-data", "c.npz"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == "edge-pack: error: --calibration-data goes with the cnn sample only"
+    assert err == "edge-pack: error: --calibration-data goes with the cnn sample only [USAGE]"
     assert not out.exists()
 
 

@@ -1,9 +1,11 @@
 """The agent on the NEWEST grpcio from the package registry, whatever pyproject's upper bound
 says: the hooks' self-test, then the core abuse tests, in a throwaway virtual environment.
 
-The environment is this one with grpcio and grpcio-health-checking replaced: a venv whose own
-site-packages holds only the newest two (``pip install --target``, from pip's cache when it
-has them) and a ``.pth`` that adds this interpreter's site-packages after them; this checkout
+The environment is this one with grpcio replaced (the agent serves gRPC health from its own
+stubs; grpcio-health-checking is only the tests' client, and its newest release needs a newer
+protobuf than [dev] allows beside tritonclient): a venv whose own site-packages holds only the
+newest grpcio (``pip install --target``, from pip's cache when it has it) and a ``.pth`` that
+adds this interpreter's site-packages after them; this checkout
 comes first on PYTHONPATH. ``EDGE_TEST_GRPCIO`` names other requirements to try instead
 (e.g. ``grpcio==1.86.0rc1 grpcio-health-checking==1.86.0rc1``). When the newest grpcio lacks a
 hook, the test checks that the agent still serves (the fallback) and is marked xfail naming
@@ -26,7 +28,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIREMENTS = os.environ.get("EDGE_TEST_GRPCIO", "grpcio grpcio-health-checking").split()
+REQUIREMENTS = os.environ.get("EDGE_TEST_GRPCIO", "grpcio").split()
 TIMEOUT_S = 900
 
 # the abuse tests that exercise each hook, and the self-test's own (order matters: the

@@ -40,9 +40,11 @@ def client(agent: InProcessAgent) -> Iterator[AgentClient]:
 
 
 def _snapshot(state: Path) -> dict[str, int]:
-    """Every file the agent keeps besides its databases: relative path -> size."""
+    """Every file the agent keeps besides its databases and its memory snapshot: relative path
+    -> size. ``residency.json`` is a figure like the metrics (loads, unloads, measured memory):
+    a refused version that was loaded for its probe counts one load and one unload there."""
     return {str(p.relative_to(state)): p.stat().st_size for p in state.rglob("*")
-            if p.is_file() and ".db" not in p.name}
+            if p.is_file() and ".db" not in p.name and p.name != "residency.json"}
 
 
 def _refused(client: AgentClient, agent: InProcessAgent, bundle: Path,
