@@ -26,6 +26,7 @@ from edge_agent.core.types import DurationStat, ModelStats
 from edge_agent.errors import AgentError, ErrorCode, InvalidInputError
 from edge_agent.http import tensors
 from edge_agent.protocol import converters, frontend
+from edge_agent.protocol.classification import classify
 from edge_agent.protocol.frontend import RepositoryControl
 from edge_agent.protocol.shared_memory import SharedMemoryRegistry
 from packager.bundle.manifest import TensorSpec
@@ -230,6 +231,7 @@ class KServeRoutes:
         call = tensors.decode_request(request.body, request.header_length, name,
                                       params.get("version", ""), self._shm)
         result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
+        result = classify(result, call.classes, self._dp)
         body, header_length = tensors.encode_response(result, call)
         if header_length is None:
             return HttpAnswer(200, body)

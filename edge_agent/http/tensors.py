@@ -59,6 +59,8 @@ class InferCall:
     placed: dict[str, Placement] | None = None
     """Outputs written to shared memory (no bytes in the answer)."""
     placed_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    classes: dict[str, int] = field(default_factory=dict)
+    """Output name -> the class count it asks for (the classification extension)."""
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
@@ -235,7 +237,9 @@ def _decode_outputs(outputs: Any, call: InferCall, where: str,
                                     "each output once")
         names.append(name)
         params = _parameters(out, f"output '{name}'")
-        check_output(params, "http", name)
+        count = check_output(params, "http", name)
+        if count:
+            call.classes[name] = count
         ref = _region(params, f"output '{name}'")
         if ref is not None:
             if shm is None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent import bytes_tensors
-from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
+from edge_agent.core.api import DataPlaneAPI, ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.decoupled import is_decoupled
 from edge_agent.core.types import (
     DurationStat,
@@ -26,6 +26,7 @@ from edge_agent.core.types import (
     triton_platform,
 )
 from edge_agent.errors import InvalidInputError
+from edge_agent.protocol.classification import classify
 from edge_agent.protocol.datatypes import (
     CONTENTS_FIELDS,
     config_data_type,
@@ -35,6 +36,7 @@ from edge_agent.protocol.datatypes import (
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import model_config_pb2 as mc
 from edge_agent.protocol.request_options import (
+    CLASSIFICATION,
     DEFAULTS,
     RequestOptions,
     check_input,
@@ -44,7 +46,7 @@ from edge_agent.protocol.request_options import (
 )
 from edge_agent.protocol.shared_memory import Placement, SharedMemoryRegistry, region_reference
 from edge_agent.undecodable import Undecodable
-from packager.bundle.manifest import TensorSpec
+from packager.bundle.manifest import TensorSpec, label_file
 
 MAX_REQUEST_ID_BYTES = 256
 """A request id longer than this is refused (the id is echoed in the response)."""
@@ -287,6 +289,21 @@ def to_infer_request(msg: pb.ModelInferRequest,
     return request, bool(raws)
 
 
+def output_classes(msg: pb.ModelInferRequest) -> dict[str, int]:
+    """Output name -> the class count it asks for (the classification extension); checked
+    already by :func:`to_infer_request`."""
+    return {o.name: int(parameter_values(o.parameters)[CLASSIFICATION]) for o in msg.outputs
+            if len(o.parameters) and CLASSIFICATION in o.parameters}
+
+
+def classified(result: InferResult, msg: pb.ModelInferRequest,
+               dataplane: DataPlaneAPI) -> InferResult:
+    """``result`` with the outputs ``msg`` asks classes of answered as classes."""
+    if not any(len(o.parameters) for o in msg.outputs):
+        return result
+    return classify(result, output_classes(msg), dataplane)
+
+
 def output_placements(msg: pb.ModelInferRequest,
                       shm: SharedMemoryRegistry | None) -> dict[str, Placement] | None:
     """The requested outputs that go to shared memory, checked before inference; None when
@@ -392,7 +409,9 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
         input=[mc.ModelInput(name=s.name, data_type=config_data_type(s.datatype),
                              dims=_dims(s, batched)) for s in m.inputs],
         output=[mc.ModelOutput(name=s.name, data_type=config_data_type(s.datatype),
-                               dims=_dims(s, batched)) for s in m.outputs],
+                               dims=_dims(s, batched),
+                               label_filename=label_file(s.name) if s.name in m.labels else "")
+                for s in m.outputs],
         instance_group=[_instance_group(m.name, info)],
         default_model_filename=m.artifacts.get(info.backend, ""),
     )

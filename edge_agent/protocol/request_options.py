@@ -51,6 +51,7 @@ INPUT_OPTIONS: Mapping[str, frozenset[Protocol]] = {
 OUTPUT_OPTIONS: Mapping[str, frozenset[Protocol]] = {
     **{key: BOTH for key in SHARED_MEMORY},
     "binary_data": HTTP,
+    CLASSIFICATION: BOTH,
 }
 """Requested output tensor parameters served."""
 
@@ -67,7 +68,6 @@ REFUSED: Mapping[str, str] = {
                         "raw_input_contents",
     "triton_enable_empty_final_response": "streaming responses are served over gRPC "
                                           "(ModelStreamInfer) only",
-    CLASSIFICATION: "the classification extension is not served yet; ask for the tensor",
 }
 """Known Triton options the agent does not serve (on a protocol, or at all), with why."""
 

@@ -1,7 +1,10 @@
-"""No Triton request option is ignored: each one the agent does not serve is refused, naming the
-parameter, over gRPC (INVALID_ARGUMENT) and HTTP (400), sent by the unmodified tritonclient
-where it can send it (and by a raw request for tensor parameters it has no call for); the
-options it serves are applied. A real agent serves a random-weight MLP over both protocols.
+"""Triton's request options over both protocols, with the unmodified tritonclient (and a raw
+request for tensor parameters it has no call for), against a real agent serving a
+random-weight MLP as ``mlp`` (built with ``--labels``) and ``plain`` (no labels):
+
+- no option is ignored: each one the agent does not serve is refused, naming the parameter,
+  over gRPC (INVALID_ARGUMENT) and HTTP (400); the options it serves are applied;
+- the classification extension answers the top N classes of each row, checked against numpy.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ ORT = "x86_64-cpu-onnxruntime"
 X = np.random.default_rng(5).random((2, 64), dtype=np.float32)
 
 
+LABELS = [f"class-{i}" for i in range(10)]
+
+
 @dataclass
 class Served:
     grpc: str
@@ -48,7 +54,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("request-options")
     mlp = make_mlp(root / "mlp.onnx", seed=9)
     state = root / "state"
-    for bundle in build_bundles(mlp, name="mlp", version=1, profiles=[ORT], out_dir=root):
+    labels = root / "labels.txt"
+    labels.write_text("".join(f"{x}\n" for x in LABELS))
+    bundles = build_bundles(mlp, name="mlp", version=1, profiles=[ORT], out_dir=root,
+                            labels={"": labels})
+    bundles += build_bundles(mlp, name="plain", version=1, profiles=[ORT], out_dir=root)
+    for bundle in bundles:
         assert agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned",
                           str(bundle)]) == 0
     toml = root / "agent.toml"
@@ -186,3 +197,75 @@ def test_unknown_tensor_parameters_are_refused_by_name(served: Served, where: st
     assert f"{where} 'input'" in grpc_message or f"{where} 'probs'" in grpc_message
     http_message = _http_tensor_refusal(served, where)
     assert "'foo'" in http_message and "'triton_enable_empty_final_response'" in http_message
+
+
+# -- the classification extension ----------------------------------------------------------
+
+
+def _top(probs: np.ndarray, k: int) -> list[list[tuple[float, int]]]:
+    order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    return [[(float(probs[r, i]), int(i)) for i in row] for r, row in enumerate(order)]
+
+
+def _check_classes(answer: np.ndarray, probs: np.ndarray, k: int, labelled: bool) -> None:
+    assert answer.shape == (len(probs), k)
+    for row, expected in zip(answer, _top(probs, k), strict=True):
+        for element, (value, index) in zip(row, expected, strict=True):
+            text = element.decode() if isinstance(element, bytes) else element
+            parts = text.split(":")
+            assert int(parts[1]) == index, (text, expected)
+            assert abs(float(parts[0]) - value) < 1e-6, (text, value)
+            assert parts[2:] == ([LABELS[index]] if labelled else []), text
+
+
+@pytest.mark.parametrize(("model", "k"), [("mlp", 3), ("plain", 1), ("mlp", 25)])
+def test_classification_is_the_top_k_of_each_row(grpc_client, http_client, model: str,
+                                                 k: int) -> None:
+    probs = grpc_client.infer(model, [_grpc_input()]).as_numpy("probs")
+    assert probs.shape == (2, 10) and not np.array_equal(probs[0], probs[1])
+    labelled, want = model == "mlp", min(k, 10)
+    result = grpc_client.infer(model, [_grpc_input()],
+                               outputs=[tg.InferRequestedOutput("probs", class_count=k)])
+    assert result.get_output("probs").datatype == "BYTES"
+    _check_classes(result.as_numpy("probs"), probs, want, labelled)
+    for binary in (True, False):
+        answer = http_client.infer(model, [_http_input()], outputs=[
+            th.InferRequestedOutput("probs", binary_data=binary, class_count=k)])
+        assert answer.get_output("probs")["datatype"] == "BYTES"
+        _check_classes(answer.as_numpy("probs"), probs, want, labelled)
+
+
+def test_classification_over_a_grpc_stream(grpc_client) -> None:
+    probs = grpc_client.infer("mlp", [_grpc_input()]).as_numpy("probs")
+    answers: list[Any] = []
+    grpc_client.start_stream(callback=lambda result, error: answers.append((result, error)))
+    try:
+        grpc_client.async_stream_infer("mlp", [_grpc_input()], outputs=[
+            tg.InferRequestedOutput("probs", class_count=2)])
+    finally:
+        grpc_client.stop_stream()  # waits for the answer
+    [(result, error)] = answers
+    assert error is None
+    _check_classes(result.as_numpy("probs"), probs, 2, labelled=True)
+
+
+def test_model_config_names_the_label_file(grpc_client, http_client) -> None:
+    config = grpc_client.get_model_config("mlp", as_json=True)["config"]
+    assert config["output"][0]["label_filename"] == "labels/probs.txt"
+    assert http_client.get_model_config("mlp")["output"][0]["label_filename"] == \
+        "labels/probs.txt"
+    assert "label_filename" not in http_client.get_model_config("plain")["output"][0]
+
+
+def test_a_classification_output_cannot_go_to_shared_memory(served: Served) -> None:
+    doc = {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(X.shape),
+                       "data": X.ravel().tolist()}],
+           "outputs": [{"name": "probs", "parameters": {
+               "classification": 2, "shared_memory_region": "r",
+               "shared_memory_byte_size": 64}}]}
+    request = urllib.request.Request(f"http://{served.http}/v2/models/mlp/infer",
+                                     data=json.dumps(doc).encode(), method="POST")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=60)
+    assert err.value.code == 400
+    assert "shared memory" in json.loads(err.value.read())["error"]
