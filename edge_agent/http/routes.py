@@ -148,7 +148,8 @@ class KServeRoutes:
         self._dp = dataplane
         self._control = control
         self._shm = shm if shm is not None and shm.available else None
-        self._extensions = frontend.extensions(control, self._shm is not None)
+        self._extensions = frontend.extensions(control, self._shm is not None,
+                                               binary_tensor_data=True)
         self._routes: list[tuple[str, re.Pattern[str], _Handler]] = [
             ("POST", re.compile(_M + "/infer"), self._infer),
             ("GET", re.compile(r"/v2/health/live"), self._live),

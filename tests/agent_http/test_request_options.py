@@ -269,3 +269,17 @@ def test_a_classification_output_cannot_go_to_shared_memory(served: Served) -> N
         urllib.request.urlopen(request, timeout=60)
     assert err.value.code == 400
     assert "shared memory" in json.loads(err.value.read())["error"]
+
+
+# -- server metadata -------------------------------------------------------------------------
+
+
+def test_server_metadata_lists_exactly_the_extensions_served(grpc_client, http_client) -> None:
+    served = {"classification", "schedule_policy", "model_configuration", "statistics"}
+    if Path("/dev/shm").is_dir():
+        served.add("system_shared_memory")
+    # model control is off on this agent: no model_repository; HTTP adds its binary data
+    assert set(grpc_client.get_server_metadata().extensions) == served
+    http_extensions = http_client.get_server_metadata()["extensions"]
+    assert set(http_extensions) == served | {"binary_tensor_data"}
+    assert len(http_extensions) == len(served) + 1
