@@ -12,7 +12,7 @@ import os
 import platform
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -41,6 +41,7 @@ from packager.bundle.signing import load_private_key
 from packager.bundle.writer import write_bundle
 from packager.calibration import CalibrationData, load_calibration
 from packager.converters import convert
+from packager.labels import load_labels, write_label_files
 from packager.load_cost import measure_load_cost
 from packager.onnx_tools import (
     io_signature,
@@ -232,7 +233,8 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
                max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
                steps: Steps, reference_inputs: GivenInputs | None = None,
                calibrated: Calibrated | None = None,
-               response_cache: bool = False) -> Path:
+               response_cache: bool = False,
+               labels: Mapping[str, tuple[str, ...]] | None = None) -> Path:
     root = stage / profile.name
     root.mkdir()
     batching = _batching(profile, prepared.batched, max_batch)
@@ -334,8 +336,9 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         backend_options=backend_options,
         source_sha256=prepared.source_sha256, source_name=prepared.source_name,
         parity=parity, toolchain=toolchain, created=created,
-        response_cache=response_cache,
+        response_cache=response_cache, labels=dict(labels or {}),
     )
+    write_label_files(root, manifest.labels)
     out = stage / bundle_filename(name, version, profile.name)
     write_bundle(out, root, manifest, key, mtime)
     steps.advance(f"{profile.name}: bundle written")
@@ -385,6 +388,7 @@ def build_bundles(
     calibration_data: Path | str | None = None,
     response_cache: bool = False,
     overwrite: bool = False,
+    labels: Mapping[str, Path | str] | None = None,
 ) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` for each profile; return their paths.
 
@@ -394,6 +398,8 @@ def build_bundles(
     samples) makes the int8 profiles statically quantized (packager/quantize.py); parity of
     those is top-1 agreement on its held-out rows.
     ``response_cache`` records that the model opts into the agent's response cache by default.
+    ``labels`` maps output names ("" for a single-output model's) to label files, one label per
+    line (packager/labels.py), answered by the agent's classification extension.
     ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
     Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure, a
     bundle in ``out_dir`` with the same name built from another model included (checked
@@ -405,10 +411,10 @@ def build_bundles(
         from packager.spec_build import build_spec_bundles
 
         if (dynamic_batch or max_batch is not None or allow_parity_failure
-                or calibration_data is not None or response_cache):
+                or calibration_data is not None or response_cache or labels):
             raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
-                             "--calibration-data and --response-cache apply to ONNX models; a "
-                             "spec sets max_batch_size itself")
+                             "--calibration-data, --response-cache and --labels apply to ONNX "
+                             "models; a spec sets max_batch_size itself")
         return build_spec_bundles(model_path, name=name or None, version=check_version(version),
                                   profiles=profiles, out_dir=out_dir, key_path=key_path,
                                   overwrite=overwrite)
@@ -445,6 +451,8 @@ def build_bundles(
                 allow_parity_failure=allow_parity_failure,
                 given_rows=reference_inputs[0][prepared.inputs[0].name]
                 if reference_inputs is not None else None)
+        label_lists = load_labels({k: Path(v) for k, v in (labels or {}).items()},
+                                  prepared.outputs, prepared.batched)
         calibrated: Calibrated | None = None
         if calibration_data is not None:
             data = load_calibration(Path(calibration_data), prepared.inputs, prepared.batched)
@@ -460,7 +468,7 @@ def build_bundles(
             _build_one(prepared, p, name=name, version=version, max_batch=max_batch,
                        allow_parity_failure=allow_parity_failure, stage=stage, key=key,
                        steps=steps, reference_inputs=reference_inputs, calibrated=calibrated,
-                       response_cache=response_cache)
+                       response_cache=response_cache, labels=label_lists)
             for p in loaded
         ]
         return publish(built, out, overwrite=overwrite)

@@ -96,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="the model opts into the agent's response cache by default (agents "
                    "with a [response_cache] budget answer repeated requests from it; "
                    "[models.NAME] response_cache in agent.toml overrides)")
+    b.add_argument("--labels", action="append", default=[], metavar="[OUTPUT=]FILE",
+                   help="class labels of an output, one per line (repeat per output; FILE "
+                   "alone for a single-output model): the agent answers classification "
+                   "requests with them and ModelConfig shows them as label_filename")
     b.add_argument("--allow-parity-failure", action="store_true",
                    help="write bundles even when parity is past the profile's tolerance")
     b.add_argument("--member", action="append", default=[], type=Path, metavar="BUNDLE",
@@ -165,6 +169,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from packager.build import build_bundles, check_version
+    from packager.labels import parse_label_args
 
     version = check_version(args.model_version)
     if args.name is None and args.model.suffix != ".toml":
@@ -177,7 +182,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
                   allow_parity_failure=args.allow_parity_failure,
                   reference_data=args.reference_data,
                   calibration_data=args.calibration_data, response_cache=args.response_cache,
-                  overwrite=args.overwrite)
+                  overwrite=args.overwrite, labels=parse_label_args(args.labels))
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -190,13 +195,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
         if (args.dynamic_batch or max_batch is not None or args.allow_parity_failure
                 or args.reference_data is not None or args.calibration_data is not None
-                or args.response_cache):
+                or args.response_cache or args.labels):
             from packager.bundle.errors import UsageError
 
             raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
-                             "--reference-data, --calibration-data and --response-cache apply "
-                             "to ONNX models; a spec sets max_batch_size itself and has no "
-                             "parity check")
+                             "--reference-data, --calibration-data, --response-cache and "
+                             "--labels apply to ONNX models; a spec sets max_batch_size "
+                             "itself and has no parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
                                    members=args.member, overwrite=args.overwrite)

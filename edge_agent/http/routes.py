@@ -26,6 +26,7 @@ from edge_agent.core.types import DurationStat, ModelStats
 from edge_agent.errors import AgentError, ErrorCode, InvalidInputError
 from edge_agent.http import tensors
 from edge_agent.protocol import converters, frontend
+from edge_agent.protocol.classification import classify
 from edge_agent.protocol.frontend import RepositoryControl
 from edge_agent.protocol.shared_memory import SharedMemoryRegistry
 from packager.bundle.manifest import TensorSpec
@@ -147,7 +148,8 @@ class KServeRoutes:
         self._dp = dataplane
         self._control = control
         self._shm = shm if shm is not None and shm.available else None
-        self._extensions = frontend.extensions(control, self._shm is not None)
+        self._extensions = frontend.extensions(control, self._shm is not None,
+                                               binary_tensor_data=True)
         self._routes: list[tuple[str, re.Pattern[str], _Handler]] = [
             ("POST", re.compile(_M + "/infer"), self._infer),
             ("GET", re.compile(r"/v2/health/live"), self._live),
@@ -230,6 +232,7 @@ class KServeRoutes:
         call = tensors.decode_request(request.body, request.header_length, name,
                                       params.get("version", ""), self._shm)
         result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
+        result = classify(result, call.classes, self._dp)
         body, header_length = tensors.encode_response(result, call)
         if header_length is None:
             return HttpAnswer(200, body)

@@ -32,6 +32,7 @@ from edge_agent.protocol.converters import (
     tensor_from_bytes,
 )
 from edge_agent.protocol.datatypes import datatype_of, wire_dtype
+from edge_agent.protocol.request_options import check_input, check_output, parse_request
 from edge_agent.protocol.shared_memory import (
     BYTE_SIZE,
     OFFSET,
@@ -58,6 +59,8 @@ class InferCall:
     placed: dict[str, Placement] | None = None
     """Outputs written to shared memory (no bytes in the answer)."""
     placed_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    classes: dict[str, int] = field(default_factory=dict)
+    """Output name -> the class count it asks for (the classification extension)."""
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
@@ -169,10 +172,7 @@ def decode_request(body: bytes, header_length: int | None, model: str, version: 
     if len(request_id.encode()) > MAX_REQUEST_ID_BYTES:
         raise InvalidInputError(f"request id is {len(request_id.encode())} bytes; at most "
                                 f"{MAX_REQUEST_ID_BYTES} are accepted")
-    params = _parameters(doc, where)
-    timeout = params.get("timeout")
-    if timeout is not None:
-        timeout = _int(timeout, "request parameter 'timeout' (microseconds)") or None
+    options = parse_request(_parameters(doc, where), "http", model)
     tensors = doc.get("inputs")
     if not isinstance(tensors, list) or not tensors:
         raise InvalidInputError(f"{where} has no inputs ('inputs' must be a non-empty list)")
@@ -187,6 +187,7 @@ def decode_request(body: bytes, header_length: int | None, model: str, version: 
         datatype = _text(tensor.get("datatype"), f"input '{name}': 'datatype'")
         shape = _shape(tensor, name)
         tparams = _parameters(tensor, f"input '{name}'")
+        check_input(tparams, "http", name)
         ref = _region(tparams, f"input '{name}'")
         size = tparams.get(BINARY_SIZE)
         given = (ref is not None) + (size is not None) + ("data" in tensor)
@@ -215,11 +216,8 @@ def decode_request(body: bytes, header_length: int | None, model: str, version: 
             f"(set {HEADER_LENGTH} to the JSON's length and {BINARY_SIZE} on each binary input)")
     call = InferCall(InferRequest(model=model, inputs=inputs,
                                   version=parse_version(version, model), id=request_id,
-                                  timeout_us=timeout))
-    all_binary = params.get("binary_data_output", False)
-    if not isinstance(all_binary, bool):
-        raise InvalidInputError("request parameter 'binary_data_output' must be true or false")
-    call.all_binary = all_binary
+                                  timeout_us=options.timeout_us, priority=options.priority))
+    call.all_binary = options.binary_data_output
     _decode_outputs(doc.get("outputs"), call, where, shm)
     return call
 
@@ -239,9 +237,9 @@ def _decode_outputs(outputs: Any, call: InferCall, where: str,
                                     "each output once")
         names.append(name)
         params = _parameters(out, f"output '{name}'")
-        if params.get("classification"):
-            raise InvalidInputError(f"output '{name}': the classification extension is not "
-                                    "served; ask for the tensor")
+        count = check_output(params, "http", name)
+        if count:
+            call.classes[name] = count
         ref = _region(params, f"output '{name}'")
         if ref is not None:
             if shm is None:

@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 
 from edge_agent import bytes_tensors
-from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
+from edge_agent.core.api import DataPlaneAPI, ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.decoupled import is_decoupled
-from edge_agent.core.gate import MAX_PRIORITY_VALUE
 from edge_agent.core.types import (
     DurationStat,
     InferRequest,
@@ -27,6 +26,7 @@ from edge_agent.core.types import (
     triton_platform,
 )
 from edge_agent.errors import InvalidInputError
+from edge_agent.protocol.classification import classify
 from edge_agent.protocol.datatypes import (
     CONTENTS_FIELDS,
     config_data_type,
@@ -35,9 +35,18 @@ from edge_agent.protocol.datatypes import (
 )
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import model_config_pb2 as mc
+from edge_agent.protocol.request_options import (
+    CLASSIFICATION,
+    DEFAULTS,
+    RequestOptions,
+    check_input,
+    check_output,
+    parameter_values,
+    parse_request,
+)
 from edge_agent.protocol.shared_memory import Placement, SharedMemoryRegistry, region_reference
 from edge_agent.undecodable import Undecodable
-from packager.bundle.manifest import TensorSpec
+from packager.bundle.manifest import TensorSpec, label_file
 
 MAX_REQUEST_ID_BYTES = 256
 """A request id longer than this is refused (the id is echoed in the response)."""
@@ -62,30 +71,18 @@ def parse_version(version: str, model: str) -> int | None:
     return value
 
 
-def _timeout_us(params: Mapping[str, pb.InferParameter]) -> int | None:
-    if "timeout" not in params:
-        return None
-    p = params["timeout"]
-    kind = p.WhichOneof("parameter_choice")
-    if kind not in ("int64_param", "uint64_param"):
-        raise InvalidInputError("request parameter 'timeout' must be an integer (microseconds)")
-    value = int(getattr(p, kind))
-    if value < 0:
-        raise InvalidInputError("request parameter 'timeout' must be >= 0 microseconds")
-    return value or None
-
-
-def _priority(params: Mapping[str, pb.InferParameter]) -> int:
-    """Triton's request parameter ``priority`` (1 highest; 0 or absent: the model's)."""
-    if "priority" not in params:
-        return 0
-    p = params["priority"]
-    kind = p.WhichOneof("parameter_choice")
-    value = int(getattr(p, kind)) if kind in ("int64_param", "uint64_param") else -1
-    if not 0 <= value <= MAX_PRIORITY_VALUE:
-        raise InvalidInputError(f"request parameter 'priority' must be an integer from 0 (the "
-                                f"model's) to {MAX_PRIORITY_VALUE}; 1 is the highest")
-    return value
+def _options(msg: pb.ModelInferRequest) -> RequestOptions:
+    """The request's options (edge_agent.protocol.request_options): every parameter of the
+    request, its inputs and its outputs is served or refused by name, never ignored."""
+    for tensor in msg.inputs:
+        if len(tensor.parameters):
+            check_input(parameter_values(tensor.parameters), "grpc", tensor.name)
+    for out in msg.outputs:
+        if len(out.parameters):
+            check_output(parameter_values(out.parameters), "grpc", out.name)
+    if not len(msg.parameters):
+        return DEFAULTS
+    return parse_request(parameter_values(msg.parameters), "grpc", msg.model_name)
 
 
 def _check_parameters(params: Any, where: str) -> None:
@@ -254,6 +251,7 @@ def to_infer_request(msg: pb.ModelInferRequest,
     if not msg.inputs:
         raise InvalidInputError(f"request for model '{msg.model_name}' has no inputs")
     _check_bounds(msg)
+    options = _options(msg)
     raws = msg.raw_input_contents[:]
     inputs: dict[str, np.ndarray] = {}
     if any(len(t.parameters) for t in msg.inputs) and \
@@ -285,10 +283,25 @@ def to_infer_request(msg: pb.ModelInferRequest,
         version=parse_version(msg.model_version, msg.model_name),
         outputs=outputs,
         id=msg.id,
-        timeout_us=_timeout_us(msg.parameters),
-        priority=_priority(msg.parameters) if len(msg.parameters) else 0,
+        timeout_us=options.timeout_us,
+        priority=options.priority,
     )
     return request, bool(raws)
+
+
+def output_classes(msg: pb.ModelInferRequest) -> dict[str, int]:
+    """Output name -> the class count it asks for (the classification extension); checked
+    already by :func:`to_infer_request`."""
+    return {o.name: int(parameter_values(o.parameters)[CLASSIFICATION]) for o in msg.outputs
+            if len(o.parameters) and CLASSIFICATION in o.parameters}
+
+
+def classified(result: InferResult, msg: pb.ModelInferRequest,
+               dataplane: DataPlaneAPI) -> InferResult:
+    """``result`` with the outputs ``msg`` asks classes of answered as classes."""
+    if not any(len(o.parameters) for o in msg.outputs):
+        return result
+    return classify(result, output_classes(msg), dataplane)
 
 
 def output_placements(msg: pb.ModelInferRequest,
@@ -396,7 +409,9 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
         input=[mc.ModelInput(name=s.name, data_type=config_data_type(s.datatype),
                              dims=_dims(s, batched)) for s in m.inputs],
         output=[mc.ModelOutput(name=s.name, data_type=config_data_type(s.datatype),
-                               dims=_dims(s, batched)) for s in m.outputs],
+                               dims=_dims(s, batched),
+                               label_filename=label_file(s.name) if s.name in m.labels else "")
+                for s in m.outputs],
         instance_group=[_instance_group(m.name, info)],
         default_model_filename=m.artifacts.get(info.backend, ""),
     )

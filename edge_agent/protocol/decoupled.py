@@ -51,6 +51,7 @@ class DecoupledCall:
         try:
             responses = self._dp.stream(req)
             for result in responses:
+                result = converters.classified(result, msg, self._dp)
                 response = converters.to_infer_response(result, raw=self._raw,
                                                          order=req.outputs)
                 if not send(pb.ModelStreamInferResponse(

@@ -45,13 +45,17 @@ def model_name(name: str) -> str:
     return name
 
 
-def extensions(control: RepositoryControl | None, shared_memory: bool) -> tuple[str, ...]:
-    """The KServe/Triton protocol extensions a front end serves: model configuration and
-    statistics always, the model repository when model control is on, system shared memory
-    where the system has it."""
-    return ("model_configuration", "statistics") + (
+def extensions(control: RepositoryControl | None, shared_memory: bool,
+               binary_tensor_data: bool = False) -> tuple[str, ...]:
+    """The KServe/Triton protocol extensions a front end serves, by Triton's names, and only
+    those: classification, schedule policy (the request parameters priority and timeout),
+    model configuration and statistics always; the model repository when model control is
+    on; system shared memory where the system has it; binary tensor data on HTTP. Not
+    sequence, trace, logging, parameters or cuda_shared_memory (not served)."""
+    return ("classification", "schedule_policy", "model_configuration", "statistics") + (
         ("model_repository",) if control is not None else ()) + (
-        ("system_shared_memory",) if shared_memory else ())
+        ("system_shared_memory",) if shared_memory else ()) + (
+        ("binary_tensor_data",) if binary_tensor_data else ())
 
 
 def control_or_refuse(control: RepositoryControl | None, call: str) -> RepositoryControl:

@@ -127,6 +127,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             infer_request, _ = converters.to_infer_request(request, self._shm)
             placed = converters.output_placements(request, self._shm)  # shared memory outputs
             result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
+            result = converters.classified(result, request, self._dp)
             nbytes = _response_bytes(result, infer_request.outputs)
             if nbytes >= self._budget_from:  # smaller ones are bounded by unary admission
                 self._budget.acquire(nbytes)
@@ -222,7 +223,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                          ) -> tuple[pb.ModelStreamInferResponse, int]:
         if exc is None and future is not None:
             try:
-                result = future.result()
+                result = converters.classified(future.result(), msg, self._dp)
                 nbytes = _response_bytes(result, req.outputs if req else None)
                 self._budget.acquire(nbytes)
                 try:

@@ -81,6 +81,19 @@ def _flag(value: Any, key: str) -> bool:
     return value
 
 
+def _labels(value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict) or not all(
+            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in value.values()):
+        raise BundleError("manifest key 'labels' must map output names to lists of strings")
+    return {str(k): tuple(v) for k, v in value.items()}
+
+
+def label_file(output: str) -> str:
+    """The bundle file holding output ``output``'s labels (what ModelConfig reports as its
+    ``label_filename``)."""
+    return f"labels/{output}.txt"
+
+
 @dataclass(frozen=True)
 class Manifest:
     """Everything the agent needs to know about one model version for one device profile."""
@@ -110,11 +123,18 @@ class Manifest:
     # the model opts into the agent's response cache by default (edge-pack build
     # --response-cache); written only when True, so older bundles keep their bytes
     response_cache: bool = False
+    # output name -> its class labels, one per class index (edge-pack build --labels; a copy
+    # is the bundle file labels/OUTPUT.txt); written only when given, like response_cache
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if not self.response_cache:
             del d["response_cache"]
+        if self.labels:
+            d["labels"] = {k: list(v) for k, v in self.labels.items()}
+        else:
+            del d["labels"]
         return d
 
     def canonical_bytes(self) -> bytes:
@@ -152,6 +172,7 @@ class Manifest:
                 created=str(d.get("created", "")),
                 format_version=fv,
                 response_cache=_flag(d.get("response_cache", False), "response_cache"),
+                labels=_labels(d.get("labels", {})),
             )
         except BundleError:
             raise
