@@ -9,7 +9,6 @@ against an agent (``benchmarks/triton_examples.py`` does; docs/compatibility.md 
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,6 +81,30 @@ def light_onnx_model(name: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is not in the installed onnx package ({onnx.__version__});"
                                 " light models ship in onnx >= 1.15")
+    return path
+
+
+def make_densenet_onnx(path: Path | str) -> Path:
+    """Write Triton's ``densenet_onnx`` signature around onnx's light DenseNet-121.
+
+    As Triton's model (max_batch_size 0): input ``data_0`` FP32 [3, 224, 224], output ``fc6_1``
+    FP32 [1000] (the light model's [1, 3, 224, 224] -> [1, 1000, 1, 1], unsqueezed and
+    squeezed around it). The light model's weights are placeholders: classes are arbitrary.
+    """
+    model = onnx.load(light_onnx_model("densenet121"))
+    graph = model.graph
+    for node in graph.node:
+        node.input[:] = ["data_0_4d" if n == "data_0" else n for n in node.input]
+        node.output[:] = ["fc6_1_4d" if n == "fc6_1" else n for n in node.output]
+    graph.node.insert(0, helper.make_node("Unsqueeze", ["data_0"], ["data_0_4d"], axes=[0]))
+    graph.node.append(helper.make_node("Squeeze", ["fc6_1_4d"], ["fc6_1"], axes=[0, 2, 3]))
+    (data,) = [i for i in graph.input if i.name == "data_0"]
+    data.CopyFrom(helper.make_tensor_value_info("data_0", TensorProto.FLOAT, [3, 224, 224]))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("fc6_1", TensorProto.FLOAT, [1000]))
+    onnx.checker.check_model(model)
+    path = Path(path)
+    onnx.save(model, path)
     return path
 
 
@@ -168,8 +191,7 @@ def write_triton_example_models(out_dir: Path) -> list[ExampleModel]:
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     i32, i8 = TensorProto.INT32, TensorProto.INT8
-    densenet = out_dir / "densenet_onnx.onnx"
-    shutil.copyfile(light_onnx_model("densenet121"), densenet)
+    densenet = make_densenet_onnx(out_dir / "densenet_onnx.onnx")
     return [
         ExampleModel("simple", make_add_sub(out_dir / "simple.onnx")),
         ExampleModel("simple_int8", make_add_sub(out_dir / "simple_int8.onnx", dtype=i8)),
@@ -182,7 +204,6 @@ def write_triton_example_models(out_dir: Path) -> list[ExampleModel]:
                      make_identity(out_dir / "simple_dyna_sequence.onnx", dtype=i32,
                                    inputs="INPUT", outputs="OUTPUT", width=1)),
         ExampleModel("densenet_onnx", densenet, max_batch=None,
-                     labels=write_labels(out_dir / "densenet_labels.txt", 1000),
-                     build_args=("--dynamic-batch",)),
+                     labels=write_labels(out_dir / "densenet_labels.txt", 1000)),
         *write_python_example_models(out_dir),
     ]
