@@ -275,8 +275,8 @@ def report(runs: list[Run], notes: list[str]) -> str:
             "|---|---|---|---|---|"]
     for r in runs:
         err = r.first_error.replace("|", "\\|")
-        rows.append(f"| {r.example} | {r.protocol} | {'pass' if r.passed else 'FAIL'} | "
-                    f"{err} | {r.kind} |")
+        result = "pass" if r.passed else "not run" if r.kind.startswith("not run") else "FAIL"
+        rows.append(f"| {r.example} | {r.protocol} | {result} | {err} | {r.kind} |")
     ran = [r for r in runs if not r.kind.startswith("not run")]
     rows.append("")
     rows.append(f"{sum(r.passed for r in ran)} of {len(ran)} runs pass "
