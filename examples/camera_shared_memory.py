@@ -58,8 +58,9 @@ def main() -> int:
             shm.set_shared_memory_region(frames, [rng.random(shape, dtype=np.float32)])
             result = client.infer(args.model, [inp], outputs=[out])
             answer = shm.get_contents_as_numpy(answers, np.float32, out_shape)
+            on_wire = sum(len(raw) for raw in result.get_response().raw_output_contents)
             print(f"frame {i}: {out_meta.name} {out_shape} top class {int(answer.argmax())} "
-                  f"({len(result.get_response().raw_output_contents)} tensors in the reply)")
+                  f"({on_wire} tensor bytes in the reply)")
         per_frame = (time.perf_counter() - t0) / max(1, args.frames) * 1e3
         print(f"{args.frames} frames, {per_frame:.1f} ms each")
     finally:

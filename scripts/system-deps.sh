@@ -7,6 +7,7 @@
 #   prometheus        a real Prometheus server that scrapes the agent's /metrics
 #   systemd-nspawn    boots a Debian root file system to run the agent's unit under systemd
 #   debootstrap       builds that root file system (package systemd-container for nspawn)
+#   libb64-0d         a library Triton's perf_analyzer loads (tests/conformance/test_perf_analyzer.py)
 # Set EDGE_SKIP_SYSTEM_DEPS=1 to skip this step.
 if [ "${EDGE_SKIP_SYSTEM_DEPS:-0}" != 1 ]; then
     _missing=()
@@ -16,6 +17,8 @@ if [ "${EDGE_SKIP_SYSTEM_DEPS:-0}" != 1 ]; then
     command -v prometheus >/dev/null 2>&1 || _missing+=(prometheus)
     command -v systemd-nspawn >/dev/null 2>&1 || _missing+=(systemd-container)
     command -v debootstrap >/dev/null 2>&1 || _missing+=(debootstrap)
+    [ -e /usr/lib/x86_64-linux-gnu/libb64.so.0d ] || [ -e /usr/lib/aarch64-linux-gnu/libb64.so.0d ] \
+        || _missing+=(libb64-0d)
     if [ ${#_missing[@]} -gt 0 ]; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
             echo "==> installing system packages: ${_missing[*]}"

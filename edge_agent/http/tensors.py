@@ -281,8 +281,9 @@ def encode_response(result: InferResult, call: InferCall) -> tuple[bytes, int | 
         datatype = datatype_of(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         if call.placed and name in call.placed:
+            # no parameters echoed, as Triton answers: its C++ client (perf_analyzer) reads
+            # binary_data_size from any output that has parameters
             SharedMemoryRegistry.write_output(call.placed[name], name, array)
-            entry["parameters"] = call.placed_params[name]
         elif every or name in call.binary:
             if datatype == "BYTES":
                 raw = bytes_tensors.encode(array, name)

@@ -329,19 +329,19 @@ def to_infer_response(result: InferResult, *, raw: bool = True,
     """Encode an InferResult; outputs in ``order`` (the request's) or the result's order.
 
     Outputs in ``placed`` are written to their shared memory regions; the response lists them
-    (name, datatype, shape) with no bytes (an empty raw entry keeps the others' positions)."""
+    (name, datatype, shape) with an empty raw entry each (as Triton does)."""
     response = pb.ModelInferResponse(model_name=result.model, model_version=str(result.version),
                                      id=result.id)
     names = list(order) if order else list(result.outputs)
-    in_response = len(names) - len(placed) if placed else len(names)
     for name in names:
         array = result.outputs[name]
         datatype = datatype_of(array.dtype)
         out = response.outputs.add(name=name, datatype=datatype, shape=array.shape)
         if placed and name in placed:
             SharedMemoryRegistry.write_output(placed[name], name, array)
-            if in_response:
-                response.raw_output_contents.append(b"")
+            # an empty entry even when every output is placed, as Triton answers: its C++
+            # client (perf_analyzer) reads raw_output_contents[i] for every output i
+            response.raw_output_contents.append(b"")
         elif datatype == "BYTES":
             if raw:
                 response.raw_output_contents.append(bytes_tensors.encode(array, name))

@@ -25,5 +25,5 @@ def test_camera_example_infers_through_shared_memory(served: Served) -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("probs [2, 10] top class") == 3
-    assert "(0 tensors in the reply)" in out.stdout
+    assert "(0 tensor bytes in the reply)" in out.stdout
     assert _camera_objects() <= before  # the example destroyed its regions
