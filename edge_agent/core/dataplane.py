@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TypeAlias, TypeVar
 
 from edge_agent import __version__
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core import planes
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
@@ -32,7 +33,7 @@ from edge_agent.core.cache import ResponseCache
 from edge_agent.core.gate import ExecutionGate
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.orchestrator import Orchestrator
-from edge_agent.core.overrides import ModelOverrides, effective_batching, policy_versions
+from edge_agent.core.overrides import effective_batching, policy_versions
 from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
 from edge_agent.core.types import (
     InferRequest,

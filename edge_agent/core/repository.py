@@ -22,11 +22,12 @@ from pathlib import Path
 
 from edge_agent.backends.base import BackendOptions
 from edge_agent.backends.registry import IN_AGENT_BACKENDS, load_backend
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, nice_for
 from edge_agent.core.observer import InferenceObserver, NullObserver
-from edge_agent.core.overrides import ModelOverrides, effective_batching
+from edge_agent.core.overrides import effective_batching
 from edge_agent.core.validation import Signature
 from edge_agent.core.warmup import run_warmup
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError

@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import hashlib
 import ipaddress
+import logging
 import os
 import shutil
 import socket
@@ -25,10 +26,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edge_agent.config.management import ManagementOptions, TlsFiles
 from edge_agent.errors import ConfigError
 
 if TYPE_CHECKING:
     from cryptography import x509
+
+log = logging.getLogger(__name__)
 
 SERVER_NAME = "edge-agent"  # the DNS name in every agent certificate; clients ask for it
 TLS_DIR = "tls"
@@ -171,3 +175,21 @@ def describe_tls(options: Any, state_dir: str | os.PathLike[str]) -> str:
     mtls = " + client certificates" if (options.client_ca or (
         options.tls is not None and options.tls.client_ca)) else ""
     return f"management TLS{mtls}, certificate {fingerprint(cert.read_bytes())}"
+
+
+def server_tls(options: ManagementOptions, state_dir: Path) -> TlsFiles | None:
+    """The management API's TLS files: none (``insecure``), the configured ones, or the agent's
+    self-signed identity in ``state_dir`` (created on first start)."""
+    if options.insecure:
+        log.warning("management API in PLAINTEXT (--insecure): anyone on the network who "
+                    "sees a call can take the token")
+        return None
+    if options.tls is not None:
+        return options.tls
+    from edge_agent.discovery import advertised_addresses
+
+    host = (options.address or "").rpartition(":")[0].strip("[]")
+    hosts = [*advertised_addresses(options.mdns_interfaces or None),
+             *([host] if host and host not in ("0.0.0.0", "::") else [])]
+    cert, key = load_or_create(state_dir, hosts)
+    return TlsFiles(cert=cert, key=key, client_ca=options.client_ca)

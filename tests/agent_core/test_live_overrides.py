@@ -10,7 +10,7 @@ import pytest
 
 from edge_agent.backends.openvino_backend import compile_config
 from edge_agent.config import model_overrides
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.repository import ModelRepository, _with_openvino_overrides
 from edge_agent.errors import AgentError, ConfigError
 from packager.build import build_bundles

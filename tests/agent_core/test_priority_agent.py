@@ -8,6 +8,7 @@ before it have answers."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -20,10 +21,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tc
 
-from edge_agent.config import load_config
+from edge_agent.agent import serve
+from edge_agent.config import ManagementOptions, load_config
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.management.agent_main import run_agent
-from edge_agent.management.runtime import ManagementOptions
 from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
 from tests.agent_core.spin_model import spin_input
@@ -52,14 +52,14 @@ def agent(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, DataPlane]]:
     found: dict[str, Any] = {}
     stop = threading.Event()
 
-    def on_ready(addresses: Any, dataplane: Any, _runtime: Any) -> None:
+    def on_ready(addresses: Any, dataplane: Any) -> None:
         found["grpc"], found["plane"] = addresses.tcp, dataplane
         ready.set()
 
     def main() -> None:
         try:
-            run_agent(config, ManagementOptions(mdns=False, metrics=False), on_ready=on_ready,
-                      stop_event=stop, grace=2.0)
+            serve(dataclasses.replace(config, management=ManagementOptions(
+                mdns=False, metrics=False)), on_ready=on_ready, stop_event=stop, grace=2.0)
         except BaseException as exc:
             found["error"] = exc
             ready.set()

@@ -20,9 +20,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from edge_agent.agent import serve
 from edge_agent.cli import main as agent_cli
 from edge_agent.config import load_config
-from edge_agent.management.agent_main import serve
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.server import BoundAddresses
 from packager.build import build_bundles
@@ -105,7 +105,7 @@ class Agent:
 @pytest.fixture(scope="session")
 def agent(sources: Sources, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     """A real agent in-process on 127.0.0.1:0 and a Unix socket, via
-    edge_agent.management.agent_main.serve."""
+    edge_agent.agent.serve."""
     root = tmp_path_factory.mktemp("agent")
     state = root / "state"
     for bundle in sources.bundles.values():

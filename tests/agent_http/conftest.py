@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from edge_agent.agent import serve
 from edge_agent.cli import main as agent_cli
 from edge_agent.config import load_config
-from edge_agent.management.agent_main import serve
 from edge_agent.server import BoundAddresses
 from tests.agent_grpc.conftest import Sources, sources  # noqa: F401  (the session fixture)
 

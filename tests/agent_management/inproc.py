@@ -1,4 +1,4 @@
-"""A real agent (edge_agent.management.agent_main.run_agent) on a thread of the test process:
+"""A real agent (edge_agent.agent.Agent) on a thread of the test process:
 inference gRPC and management gRPC on 127.0.0.1 port 0, no Unix socket.
 
 The management API is plaintext (``insecure``) unless ``start_agent(..., tls=True)`` or the
@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_agent.config import AgentConfig, GrpcConfig
-from edge_agent.management.agent_main import run_agent
+from edge_agent.agent import Agent
+from edge_agent.config import AgentConfig, GrpcConfig, ManagementOptions, ModelsConfig
 from edge_agent.management.client import AgentClient, PinnedTls
-from edge_agent.management.runtime import AgentRuntime, ManagementOptions
 
 
 @dataclass
@@ -29,7 +28,7 @@ class InProcessAgent:
     state_dir: Path
     stop_event: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
-    runtime: AgentRuntime | None = None
+    runtime: Agent | None = None
     grpc: str = ""
     error: BaseException | None = None
     thread: threading.Thread | None = None
@@ -73,24 +72,25 @@ def start_agent(state_dir: Path, options: ManagementOptions, *,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False,
                                          workers=workers,
                                          repository_control=repository_control),
-                         response_cache_bytes=response_cache_bytes)
+                         models=ModelsConfig(response_cache_bytes=response_cache_bytes))
     return run_configured(config, options)
 
 
 def run_configured(config: AgentConfig, options: ManagementOptions, *,
                    timeout_s: float = 120.0, name: str = "agent-under-test") -> InProcessAgent:
-    """Run ``run_agent(config, options)`` on a thread and wait until it serves (its state
-    directory created first); AssertionError naming the cause when it does not start."""
+    """Run an :class:`Agent` of ``config`` with the management ``options`` on a thread and wait
+    until it serves (its state directory created first); AssertionError naming the cause when
+    it does not start."""
     agent = InProcessAgent(config.state_dir)
 
-    def on_ready(addresses: Any, _dataplane: Any, runtime: AgentRuntime) -> None:
-        agent.runtime, agent.grpc = runtime, addresses.tcp
+    def on_ready(running: Agent) -> None:
+        agent.runtime, agent.grpc = running, running.addresses.tcp or ""
         agent.ready.set()
 
     def main() -> None:
         try:
-            run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
-                      grace=2.0)
+            Agent(dataclasses.replace(config, management=options), grace=2.0).run(
+                on_ready, agent.stop_event)
         except BaseException as exc:  # surfaced below
             agent.error = exc
             agent.ready.set()

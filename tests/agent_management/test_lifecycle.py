@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from console.discovery import AgentBrowser
+from edge_agent.config import ManagementOptions
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles
 from tests.agent_management.inproc import start_agent

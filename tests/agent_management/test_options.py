@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from edge_agent.config.management import management_options
 from edge_agent.errors import ConfigError
-from edge_agent.management.options import management_options
 from packager.bundle.signing import generate_keypair
 
 TOML = """

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc as tc
 
+from edge_agent.config import ManagementOptions
 from edge_agent.core.api import ModelConfigInfo
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.converters import to_model_config
 from tests.agent_management.bundles import Bundles
 from tests.agent_management.inproc import start_agent

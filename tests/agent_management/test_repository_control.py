@@ -17,10 +17,9 @@ import pytest
 import tritonclient.grpc as tc
 from tritonclient.utils import InferenceServerException
 
-from edge_agent.config import AgentConfig, GrpcConfig
+from edge_agent.config import AgentConfig, GrpcConfig, ManagementOptions
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.server import AgentServer
 from edge_agent.state import StateStore, Step

@@ -24,6 +24,8 @@ from console.errors import ConsoleConfigError
 from console.fleet import AgentState, Fleet, FleetAgent
 from console.known_agents import KnownAgents, ask_on_terminal
 from console.screens.details import detail_rows
+from edge_agent.config import ManagementOptions
+from edge_agent.config.management import management_options
 from edge_agent.discovery import AgentAdvert
 from edge_agent.errors import ConfigError
 from edge_agent.management.client import (
@@ -33,8 +35,6 @@ from edge_agent.management.client import (
     PinnedTls,
     TransportMismatchError,
 )
-from edge_agent.management.options import management_options
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.management.tls import fingerprint
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.inproc import InProcessAgent, start_agent
@@ -186,7 +186,7 @@ def test_mdns_advert_carries_the_fingerprint(tmp_path: Path) -> None:
     async def find() -> FleetAgent:
         async with AgentBrowser(interfaces=["127.0.0.1"]) as browser:
             for _ in range(600):  # up to 60 s on a busy machine
-                mine = [a for a in browser.agents() if a.id == agent.runtime.identity.agent_id]  # type: ignore[union-attr]
+                mine = [a for a in browser.agents() if a.id == agent.runtime.management.identity.agent_id]  # type: ignore[union-attr]
                 if mine:
                     assert mine[0].txt["fp"] == mine[0].fingerprint
                     fleet = Fleet()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from edge_agent.management.runtime import ManagementOptions
+from edge_agent.config import ManagementOptions
 from tests.agent_management.bundles import Bundles, build_all
 from tests.agent_management.inproc import InProcessAgent, start_agent
 

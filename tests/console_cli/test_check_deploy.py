@@ -18,8 +18,8 @@ from console.config import ConsoleSettings
 from console.connections import Connections
 from console.fleet import FleetAgent
 from console.rollout import Phase, Rollout
+from edge_agent.config import ManagementOptions
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from tests.agent_management.bundles import PROFILE, Bundles

@@ -58,8 +58,8 @@ def served(mlp_bundles: MlpBundles, tmp_path_factory: pytest.TempPathFactory
     toml.write_text("[response_cache]\nsize_mib = 4\n[models.mlp]\nresponse_cache = true\n")
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0",
                          uds=root / "infer.sock")
-    dataplane = DataPlane(state, overrides=config.models,
-                          response_cache_bytes=config.response_cache_bytes)
+    dataplane = DataPlane(state, overrides=config.models.overrides,
+                          response_cache_bytes=config.models.response_cache_bytes)
     server = AgentServer(dataplane, config)
     try:
         addresses = server.start()

@@ -47,7 +47,7 @@ def simple_uds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     install(bundle, state)
     config = load_config(None, state_dir=state, grpc_address="127.0.0.1:0",
                          uds=root / "infer.sock")
-    dataplane = DataPlane(state, overrides=config.models)
+    dataplane = DataPlane(state, overrides=config.models.overrides)
     server = AgentServer(dataplane, config)
     try:
         addresses = server.start()

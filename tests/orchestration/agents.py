@@ -1,4 +1,4 @@
-"""Real agents for the orchestration tests: in this process (run_agent on a thread) with an
+"""Real agents for the orchestration tests: in this process (an Agent on a thread) with an
 AgentConfig the test writes, or as a subprocess reading an agent.toml."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from pathlib import Path
 
 import tritonclient.grpc as tc
 
-from edge_agent.config import AgentConfig, GrpcConfig
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.config import AgentConfig, GrpcConfig, ManagementOptions, ModelsConfig
+from edge_agent.config.models import ModelOverrides
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from tests.agent_management.inproc import InProcessAgent, run_configured
 
 
@@ -24,11 +23,12 @@ def running_agent(state_dir: Path, trust: Path, *, budget_mib: float | None = No
     memory budget and per-model settings given; stopped on exit."""
     options = ManagementOptions(address="127.0.0.1:0", name="orch", trusted_keys=(trust,),
                                 mdns=False, watch_window_s=0.0, insecure=True)
-    config = AgentConfig(state_dir=state_dir, models=dict(models or {}),
+    config = AgentConfig(state_dir=state_dir,
+                         models=ModelsConfig(overrides=dict(models or {}),
+                                             memory_budget_bytes=None if budget_mib is None
+                                             else int(budget_mib * (1 << 20))),
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False, workers=16,
-                                         repository_control=repository_control),
-                         memory_budget_bytes=None if budget_mib is None
-                         else int(budget_mib * (1 << 20)))
+                                         repository_control=repository_control))
     agent = run_configured(config, options, timeout_s=180, name="orch-agent")
     try:
         yield agent

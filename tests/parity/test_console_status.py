@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.management.runtime import ManagementOptions
+from edge_agent.config import ManagementOptions
 from tests.agent_management.inproc import InProcessAgent, start_agent
 from tests.console_cli.conftest import Run, console
 from tests.parity.bundles import ParityBundles

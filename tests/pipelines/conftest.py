@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 
-from edge_agent.config import AgentConfig, GrpcConfig
-from edge_agent.core.overrides import ModelOverrides
-from edge_agent.management.agent_main import run_agent
+from edge_agent.agent import Agent as RunningAgent
+from edge_agent.config import AgentConfig, GrpcConfig, ManagementOptions, ModelsConfig
+from edge_agent.config.models import ModelOverrides
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import AgentRuntime, ManagementOptions
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
@@ -126,7 +125,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 class Agent:
     state_dir: Path
     stop_event: threading.Event = field(default_factory=threading.Event)
-    runtime: AgentRuntime | None = None
+    runtime: RunningAgent | None = None
     dataplane: Any = None
     tcp: str = ""
     uds: str = ""
@@ -152,21 +151,22 @@ def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: b
                                 mdns=False, watch_window_s=0.0, insecure=True,
                                 allow_unsigned=allow_unsigned, keep_versions=keep_versions)
     uds = state_dir / "run" / "i.sock"
-    config = AgentConfig(state_dir=state_dir, models=models or {},
+    config = AgentConfig(state_dir=state_dir, models=ModelsConfig(overrides=models or {}),
+                         management=options,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds,
                                          workers=24, repository_control=repository_control))
     agent = Agent(state_dir)
     ready = threading.Event()
 
-    def on_ready(addresses: Any, dataplane: Any, runtime: AgentRuntime) -> None:
-        agent.runtime, agent.tcp, agent.dataplane = runtime, addresses.tcp, dataplane
+    def on_ready(running: RunningAgent) -> None:
+        agent.runtime, agent.dataplane = running, running.dataplane
+        agent.tcp = running.addresses.tcp or ""
         agent.uds = f"unix://{uds}"
         ready.set()
 
     def main() -> None:
         try:
-            run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
-                      grace=2.0)
+            RunningAgent(config, grace=2.0).run(on_ready, agent.stop_event)
         except BaseException as exc:  # surfaced below
             agent.error = exc
             ready.set()

@@ -16,8 +16,8 @@ import pytest
 from console.commands import deploy_reference
 from console.config import ConsoleSettings
 from console.errors import DeploymentFailedError
+from edge_agent.config.management import management_options
 from edge_agent.errors import ConfigError
-from edge_agent.management.options import management_options
 from packager.cli import main as edge_pack
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_agent.config import ManagementOptions
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
 from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.manager.errors import DiskFullError
 from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.state import StateStore, Step

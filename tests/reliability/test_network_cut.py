@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from edge_agent.config import ManagementOptions
 from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.management.runtime import ManagementOptions
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from tests.agent_management.bundles import PROFILE, Bundles

@@ -11,9 +11,8 @@ from typing import Any
 
 import grpc
 
-from edge_agent.config import AgentConfig, GrpcConfig
+from edge_agent.config import AgentConfig, GrpcConfig, ManagementOptions
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.agent_management.bundles import Bundles

@@ -12,11 +12,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from edge_agent.config import ManagementOptions
 from edge_agent.management.auth import bearer
 from edge_agent.management.client import AgentClient, AuthenticationError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from edge_agent.management.runtime import ManagementOptions
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles
 from tests.agent_management.inproc import InProcessAgent, start_agent, trusted_agent

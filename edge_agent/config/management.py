@@ -40,43 +40,107 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_agent.errors import ConfigError
-from edge_agent.settings import (
-    ManagementOptions,
-    RegistrySettings,
-    TlsFiles,
+from edge_agent.config.fields import (
+    Key,
+    address,
+    boolean,
+    in_range,
     ipv4_interfaces,
     parse_address,
+    parse_table,
+    path_under,
+    string,
+    strings,
 )
+from edge_agent.errors import ConfigError
 
 SECTIONS = ("management", "mdns", "metrics", "registry")
 _MGMT_EXAMPLE = "0.0.0.0:50051"
-_MGMT_KEYS = {"address", "name", "trust", "allow_unsigned", "profile", "keep_versions",
-              "watch_window_s", "error_threshold", "min_requests", "tls_cert", "tls_key",
-              "tls_client_ca", "insecure", "connection_idle_s", "handshake_timeout_s"}
 
 
-def _table(data: Mapping[str, Any], key: str, known: set[str]) -> dict[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise ConfigError(f"config key '{key}': expected a table ([{key}])")
-    for k in value:
-        if k not in known:
-            raise ConfigError(f"config key '{key}.{k}' is unknown; known keys: {sorted(known)}")
-    return value
+@dataclass(frozen=True)
+class TlsFiles:
+    """Server certificate and key (PEM), and the CA that signs client certificates (mTLS)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
 
 
-def _typed(key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
-    if isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
-    if not isinstance(value, kind):
-        raise ConfigError(f"config key '{key}': expected {getattr(kind, '__name__', kind)}, "
-                          f"got {value!r}")
-    return value
+@dataclass(frozen=True)
+class RegistrySettings:
+    """``[registry]``: where deploys by reference may pull from (``allow``: entries
+    ``host[:port]/prefix``; empty refuses every reference), which registries speak plain
+    HTTP (``insecure``: ``host:port``), and the agent's own credentials (``auth_file``: a
+    docker-style config.json). Entries are checked when the config is read."""
+
+    allow: tuple[str, ...] = ()
+    insecure: tuple[str, ...] = ()
+    auth_file: Path | None = None
+    ca_file: Path | None = None  # trust this CA bundle (PEM) for registries' TLS certificates
+    retries: int = 4
+    """How often a failed registry request or a cut download is tried again (resumed)."""
+
+
+@dataclass(frozen=True)
+class ManagementOptions:
+    """The management side of the agent (config sections [management], [mdns], [metrics],
+    [registry]); :attr:`AgentConfig.deploy`, ``.discovery`` and ``.registry`` are its views by
+    domain."""
+
+    address: str | None = None  # None: no management API (and no mDNS advert)
+    name: str = field(default_factory=socket.gethostname)
+    trusted_keys: tuple[Path, ...] = ()
+    allow_unsigned: bool = False
+    keep_versions: int = 3
+    watch_window_s: float = 60.0
+    error_threshold: float = 0.5
+    min_requests: int = 20
+    tls: TlsFiles | None = None  # your own certificate; None: the self-signed one in STATE_DIR/tls
+    client_ca: Path | None = None  # mTLS with the self-signed certificate
+    insecure: bool = False  # plaintext management API (--insecure)
+    connection_idle_s: float = 300.0  # a management connection without calls is closed (0: never)
+    handshake_timeout_s: float = 10.0  # one that does not finish TLS/HTTP/2 setup is closed
+    mdns: bool = True
+    mdns_interfaces: tuple[str, ...] = ()  # empty: every interface
+    metrics: bool = True
+    profile: str | None = None
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
+
+
+def _management_keys(path: Callable[[str, Any], Path]) -> tuple[Key, ...]:
+    number = (int, float)
+    return (
+        Key("address", address(_MGMT_EXAMPLE)),
+        Key("name", string),
+        Key("profile", string),
+        Key("trust", lambda k, v: tuple(path(k, p) for p in strings(k, v)), "trusted_keys"),
+        Key("allow_unsigned", boolean),
+        Key("keep_versions", in_range(int, 1)),
+        Key("min_requests", in_range(int, 0)),
+        Key("watch_window_s", in_range(number, 0)),
+        Key("error_threshold", in_range(number, 0)),
+        Key("connection_idle_s", in_range(number, 0)),
+        Key("handshake_timeout_s", in_range(number, 0)),
+        Key("tls_cert", path),
+        Key("tls_key", path),
+        Key("tls_client_ca", path),
+        Key("insecure", boolean),
+    )
+
+
+_MDNS_KEYS = (
+    Key("enabled", boolean, "mdns"),
+    Key("interfaces", lambda k, v: ipv4_interfaces(strings(k, v), f"config key '{k}'"),
+        "mdns_interfaces"),
+)
+_METRICS_KEYS = (Key("enabled", boolean, "metrics"),)
 
 
 def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
@@ -88,57 +152,21 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
                        registry_insecure: bool = False, registry_ca_file: Path | None = None,
                        registry_auth_file: Path | None = None) -> ManagementOptions:
     """ManagementOptions from the parsed TOML ``data`` with the flags (when given) on top."""
-    mg = _table(data, "management", _MGMT_KEYS)
-    md = _table(data, "mdns", {"enabled", "interfaces"})
-    mt = _table(data, "metrics", {"enabled"})
-    rg = _table(data, "registry", {"allow", "insecure", "auth_file", "ca_file", "retries"})
-
-    def path(key: str, value: Any) -> Path:
-        p = Path(_typed(key, value, str)).expanduser()
-        return p if p.is_absolute() or base_dir is None else base_dir / p
-
-    kw: dict[str, Any] = {}
-    if "address" in mg:
-        kw["address"] = parse_address(_typed("management.address", mg["address"], str),
-                                      "config key 'management.address'", _MGMT_EXAMPLE)
-    for key in ("name", "profile"):
-        if key in mg:
-            kw[key] = _typed(f"management.{key}", mg[key], str)
-    if "trust" in mg:
-        kw["trusted_keys"] = tuple(path("management.trust", p)
-                                   for p in _typed("management.trust", mg["trust"], list))
-    if "allow_unsigned" in mg:
-        kw["allow_unsigned"] = _typed("management.allow_unsigned", mg["allow_unsigned"], bool)
-    for key, kind in (("keep_versions", int), ("min_requests", int),
-                      ("watch_window_s", (int, float)), ("error_threshold", (int, float)),
-                      ("connection_idle_s", (int, float)),
-                      ("handshake_timeout_s", (int, float))):
-        if key in mg:
-            value = _typed(f"management.{key}", mg[key], kind)
-            if value < 0 or (key == "keep_versions" and value < 1):
-                raise ConfigError(f"config key 'management.{key}': {value} is out of range")
-            kw[key] = value
-    if "tls_cert" in mg or "tls_key" in mg:
-        if "tls_cert" not in mg or "tls_key" not in mg:
-            raise ConfigError("config keys 'management.tls_cert' and 'management.tls_key' go "
-                              "together")
-        kw["tls"] = TlsFiles(cert=path("management.tls_cert", mg["tls_cert"]),
-                             key=path("management.tls_key", mg["tls_key"]),
-                             client_ca=path("management.tls_client_ca", mg["tls_client_ca"])
-                             if "tls_client_ca" in mg else None)
-    elif "tls_client_ca" in mg:  # client certificates, the agent's own self-signed cert
-        kw["client_ca"] = path("management.tls_client_ca", mg["tls_client_ca"])
-    if "insecure" in mg:
-        kw["insecure"] = _typed("management.insecure", mg["insecure"], bool)
-    if "enabled" in md:
-        kw["mdns"] = _typed("mdns.enabled", md["enabled"], bool)
-    if "interfaces" in md:
-        kw["mdns_interfaces"] = ipv4_interfaces(_typed("mdns.interfaces", md["interfaces"], list),
-                                            "config key 'mdns.interfaces'")
-    if "enabled" in mt:
-        kw["metrics"] = _typed("metrics.enabled", mt["enabled"], bool)
-    if rg:
-        kw["registry"] = _registry(rg, path)
+    path = path_under(base_dir)
+    kw = parse_table("management", data.get("management", {}), _management_keys(path))
+    cert, key, client_ca = kw.pop("tls_cert", None), kw.pop("tls_key", None), \
+        kw.pop("tls_client_ca", None)
+    if (cert is None) != (key is None):
+        raise ConfigError("config keys 'management.tls_cert' and 'management.tls_key' go "
+                          "together")
+    if cert is not None and key is not None:
+        kw["tls"] = TlsFiles(cert=cert, key=key, client_ca=client_ca)
+    elif client_ca is not None:  # client certificates, the agent's own self-signed cert
+        kw["client_ca"] = client_ca
+    kw.update(parse_table("mdns", data.get("mdns", {}), _MDNS_KEYS))
+    kw.update(parse_table("metrics", data.get("metrics", {}), _METRICS_KEYS))
+    if data.get("registry"):
+        kw["registry"] = _registry(data["registry"], path)
     options = ManagementOptions(**kw)
     flags: dict[str, Any] = {}
     if address is not None:
@@ -170,32 +198,22 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
     return options
 
 
-def _registry(rg: Mapping[str, Any], path: Any) -> RegistrySettings:
+def _registry(data: Any, path: Callable[[str, Any], Path]) -> RegistrySettings:
     """``[registry]``, every entry checked now (a bad one would refuse every deploy later)."""
     from packager.bundle.errors import PackagerError
     from packager.bundle.oci.ref import RegistryPolicy
 
-    def strings(key: str) -> tuple[str, ...]:
-        values = _typed(f"registry.{key}", rg.get(key, []), list)
-        for v in values:
-            if not isinstance(v, str):
-                raise ConfigError(f"config key 'registry.{key}': {v!r} is not a string")
-        return tuple(values)
-
-    allow, insecure = strings("allow"), strings("insecure")
+    kw = parse_table("registry", data, (
+        Key("allow", strings), Key("insecure", strings), Key("auth_file", path),
+        Key("ca_file", path), Key("retries", in_range(int, 0, 20))))
+    settings = RegistrySettings(**kw)
     try:
-        RegistryPolicy.parse(allow, insecure)
+        RegistryPolicy.parse(settings.allow, settings.insecure)
     except PackagerError as exc:
         raise ConfigError(f"config key {exc}") from None
-    retries = _typed("registry.retries", rg.get("retries", 4), int)
-    if not 0 <= retries <= 20:
-        raise ConfigError(f"config key 'registry.retries': {retries} is out of range (0-20)")
-    auth = path("registry.auth_file", rg["auth_file"]) if "auth_file" in rg else None
-    ca = path("registry.ca_file", rg["ca_file"]) if "ca_file" in rg else None
-    if ca is not None and not ca.is_file():
-        raise ConfigError(f"config key 'registry.ca_file': {ca} is not a file")
-    return RegistrySettings(allow=allow, insecure=insecure, auth_file=auth, ca_file=ca,
-                            retries=retries)
+    if settings.ca_file is not None and not settings.ca_file.is_file():
+        raise ConfigError(f"config key 'registry.ca_file': {settings.ca_file} is not a file")
+    return settings
 
 
 def _registry_flags(base: RegistrySettings, allow: Sequence[str], insecure: bool,
