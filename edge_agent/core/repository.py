@@ -293,8 +293,7 @@ class ModelRepository:
         try:
             decoupled = is_decoupled(manifest)
             # a code model (Python, pipeline) says in its manifest whether made-up inputs suit it
-            if ov.warmup and not decoupled and manifest.backend_options.get(
-                    manifest.backend, {}).get("warmup", True):
+            if ov.warmup and not decoupled and manifest.warmup:
                 run_warmup(backend, mv.name, mv.version, batching, batching.instances)
             mv.signature = Signature(mv.name, mv.version, manifest.inputs, manifest.outputs,
                                      batching.max_batch_size)

@@ -21,7 +21,7 @@ def probe_version(mv: ModelVersion, timeout_s: float = 30.0) -> str:
     manifest, batcher = mv.manifest, mv.batcher
     if manifest is None or batcher is None:
         raise DeploymentFailedError(f"{mv.name} version {mv.version} is not loaded")
-    if not manifest.backend_options.get(manifest.backend, {}).get("warmup", True):
+    if not manifest.warmup:
         # a Python model or pipeline: made-up inputs need not be valid for its code
         return "not probed: its spec says made-up inputs do not suit it (warmup = false)"
     batched = manifest.batching.max_batch_size > 0

@@ -182,11 +182,13 @@ def test_mdns_advert_carries_the_fingerprint(tmp_path: Path) -> None:
     agent = start_agent(tmp_path / "state", ManagementOptions(
         address="127.0.0.1:0", name="advertised", mdns=True, mdns_interfaces=("127.0.0.1",)),
         workers=4, tls=True)
+    assert agent.runtime is not None and agent.runtime.management is not None
+    agent_id = agent.runtime.management.identity.agent_id
 
     async def find() -> FleetAgent:
         async with AgentBrowser(interfaces=["127.0.0.1"]) as browser:
             for _ in range(600):  # up to 60 s on a busy machine
-                mine = [a for a in browser.agents() if a.id == agent.runtime.management.identity.agent_id]  # type: ignore[union-attr]
+                mine = [a for a in browser.agents() if a.id == agent_id]
                 if mine:
                     assert mine[0].txt["fp"] == mine[0].fingerprint
                     fleet = Fleet()
