@@ -5,6 +5,7 @@ their signatures still verify)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,18 @@ def test_a_flag_that_is_not_a_bool_is_refused(where: str) -> None:
         data["backend_options"]["python"]["decoupled"] = "yes"
     with pytest.raises(BundleError, match="decoupled"):
         Manifest.from_dict(data)
+
+
+def test_inspect_shows_the_flags(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from packager.inspect_view import render_manifest
+
+    console = Console(record=True, width=200)
+    render_manifest(_manifest(warmup=False, decoupled=True), True, tmp_path / "gen.edgepkg",
+                    console)
+    text = console.export_text()
+    assert "warmup = false" in text and "decoupled" in text
+    plain = Console(record=True, width=200)
+    render_manifest(_manifest(backend="onnxruntime"), True, tmp_path / "m.edgepkg", plain)
+    assert "warmup" not in plain.export_text()
