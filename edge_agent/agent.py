@@ -131,7 +131,7 @@ def open_state(config: AgentConfig) -> StateParts:
     recorder: MetricsRecorder | None = None
     try:
         store = StateStore.open(config.state_dir)
-        if config.management.metrics:
+        if config.metrics.enabled:
             metrics = MetricsStore.open(config.state_dir)
             recorder = MetricsRecorder(metrics, system=SystemSampler(config.state_dir))
             recorder.start()
@@ -227,20 +227,20 @@ def start_management(config: AgentConfig, state: StateParts, core: CoreParts,
                                   recorder=state.recorder, on_change=link.changed,
                                   diagnostics=Diagnostics(config.state_dir, log_ring.install(),
                                                           state.metrics),
-                                  registry=options.registry)
-    tls = server_tls(options, config.state_dir)
+                                  registry=config.registry)
+    tls = server_tls(options, config.discovery.interfaces, config.state_dir)
     server = ManagementServer(servicer, options.address, token=state.token.current, tls=tls,
                               connection_idle_s=options.connection_idle_s,
                               handshake_timeout_s=options.handshake_timeout_s)
     address = server.start()
     fp = fingerprint(tls.cert.read_bytes()) if tls is not None else ""
-    if not options.trusted_keys and not options.allow_unsigned:
+    if not config.deploy.trusted_keys and not config.deploy.allow_unsigned:
         log.warning("no trusted public key (--trust): every deploy will be refused until "
                     "one is configured (or --allow-unsigned for development)")
-    if options.mdns:
+    if config.discovery.enabled:
         try:
             link.start(lambda: _advert(identity, core.manager, server.port,
-                                       ends.addresses.tcp or "", fp), options.mdns_interfaces)
+                                       ends.addresses.tcp or "", fp), config.discovery.interfaces)
         except BaseException:
             server.stop()
             raise
@@ -423,11 +423,12 @@ class Agent:
         """Apply what a reload (SIGHUP) may change: trust, retention, watch settings and
         ``[registry]`` (the next deploy by reference uses it; a pull under way keeps its own).
         The rest of ``config`` takes effect at the next start."""
-        self.config = dataclasses.replace(self.config, management=config.management)
+        self.config = dataclasses.replace(self.config, deploy=config.deploy,
+                                          registry=config.registry)
         if self._core is not None:
-            self._core.manager.settings = self.config.deploy
+            self._core.manager.settings = config.deploy
         if self._mgmt is not None:
-            self._mgmt.server.servicer.registry = config.management.registry
+            self._mgmt.server.servicer.registry = config.registry
 
     def _on_sighup(self, notifier: SystemdNotifier) -> None:
         if self._reload is None:

@@ -194,8 +194,8 @@ def open_state_dir(state_dir: str | Path, *, config: str | Path | None = None,
     defaults: ModelOverrides | None = None
     if config is not None:
         cfg = load_config(Path(config), state_dir=root)
-        keys = [*cfg.management.trusted_keys, *keys]
-        allow_unsigned = allow_unsigned or cfg.management.allow_unsigned
+        keys = [*cfg.deploy.trusted_keys, *keys]
+        allow_unsigned = allow_unsigned or cfg.deploy.allow_unsigned
         settings = {**cfg.models.overrides, **settings}
         defaults = cfg.models.defaults
         max_concurrent_executions = (max_concurrent_executions

@@ -90,13 +90,18 @@ from edge_agent.config.fields import non_negative_int, parse_address, string
 from edge_agent.config.grpc import GrpcConfig, grpc_section
 from edge_agent.config.http import HttpConfig, http_section, listen_address
 from edge_agent.config.management import SECTIONS as MANAGEMENT_SECTIONS
-from edge_agent.config.management import ManagementOptions, management_options
+from edge_agent.config.management import (
+    DiscoveryConfig,
+    ManagementConfig,
+    ManagementSections,
+    MetricsConfig,
+    RegistrySettings,
+    management_sections,
+)
 from edge_agent.config.models import ModelsConfig, models_section
 from edge_agent.errors import ConfigError
 
 UDS_PATH_MAX = 107  # sun_path is 108 bytes on Linux, including the NUL
-DRAIN_TIMEOUT_S = 30.0
-"""How long a swap or an unload waits for a version's in-flight requests."""
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,16 @@ class AgentConfig:
     """``[http]``: the KServe HTTP/REST front end and /metrics (off unless ``listen``)."""
     models: ModelsConfig = field(default_factory=ModelsConfig)
     """``[models.*]``, ``[agent]``, ``[response_cache]``: how the data plane serves."""
-    management: ManagementOptions = field(default_factory=ManagementOptions)
-    """``[management]``, ``[mdns]``, ``[metrics]``, ``[registry]``."""
+    management: ManagementConfig = field(default_factory=ManagementConfig)
+    """``[management]``: the management API (off unless ``address``)."""
+    deploy: ManagerSettings = field(default_factory=ManagerSettings)
+    """``[management]``'s deploy keys: trust, retention, the watch after a deploy, profile."""
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    """``[mdns]``: the advert of the management API."""
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    """``[metrics]``: the metrics store and recorder."""
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
+    """``[registry]``: where deploys by reference may pull from."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -126,15 +139,13 @@ class AgentConfig:
             return None
         return self.grpc.uds or self.state_dir / "run" / "inference.sock"
 
-    @property
-    def deploy(self) -> ManagerSettings:
-        """The deploy lifecycle's settings (trust, retention, the watch after a deploy)."""
-        m = self.management
-        return ManagerSettings(
-            trusted_keys=m.trusted_keys, allow_unsigned=m.allow_unsigned,
-            keep_versions=m.keep_versions, watch_window_s=m.watch_window_s,
-            error_threshold=m.error_threshold, min_requests=m.min_requests,
-            drain_timeout_s=DRAIN_TIMEOUT_S, profile=m.profile)
+
+def with_management(config: AgentConfig, sections: ManagementSections) -> AgentConfig:
+    """``config`` with the management-side ``sections`` (API, deploy, discovery, metrics,
+    registry) in place of its own."""
+    return dataclasses.replace(config, management=sections.management, deploy=sections.deploy,
+                               discovery=sections.discovery, metrics=sections.metrics,
+                               registry=sections.registry)
 
 
 _SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent",
@@ -160,7 +171,7 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
     """Read ``path`` (optional) and apply the flags given (not None) on top of it.
 
     ``management``: the management flags (keyword arguments of
-    :func:`edge_agent.config.management.management_options`); ``http_address``: ``--http``
+    :func:`edge_agent.config.management.management_sections`); ``http_address``: ``--http``
     (HOST:PORT, a bare port on 127.0.0.1, or "none")."""
     data = read_toml(path) if path is not None else {}
     for key in data:
@@ -186,11 +197,11 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
     http_cfg = http_section(data.get("http", {}))
     if http_address is not None:
         http_cfg = dataclasses.replace(http_cfg, listen=listen_address(http_address, "--http"))
-    mgmt = management_options(data, Path(path).parent if path is not None else None,
-                              **dict(management or {}))
-    config = AgentConfig(state_dir=Path(state_dir), grpc=grpc_cfg, http=http_cfg,
-                         models=models_section(data), management=mgmt,
-                         source=Path(path) if path is not None else None)
+    mgmt = management_sections(data, Path(path).parent if path is not None else None,
+                               **dict(management or {}))
+    config = with_management(AgentConfig(
+        state_dir=Path(state_dir), grpc=grpc_cfg, http=http_cfg, models=models_section(data),
+        source=Path(path) if path is not None else None), mgmt)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:
         raise ConfigError(f"config key 'grpc.uds': socket path {uds_path} is longer than "

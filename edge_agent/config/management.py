@@ -1,4 +1,9 @@
-"""The [management], [mdns] and [metrics] sections of agent.toml, with the serve flags on top.
+"""The [management], [mdns], [metrics] and [registry] sections of agent.toml, with the serve
+flags on top, parsed into the sections of their domains: the management API
+(:class:`ManagementConfig`), the deploy lifecycle (:class:`~edge_agent.config.deploy.
+ManagerSettings`: trust, retention, the watch after a deploy, the profile), discovery
+(:class:`DiscoveryConfig`), metrics (:class:`MetricsConfig`) and the registries
+(:class:`RegistrySettings`).
 
 ::
 
@@ -46,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge_agent.config.deploy import ManagerSettings
 from edge_agent.config.fields import (
     Key,
     address,
@@ -89,29 +95,46 @@ class RegistrySettings:
 
 
 @dataclass(frozen=True)
-class ManagementOptions:
-    """The management side of the agent (config sections [management], [mdns], [metrics],
-    [registry]); :attr:`AgentConfig.deploy`, ``.discovery`` and ``.registry`` are its views by
-    domain."""
+class ManagementConfig:
+    """``[management]``'s API keys: where and how the management API listens."""
 
     address: str | None = None  # None: no management API (and no mDNS advert)
     name: str = field(default_factory=socket.gethostname)
-    trusted_keys: tuple[Path, ...] = ()
-    allow_unsigned: bool = False
-    keep_versions: int = 3
-    watch_window_s: float = 60.0
-    error_threshold: float = 0.5
-    min_requests: int = 20
     tls: TlsFiles | None = None  # your own certificate; None: the self-signed one in STATE_DIR/tls
     client_ca: Path | None = None  # mTLS with the self-signed certificate
     insecure: bool = False  # plaintext management API (--insecure)
     connection_idle_s: float = 300.0  # a management connection without calls is closed (0: never)
     handshake_timeout_s: float = 10.0  # one that does not finish TLS/HTTP/2 setup is closed
-    mdns: bool = True
-    mdns_interfaces: tuple[str, ...] = ()  # empty: every interface
-    metrics: bool = True
-    profile: str | None = None
+
+
+@dataclass(frozen=True)
+class DiscoveryConfig:
+    """``[mdns]``: the agent's mDNS advert (only while the management API is on)."""
+
+    enabled: bool = True
+    interfaces: tuple[str, ...] = ()  # empty: every interface
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """``[metrics]``: the metrics store and its recorder."""
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class ManagementSections:
+    """What ``[management]``, ``[mdns]``, ``[metrics]`` and ``[registry]`` (with the serve
+    flags on top) configure, by domain; :class:`~edge_agent.config.AgentConfig` holds each."""
+
+    management: ManagementConfig = field(default_factory=ManagementConfig)
+    deploy: ManagerSettings = field(default_factory=ManagerSettings)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     registry: RegistrySettings = field(default_factory=RegistrySettings)
+
+
+_DEPLOY_FIELDS = {f.name for f in dataclasses.fields(ManagerSettings)}
 
 
 def _management_keys(path: Callable[[str, Any], Path]) -> tuple[Key, ...]:
@@ -136,24 +159,25 @@ def _management_keys(path: Callable[[str, Any], Path]) -> tuple[Key, ...]:
 
 
 _MDNS_KEYS = (
-    Key("enabled", boolean, "mdns"),
-    Key("interfaces", lambda k, v: ipv4_interfaces(strings(k, v), f"config key '{k}'"),
-        "mdns_interfaces"),
+    Key("enabled", boolean),
+    Key("interfaces", lambda k, v: ipv4_interfaces(strings(k, v), f"config key '{k}'")),
 )
-_METRICS_KEYS = (Key("enabled", boolean, "metrics"),)
+_METRICS_KEYS = (Key("enabled", boolean),)
 
 
-def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
-                       address: str | None = None, name: str | None = None,
-                       trust: Sequence[Path] = (), allow_unsigned: bool = False,
-                       mdns_interfaces: Sequence[str] = (), no_mdns: bool = False,
-                       no_metrics: bool = False, profile: str | None = None,
-                       insecure: bool = False, registry_allow: Sequence[str] = (),
-                       registry_insecure: bool = False, registry_ca_file: Path | None = None,
-                       registry_auth_file: Path | None = None) -> ManagementOptions:
-    """ManagementOptions from the parsed TOML ``data`` with the flags (when given) on top."""
+def management_sections(data: Mapping[str, Any], base_dir: Path | None = None, *,
+                        address: str | None = None, name: str | None = None,
+                        trust: Sequence[Path] = (), allow_unsigned: bool = False,
+                        mdns_interfaces: Sequence[str] = (), no_mdns: bool = False,
+                        no_metrics: bool = False, profile: str | None = None,
+                        insecure: bool = False, registry_allow: Sequence[str] = (),
+                        registry_insecure: bool = False, registry_ca_file: Path | None = None,
+                        registry_auth_file: Path | None = None) -> ManagementSections:
+    """The management-side sections from the parsed TOML ``data`` with the flags (when given)
+    on top; relative paths in the file are taken relative to ``base_dir``."""
     path = path_under(base_dir)
     kw = parse_table("management", data.get("management", {}), _management_keys(path))
+    deploy = ManagerSettings(**{k: kw.pop(k) for k in list(kw) if k in _DEPLOY_FIELDS})
     cert, key, client_ca = kw.pop("tls_cert", None), kw.pop("tls_key", None), \
         kw.pop("tls_client_ca", None)
     if (cert is None) != (key is None):
@@ -163,39 +187,35 @@ def management_options(data: Mapping[str, Any], base_dir: Path | None = None, *,
         kw["tls"] = TlsFiles(cert=cert, key=key, client_ca=client_ca)
     elif client_ca is not None:  # client certificates, the agent's own self-signed cert
         kw["client_ca"] = client_ca
-    kw.update(parse_table("mdns", data.get("mdns", {}), _MDNS_KEYS))
-    kw.update(parse_table("metrics", data.get("metrics", {}), _METRICS_KEYS))
-    if data.get("registry"):
-        kw["registry"] = _registry(data["registry"], path)
-    options = ManagementOptions(**kw)
-    flags: dict[str, Any] = {}
-    if address is not None:
-        flags["address"] = parse_address(address, "--management", _MGMT_EXAMPLE)
-    if name is not None:
-        flags["name"] = name
-    if trust:
-        flags["trusted_keys"] = options.trusted_keys + tuple(Path(p) for p in trust)
-    if allow_unsigned:
-        flags["allow_unsigned"] = True
+    api = ManagementConfig(**kw)
+    discovery = DiscoveryConfig(**parse_table("mdns", data.get("mdns", {}), _MDNS_KEYS))
+    metrics = MetricsConfig(**parse_table("metrics", data.get("metrics", {}), _METRICS_KEYS))
+    registry = _registry(data["registry"], path) if data.get("registry") else RegistrySettings()
+    if address is not None or name is not None or insecure:
+        api = dataclasses.replace(
+            api, address=api.address if address is None else parse_address(
+                address, "--management", _MGMT_EXAMPLE),
+            name=api.name if name is None else name, insecure=api.insecure or insecure)
+    deploy = dataclasses.replace(
+        deploy, trusted_keys=deploy.trusted_keys + tuple(Path(p) for p in trust),
+        allow_unsigned=deploy.allow_unsigned or allow_unsigned,
+        profile=deploy.profile if profile is None else profile)
     if mdns_interfaces:
-        flags["mdns_interfaces"] = ipv4_interfaces(mdns_interfaces, "--mdns-interface")
+        discovery = dataclasses.replace(
+            discovery, interfaces=ipv4_interfaces(mdns_interfaces, "--mdns-interface"))
     if no_mdns:
-        flags["mdns"] = False
+        discovery = dataclasses.replace(discovery, enabled=False)
     if no_metrics:
-        flags["metrics"] = False
-    if profile is not None:
-        flags["profile"] = profile
-    if insecure:
-        flags["insecure"] = True
+        metrics = MetricsConfig(enabled=False)
     if registry_allow or registry_insecure or registry_ca_file or registry_auth_file:
-        flags["registry"] = _registry_flags(options.registry, registry_allow, registry_insecure,
-                                            registry_ca_file, registry_auth_file)
-    options = dataclasses.replace(options, **flags)
-    if options.insecure and (options.tls is not None or options.client_ca is not None):
+        registry = _registry_flags(registry, registry_allow, registry_insecure,
+                                   registry_ca_file, registry_auth_file)
+    if api.insecure and (api.tls is not None or api.client_ca is not None):
         raise ConfigError("--insecure (management.insecure) turns TLS off, but TLS files are "
                           "configured (management.tls_cert / tls_client_ca); drop one of them")
-    check_trusted_keys(options.trusted_keys)
-    return options
+    check_trusted_keys(deploy.trusted_keys)
+    return ManagementSections(management=api, deploy=deploy, discovery=discovery,
+                              metrics=metrics, registry=registry)
 
 
 def _registry(data: Any, path: Callable[[str, Any], Path]) -> RegistrySettings:

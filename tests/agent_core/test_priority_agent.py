@@ -22,7 +22,7 @@ import pytest
 import tritonclient.grpc as tc
 
 from edge_agent.agent import serve
-from edge_agent.config import ManagementOptions, load_config
+from edge_agent.config import DiscoveryConfig, MetricsConfig, load_config
 from edge_agent.core.dataplane import DataPlane
 from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
@@ -58,8 +58,9 @@ def agent(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, DataPlane]]:
 
     def main() -> None:
         try:
-            serve(dataclasses.replace(config, management=ManagementOptions(
-                mdns=False, metrics=False)), on_ready=on_ready, stop_event=stop, grace=2.0)
+            quiet = dataclasses.replace(config, discovery=DiscoveryConfig(enabled=False),
+                                        metrics=MetricsConfig(enabled=False))
+            serve(quiet, on_ready=on_ready, stop_event=stop, grace=2.0)
         except BaseException as exc:
             found["error"] = exc
             ready.set()

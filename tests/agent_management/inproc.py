@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.agent import Agent
-from edge_agent.config import AgentConfig, GrpcConfig, ManagementOptions, ModelsConfig
+from edge_agent.config import (
+    AgentConfig,
+    DiscoveryConfig,
+    GrpcConfig,
+    ManagementConfig,
+    ManagementSections,
+    ManagerSettings,
+    MetricsConfig,
+    ModelsConfig,
+    with_management,
+)
 from edge_agent.management.client import AgentClient, PinnedTls
 
 
@@ -61,13 +71,28 @@ class InProcessAgent:
             assert not self.thread.is_alive(), "agent did not stop"
 
 
-def start_agent(state_dir: Path, options: ManagementOptions, *,
+def sections(name: str, *trusted: Path, watch_window_s: float = 0.0, insecure: bool = False,
+             mdns_interfaces: tuple[str, ...] = (), metrics: bool = True,
+             **deploy: Any) -> ManagementSections:
+    """The management side of a test agent: the API on 127.0.0.1 port 0 named ``name``,
+    trusting ``trusted`` (``deploy``: more deploy settings), no watch window unless given,
+    mDNS only when ``mdns_interfaces`` are given (and only on them)."""
+    return ManagementSections(
+        management=ManagementConfig(address="127.0.0.1:0", name=name, insecure=insecure),
+        deploy=ManagerSettings(trusted_keys=trusted, watch_window_s=watch_window_s, **deploy),
+        discovery=DiscoveryConfig(enabled=bool(mdns_interfaces), interfaces=mdns_interfaces),
+        metrics=MetricsConfig(enabled=metrics))
+
+
+def start_agent(state_dir: Path, options: ManagementSections, *,
                 workers: int = 24, repository_control: bool = False,
                 tls: bool = False, response_cache_bytes: int = 0) -> InProcessAgent:
     """Start an agent on ``state_dir`` and wait until it serves; plaintext management unless
     ``tls`` (or TLS files in ``options``); ``response_cache_bytes``: the cache budget."""
-    if not tls and options.tls is None and options.client_ca is None:
-        options = dataclasses.replace(options, insecure=True)
+    api = options.management
+    if not tls and api.tls is None and api.client_ca is None:
+        options = dataclasses.replace(options,
+                                      management=dataclasses.replace(api, insecure=True))
     config = AgentConfig(state_dir=state_dir,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False,
                                          workers=workers,
@@ -76,11 +101,11 @@ def start_agent(state_dir: Path, options: ManagementOptions, *,
     return run_configured(config, options)
 
 
-def run_configured(config: AgentConfig, options: ManagementOptions, *,
+def run_configured(config: AgentConfig, options: ManagementSections, *,
                    timeout_s: float = 120.0, name: str = "agent-under-test") -> InProcessAgent:
-    """Run an :class:`Agent` of ``config`` with the management ``options`` on a thread and wait
-    until it serves (its state directory created first); AssertionError naming the cause when
-    it does not start."""
+    """Run an :class:`Agent` of ``config`` with the management-side ``options`` on a thread
+    and wait until it serves (its state directory created first); AssertionError naming the
+    cause when it does not start."""
     agent = InProcessAgent(config.state_dir)
 
     def on_ready(running: Agent) -> None:
@@ -89,7 +114,7 @@ def run_configured(config: AgentConfig, options: ManagementOptions, *,
 
     def main() -> None:
         try:
-            Agent(dataclasses.replace(config, management=options), grace=2.0).run(
+            Agent(with_management(config, options), grace=2.0).run(
                 on_ready, agent.stop_event)
         except BaseException as exc:  # surfaced below
             agent.error = exc
@@ -109,9 +134,7 @@ def trusted_agent(state_dir: Path, public_key: Path, *, name: str = "test-agent"
                   deploy: Path | None = None, tls: bool = False) -> Iterator[InProcessAgent]:
     """A running agent that trusts ``public_key`` (mDNS off, no auto-rollback watch window),
     with ``deploy`` deployed first when given; stopped on exit."""
-    options = ManagementOptions(address="127.0.0.1:0", name=name, trusted_keys=(public_key,),
-                                mdns=False, watch_window_s=0.0)
-    running = start_agent(state_dir, options, tls=tls)
+    running = start_agent(state_dir, sections(name, public_key), tls=tls)
     try:
         if deploy is not None:
             with running.client() as client:

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from console.discovery import AgentBrowser
-from edge_agent.config import ManagementOptions
 from edge_agent.management.client import AgentClient
 from tests.agent_management.agent_proc import AgentProcess
 from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import start_agent
+from tests.agent_management.inproc import sections, start_agent
 
 
 def _datagrams(sock: socket.socket, until: str, deadline_s: float = 60.0) -> list[str]:
@@ -66,9 +65,7 @@ async def _wait_for(browser: AgentBrowser, present: bool, name: str, timeout: fl
 
 @pytest.mark.asyncio
 async def test_mdns_advert_on_start_withdrawn_on_stop(bundles: Bundles, tmp_path: Path) -> None:
-    options = ManagementOptions(address="127.0.0.1:0", name="mdns-agent",
-                                trusted_keys=(bundles.public_key,), mdns=True,
-                                mdns_interfaces=("127.0.0.1",), watch_window_s=0.0)
+    options = sections("mdns-agent", bundles.public_key, mdns_interfaces=("127.0.0.1",))
     async with AgentBrowser(interfaces=["127.0.0.1"]) as browser:
         agent = await asyncio.to_thread(start_agent, tmp_path / "state", options, workers=4)
         try:

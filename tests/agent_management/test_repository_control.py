@@ -17,14 +17,18 @@ import pytest
 import tritonclient.grpc as tc
 from tritonclient.utils import InferenceServerException
 
-from edge_agent.config import AgentConfig, GrpcConfig, ManagementOptions
+from edge_agent.config import (
+    AgentConfig,
+    GrpcConfig,
+    ManagerSettings,
+)
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.management.client import AgentClient
-from edge_agent.manager.manager import ManagerSettings, ModelManager
+from edge_agent.manager.manager import ModelManager
 from edge_agent.server import AgentServer
 from edge_agent.state import StateStore, Step
 from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.agent_management.inproc import InProcessAgent, sections, start_agent
 
 X = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
 
@@ -36,10 +40,8 @@ def _infer(triton: tc.InferenceServerClient, version: str = "") -> str:
 
 
 def _agent(tmp_path: Path, bundles: Bundles, *, control: bool) -> InProcessAgent:
-    options = ManagementOptions(address="127.0.0.1:0", name="control",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
-    return start_agent(tmp_path / "state", options, repository_control=control)
+    return start_agent(tmp_path / "state", sections("control", bundles.public_key),
+                       repository_control=control)
 
 
 def test_model_control_is_off_by_default(tmp_path: Path, bundles: Bundles) -> None:

@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from edge_agent.config import ManagementOptions
 from tests.agent_management.bundles import Bundles, build_all
-from tests.agent_management.inproc import InProcessAgent, start_agent
+from tests.agent_management.inproc import InProcessAgent, sections, start_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,12 +40,11 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("fleet")
-    common = {"address": "127.0.0.1:0", "trusted_keys": (bundles.public_key,),
-              "watch_window_s": 0.0, "mdns_interfaces": ("127.0.0.1",)}
-    a = start_agent(root / "a", ManagementOptions(name="agent-a", mdns=True, **common),
+    a = start_agent(root / "a", sections("agent-a", bundles.public_key,
+                                         mdns_interfaces=("127.0.0.1",)),
                     workers=4, tls=True)
     try:
-        b = start_agent(root / "b", ManagementOptions(name="agent-b", mdns=False, **common),
+        b = start_agent(root / "b", sections("agent-b", bundles.public_key),
                         workers=4, tls=True)
     except BaseException:
         a.stop()

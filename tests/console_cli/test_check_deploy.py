@@ -18,12 +18,11 @@ from console.config import ConsoleSettings
 from console.connections import Connections
 from console.fleet import FleetAgent
 from console.rollout import Phase, Rollout
-from edge_agent.config import ManagementOptions
 from edge_agent.management.client import AgentClient
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from tests.agent_management.bundles import PROFILE, Bundles
-from tests.agent_management.inproc import InProcessAgent, start_agent, trusted_agent
+from tests.agent_management.inproc import InProcessAgent, sections, start_agent, trusted_agent
 from tests.console_cli.conftest import console
 
 
@@ -95,9 +94,7 @@ def test_each_refusal_names_its_fix_and_matches_the_pipeline(
 
 def test_an_agent_without_trust_says_to_give_it_a_key(bundles: Bundles,
                                                         tmp_path: Path) -> None:
-    options = ManagementOptions(address="127.0.0.1:0", name="no-trust", mdns=False,
-                                watch_window_s=0.0)
-    running = start_agent(tmp_path / "state", options)
+    running = start_agent(tmp_path / "state", sections("no-trust"))
     try:
         with AgentClient(running.management, token=running.token) as client:
             check = client.check_deploy(bundles.mlp[1])

@@ -9,10 +9,14 @@ from pathlib import Path
 
 import tritonclient.grpc as tc
 
-from edge_agent.config import AgentConfig, GrpcConfig, ManagementOptions, ModelsConfig
+from edge_agent.config import (
+    AgentConfig,
+    GrpcConfig,
+    ModelsConfig,
+)
 from edge_agent.config.models import ModelOverrides
 from edge_agent.management.client import AgentClient
-from tests.agent_management.inproc import InProcessAgent, run_configured
+from tests.agent_management.inproc import InProcessAgent, run_configured, sections
 
 
 @contextmanager
@@ -21,8 +25,7 @@ def running_agent(state_dir: Path, trust: Path, *, budget_mib: float | None = No
                   repository_control: bool = False) -> Iterator[InProcessAgent]:
     """An agent on ``state_dir`` (plaintext management, no mDNS, no watch window) with the
     memory budget and per-model settings given; stopped on exit."""
-    options = ManagementOptions(address="127.0.0.1:0", name="orch", trusted_keys=(trust,),
-                                mdns=False, watch_window_s=0.0, insecure=True)
+    options = sections("orch", trust, insecure=True)
     config = AgentConfig(state_dir=state_dir,
                          models=ModelsConfig(overrides=dict(models or {}),
                                              memory_budget_bytes=None if budget_mib is None

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.config import ManagementOptions
 from edge_agent.management.client import AgentClient, ManagementError
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from tests.agent_management.bundles import PROFILE, Bundles
-from tests.agent_management.inproc import start_agent
+from tests.agent_management.inproc import sections, start_agent
 from tests.reliability.helpers import served_version
 from tests.reliability.netcut import CuttingProxy
 
@@ -34,10 +33,7 @@ def test_cut_mid_upload_is_abandoned_and_a_retry_succeeds(bundles: Bundles,
                            dynamic_batch=True)
     size = big.stat().st_size
     assert size > 1 << 20
-    options = ManagementOptions(address="127.0.0.1:0", name="net-cut",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
-    agent = start_agent(tmp_path / "state", options)
+    agent = start_agent(tmp_path / "state", sections("net-cut", bundles.public_key))
     incoming = agent.state_dir / "incoming"
     try:
         with AgentClient(agent.management, token=agent.token) as client:
