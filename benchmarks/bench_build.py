@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_build.py [--budget SECONDS]
 
-For squeezenet (batch made dynamic) and the random-weight MLP from tests/model_factory.py:
+For squeezenet (batch made dynamic) and the random-weight MLP from tests/support/model_factory.py:
 build one bundle per CPU profile (timed), then load each bundle's primary artifact with its
 runtime and measure items/s at batch 1, 8 and 32 next to the source model (ONNX Runtime fp32).
 Figures are ratios within this run on this machine; arm64 profiles are measured on the host CPU.
@@ -30,7 +30,7 @@ from packager.bundle.parity import (  # noqa: E402
 )
 from packager.bundle.reader import open_bundle  # noqa: E402
 from packager.onnx_tools import io_signature, load_model, make_batch_dynamic  # noqa: E402
-from tests.model_factory import light_model_path, make_mlp  # noqa: E402
+from tests.support.model_factory import light_model_path, make_mlp  # noqa: E402
 
 PROFILES = ("x86_64-cpu-onnxruntime", "x86_64-cpu-openvino", "x86_64-cpu-openvino-fp16",
             "arm64-cpu-onnxruntime", "arm64-cpu-onnxruntime-int8")
@@ -77,7 +77,7 @@ def bench_model(label: str, model_path: Path, dynamic: bool, work: Path, budget:
         t0 = time.perf_counter()
         (bundle,) = build_bundles(model_path, name=label, version=1, profiles=[profile],
                                   out_dir=work / "dist", dynamic_batch=dynamic,
-                                  allow_parity_failure=dynamic)  # light CNN: tests/model_factory
+                                  allow_parity_failure=dynamic)  # light CNN: support/model_factory
         build_s = time.perf_counter() - t0
         with open_bundle(bundle) as r:
             manifest = r.manifest

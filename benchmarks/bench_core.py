@@ -37,7 +37,7 @@ from edge_agent.core.repository import load_manifest
 from edge_agent.core.types import InferRequest
 from packager.build import build_bundles
 from packager.bundle.reader import open_bundle
-from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
+from tests.support.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
 
 @dataclass

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from edge_agent import embedded
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
-    from tests.model_factory import make_mlp
+    from tests.support.model_factory import make_mlp
 
     x = np.random.default_rng(0).random((1, 64), dtype=np.float32)
     payload = infer_request_bytes("mlp", {"input": x})

@@ -57,7 +57,7 @@ def build_state(work: Path) -> tuple[Path, Path]:
     in a state dir; returns it and the MLP's ONNX file (for the naive server)."""
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
-    from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
+    from tests.support.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
     mlp = make_mlp(work / "mlp.onnx", seed=1)
     out = work / "bundles"

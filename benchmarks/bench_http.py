@@ -49,7 +49,7 @@ def build_state(work: Path) -> Path:
     """The MLP (ORT) installed in a state dir."""
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
-    from tests.model_factory import make_mlp
+    from tests.support.model_factory import make_mlp
 
     mlp = make_mlp(work / "mlp.onnx", seed=1)
     state = work / "state"

@@ -1,4 +1,5 @@
-"""fp32 vs fp16 vs int8 on both CPU runtimes, on a CNN trained on the digits (tests/digits_cnn.py).
+"""fp32 vs fp16 vs int8 on both CPU runtimes, on a CNN trained on the digits
+(tests/support/digits_cnn.py).
 
 Every variant but two is what ``edge-pack build`` writes for a profile (the artifact is taken
 out of the bundle): ONNX Runtime fp32, int8 dynamic (no calibration data) and int8 static
@@ -26,7 +27,7 @@ import numpy as np
 
 from packager.build import build_bundles
 from packager.bundle.reader import open_bundle
-from tests.digits_cnn import (
+from tests.support.digits_cnn import (
     INPUT,
     OUTPUT,
     accuracy,

@@ -31,7 +31,7 @@ from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError
 from packager.build import build_bundles
 from packager.bundle.reader import open_bundle
-from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
+from tests.support.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
 PROFILE = "x86_64-cpu-openvino"
 

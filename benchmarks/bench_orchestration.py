@@ -36,7 +36,7 @@ from edge_agent.core.orchestrator import process_rss
 from edge_agent.core.types import InferRequest
 from packager.build import build_bundles
 from packager.bundle.reader import open_bundle
-from tests.model_factory import LIGHT_BUILD, light_model_path
+from tests.support.model_factory import LIGHT_BUILD, light_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20

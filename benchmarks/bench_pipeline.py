@@ -156,7 +156,7 @@ def _specs(d: Path, prep_instances: int = 4) -> dict[str, Path]:
 def build_all(work: Path, prep_instances: int = 4) -> tuple[Path, list[Path]]:
     from packager.build import build_bundles
     from packager.bundle.signing import generate_keypair
-    from tests.model_factory import LIGHT_BUILD, conditioned_light_model
+    from tests.support.model_factory import LIGHT_BUILD, conditioned_light_model
 
     private, public = generate_keypair(work / "keys")
     out = work / "dist"

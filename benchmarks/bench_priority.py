@@ -3,7 +3,7 @@
     python -m benchmarks.bench_priority              # ~2 minutes
     python -m benchmarks.bench_priority --seconds 8 --rounds 3
 
-Builds the MLP and the conditioned light squeezenet (tests/model_factory) as ONNX Runtime
+Builds the MLP and the conditioned light squeezenet (tests/support/model_factory) as ONNX Runtime
 bundles, installs them in one state directory, and starts ``edge-agent serve`` subprocesses
 on it over a Unix socket (``[grpc] workers = 24``: a request in flight holds a handler thread
 while it waits, so with the default 8 the flood's 8 requests would leave none for the MLP,
@@ -49,7 +49,7 @@ def build_state(work: Path) -> Path:
     """The MLP and the conditioned light squeezenet (as ``cnn``), ORT bundles, installed."""
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
-    from tests.model_factory import LIGHT_BUILD, conditioned_light_model, make_mlp
+    from tests.support.model_factory import LIGHT_BUILD, conditioned_light_model, make_mlp
 
     state = work / "state"
     out = work / "bundles"

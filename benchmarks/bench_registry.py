@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.agent_management.agent_proc import AgentProcess  # noqa: E402
 from tests.registry.registry_proc import BINARY, running_registry  # noqa: E402
+from tests.support.harness import AgentProcess  # noqa: E402
 
 TOKEN = "bench-registry-token-0123456789abcdef"
 

@@ -54,7 +54,7 @@ def install_models(work: Path, states: list[Path]) -> Path:
     them in each of ``states``; returns the MLP's ONNX file."""
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
-    from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
+    from tests.support.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
     mlp = make_mlp(work / "mlp.onnx", seed=1)
     squeeze = light_model_path("squeezenet")

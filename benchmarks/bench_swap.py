@@ -162,7 +162,7 @@ def build(work: Path) -> tuple[Path, Path, dict[int, Path], Path]:
     from packager.build import build_bundles
     from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp
-    from tests.model_factory import LIGHT_BUILD, light_model_path
+    from tests.support.model_factory import LIGHT_BUILD, light_model_path
 
     profile = detect_device().profile
     private, public = generate_keypair(work / "keys")

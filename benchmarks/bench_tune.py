@@ -25,7 +25,7 @@ def build(work: Path, state: Path) -> None:
     """The MLP and the conditioned squeezenet, built and installed in ``state``."""
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
-    from tests.model_factory import conditioned_light_model, make_mlp
+    from tests.support.model_factory import conditioned_light_model, make_mlp
 
     out = work / "bundles"
     bundles = build_bundles(make_mlp(work / "mlp.onnx", seed=1), name="mlp", version=1,

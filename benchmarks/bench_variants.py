@@ -82,7 +82,7 @@ def build_variants(work: Path, names: list[str]) -> Path:
     """Install one bundle per variant in a state dir; patch manifest options."""
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
-    from tests.model_factory import light_model_path, make_mlp
+    from tests.support.model_factory import light_model_path, make_mlp
 
     models = {"ort": light_model_path("squeezenet"), "ov": light_model_path("squeezenet"),
               "mlp": make_mlp(work / "mlp.onnx", seed=1)}
@@ -92,7 +92,7 @@ def build_variants(work: Path, names: list[str]) -> Path:
         profile = OV if v.kind == "ov" else ORT
         (bundle,) = build_bundles(models[v.kind], name=name, version=1, profiles=[profile],
                                   out_dir=work / "bundles", dynamic_batch=v.kind != "mlp",
-                                  allow_parity_failure=v.kind != "mlp")  # tests/model_factory
+                                  allow_parity_failure=v.kind != "mlp")  # support/model_factory
         if agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned",
                       str(bundle)]):
             raise SystemExit(f"add-bundle {bundle} failed")

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from edge_agent.cli import main as agent_cli
     from packager.build import build_bundles
-    from tests.model_factory import make_mlp
+    from tests.support.model_factory import make_mlp
 
     with tempfile.TemporaryDirectory(prefix="profile-serve-") as tmp:
         work = Path(tmp)

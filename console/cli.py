@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from console.errors import ConsoleConfigError, ConsoleError
 from console.flags import add_mdns_flags
+from packager.pipes import quiet_on_broken_pipe
 
 if TYPE_CHECKING:
     from console.config import ConsoleSettings
@@ -399,6 +400,7 @@ def cmd_settings(args: argparse.Namespace) -> int:
     return run(args, _targets(args), _settings(args))
 
 
+@quiet_on_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-console`` command."""
     from packager.extras import refusal

@@ -41,7 +41,9 @@ def add_parsers(sub: Any, common: Callable[..., None], raw: type[argparse.HelpFo
     logs.add_argument("--level", default="", metavar="LEVEL",
                       help="only lines at or above: debug, info, warning, error, critical")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    logs.add_argument("--json", action="store_true", help="one JSON object per line")
+    logs.add_argument("--json", action="store_true",
+                      help="print a JSON list of the lines; with --follow one JSON object per "
+                           "line as it comes (JSON Lines)")
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Any, targets: list[str],
@@ -75,6 +77,11 @@ def cmd_doctor(args: argparse.Namespace, settings: Any, targets: list[str],
     return 0 if all(r.ok for _, _, r in reports) else 1
 
 
+def _log_json(ln: Any) -> dict[str, Any]:
+    return {"seq": ln.seq, "ts": ln.ts, "level": ln.level, "logger": ln.logger,
+            "message": ln.message}
+
+
 def cmd_logs(args: argparse.Namespace, settings: Any, targets: list[str], stdout: Any) -> int:
     """Print the agent's log lines (following until interrupted with --follow)."""
     import json
@@ -89,10 +96,12 @@ def cmd_logs(args: argparse.Namespace, settings: Any, targets: list[str], stdout
     with connect(targets[0], settings, args.token_file) as client:
         lines = client.logs(tail=args.tail, min_level=args.level, follow=args.follow)
         try:
+            if args.json and not args.follow:  # one document
+                print(json.dumps([_log_json(ln) for ln in lines], indent=2))
+                return 0
             for ln in lines:
-                if args.json:
-                    print(json.dumps({"seq": ln.seq, "ts": ln.ts, "level": ln.level,
-                                      "logger": ln.logger, "message": ln.message}), flush=True)
+                if args.json:  # --follow: a stream, one object per line
+                    print(json.dumps(_log_json(ln)), flush=True)
                     continue
                 stamp = time.strftime("%H:%M:%S", time.localtime(ln.ts))
                 color = _LEVEL_COLORS.get(ln.level)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from edge_agent.errors import AgentError
 from edge_agent.management import cli_extras
 from edge_agent.state.lock import PRIVATE_UMASK
+from packager.pipes import quiet_on_broken_pipe
 
 if TYPE_CHECKING:
     from edge_agent.config import AgentConfig
@@ -207,7 +208,7 @@ def _install(bundle: BundleReader, state_dir: Path, *, replace: bool) -> tuple[P
 
 
 _NEEDS_AGENT = ("serve", "metrics", "check", "perf")
-"""Commands that need edge-toolkit[agent]; the others run in any installation."""
+"""Commands that need edgeship[agent]; the others run in any installation."""
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
@@ -227,6 +228,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return run(args)
 
 
+@quiet_on_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-agent`` command: one clear line and exit 1 on failure."""
     parser = build_parser()
@@ -261,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[args.command](args)
     except (AgentError, PackagerError) as exc:
         print(f"edge-agent {args.command}: error: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: quiet_on_broken_pipe ends it
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         print(f"edge-agent {args.command}: error:{where}: {exc.strerror or exc}", file=sys.stderr)

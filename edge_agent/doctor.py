@@ -142,10 +142,10 @@ def _runtimes(nvidia: bool) -> Iterator[Finding]:
                 yield Finding("runtimes", name, FAIL if nvidia else INFO, "not installed", (
                     "TensorRT Python bindings are not importable: on Jetson they come with "
                     "JetPack, not from pip (create the venv with --system-site-packages); on a "
-                    "dGPU: pip install edge-toolkit[tensorrt]") if nvidia else "")
+                    "dGPU: pip install edgeship[tensorrt]") if nvidia else "")
             else:
                 yield Finding("runtimes", name, INFO, "not installed",
-                              f"pip install {dist} (or the edge-toolkit[agent] extra)")
+                              f"pip install {dist} (or the edgeship[agent] extra)")
             continue
         found.append(name)
         status, detail = OK, f"version {version or 'unknown'}"
@@ -160,7 +160,7 @@ def _runtimes(nvidia: bool) -> Iterator[Finding]:
                       f"({sys.executable})")
     if not found:
         yield Finding("runtimes", "any runtime", FAIL, "no inference runtime is installed",
-                      "pip install 'edge-toolkit[agent]' (ONNX Runtime and OpenVINO)")
+                      "pip install 'edgeship[agent]' (ONNX Runtime and OpenVINO)")
 
 
 def _gpu() -> tuple[list[Finding], bool]:
@@ -196,6 +196,17 @@ def _gpu() -> tuple[list[Finding], bool]:
     return findings, nvidia
 
 
+def _grpc_hooks() -> Finding:
+    from edge_agent import grpc_internals
+
+    found = grpc_internals.hooks()
+    if not found.missing():
+        return Finding("runtimes", "grpcio server hooks", OK, found.summary())
+    return Finding("runtimes", "grpcio server hooks", WARN,
+                   f"{found.summary()}; abuse protections reduced: {'; '.join(found.reduced())}",
+                   "install the grpcio the agent supports: pip install 'edge-toolkit[agent]'")
+
+
 def _profile() -> Finding:
     from edge_agent.manager.device import detect_device
     from packager.bundle.profiles import list_profiles
@@ -207,7 +218,7 @@ def _profile() -> Finding:
     return Finding("profile", "profile it would pick", FAIL,
                    f"{device.profile} (no such profile: no runtime of a profile for "
                    f"{device.arch} is installed)",
-                   "install a runtime (pip install 'edge-toolkit[agent]') or pass --profile")
+                   "install a runtime (pip install 'edgeship[agent]') or pass --profile")
 
 
 def _free(path: Path) -> Finding:
@@ -276,7 +287,7 @@ def _database(db: Path) -> Finding:
                        f"stop the agent, move {db} aside and redeploy")
     if schema > SCHEMA_VERSION:
         return Finding("state", db.name, FAIL, f"schema {schema} is newer than this agent's "
-                       f"({SCHEMA_VERSION})", "upgrade edge-toolkit on this device")
+                       f"({SCHEMA_VERSION})", "upgrade edgeship on this device")
     return Finding("state", db.name, OK, f"integrity ok, schema {schema}")
 
 
@@ -285,6 +296,8 @@ def run_doctor(state_dir: Path | None = None) -> list[Finding]:
     findings = list(_device())
     gpu, nvidia = _gpu()
     findings += list(_runtimes(nvidia))
+    if importlib.util.find_spec("grpc") is not None:
+        findings.append(_grpc_hooks())
     findings += gpu
     findings.append(_profile())
     if state_dir is not None:

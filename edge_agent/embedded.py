@@ -37,7 +37,7 @@ import numpy as np
 
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.repository import VersionState
+from edge_agent.core.repository import ServingState
 from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
 from edge_agent.errors import AgentError
 from packager.bundle.errors import PackagerError
@@ -224,7 +224,7 @@ def open_state_dir(state_dir: str | Path, *, config: str | Path | None = None,
         runtime.close()
         raise
     for mv in loaded:
-        if mv.state is not VersionState.READY:
+        if mv.state is not ServingState.READY:
             problems.append(f"model {mv.name!r} version {mv.version} failed to load: "
                             f"{mv.reason}")
     if problems and strict:

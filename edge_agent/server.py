@@ -29,14 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2
 
+from edge_agent import grpc_internals
 from edge_agent.bind import add_port
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
 from edge_agent.protocol import handlers
 from edge_agent.protocol.admission import AdmissionPool, ResponseBudget, WatchedPool
+from edge_agent.protocol.health import NOT_SERVING, SERVING, HealthServicer
 from edge_agent.protocol.servicer import InferenceServicer, RepositoryControl
 from edge_agent.protocol.shared_memory import SharedMemoryRegistry
 from edge_agent.protocol.streams import StreamLimits, StreamSessions
@@ -44,8 +45,6 @@ from edge_agent.protocol.streams import StreamLimits, StreamSessions
 log = logging.getLogger(__name__)
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
-_SERVING = health_pb2.HealthCheckResponse.SERVING
-_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 CALLS_PER_WORKER = 4
@@ -128,7 +127,7 @@ class AgentServer:
         # RepositoryModelLoad/Unload go to the model manager, only when the config allows it
         self.model_control = model_control if config.grpc.repository_control else None
         self.config = config
-        self.health = health.HealthServicer()
+        self.health = HealthServicer()
         # one set of system shared memory regions for every front end (gRPC and HTTP)
         self.shared_memory = SharedMemoryRegistry()
         self._server: grpc.Server | None = None
@@ -153,9 +152,11 @@ class AgentServer:
         # callers beyond CALLS_PER_WORKER per handler thread get RESOURCE_EXHAUSTED at once
         # instead of waiting, each with its request in memory, in an unbounded queue
         arrival = cfg.request_arrival_s
+        # a stream holds a thread of its pool only where grpcio lacks the non-blocking hook
+        streamers = 2 if grpc_internals.hooks().non_blocking else cfg.max_streams
         self._pools = [AdmissionPool(cfg.workers, cfg.workers * CALLS_PER_WORKER,
                                      request_arrival_s=arrival),
-                       futures.ThreadPoolExecutor(2, thread_name_prefix="grpc-stream"),
+                       futures.ThreadPoolExecutor(streamers, thread_name_prefix="grpc-stream"),
                        WatchedPool(4, request_arrival_s=arrival, thread_name_prefix="grpc-health")]
         main, stream_pool, health_pool = self._pools
         server = grpc.server(main, options=options)
@@ -171,7 +172,7 @@ class AgentServer:
         handlers.register(server, handlers.HEALTH_SERVICE,
                           handlers.health_handlers(self.health, health_pool))
         for name in ("", INFERENCE_SERVICE):
-            self.health.set(name, _NOT_SERVING)
+            self.health.set(name, NOT_SERVING)
         tcp = None
         if cfg.address:
             port = add_port(server, cfg.address, where="--grpc (grpc.address)")
@@ -194,7 +195,7 @@ class AgentServer:
     def mark_serving(self) -> None:
         """Report SERVING on the health service (call once the models are ready)."""
         for name in ("", INFERENCE_SERVICE):
-            self.health.set(name, _SERVING)
+            self.health.set(name, SERVING)
 
     def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, finish in-flight calls within ``grace`` seconds, unbind."""

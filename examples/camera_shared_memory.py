@@ -8,6 +8,9 @@ with no tensor bytes in the gRPC messages (the unmodified tritonclient over the 
 The app and the agent must run as the same user (the agent refuses another user's objects).
 Each "frame" is written into the input region; the agent writes the answer into the output
 region, where the app reads it.
+
+Needs numpy and tritonclient[grpc]: ``pip install 'edgeship[all]'``, or
+``pip install 'tritonclient[grpc]'`` beside ``edgeship[agent]``.
 """
 
 from __future__ import annotations

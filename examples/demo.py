@@ -9,6 +9,8 @@ and compare with ONNX Runtime on the source model; 7. deploy version 2 under con
 and count failed requests; 8. roll back; 9. print the metrics summary and the deployment
 history. Files go under ./demo-out/ (or --workdir). Exits 0 on success; the agent is always
 stopped.
+
+Needs ``pip install 'edgeship[all]'`` (packager, agent, console and tritonclient).
 """
 
 from __future__ import annotations

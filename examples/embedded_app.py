@@ -10,6 +10,8 @@
 
 Four threads infer at once (their requests share batches, as the agent's callers do); then a
 wrong input shows the error an app gets. See docs/embedded.md.
+
+Needs ``pip install 'edgeship[agent]'``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
     python examples/infer_grpc.py --socket ./state/run/inference.sock --model mlp --shape 1,64
 
 Sends one FP32 tensor of random values as raw contents (the fast path) and prints the outputs.
+
+Needs ``pip install 'edgeship[agent]'`` (grpcio, numpy and the stubs).
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@
     edge-agent serve --state-dir ./state --http 8000 &
     python examples/infer_http.py --url 127.0.0.1:8000 --model mlp --shape 1,64
     python examples/infer_http.py --url 127.0.0.1:8000 --model mlp --shape 1,64 --plain
+
+Needs numpy, and tritonclient[http] unless --plain: ``pip install 'edgeship[all]'``, or
+``pip install 'tritonclient[http]'`` beside ``edgeship[agent]``.
 """
 
 from __future__ import annotations

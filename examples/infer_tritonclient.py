@@ -2,6 +2,9 @@
 
     edge-agent serve --state-dir ./state --grpc 127.0.0.1:8001 &
     python examples/infer_tritonclient.py --url 127.0.0.1:8001 --model mlp --shape 1,64
+
+Needs numpy and tritonclient[grpc]: ``pip install 'edgeship[all]'``, or
+``pip install 'tritonclient[grpc]'`` beside ``edgeship[agent]``.
 """
 
 from __future__ import annotations

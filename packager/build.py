@@ -50,7 +50,7 @@ from packager.onnx_tools import (
 )
 from packager.progress import Steps
 from packager.quantize import held_out_parity, quantize_static_int8
-from packager.staging import load_profiles, open_stage, publish
+from packager.staging import check_replace, load_profiles, open_stage, publish
 from packager.trees import TreeModel, check_native, convert_tree_model, has_ml_ops, tree_kind
 
 PARITY_BATCH = 4  # the second batch size of the parity check (when the model is batched)
@@ -384,6 +384,7 @@ def build_bundles(
     reference_data: Path | str | None = None,
     calibration_data: Path | str | None = None,
     response_cache: bool = False,
+    overwrite: bool = False,
 ) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` for each profile; return their paths.
 
@@ -394,7 +395,10 @@ def build_bundles(
     those is top-1 agreement on its held-out rows.
     ``response_cache`` records that the model opts into the agent's response cache by default.
     ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
-    Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure.
+    Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure, a
+    bundle in ``out_dir`` with the same name built from another model included (checked
+    before converting, and again before writing) unless ``overwrite``; a rebuild from the
+    same model file replaces its bundles.
     A ``.toml`` model path is a model spec (Python model or pipeline): packager/spec_build.py.
     """
     if Path(model_path).suffix == ".toml":
@@ -406,7 +410,8 @@ def build_bundles(
                              "--calibration-data and --response-cache apply to ONNX models; a "
                              "spec sets max_batch_size itself")
         return build_spec_bundles(model_path, name=name or None, version=check_version(version),
-                                  profiles=profiles, out_dir=out_dir, key_path=key_path)
+                                  profiles=profiles, out_dir=out_dir, key_path=key_path,
+                                  overwrite=overwrite)
     try:
         check_model_name(name)
     except BundleError as exc:
@@ -418,6 +423,11 @@ def build_bundles(
     loaded = load_profiles(profiles)
     _check_int8_plan(loaded, calibration_data)
     key = load_private_key(Path(key_path)) if key_path is not None else None
+    if Path(model_path).is_file():  # refused now rather than after the conversions
+        source = (Path(model_path).name, sha256_file(Path(model_path)), ())
+        for p in loaded:
+            check_replace(Path(out_dir) / bundle_filename(name, version, p.name), source,
+                          overwrite=overwrite)
     out, stage = open_stage(out_dir)
     per_profile = [1 + (1 if p.fallback_backend else 0) for p in loaded]
     steps = Steps(progress, total=1 + (calibration_data is not None)
@@ -453,6 +463,6 @@ def build_bundles(
                        response_cache=response_cache)
             for p in loaded
         ]
-        return publish(built, out)
+        return publish(built, out, overwrite=overwrite)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from packager import __version__
 from packager.bundle.errors import PackagerError
 from packager.extras import refusal
+from packager.pipes import quiet_on_broken_pipe
 
 _EPILOG_MAIN = """\
 examples:
@@ -30,6 +31,9 @@ _EPILOG_BUILD = """\
 One bundle per profile is written as OUT/NAME-VERSION-PROFILE.edgepkg and its path printed.
 Versions are positive integers; the agent orders versions by them (rollback goes to the
 previous one). Nothing is written to OUT unless every profile builds and passes parity.
+A bundle already in OUT with the same file name is replaced when it was built from the same
+source (the same model file, or spec and code files: a rebuild); one built from another
+source is refused (two models must not share a name and version) unless --overwrite.
 
 examples:
   edge-pack build mlp.onnx --name mlp --version 1 --profile x86_64-cpu-onnxruntime --out dist/
@@ -105,6 +109,10 @@ def _parser() -> argparse.ArgumentParser:
                         "name, leading dim = samples; or a directory of NAME.npy): int8 "
                         "profiles are statically quantized on them and checked on a held-out "
                         "fifth (docs/quantization.md)")
+    b.add_argument("--overwrite", action="store_true",
+                   help="replace bundles in OUT with the same name, version and profile even "
+                        "when they were built from another source (a rebuild from the same "
+                        "source replaces them without it)")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
     i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
@@ -168,7 +176,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
                   key_path=args.key, dynamic_batch=args.dynamic_batch, max_batch=max_batch,
                   allow_parity_failure=args.allow_parity_failure,
                   reference_data=args.reference_data,
-                  calibration_data=args.calibration_data, response_cache=args.response_cache)
+                  calibration_data=args.calibration_data, response_cache=args.response_cache,
+                  overwrite=args.overwrite)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -190,7 +199,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
                              "parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
-                                   members=args.member)
+                                   members=args.member, overwrite=args.overwrite)
     elif args.quiet or not console.is_terminal:
         paths = build_bundles(args.model, **kwargs)
     else:
@@ -326,6 +335,7 @@ _COMMANDS = {"keygen": _cmd_keygen, "build": _cmd_build, "inspect": _cmd_inspect
              "pull": _cmd_registry, "sample": _cmd_sample}
 
 
+@quiet_on_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``edge-pack`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -339,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"error": {"code": exc.code.value, "message": str(exc)}}))
         print(f"edge-pack: error: {exc} [{exc.code.value}]", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: quiet_on_broken_pipe ends it
     except OSError as exc:  # disk full, permissions: still one clear line
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"edge-pack: error: {exc.strerror or exc}{where}", file=sys.stderr)

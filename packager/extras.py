@@ -1,7 +1,7 @@
-"""Which parts of edge-toolkit this installation has (its pip extras), for one-line refusals.
+"""Which parts of edgeship this installation has (its pip extras), for one-line refusals.
 
-Each machine installs only what it runs: ``edge-toolkit[agent]`` on a device,
-``edge-toolkit[console]`` on the operator's laptop, ``edge-toolkit[pack]`` where bundles are
+Each machine installs only what it runs: ``edgeship[agent]`` on a device,
+``edgeship[console]`` on the operator's laptop, ``edgeship[pack]`` where bundles are
 built. The three commands are always installed; a command whose extra is missing says so in one
 line instead of failing on an import deep inside. Imports nothing beyond the standard library.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "agent": ("numpy", "grpc", "grpc_health", "google.protobuf", "psutil", "zeroconf"),
+    "agent": ("numpy", "grpc", "google.protobuf", "psutil", "zeroconf"),
     "console": ("textual", "grpc", "google.protobuf", "psutil", "zeroconf"),
     "pack": ("numpy", "onnx", "onnxruntime", "openvino"),
     "tune": ("plotext",),  # on top of [agent]
@@ -38,5 +38,5 @@ def refusal(extra: str, command: str) -> str | None:
     missing = missing_modules(extra)
     if not missing:
         return None
-    return (f"{command} needs edge-toolkit[{extra}] (not installed here: {', '.join(missing)}); "
-            f"install it with: pip install 'edge-toolkit[{extra}]'")
+    return (f"{command} needs edgeship[{extra}] (not installed here: {', '.join(missing)}); "
+            f"install it with: pip install 'edgeship[{extra}]'")

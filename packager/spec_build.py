@@ -23,7 +23,7 @@ from typing import Any
 
 from packager import __version__
 from packager.bundle.errors import UsageError
-from packager.bundle.format import bundle_filename, sha256_file
+from packager.bundle.format import CODE_DIR, bundle_filename, sha256_file
 from packager.bundle.manifest import BatchingConfig, Manifest
 from packager.bundle.pipeline import Step, check_wiring
 from packager.bundle.profiles import DeviceProfile
@@ -32,7 +32,6 @@ from packager.bundle.writer import write_bundle
 from packager.spec import ModelSpec, load_spec
 from packager.staging import load_profiles, open_stage, publish
 
-CODE_DIR = "code"
 PIPELINE_FILE = "pipeline.json"
 
 
@@ -133,11 +132,12 @@ def _batching_of(spec: ModelSpec) -> BatchingConfig:
 def build_spec_bundles(spec_path: Path | str, *, name: str | None, version: int,
                        profiles: Sequence[str], out_dir: Path | str,
                        key_path: Path | str | None = None,
-                       members: Sequence[Path | str] = ()) -> list[Path]:
+                       members: Sequence[Path | str] = (), overwrite: bool = False) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` per profile from a spec; their paths.
 
     ``members`` (bundles of a pipeline's step models) let the wiring be checked now.
-    Raises a PackagerError subclass, and writes nothing to ``out_dir``, on any failure.
+    Raises a PackagerError subclass, and writes nothing to ``out_dir``, on any failure
+    (a bundle there built from another source included, unless ``overwrite``).
     """
     spec = load_spec(spec_path, name)
     if members:
@@ -148,6 +148,7 @@ def build_spec_bundles(spec_path: Path | str, *, name: str | None, version: int,
     key = load_private_key(Path(key_path)) if key_path is not None else None
     out, stage = open_stage(out_dir)
     try:
-        return publish([_build_one(spec, p, version, stage, key) for p in loaded], out)
+        return publish([_build_one(spec, p, version, stage, key) for p in loaded], out,
+                       overwrite=overwrite)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

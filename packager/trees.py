@@ -61,7 +61,7 @@ def _need(module: str, kind: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise ModelError(f"a {kind} model needs the {module} package: pip install "
-                         "'edge-toolkit[trees]'") from None
+                         "'edgeship[trees]'") from None
 
 
 def _versions(kind: str) -> dict[str, str]:

@@ -40,9 +40,9 @@ download_agent_wheels() {
     for p in "$@"; do platforms+=(--platform "$p"); done
     "$PY" -m pip download -q -d "$dir" --only-binary=:all: --python-version 3.11 \
         --implementation cp --abi cp311 "${platforms[@]}" \
-        "$(ls "$toolkit"/edge_toolkit-*.whl)[agent]" \
+        "$(ls "$toolkit"/edgeship-*.whl)[agent]" \
         || cant "could not download the [agent] wheels (no network to the package index?)"
-    rm -f "$dir"/edge_toolkit-*.whl
+    rm -f "$dir"/edgeship-*.whl
 }
 
 # bootstrap_rootfs TAR DEBOOTSTRAP_ARG...: debootstrap $SUITE into a tar, once (cached)

@@ -77,9 +77,9 @@ cleanup() {
 trap cleanup EXIT
 say "unpacking the root file system"
 tar -C "$ROOT" -xf "$READY"
-cp "$TOOLKIT"/edge_toolkit-*.whl "$ROOT/tmp/"
+cp "$TOOLKIT"/edgeship-*.whl "$ROOT/tmp/"
 say "installing this checkout's toolkit wheel (pure Python) under emulation"
-chroot "$ROOT" /bin/sh -c '/opt/edge/bin/pip install -q --no-index --no-deps /tmp/edge_toolkit-*.whl'
+chroot "$ROOT" /bin/sh -c '/opt/edge/bin/pip install -q --no-index --no-deps /tmp/edgeship-*.whl'
 mount -t proc proc "$ROOT/proc" || cant "cannot mount /proc in the chroot"
 mount --bind /dev "$ROOT/dev"
 # ONNX Runtime reads /proc/cpuinfo at import; the host's x86 one crashes it under qemu 7.2

@@ -56,9 +56,9 @@ cleanup() { rm -rf --one-file-system "$ROOT" "$TOOLKIT"; }
 trap cleanup EXIT
 say "unpacking the root file system"
 tar -C "$ROOT" -xf "$READY"
-cp "$TOOLKIT"/edge_toolkit-*.whl "$ROOT/tmp/"
-chroot "$ROOT" /bin/sh -c '/opt/edge/bin/pip install -q --no-index --no-deps /tmp/edge_toolkit-*.whl'
-rm -f "$ROOT"/tmp/edge_toolkit-*.whl
+cp "$TOOLKIT"/edgeship-*.whl "$ROOT/tmp/"
+chroot "$ROOT" /bin/sh -c '/opt/edge/bin/pip install -q --no-index --no-deps /tmp/edgeship-*.whl'
+rm -f "$ROOT"/tmp/edgeship-*.whl
 
 # can this machine run a container at all? (a kernel or an outer container may refuse)
 systemd-nspawn -D "$ROOT" --register=no --keep-unit -q /bin/true >"$CACHE/nspawn-probe.log" 2>&1 \

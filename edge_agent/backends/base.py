@@ -12,13 +12,41 @@ import enum
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from packager.bundle.manifest import Manifest, TensorSpec
+
+
+@dataclass(frozen=True, slots=True)
+class HostedModel:
+    """What a host tells a backend about another model it serves."""
+
+    manifest: Manifest
+    """The served version's manifest (its batching as the agent serves it)."""
+    decoupled: bool
+    """Whether the model streams its responses (it answers no single request)."""
+
+
+class Host(Protocol):
+    """What a backend may ask of whoever hosts it (the agent's serving core): the only way a
+    backend reaches other models. Given at load in :attr:`BackendOptions.host`; every method is
+    thread-safe and may be called from inside an execution."""
+
+    def infer(self, model: str, inputs: dict[str, np.ndarray], version: int | None = None,
+              outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Run ``inputs`` on ``model`` (its active version, or ``version``) as a client's
+        request would run, and return its outputs (all, or those named in ``outputs``).
+        Raises the agent's AgentError subclasses (unknown model, bad input, failure)."""
+        ...
+
+    def model_config(self, model: str, version: int | None = None) -> HostedModel:
+        """How ``model`` (its active version, or ``version``) is served. Raises
+        ModelNotFoundError or ModelUnavailableError when it is not."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +58,9 @@ class BackendOptions:
     ``range(instances)``, never twice concurrently with the same index). ``device`` is a
     runtime-specific device name (``"CPU"``, ``"GPU"``, ``"AUTO"``, ``"cuda"``); None picks the
     best present. ``state_dir`` is where a backend may cache compiled engines. ``nice`` is the
-    OS nice value of the runtime processes of an isolated backend (0: the agent's).
+    OS nice value of the runtime processes of an isolated backend (0: the agent's). ``host``
+    is the agent serving the model, for backends that call other models (None: loaded alone,
+    e.g. by ``edge-agent check``).
     """
 
     threads: int = 0
@@ -38,6 +68,7 @@ class BackendOptions:
     device: str | None = None
     state_dir: Path | None = None
     nice: int = 0
+    host: Host | None = field(default=None, compare=False, repr=False)
 
 
 def _cores() -> int:

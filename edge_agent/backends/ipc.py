@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.core import bytes_tensors
+from edge_agent import bytes_tensors
 from edge_agent.errors import InvalidInputError
 
 _LEN = struct.Struct("<I")
@@ -172,7 +172,7 @@ class Channel:
 
 BYTES = "BYTES"
 """The listing's dtype of a bytes (object) tensor: its elements length-prefixed
-(:mod:`edge_agent.core.bytes_tensors`), the packed size as the shape's last entry."""
+(:mod:`edge_agent.bytes_tensors`), the packed size as the shape's last entry."""
 
 
 def pack_bytes(name: str, array: np.ndarray) -> np.ndarray:

@@ -32,11 +32,12 @@ import numpy as np
 from edge_agent.backends.base import (
     BackendOptions,
     Cancellation,
+    Host,
     RunningExecutions,
     threads_per_instance,
 )
 from edge_agent.backends.ipc import Channel, WireError
-from edge_agent.errors import BackendCrashedError, BackendError, RuntimeMissingError
+from edge_agent.errors import AgentError, BackendCrashedError, BackendError, RuntimeMissingError
 from packager.bundle.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -363,6 +364,7 @@ class IsolatedBackend:
         self.closed = False
         self.load_timeout_s = load_timeout_s
         self.nice = options.nice  # of every runtime process (a background model's: above 0)
+        self._host: Host | None = options.host  # answers the processes' nested calls
         instances = max(1, options.instances)
         self.load_request = load_request(model_dir, manifest, options, preferred)
         self.executions = RunningExecutions(instances)
@@ -393,24 +395,17 @@ class IsolatedBackend:
 
     def call(self, request: dict[str, Any], inputs: dict[str, np.ndarray],
              ) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
-        """Run a runtime process's request on another model (``ctx.infer``) through the data
-        plane serving this model's directory; the reply to send back."""
-        from edge_agent.core import planes
-        from edge_agent.core.types import InferRequest
-        from edge_agent.errors import AgentError
-
+        """Run a runtime process's request on another model (``ctx.infer``) on the host this
+        model was loaded with; the reply to send back (the process's model names the call
+        in its error)."""
         model = str(request.get("model"))
-        plane = planes.serving(Path(self.load_request["model_dir"]).parent.parent)
-        if plane is None:
-            return {"ok": False, "error": f"model {self.label}: ctx.infer({model!r}): no data "
-                                          "plane serves this model"}, None
+        if self._host is None:
+            return {"ok": False, "error": f"no agent hosts model {self.label}"}, None
         try:
-            version = request.get("version")
-            result = plane.infer(InferRequest(model=model, inputs=inputs, version=version))
+            outputs = self._host.infer(model, inputs, request.get("version"))
         except AgentError as exc:
-            return {"ok": False, "error": f"model {self.label}: ctx.infer({model!r}) failed: "
-                                          f"{exc}"}, None
-        return {"ok": True}, result.outputs
+            return {"ok": False, "error": str(exc)}, None
+        return {"ok": True}, outputs
 
     @property
     def pids(self) -> list[int]:

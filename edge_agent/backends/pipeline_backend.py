@@ -1,6 +1,7 @@
 """Pipelines (ensembles): steps that name other models on the agent, tensors wired by name.
 
-Each step is one request to the data plane serving this agent's models, so every step model
+Each step is one request to the agent hosting the pipeline (the :class:`Host` given at load),
+so every step model
 keeps its own batcher, statistics, versions and isolation; a step pinned to a version calls that
 version, an unpinned one the model's active version at each request (a member rolled back is
 followed). Loading checks the wiring against the members as they are served now: each must be
@@ -15,11 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation
-from edge_agent.core import planes
-from edge_agent.core.api import DataPlaneAPI
-from edge_agent.core.decoupled import is_decoupled
-from edge_agent.core.types import InferRequest
+from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, Host
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
 from packager.bundle.backend_options import PipelineOptions
 from packager.bundle.errors import PackagerError
@@ -49,7 +46,7 @@ def _restated(exc: AgentError, message: str) -> AgentError:
 
 
 class PipelineBackend:
-    """One loaded pipeline version: runs its steps in order through the data plane."""
+    """One loaded pipeline version: runs its steps in order through its host."""
 
     name = NAME
     cancellation = Cancellation.NONE
@@ -57,12 +54,10 @@ class PipelineBackend:
 
     def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
         self._label = f"pipeline {manifest.name!r} version {manifest.version}"
-        models_dir = Path(model_dir).resolve().parent.parent
-        plane = planes.serving(models_dir)
-        if plane is None:
-            raise BackendError(f"{self._label}: no data plane serves {models_dir}; pipelines "
-                               "run only inside an agent")
-        self._plane: DataPlaneAPI = plane
+        if options.host is None:
+            raise BackendError(f"{self._label}: no agent hosts it (its steps are other models "
+                               "on the agent); pipelines run only inside an agent")
+        self._host: Host = options.host
         self._name = manifest.name
         self._steps = _steps(manifest)
         self._batched = manifest.batching.max_batch_size > 0
@@ -74,11 +69,11 @@ class PipelineBackend:
     def _check(self, manifest: Manifest) -> None:
         def member(i: int, step: Step) -> Manifest:
             try:
-                info = self._plane.model_config(step.model, step.version)
+                info = self._host.model_config(step.model, step.version)
             except (ModelNotFoundError, ModelUnavailableError) as exc:
                 raise BackendError(f"{step_label(self._label, i, step)} is not served on this "
                                    f"agent ({exc}); deploy it before the pipeline") from None
-            if is_decoupled(info.manifest):
+            if info.decoupled:
                 raise BackendError(f"{step_label(self._label, i, step)} is decoupled (it "
                                    "streams many responses); a pipeline step must answer once")
             self._check_cycle(info.manifest, [manifest.name])
@@ -97,7 +92,7 @@ class PipelineBackend:
                                f"{' -> '.join([*path, member.name])}")
         for step in _steps(member):
             try:
-                sub = self._plane.model_config(step.model, step.version).manifest
+                sub = self._host.model_config(step.model, step.version).manifest
             except AgentError:
                 continue
             self._check_cycle(sub, [*path, member.name])
@@ -108,16 +103,15 @@ class PipelineBackend:
         """Run the steps in order, each through its model's batcher."""
         tensors: dict[str, Any] = dict(inputs)
         for i, step in enumerate(self._steps, 1):
-            request = InferRequest(model=step.model, version=step.version,
-                                   inputs={k: tensors[v] for k, v in step.inputs.items()},
-                                   outputs=list(step.outputs))
             try:
-                result = self._plane.infer(request)
+                result = self._host.infer(step.model,
+                                          {k: tensors[v] for k, v in step.inputs.items()},
+                                          step.version, list(step.outputs))
             except AgentError as exc:
                 raise _restated(exc, f"{self._label}: step {i} (model {step.model!r}) "
                                      f"failed: {exc}") from exc
             for k, v in step.outputs.items():
-                tensors[v] = result.outputs[k]
+                tensors[v] = result[k]
         return {t.name: tensors[t.name] for t in self.outputs}
 
     def cancel(self, instance: int, execution: int) -> bool:

@@ -22,10 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
-from edge_agent.core import planes
-from edge_agent.core.api import DataPlaneAPI
-from edge_agent.errors import BackendError
+from edge_agent.backends.base import (
+    BackendOptions,
+    BackendPlugin,
+    Cancellation,
+    Host,
+    artifact_path,
+)
+from edge_agent.errors import AgentError, BackendError
 from packager.bundle.backend_options import PythonOptions
 from packager.bundle.datatypes import numpy_dtype
 from packager.bundle.manifest import Manifest
@@ -36,44 +40,30 @@ _import_lock = threading.Lock()
 _imported: set[str] = set()  # top-level module names of Python models imported here
 
 
-Caller = Callable[[str, dict[str, np.ndarray], "int | None"], dict[str, np.ndarray]]
-"""``call(model, inputs, version)``: one request to another model on the agent."""
-
-
 class ModelContext:
     """What a Python model's function gets besides its inputs: its name, version, a logger,
-    and ``infer`` to call other models on the agent (Business Logic Scripting)."""
+    and ``infer`` to call other models on the agent (Business Logic Scripting) through the
+    host the backend was loaded with."""
 
-    def __init__(self, name: str, version: int, caller: Caller | None = None) -> None:
+    def __init__(self, name: str, version: int, host: Host | None = None,
+                 label: str = "") -> None:
         self.model_name = name
         self.model_version = version
         self.logger = logging.getLogger(f"edge_agent.models.{name}")
-        self.caller = caller
+        self._host = host
+        self._label = label or f"model {name!r} version {version}"
 
     def infer(self, model: str, inputs: dict[str, np.ndarray],
               version: int | None = None) -> dict[str, np.ndarray]:
         """Run ``inputs`` on ``model`` (its active version, or ``version``) through that
         model's batcher, as a request from a client would; BackendError when it fails."""
-        if self.caller is None:
-            raise BackendError(f"model {self.model_name!r}: ctx.infer({model!r}) needs the "
-                               "agent's data plane, and this process has none")
-        return self.caller(model, inputs, version)
-
-
-def plane_caller(plane: DataPlaneAPI, who: str) -> Caller:
-    """A :data:`Caller` running requests on ``plane`` (a DataPlane) in this process."""
-    from edge_agent.core.types import InferRequest
-    from edge_agent.errors import AgentError
-
-    def call(model: str, inputs: dict[str, np.ndarray],
-             version: int | None) -> dict[str, np.ndarray]:
+        if self._host is None:
+            raise BackendError(f"{self._label}: ctx.infer({model!r}) needs the agent's data "
+                               "plane, and no agent hosts this model")
         try:
-            request = InferRequest(model=model, inputs=dict(inputs), version=version)
-            return plane.infer(request).outputs
+            return self._host.infer(model, dict(inputs), version)
         except AgentError as exc:
-            raise BackendError(f"{who}: ctx.infer({model!r}) failed: {exc}") from exc
-
-    return call
+            raise BackendError(f"{self._label}: ctx.infer({model!r}) failed: {exc}") from exc
 
 
 def check_requires(manifest: Manifest, requires: list[str]) -> None:
@@ -127,6 +117,9 @@ class PythonBackend:
     name = NAME
     cancellation = Cancellation.NONE
     device = "python"
+    calls_host = True
+    """``ctx.infer`` may call the host during an execution (a runtime process then keeps its
+    inputs out of the shared memory the nested answer arrives in)."""
 
     def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
         opts = PythonOptions.of(manifest)
@@ -138,9 +131,7 @@ class PythonBackend:
         self._fn = import_entry(Path(model_dir), manifest, entry)
         self._label = f"model {manifest.name!r} version {manifest.version}"
         self._entry = entry
-        plane = planes.serving(Path(model_dir).resolve().parent.parent)
-        self._ctx = ModelContext(manifest.name, manifest.version,
-                                 plane_caller(plane, self._label) if plane else None)
+        self._ctx = ModelContext(manifest.name, manifest.version, options.host, self._label)
         self._batched = manifest.batching.max_batch_size > 0
         self.inputs = manifest.inputs
         self.outputs = manifest.outputs
@@ -210,10 +201,6 @@ class PythonBackend:
                                    f"{list(out[spec.name].shape)}, but the batch has {rows} "
                                    "rows (dim 0 must be the batch)")
         return out
-
-    def set_caller(self, caller: Caller) -> None:
-        """Route ``ctx.infer`` through ``caller`` (a runtime process: back to the agent)."""
-        self._ctx.caller = caller
 
     def cancel(self, instance: int, execution: int) -> bool:
         """Python code cannot be stopped in-process (process isolation kills it instead)."""

@@ -49,7 +49,7 @@ def get_plugin(name: str) -> BackendPlugin:
     if ep is None:
         raise BackendError(
             f"backend {name!r} is unknown: the {ENTRY_POINT_GROUP!r} entry points register "
-            f"{', '.join(backend_names()) or 'none (is edge-toolkit installed?)'}; use one of "
+            f"{', '.join(backend_names()) or 'none (is edgeship installed?)'}; use one of "
             f"them or install the package that provides {name!r}")
     try:
         plugin = ep.load()
@@ -97,7 +97,7 @@ def choose_backend(manifest: Manifest, preferred: str | None = None) -> str:
         f"model {manifest.name!r} version {manifest.version} needs backend "
         f"{' or '.join(repr(c) for c in candidates)}, but none is usable on this device "
         f"(installed: {', '.join(available_backends()) or 'none'}); install the runtime "
-        f"(e.g. pip install edge-toolkit[tensorrt]) or deploy the bundle built for this profile")
+        f"(e.g. pip install edgeship[tensorrt]) or deploy the bundle built for this profile")
 
 
 

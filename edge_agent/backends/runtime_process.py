@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from edge_agent.backends.ipc import Channel
 
 if TYPE_CHECKING:
-    from edge_agent.backends.base import Backend
+    from edge_agent.backends.base import Backend, Host, HostedModel
 
 
 def _die_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
@@ -44,8 +44,9 @@ def _die_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def load(request: dict[str, Any]) -> Backend:
-    """Load the backend a load request names, with the one instance this process serves."""
+def load(request: dict[str, Any], host: Host | None = None) -> Backend:
+    """Load the backend a load request names, with the one instance this process serves;
+    ``host`` answers its nested calls."""
     from edge_agent.backends.base import BackendOptions
     from edge_agent.backends.registry import load_backend
     from packager.bundle.manifest import Manifest
@@ -53,25 +54,38 @@ def load(request: dict[str, Any]) -> Backend:
     opts = request["options"]
     options = BackendOptions(threads=int(opts["threads"]), instances=1,
                              device=opts.get("device"),
-                             state_dir=Path(opts["state_dir"]) if opts.get("state_dir") else None)
+                             state_dir=Path(opts["state_dir"]) if opts.get("state_dir") else None,
+                             host=host)
     manifest = Manifest.from_dict(request["manifest"])
     return load_backend(Path(request["model_dir"]), manifest, options,
                         preferred=request.get("preferred"))
 
 
-def _agent_caller(conn: Channel) -> Any:
-    """``call(model, inputs, version)`` asking the agent, in the middle of an execution, to run
-    a request on another model (the agent answers before it expects this execution's result)."""
-    from edge_agent.errors import BackendError
+class AgentHost:
+    """The :class:`~edge_agent.backends.base.Host` of a runtime process: a nested request is
+    sent to the agent in the middle of an execution (the agent answers it on its side's host
+    before it expects this execution's result)."""
 
-    def call(model: str, inputs: dict[str, Any], version: int | None) -> dict[str, Any]:
-        conn.send({"op": "call", "model": model, "version": version}, inputs)
-        reply, outputs = conn.recv(copy=True)
+    def __init__(self, conn: Channel) -> None:
+        self._conn = conn
+
+    def infer(self, model: str, inputs: dict[str, Any], version: int | None = None,
+              outputs: list[str] | None = None) -> dict[str, Any]:
+        """One request to ``model`` on the agent; BackendError with the agent's reason."""
+        from edge_agent.errors import BackendError
+
+        self._conn.send({"op": "call", "model": model, "version": version}, inputs)
+        reply, answer = self._conn.recv(copy=True)
         if not reply.get("ok"):
-            raise BackendError(str(reply.get("error", f"ctx.infer({model!r}) failed")))
-        return outputs
+            raise BackendError(str(reply.get("error", f"the agent did not run {model!r}")))
+        return answer if outputs is None else {k: answer[k] for k in outputs}
 
-    return call
+    def model_config(self, model: str, version: int | None = None) -> HostedModel:
+        """Not offered to a runtime process (only in-agent backends check other models)."""
+        from edge_agent.errors import BackendError
+
+        raise BackendError(f"model {model!r}: a runtime process cannot read another model's "
+                           "configuration; load this backend in the agent's process")
 
 
 def _stream(conn: Channel, backend: Any, inputs: dict[str, Any]) -> None:
@@ -99,18 +113,15 @@ def serve(conn: Channel) -> int:
     except EOFError:
         return 0
     try:
-        backend = load(request)
+        backend = load(request, AgentHost(conn))
     except Exception as exc:  # reported to the agent, which raises it as the load error
         conn.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
         return 1
     conn.send({"ok": True, "name": backend.name, "device": backend.device,
                         "pid": os.getpid()})
-    set_caller = getattr(backend, "set_caller", None)
-    if set_caller is not None:  # a Python model: ctx.infer goes back to the agent
-        set_caller(_agent_caller(conn))
     # a Python model's inputs are copied out of shared memory: the answer to a ctx.infer
     # arrives there while the function still reads them
-    copy = set_caller is not None
+    copy = bool(getattr(backend, "calls_host", False))
     while True:
         try:
             request, inputs = conn.recv(copy=copy)

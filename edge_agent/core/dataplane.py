@@ -22,19 +22,25 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
-from typing import TypeAlias, TypeVar
+from typing import NamedTuple, TypeAlias, TypeVar
 
 from edge_agent import __version__
 from edge_agent.config.models import ModelOverrides
-from edge_agent.core import planes
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.cache import ResponseCache
+from edge_agent.core.deploy_port import DeployOperations
 from edge_agent.core.gate import ExecutionGate
+from edge_agent.core.hosting import PlaneHost
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.orchestrator import Orchestrator
 from edge_agent.core.overrides import effective_batching, policy_versions
-from edge_agent.core.repository import ModelRepository, ModelVersion, VersionState
+from edge_agent.core.repository import (
+    LoadedVersion,
+    ModelRepository,
+    ServingState,
+    VersionSlot,
+)
 from edge_agent.core.types import (
     InferRequest,
     InferResult,
@@ -50,6 +56,7 @@ from edge_agent.errors import (
     RequestTimeoutError,
 )
 from packager.bundle.errors import PackagerError
+from packager.bundle.manifest import BatchingConfig, Manifest
 from packager.bundle.reader import load_extracted
 
 _now = time.monotonic_ns
@@ -103,8 +110,21 @@ def _infer(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us
                          timeout_us=timeout_us, wait_s=wait_s, priority=request.priority)
 
 
-class DataPlane:
+class _Description(NamedTuple):
+    """What metadata and config report of a version, loaded or (on-demand) not yet."""
+
+    version: int
+    manifest: Manifest  # with the batching it is (or will be) served with
+    backend: str
+    batching: BatchingConfig
+    device: str
+
+
+class DataPlane(DeployOperations):
     """Serves the model versions of one repository. Every method is thread-safe.
+
+    The model manager reaches it only through :class:`~edge_agent.core.deploy_port.DeployPort`
+    (implemented by the :class:`DeployOperations` base).
 
     ``caller_runs`` lets ``submit`` run a request on the calling thread when an instance is
     idle and nothing is queued (never on an event-loop thread). ``autoload`` loads every model
@@ -124,9 +144,11 @@ class DataPlane:
         self.repository = ModelRepository(state_dir, observer=observer, overrides=overrides,
                                           default_overrides=default_overrides,
                                           drain_timeout_s=drain_timeout_s, gate=self.gate)
+        self.repository.host = PlaneHost(self)  # pipelines and Python models call models here
         self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
                                          drain_timeout_s=drain_timeout_s)
         self.repository.load_guard = self.orchestrator.loading
+        self.repository.on_change = self.orchestrator.persist
         if memory_budget_bytes is not None or any(
                 o.idle_unload_s for o in [*(overrides or {}).values(),
                                           default_overrides or ModelOverrides()]):
@@ -138,11 +160,10 @@ class DataPlane:
             else None
         self._closed = False
         self._startup_done = threading.Event()
-        planes.register(self.repository.models_dir, self)  # pipelines find their steps here
         if autoload:
             self.load_all()
 
-    def load_all(self, only: Callable[[str, int], bool] | None = None) -> list[ModelVersion]:
+    def load_all(self, only: Callable[[str, int], bool] | None = None) -> list[VersionSlot]:
         """Load every model version on disk, or those ``only(name, version)`` accepts (failed
         ones stay listed as UNAVAILABLE); then the data plane reports ready."""
         try:
@@ -172,36 +193,35 @@ class DataPlane:
         return True
 
     def model_metadata(self, name: str, version: int | None = None) -> ModelMetadata:
-        mv = self._described(name, version)
-        assert mv.manifest is not None
+        d = self._described(name, version)
         versions = tuple(v.version for v in self.repository.versions(name)
-                         if v.state is VersionState.READY)
-        return ModelMetadata(name=name, versions=versions or (mv.version,),
-                             platform=triton_platform(mv.backend_name),
-                             inputs=mv.manifest.inputs, outputs=mv.manifest.outputs,
-                             max_batch_size=mv.manifest.batching.max_batch_size)
+                         if v.state is ServingState.READY)
+        return ModelMetadata(name=name, versions=versions or (d.version,),
+                             platform=triton_platform(d.backend),
+                             inputs=d.manifest.inputs, outputs=d.manifest.outputs,
+                             max_batch_size=d.manifest.batching.max_batch_size)
 
     def model_config(self, name: str, version: int | None = None) -> ModelConfigInfo:
-        mv = self._described(name, version)
-        assert mv.manifest is not None and mv.batching is not None
-        return ModelConfigInfo(manifest=mv.manifest, backend=mv.backend_name,
-                               instances=mv.batching.instances, device=mv.device)
+        d = self._described(name, version)
+        return ModelConfigInfo(manifest=d.manifest, backend=d.backend,
+                               instances=d.batching.instances, device=d.device)
 
-    def _described(self, name: str, version: int | None) -> ModelVersion:
+    def _described(self, name: str, version: int | None) -> _Description:
         try:
-            mv = self.repository.lookup(name, version)
+            slot = self.repository.lookup(name, version)
         except ModelNotFoundError:
             unloaded = self._unloaded_version(name, version)
             if unloaded is None:
                 raise
             return unloaded
-        if mv.manifest is None:
+        lv = slot.loaded
+        if lv is None:
             raise ModelUnavailableError(
-                f"model {name!r} version {mv.version} is {mv.state.value}"
-                + (f": {mv.reason}" if mv.reason else ""))
-        return mv
+                f"model {name!r} version {slot.version} is {slot.state.value}"
+                + (f": {slot.reason}" if slot.reason else ""))
+        return _Description(lv.version, lv.manifest, lv.backend_name, lv.batching, lv.device)
 
-    def _unloaded_version(self, name: str, version: int | None) -> ModelVersion | None:
+    def _unloaded_version(self, name: str, version: int | None) -> _Description | None:
         """A model that requests load, described from its manifest on disk (metadata and
         config answer before the first request loads it); None otherwise."""
         if not self.orchestrator.loads_on_request(name):
@@ -215,11 +235,8 @@ class DataPlane:
         except (PackagerError, OSError):
             return None
         batching = effective_batching(manifest.batching, self.repository.overrides_for(name))
-        state, reason = self.orchestrator.not_loaded_reason(name)
-        return ModelVersion(name=name, version=v, path=path, state=VersionState(state),
-                            reason=reason, manifest=dataclasses.replace(manifest,
-                                                                        batching=batching),
-                            backend_name=manifest.backend, batching=batching)
+        return _Description(v, dataclasses.replace(manifest, batching=batching),
+                            manifest.backend, batching, "")
 
     # ------------------------------------------------------------------ inference
     def submit(self, request: InferRequest, *, inline: bool = True) -> Future[InferResult]:
@@ -260,16 +277,15 @@ class DataPlane:
         failure while streaming raises from the iterator. A model that is not decoupled
         answers with its one response."""
         start = _now()
-        mv = self.repository.resolve(request.model, request.version)
-        if mv.streamer is None:
+        lv = self.repository.resolve(request.model, request.version)
+        if lv.streamer is None:
             return iter((self.infer(request),))
         try:
-            rows = mv.signature.validate(request)  # type: ignore[union-attr]  # READY: set
+            rows = lv.signature.validate(request)
         except AgentError:
-            mv.batcher.record_rejected(_now() - start)  # type: ignore[union-attr]  # READY: set
+            lv.batcher.record_rejected(_now() - start)
             raise
-        return _counted(mv.streamer.stream(request.inputs, request.id),
-                        mv.batcher, rows, start)  # type: ignore[arg-type]  # READY: set
+        return _counted(lv.streamer.stream(request.inputs, request.id), lv.batcher, rows, start)
 
     # ------------------------------------------------------------------ response cache
     def _lookup(self, batcher: DynamicBatcher, request: InferRequest,
@@ -352,27 +368,27 @@ class DataPlane:
         """The version's batcher, the request's rows and timeout, and whether the version
         answers from the response cache."""
         try:
-            mv = self.repository.resolve(request.model, request.version)
+            lv = self.repository.resolve(request.model, request.version)
         except (ModelNotFoundError, ModelUnavailableError):
             loaded = self._load_for(request)
             if loaded is None:  # not a model that requests load
                 raise
-            mv = loaded
-        mv.last_used = time.monotonic()
-        if mv.streamer is not None:  # a decoupled model answers only over a stream
-            raise mv.streamer.refusal()
+            lv = loaded
+        lv.slot.last_used = time.monotonic()
+        if lv.streamer is not None:  # a decoupled model answers only over a stream
+            raise lv.streamer.refusal()
         try:
-            rows = mv.signature.validate(request)  # type: ignore[union-attr]  # resolve() gives a READY version: all set
+            rows = lv.signature.validate(request)
         except AgentError:  # a rejected request is a failed request of this version
-            mv.batcher.record_rejected(_now() - start)  # type: ignore[union-attr]  # resolve() gives a READY version: all set
+            lv.batcher.record_rejected(_now() - start)
             raise
-        batching = mv.batching
+        batching = lv.batching
         timeout = request.timeout_us
-        if timeout is None or not batching.allow_timeout_override:  # type: ignore[union-attr]  # resolve() gives a READY version: all set
-            timeout = batching.default_timeout_us  # type: ignore[union-attr]  # resolve() gives a READY version: all set
-        return mv.batcher, rows, timeout, mv.response_cache  # type: ignore[return-value]  # resolve() gives a READY version: all set
+        if timeout is None or not batching.allow_timeout_override:
+            timeout = batching.default_timeout_us
+        return lv.batcher, rows, timeout, lv.response_cache
 
-    def _load_for(self, request: InferRequest) -> ModelVersion | None:
+    def _load_for(self, request: InferRequest) -> LoadedVersion | None:
         """The version ``request`` goes to, loaded for it when its model loads on request
         (on-demand, or unloaded by the orchestrator); None when it does not."""
         for _attempt in range(_ROUTE_ATTEMPTS):
@@ -395,10 +411,11 @@ class DataPlane:
                 return []  # listed, not loaded yet: nothing counted
             raise ModelNotFoundError(f"model {name!r} is not loaded")
         out = []
-        for mv in self.repository.versions(name):
-            if version is not None and mv.version != version:
+        for slot in self.repository.versions(name):
+            mv = slot.loaded
+            if version is not None and slot.version != version:
                 continue
-            if mv.batcher is not None:
+            if mv is not None:
                 stats = mv.batcher.snapshot_stats()
                 if self.response_cache is not None:
                     cached = self.response_cache.stats(mv.name, mv.version)
@@ -412,7 +429,7 @@ class DataPlane:
         entries: dict[tuple[str, int], RepositoryEntry] = {}
         for name, versions in self.repository.scan().items():
             for v in versions:
-                entries[(name, v)] = RepositoryEntry(name, v, VersionState.UNAVAILABLE.value,
+                entries[(name, v)] = RepositoryEntry(name, v, ServingState.UNAVAILABLE.value,
                                                      "not loaded")
         for name, versions in self.repository.scan().items():
             if self.repository.default_version(name) is None and versions:
@@ -421,7 +438,7 @@ class DataPlane:
                     entries[(name, v)] = RepositoryEntry(name, v, state, reason)
         for mv in self.repository.versions():
             reason = mv.reason
-            if mv.state is VersionState.READY and mv.name in self.orchestrator.managed():
+            if mv.state is ServingState.READY and mv.name in self.orchestrator.managed():
                 stats = self.orchestrator.stats(mv.name)
                 reason = (f"loaded on request: {stats.loads} load(s), {stats.waits} request(s) "
                           f"waited, the last {stats.last_wait_ns / 1e6:.0f} ms")
@@ -429,7 +446,7 @@ class DataPlane:
                                                              mv.state.value, reason)
         out = [entries[k] for k in sorted(entries)]
         if ready_only:
-            out = [e for e in out if e.state == VersionState.READY.value]
+            out = [e for e in out if e.state == ServingState.READY.value]
         return out
 
     def load_model(self, name: str) -> None:
@@ -448,4 +465,3 @@ class DataPlane:
         self._closed = True
         self.orchestrator.close()
         self.repository.close()
-        planes.unregister(self.repository.models_dir, self)

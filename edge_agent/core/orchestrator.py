@@ -30,22 +30,23 @@ from edge_agent.core.residency import MemoryBudgetError, Resident, mib
 from edge_agent.errors import AgentError, ModelNotFoundError, ModelUnavailableError
 
 if TYPE_CHECKING:
-    from edge_agent.core.repository import ModelRepository, ModelVersion
+    from edge_agent.core.repository import ModelRepository, VersionSlot
     from packager.bundle.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
-Loader = Callable[[str], "ModelVersion"]
+Loader = Callable[[str], "VersionSlot"]
 """Loads the version of a model that should serve (the active one) and returns it."""
 
-LoadedHook = Callable[["ModelVersion", float, "int | None"], None]
+LoadedHook = Callable[["VersionSlot", float, "int | None"], None]
 """Hears of each load this orchestrator measured: (version, load ms, the version's memory
 figure: the largest RSS growth any of its loads measured)."""
 
 _SWEEP_S = 1.0
 SNAPSHOT_NAME = "residency.json"
-"""Written to the state directory after each load, unload and wait (``edge-agent metrics``
-reads it: the counters live in the agent's memory)."""
+"""Written to the state directory after each change of what is loaded or serves (the
+repository's ``on_change``) and each wait (``edge-agent metrics`` reads it: the counters live
+in the agent's memory)."""
 _NS = 1_000_000_000
 
 
@@ -102,7 +103,7 @@ class Orchestrator:
         self._on_loaded: LoadedHook | None = None
         self._lock = threading.Lock()
         self._load_lock = threading.RLock()  # one load at a time: room, load, measure
-        self._loads: dict[str, Future[ModelVersion]] = {}
+        self._loads: dict[str, Future[VersionSlot]] = {}
         self._in_load: tuple[str, int] | None = None  # the version loading now (one at a time)
         self._reloadable: set[str] = set()  # unloaded by us: the next request loads it again
         self._held: set[str] = set()  # unloaded by an operator: stays unloaded
@@ -110,6 +111,7 @@ class Orchestrator:
         self._stats: dict[str, ResidencyStats] = {}
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self._persist_lock = threading.Lock()  # snapshots are taken and written in order
 
     # ------------------------------------------------------------------ wiring
     def set_loader(self, loader: Loader, on_loaded: LoadedHook | None = None,
@@ -174,8 +176,8 @@ class Orchestrator:
 
     def _manifest(self, name: str, version: int) -> Manifest | None:
         for mv in self.repository.versions(name):
-            if mv.version == version and mv.manifest is not None:
-                return mv.manifest
+            if mv.version == version and mv.loaded is not None:
+                return mv.loaded.manifest
         from packager.bundle.reader import load_extracted
 
         try:
@@ -209,7 +211,7 @@ class Orchestrator:
             for mv in versions:
                 if mv.state.value != "READY" and (mv.name, mv.version) != self._in_load:
                     continue  # not in memory (a load waiting for its turn takes nothing yet)
-                busy = mv.batcher is not None and mv.batcher.inflight > 0
+                busy = mv.loaded is not None and mv.loaded.batcher.inflight > 0
                 out.append(Resident(
                     name, mv.version, self.memory_of(name, mv.version)[0], mv.last_used,
                     pinned=ov.pinned or self._pinned_by_pipeline(name, mv.version),
@@ -235,7 +237,7 @@ class Orchestrator:
                              version=version, swap_from=old)
 
     @contextlib.contextmanager
-    def loading(self, mv: ModelVersion) -> Iterator[None]:
+    def loading(self, mv: VersionSlot) -> Iterator[None]:
         """Around one load: make room within the budget first, then measure the load."""
         with self._load_lock:
             stats = self._stats_of(mv.name)
@@ -257,7 +259,8 @@ class Orchestrator:
                 self._unfit.discard(mv.name)
             if self.repository.overrides_for(mv.name).idle_unload_s:
                 self.start()  # a setting given after start-up (live settings) needs the sweeper
-            self._persist()
+            # no snapshot here: the version is not READY yet (the repository's on_change
+            # writes it once it is, and again when a switch and the old version's unload end)
             if self._on_loaded is not None:
                 self._on_loaded(mv, load_ms, self._figures.measured.get((mv.name, mv.version)))
 
@@ -323,7 +326,7 @@ class Orchestrator:
             stats.last_unload = why
         with contextlib.suppress(ModelNotFoundError):
             self.repository.unload_version(name, version, drain_timeout_s=self._drain_timeout_s)
-        self._persist()
+        self.persist()  # the unload count (the repository's on_change wrote the unload)
 
     # ------------------------------------------------------------------ on demand
     def loads_on_request(self, name: str) -> bool:
@@ -344,7 +347,7 @@ class Orchestrator:
             self._held.add(name)
             self._reloadable.discard(name)
 
-    def acquire(self, name: str, version: int | None) -> ModelVersion | None:
+    def acquire(self, name: str, version: int | None) -> VersionSlot | None:
         """Load ``name`` for a request (shared with concurrent requests) and wait for it up to
         the model's ``load_timeout_ms``; None when requests do not load this model.
 
@@ -368,7 +371,7 @@ class Orchestrator:
             self._wait_for(name, future, timeout)
             mv = future.result()
             if version is not None and mv.version != version:
-                mv = self.repository.resolve(name, version)
+                mv = self.repository.resolve(name, version).slot
         except BaseException:
             self.release(name)  # no request will be routed on this claim
             raise
@@ -379,10 +382,10 @@ class Orchestrator:
                 stats.waits += 1
                 stats.wait_ns += waited
                 stats.last_wait_ns = waited
-            self._persist()
+            self.persist()
         return mv
 
-    def _wait_for(self, name: str, future: Future[ModelVersion], timeout: float) -> None:
+    def _wait_for(self, name: str, future: Future[VersionSlot], timeout: float) -> None:
         try:
             future.result(timeout)
         except FutureTimeoutError:
@@ -399,7 +402,7 @@ class Orchestrator:
             stats = self._stats_of(name)
             stats.claims = max(0, stats.claims - 1)
 
-    def _run_load(self, name: str, future: Future[ModelVersion]) -> None:
+    def _run_load(self, name: str, future: Future[VersionSlot]) -> None:
         try:
             mv = self._loader(name)
             with self._lock:
@@ -414,7 +417,7 @@ class Orchestrator:
                 self._loads.pop(name, None)
                 self._stats_of(name).loading = False
 
-    def _load_latest(self, name: str) -> ModelVersion:
+    def _load_latest(self, name: str) -> VersionSlot:
         """The default loader (no model manager): the highest version on disk."""
         versions = self.repository.scan().get(name)
         if not versions:
@@ -461,31 +464,35 @@ class Orchestrator:
             stats = self.stats(name)
             loaded = [mv.version for mv in self.repository.versions(name)
                       if mv.state.value == "READY"]
-            version = loaded[-1] if loaded else None
-            figure = self.memory_of(name, version)[0] if version is not None else 0
+            serving = self.repository.default_version(name)
+            version = serving if serving is not None else (loaded[-1] if loaded else None)
+            figure = sum(self.memory_of(name, v)[0] for v in loaded)
             models.append({
-                "model": name, "loaded_version": version, "memory_bytes": figure,
+                "model": name, "loaded_version": version, "serving_version": serving,
+                "loaded_versions": loaded, "memory_bytes": figure,
                 "state": "loaded" if loaded else self.not_loaded_reason(name)[1],
                 "loads": stats.loads, "unloads": stats.unloads, "waits": stats.waits,
                 "wait_ms": stats.wait_ns / 1e6, "last_wait_ms": stats.last_wait_ns / 1e6})
         return {"budget_bytes": self.budget_bytes, "used_bytes": self.used_bytes(),
                 "at": time.time(), "models": models}
 
-    def _persist(self) -> None:
-        """Best effort: the snapshot to ``STATE_DIR/residency.json`` (atomic replace)."""
+    def persist(self) -> None:
+        """Best effort: the snapshot to ``STATE_DIR/residency.json`` (atomic replace; taken and
+        written under one lock, so a later change is never overwritten by an earlier one)."""
         target = self.repository.state_dir / SNAPSHOT_NAME
         if not self.repository.state_dir.is_dir():
             return
         tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private
-            with os.fdopen(fd, "w") as out:
-                out.write(json.dumps(self.snapshot()))
-            os.replace(tmp, target)
-        except (OSError, AgentError) as exc:
-            log.debug("residency snapshot not written: %s", exc)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        with self._persist_lock:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private
+                with os.fdopen(fd, "w") as out:
+                    out.write(json.dumps(self.snapshot()))
+                os.replace(tmp, target)
+            except (OSError, AgentError) as exc:
+                log.debug("residency snapshot not written: %s", exc)
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
 
     def not_loaded_reason(self, name: str) -> tuple[str, str]:
         """(state, reason) for a model with no version in memory, in Triton's terms."""

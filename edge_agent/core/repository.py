@@ -1,7 +1,8 @@
 """The model repository: extracted bundles under ``<state_dir>/models/NAME/VERSION/``.
 
-Each version is loaded (manifest hashes verified), given a backend and a batcher, warmed up and
-then marked READY. The default version of a model is a pinned version when one is configured,
+Each version is a :class:`VersionSlot` (where it lives, its state); a load (manifest hashes
+verified, a backend and a batcher, warm-up) builds its :class:`LoadedVersion` whole, and then it
+is READY. The default version of a model is a pinned version when one is configured,
 otherwise the highest READY one; it is swapped by replacing one reference, so a request is
 always answered wholly by the version it was routed to. ``load_version`` / ``set_default`` /
 ``unload_version`` are the hot-swap primitives: load the new version next to the old, switch,
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from edge_agent.backends.base import BackendOptions
+from edge_agent.backends.base import BackendOptions, Host
 from edge_agent.backends.registry import IN_AGENT_BACKENDS, load_backend
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.batcher import DynamicBatcher
@@ -37,11 +38,12 @@ from packager.bundle.manifest import MANIFEST_NAME, BatchingConfig, Manifest
 log = logging.getLogger(__name__)
 
 
-LoadGuard = Callable[["ModelVersion"], AbstractContextManager[None]]
+LoadGuard = Callable[["VersionSlot"], AbstractContextManager[None]]
 
 
-class VersionState(StrEnum):
-    """Lifecycle of one model version (names as Triton's repository index reports them)."""
+class ServingState(StrEnum):
+    """Where one model version is in serving (names as Triton's repository index reports
+    them); the deploy record's state is :class:`edge_agent.state.VersionState`."""
 
     LOADING = "LOADING"
     READY = "READY"
@@ -50,31 +52,53 @@ class VersionState(StrEnum):
 
 
 @dataclass(eq=False)
-class ModelVersion:
-    """One model version: where it lives, its state, and once READY its backend and batcher."""
+class VersionSlot:
+    """One model version the repository tracks: where it lives and its serving state.
+    ``loaded`` is set, whole, when a load succeeds (before the state becomes READY)."""
 
     name: str
     version: int
     path: Path
-    state: VersionState = VersionState.LOADING
+    state: ServingState = ServingState.LOADING
     reason: str = ""
-    manifest: Manifest | None = None
-    backend_name: str = ""
-    device: str = ""  # where the backend runs (its ``device``: CPUExecutionProvider, GPU, ...)
-    batching: BatchingConfig | None = None
-    signature: Signature | None = None
-    batcher: DynamicBatcher | None = None
-    streamer: DecoupledRunner | None = None  # a decoupled model's (ModelStreamInfer only)
+    loaded: LoadedVersion | None = None
     last_used: float = 0.0  # time.monotonic() of the last request routed to it
-    response_cache: bool = False  # answers repeated requests from the response cache
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LoadedVersion:
+    """A loaded model version as it serves: built whole by one load, never changed (a reload
+    builds another). :meth:`ModelRepository.resolve` returns it."""
+
+    name: str
+    version: int
+    path: Path
+    manifest: Manifest  # with the batching it is served with
+    backend_name: str
+    device: str  # where the backend runs (its ``device``: CPUExecutionProvider, GPU, ...)
+    batching: BatchingConfig  # as served: the bundle's with the agent's overrides
+    signature: Signature
+    batcher: DynamicBatcher
+    streamer: DecoupledRunner | None  # a decoupled model's (ModelStreamInfer only)
+    response_cache: bool  # answers repeated requests from the response cache
+    slot: VersionSlot = field(repr=False)
+
+    def close(self, drain_timeout_s: float) -> bool:
+        """Drain its requests (up to ``drain_timeout_s``) and release the backend; True when
+        every request was answered in time."""
+        drained = self.batcher.close(drain_timeout_s)
+        if self.streamer is not None:
+            drained = self.streamer.close(drain_timeout_s) and drained
+        self.batcher.backend.close()
+        return drained
 
 
 @dataclass(eq=False)
 class _Model:
     name: str
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    versions: dict[int, VersionSlot] = field(default_factory=dict)
     pinned: int | None = None
-    default: ModelVersion | None = None
+    default: LoadedVersion | None = None
 
 
 def _with_openvino_overrides(manifest: Manifest, ov: ModelOverrides) -> Manifest:
@@ -115,8 +139,13 @@ class ModelRepository:
         self._drain_timeout_s = drain_timeout_s
         self._models: dict[str, _Model] = {}
         self._lock = threading.RLock()
+        self.host: Host | None = None
+        """Given to every backend loaded here (the data plane: nested requests run on it)."""
         self.load_guard: LoadGuard | None = None
         """Entered around every load (the orchestrator: make room in the budget, measure)."""
+        self.on_change: Callable[[], None] | None = None
+        """Called (outside the lock) after a version became READY or UNAVAILABLE, was unloaded
+        or the default changed: what serves is then final (the orchestrator's snapshot)."""
 
     # ------------------------------------------------------------------ disk
     def scan(self) -> dict[str, list[int]]:
@@ -143,7 +172,7 @@ class ModelRepository:
             self._overrides[name] = overrides
 
     # ------------------------------------------------------------------ lookups
-    def resolve(self, name: str, version: int | None = None) -> ModelVersion:
+    def resolve(self, name: str, version: int | None = None) -> LoadedVersion:
         """The READY version to serve (the default when ``version`` is None)."""
         model = self._models.get(name)
         if model is None:
@@ -156,25 +185,26 @@ class ModelRepository:
                 raise ModelUnavailableError(
                     f"model {name!r} has no READY version ({self._states(model)})")
             return mv
-        mv = model.versions.get(version)
-        if mv is None:
+        slot = model.versions.get(version)
+        if slot is None:
             raise ModelNotFoundError(
                 f"model {name!r} has no version {version} (versions: "
                 f"{sorted(model.versions) or 'none'})")
-        if mv.state is not VersionState.READY:
+        loaded = slot.loaded
+        if slot.state is not ServingState.READY or loaded is None:
             raise ModelUnavailableError(
-                f"model {name!r} version {version} is {mv.state.value}"
-                + (f": {mv.reason}" if mv.reason else ""))
-        return mv
+                f"model {name!r} version {version} is {slot.state.value}"
+                + (f": {slot.reason}" if slot.reason else ""))
+        return loaded
 
-    def lookup(self, name: str, version: int | None = None) -> ModelVersion:
+    def lookup(self, name: str, version: int | None = None) -> VersionSlot:
         """Like ``resolve`` but any state; version None: the default, else the highest known."""
         model = self._models.get(name)
         if model is None:
             raise ModelNotFoundError(f"model {name!r} is not in the repository")
         if version is None:
             if model.default is not None:
-                return model.default
+                return model.default.slot
             if not model.versions:
                 raise ModelNotFoundError(f"model {name!r} has no loaded versions")
             return model.versions[max(model.versions)]
@@ -183,7 +213,7 @@ class ModelRepository:
             raise ModelNotFoundError(f"model {name!r} has no version {version}")
         return mv
 
-    def versions(self, name: str | None = None) -> list[ModelVersion]:
+    def versions(self, name: str | None = None) -> list[VersionSlot]:
         """Every version the repository tracks (optionally of one model), by name and version."""
         models = [self._models[name]] if name is not None and name in self._models else (
             [] if name is not None else list(self._models.values()))
@@ -199,7 +229,7 @@ class ModelRepository:
         return model.default.version if model and model.default else None
 
     # ------------------------------------------------------------------ changes
-    def load_all(self, only: Callable[[str, int], bool] | None = None) -> list[ModelVersion]:
+    def load_all(self, only: Callable[[str, int], bool] | None = None) -> list[VersionSlot]:
         """Load every version on disk (or those ``only(name, version)`` accepts; the model
         manager loads just the active ones); failures leave versions UNAVAILABLE."""
         wanted = [(name, v) for name, versions in self.scan().items() for v in versions
@@ -210,12 +240,12 @@ class ModelRepository:
         # pipelines after the models they call; one over other pipelines after those
         while later:
             tried = [self.load_version(n, v, raise_on_error=False) for n, v in later]
-            ready = [mv for mv in tried if mv.state is VersionState.READY]
+            ready = [mv for mv in tried if mv.state is ServingState.READY]
             loaded.extend(ready)
             if not ready:
                 loaded.extend(tried)
                 break
-            later = [(mv.name, mv.version) for mv in tried if mv.state is not VersionState.READY]
+            later = [(mv.name, mv.version) for mv in tried if mv.state is not ServingState.READY]
         return loaded
 
     def _calls_models(self, name: str, version: int) -> bool:
@@ -227,7 +257,7 @@ class ModelRepository:
             return False
 
     def load_version(self, name: str, version: int, *, raise_on_error: bool = True,
-                     model_dir: Path | None = None) -> ModelVersion:
+                     model_dir: Path | None = None) -> VersionSlot:
         """Load ``name`` version ``version`` next to the versions already served.
 
         The default switches to it only if it becomes the highest READY version and no other
@@ -240,38 +270,41 @@ class ModelRepository:
                 pinned = self.overrides_for(name).default_version
                 model = self._models[name] = _Model(name, pinned=pinned)
             existing = model.versions.get(version)
-            if existing is not None and existing.state in (VersionState.READY,
-                                                           VersionState.LOADING):
+            if existing is not None and existing.state in (ServingState.READY,
+                                                           ServingState.LOADING):
                 return existing
-            mv = ModelVersion(name=name, version=version, path=path)
+            mv = VersionSlot(name=name, version=version, path=path)
             model.versions[version] = mv
         try:
-            self._guarded_bring_up(mv)
+            loaded = self._guarded_bring_up(mv)
         except (AgentError, PackagerError, OSError) as exc:
-            mv.state = VersionState.UNAVAILABLE
+            mv.state = ServingState.UNAVAILABLE
             mv.reason = str(exc)
             log.warning("model %s version %s is unavailable: %s", name, version, exc)
             with self._lock:
                 self._refresh_default(model)
+            self._changed()
             if raise_on_error:
                 if isinstance(exc, AgentError):
                     raise
                 raise BackendError(f"model {name!r} version {version}: {exc}") from exc
             return mv
         with self._lock:
-            mv.state = VersionState.READY
+            mv.loaded = loaded
+            mv.state = ServingState.READY
             self._refresh_default(model)
+        self._changed()
         return mv
 
-    def _guarded_bring_up(self, mv: ModelVersion,
-                          overrides: ModelOverrides | None = None) -> None:
+    def _guarded_bring_up(self, mv: VersionSlot,
+                          overrides: ModelOverrides | None = None) -> LoadedVersion:
         if self.load_guard is None:
-            self._bring_up(mv, overrides)
-            return
+            return self._bring_up(mv, overrides)
         with self.load_guard(mv):
-            self._bring_up(mv, overrides)
+            return self._bring_up(mv, overrides)
 
-    def _bring_up(self, mv: ModelVersion, overrides: ModelOverrides | None = None) -> None:
+    def _bring_up(self, mv: VersionSlot,
+                  overrides: ModelOverrides | None = None) -> LoadedVersion:
         if not mv.path.is_dir():
             raise ModelNotFoundError(f"model {mv.name!r} version {mv.version}: {mv.path} "
                                      f"does not exist")
@@ -287,7 +320,7 @@ class ModelRepository:
         priority = ov.priority or DEFAULT_PRIORITY
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
                                  device=ov.device, state_dir=self.state_dir,
-                                 nice=nice_for(priority))
+                                 nice=nice_for(priority), host=self.host)
         backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
                                isolation=ov.isolation)
         try:
@@ -295,32 +328,34 @@ class ModelRepository:
             # a code model (Python, pipeline) says in its manifest whether made-up inputs suit it
             if ov.warmup and not decoupled and manifest.warmup:
                 run_warmup(backend, mv.name, mv.version, batching, batching.instances)
-            mv.signature = Signature(mv.name, mv.version, manifest.inputs, manifest.outputs,
-                                     batching.max_batch_size)
-            mv.batcher = DynamicBatcher(backend, model=mv.name, version=mv.version,
-                                        config=batching, observer=self._observer,
-                                        execution_timeout_s=ov.execution_timeout_s(),
-                                        priority=priority, nice=options.nice,
-                                        # a pipeline only waits for its steps' executions
-                                        gate=None if backend.name in IN_AGENT_BACKENDS
-                                        else self.gate)
-            if decoupled:
-                mv.streamer = DecoupledRunner(backend, model=mv.name, version=mv.version,
-                                              instances=batching.instances,
-                                              response_timeout_s=ov.execution_timeout_s())
+            signature = Signature(mv.name, mv.version, manifest.inputs, manifest.outputs,
+                                  batching.max_batch_size)
+            batcher = DynamicBatcher(backend, model=mv.name, version=mv.version,
+                                     config=batching, observer=self._observer,
+                                     execution_timeout_s=ov.execution_timeout_s(),
+                                     priority=priority, nice=options.nice,
+                                     # a pipeline only waits for its steps' executions
+                                     gate=None if backend.name in IN_AGENT_BACKENDS
+                                     else self.gate)
+            streamer = DecoupledRunner(backend, model=mv.name, version=mv.version,
+                                       instances=batching.instances,
+                                       response_timeout_s=ov.execution_timeout_s()) \
+                if decoupled else None
         except BaseException:
             backend.close()
             raise
-        mv.manifest = dataclasses.replace(manifest, batching=batching)
-        # agent.toml's [models.NAME] response_cache when set, else the bundle's opt-in
-        mv.response_cache = ov.response_cache if ov.response_cache is not None \
-            else manifest.response_cache
-        mv.backend_name = backend.name
-        mv.device = backend.device
-        mv.batching = batching
+        return LoadedVersion(
+            name=mv.name, version=mv.version, path=mv.path,
+            manifest=dataclasses.replace(manifest, batching=batching),
+            backend_name=backend.name, device=backend.device, batching=batching,
+            signature=signature, batcher=batcher, streamer=streamer,
+            # agent.toml's [models.NAME] response_cache when set, else the bundle's opt-in
+            response_cache=ov.response_cache if ov.response_cache is not None
+            else manifest.response_cache,
+            slot=mv)
 
     def reload_version(self, name: str, version: int, *,
-                       check: Callable[[ModelVersion], None] | None = None,
+                       check: Callable[[LoadedVersion], None] | None = None,
                        drain_timeout_s: float | None = None,
                        overrides: ModelOverrides | None = None) -> bool:
         """Load a fresh copy of a served version from disk and swap it in atomically.
@@ -334,33 +369,32 @@ class ModelRepository:
         with self._lock:
             model = self._models.get(name)
             old = model.versions.get(version) if model else None
-            if model is None or old is None or old.state is not VersionState.READY:
+            if model is None or old is None or old.state is not ServingState.READY:
                 raise ModelUnavailableError(f"model {name!r} version {version} is not loaded; "
                                             "load it instead of reloading it")
-        mv = ModelVersion(name=name, version=version, path=old.path)
+        mv = VersionSlot(name=name, version=version, path=old.path)
         try:
-            self._guarded_bring_up(mv, overrides)
-            mv.state = VersionState.READY
+            mv.loaded = self._guarded_bring_up(mv, overrides)
+            mv.state = ServingState.READY
             if check is not None:
-                check(mv)
+                check(mv.loaded)
         except BaseException:
-            if mv.batcher is not None:
-                mv.batcher.close(0)
-                mv.batcher.backend.close()
+            if mv.loaded is not None:
+                mv.loaded.close(0)
             raise
         with self._lock:
             if overrides is not None:
                 self._overrides[name] = overrides
             model.versions[version] = mv
-            old.state = VersionState.UNLOADING
+            old.state = ServingState.UNLOADING
             self._refresh_default(model)
         drained = True
-        if old.batcher is not None:
+        if old.loaded is not None:
             timeout = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
-            drained = old.batcher.close(timeout)
-            old.batcher.backend.close()
-        old.state = VersionState.UNAVAILABLE
+            drained = old.loaded.close(timeout)
+        old.state = ServingState.UNAVAILABLE
         old.reason = "replaced by a reload"
+        self._changed()
         return drained
 
     def set_default(self, name: str, version: int | None) -> None:
@@ -371,12 +405,13 @@ class ModelRepository:
                 raise ModelNotFoundError(f"model {name!r} is not in the repository")
             if version is not None:
                 mv = model.versions.get(version)
-                if mv is None or mv.state is not VersionState.READY:
+                if mv is None or mv.state is not ServingState.READY:
                     raise ModelUnavailableError(
                         f"model {name!r} version {version} is not READY; load it before making "
                         f"it the default")
             model.pinned = version
             self._refresh_default(model)
+        self._changed()
 
     def unload_version(self, name: str, version: int, *,
                        drain_timeout_s: float | None = None) -> bool:
@@ -389,27 +424,25 @@ class ModelRepository:
             mv = model.versions.get(version) if model else None
             if model is None or mv is None:
                 raise ModelNotFoundError(f"model {name!r} has no version {version}")
-            if mv.state is VersionState.UNLOADING:
+            if mv.state is ServingState.UNLOADING:
                 return False
-            mv.state = VersionState.UNLOADING
+            mv.state = ServingState.UNLOADING
             if model.pinned == version:
                 model.pinned = None
             self._refresh_default(model)
         drained = True
         try:
-            if mv.batcher is not None:
+            if mv.loaded is not None:
                 timeout = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
-                drained = mv.batcher.close(timeout)
-                if mv.streamer is not None:
-                    drained = mv.streamer.close(timeout) and drained
-                mv.batcher.backend.close()
+                drained = mv.loaded.close(timeout)
         finally:
             with self._lock:
                 model.versions.pop(version, None)
-                mv.state = VersionState.UNAVAILABLE
+                mv.state = ServingState.UNAVAILABLE
                 mv.reason = "unloaded"
                 if not model.versions:
                     self._models.pop(name, None)
+            self._changed()
         return drained
 
     def unload_model(self, name: str) -> None:
@@ -434,7 +467,7 @@ class ModelRepository:
         errors = []
         for v in on_disk or []:
             mv = self.load_version(name, v, raise_on_error=False)
-            if mv.state is not VersionState.READY:
+            if mv.state is not ServingState.READY:
                 errors.append(f"version {v}: {mv.reason}")
         model = self._models.get(name)
         if model is not None:
@@ -452,8 +485,17 @@ class ModelRepository:
                 self.unload_model(name)
 
     # ------------------------------------------------------------------ helpers
+    def _changed(self) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change()
+        except Exception:  # a report must never fail a load, a switch or an unload
+            log.exception("change hook failed")
+
     def _refresh_default(self, model: _Model) -> None:
-        ready = {v: mv for v, mv in model.versions.items() if mv.state is VersionState.READY}
+        ready = {v: mv.loaded for v, mv in model.versions.items()
+                 if mv.state is ServingState.READY and mv.loaded is not None}
         if model.pinned is not None and model.pinned in ready:
             model.default = ready[model.pinned]
         elif ready:

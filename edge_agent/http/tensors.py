@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.core import bytes_tensors
+from edge_agent import bytes_tensors
 from edge_agent.core.types import InferRequest, InferResult
 from edge_agent.errors import InvalidInputError
 from edge_agent.protocol.converters import (

@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from edge_agent import grpc_internals
 from edge_agent.config.management import TlsFiles
 from edge_agent.errors import ConfigError
 from edge_agent.logthrottle import LogThrottle
@@ -151,29 +152,6 @@ class DelayedAnswers:
                 log.debug("a delayed refusal could not be sent", exc_info=True)
 
 
-def _rebuild(handler: grpc.RpcMethodHandler[Any, Any], behavior: Callable[..., Any]
-             ) -> grpc.RpcMethodHandler[Any, Any]:
-    kw = {"request_deserializer": safe_deserializer(handler.request_deserializer),
-          "response_serializer": handler.response_serializer}
-    make: Callable[..., grpc.RpcMethodHandler[Any, Any]]
-    if handler.request_streaming and handler.response_streaming:
-        make = grpc.stream_stream_rpc_method_handler
-    elif handler.request_streaming:
-        make = grpc.stream_unary_rpc_method_handler
-    elif handler.response_streaming:
-        make = grpc.unary_stream_rpc_method_handler
-    else:
-        make = grpc.unary_unary_rpc_method_handler
-    return make(behavior, **kw)
-
-
-def _original(handler: grpc.RpcMethodHandler[Any, Any]) -> Callable[..., Any]:
-    behavior = (handler.unary_unary or handler.unary_stream or handler.stream_unary
-                or handler.stream_stream)
-    assert behavior is not None  # every handler has one kind
-    return behavior
-
-
 class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  # generic only in grpc-stubs
     """Refuses every call whose bearer token is not ``token`` (UNAUTHENTICATED).
 
@@ -197,7 +175,7 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  #
         presented = _presented(handler_call_details.invocation_metadata)
         ok = tokens_equal(presented, self._current())
         method = handler_call_details.method
-        behavior = _original(handler)
+        behavior = grpc_internals.behavior_of(handler)
         current = self._current
 
         def still_valid() -> bool:
@@ -217,30 +195,36 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  #
                 return _checked_responses(result, still_valid, context)
             return result
 
-        return _rebuild(handler, guarded)
+        return grpc_internals.rebuild(
+            handler, behavior=guarded,
+            request_deserializer=safe_deserializer(handler.request_deserializer))
 
     def _denial(self, method: str) -> grpc.RpcMethodHandler[Any, Any]:
         """A handler that refuses without reading the request (whatever the method's kind, a
         non-blocking stream handler: a caller without the token, silent or not, holds no
-        server thread)."""
+        server thread; answered at once, never late, where gRPC lacks the non-blocking hook)."""
 
         def deny(requests: Any, context: grpc.ServicerContext,
-                 send: Callable[[Any], None]) -> None:
+                 send: Callable[[Any], None] | None = None) -> Iterator[Any] | None:
             peer = _peer_key(context.peer())
             fails, delay = self.penalty.failed(peer)
             _throttle.warning(peer, "refused management call %s from %s: missing or wrong "
                               "token (%d in a row)", method, context.peer(), fails)
             context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+            if send is None:  # a blocking handler after all: answer now, with no delay
+                context.set_details(DENIED)
+                return iter(())
             if delay > 0:
                 context.set_details(f"{DENIED} (answered {delay:.1f} s late: {fails} failures "
                                     f"in a row from {peer})")
                 if self.delayed.later(delay, lambda: send(None)):
-                    return
+                    return None
             else:
                 context.set_details(DENIED)
             send(None)
+            return None
 
-        deny.experimental_non_blocking = True  # type: ignore[attr-defined]  # grpc reads this attribute of a handler function
+        grpc_internals.non_blocking(deny)
         return grpc.stream_stream_rpc_method_handler(deny)
 
 

@@ -98,15 +98,21 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                          "fingerprint of a state directory",
                            description="Print the management API token (created on the "
                                        "agent's first start, STATE_DIR/management.token, mode "
-                                       "0600) on stdout, and the SHA-256 fingerprint of the "
-                                       "agent's TLS certificate (STATE_DIR/tls/cert.pem) on "
-                                       "stderr. Give the token to edge-console with "
-                                       "--token-file; compare the fingerprint with the one "
-                                       "edge-console shows at first contact.",
+                                       "0600) on stdout, or write it to a 0600 file with "
+                                       "--out, and the SHA-256 fingerprint of the agent's TLS "
+                                       "certificate (STATE_DIR/tls/cert.pem) on stderr. Give "
+                                       "the token to edge-console with --token-file; compare "
+                                       "the fingerprint with the one edge-console shows at "
+                                       "first contact.",
                            epilog="examples:\n"
-                                  "  edge-agent token --state-dir /var/lib/edge-agent > pi.token"
-                                  "\n  edge-agent token --state-dir /var/lib/edge-agent "
-                                  "--fingerprint",
+                                  "  edge-agent token --state-dir /var/lib/edge-agent "
+                                  "--out pi.token   # mode 0600\n"
+                                  "  edge-agent token --state-dir /var/lib/edge-agent | "
+                                  "ssh laptop 'umask 077; cat > pi.token'\n"
+                                  "  edge-agent token --state-dir /var/lib/edge-agent "
+                                  "--fingerprint\n"
+                                  "(`> FILE` creates FILE with your umask, usually readable by "
+                                  "everyone: use --out)",
                            formatter_class=raw)
     token.add_argument("--state-dir", type=Path, required=True, help="agent state directory")
     token.add_argument("--rotate", action="store_true",
@@ -115,6 +121,9 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                             "beside it: the file is replaced atomically)")
     token.add_argument("--fingerprint", action="store_true",
                        help="print only the certificate fingerprint (on stdout)")
+    token.add_argument("--out", type=Path, metavar="FILE",
+                       help="write the token to FILE (mode 0600, replaced atomically; a "
+                            "symlink is refused) instead of stdout")
 
     metrics = sub.add_parser("metrics", help="print a summary table of recent metrics",
                              description="Read STATE_DIR/metrics.db (safe while the agent "
@@ -154,8 +163,11 @@ def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser],
         description="Verify BUNDLE, load it on the runtime this device would serve it with, "
                     "run its reference inputs and compare with the source model's outputs "
                     "stored at build time, within the profile's tolerance (the deploy "
-                    "pipeline's parity step, offline). Exit 0 when it agrees (or carries no "
-                    "reference data), 1 when it disagrees or cannot run.",
+                    "pipeline's parity step, offline). A bundle built for another device "
+                    "(another arch, or a runtime this device lacks) is refused as a deploy "
+                    "refuses it: run the check on that device. Exit 0 when it agrees (or "
+                    "carries no reference data), 1 when it disagrees, cannot run or is for "
+                    "another device.",
         epilog="examples:\n  edge-agent check mlp-2-arm64-cpu-onnxruntime.edgepkg "
                "--trust release.pub\n  edge-agent check BUNDLE --json | jq .max_abs_error",
         formatter_class=raw)
@@ -181,23 +193,34 @@ def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def cmd_token(args: argparse.Namespace) -> int:
     """``edge-agent token [--rotate]``: the token, created if the agent never started here."""
-    from edge_agent.state.token import load_or_create_token, rotate_token
+    from edge_agent.state.token import load_or_create_token, rotate_token, write_private
 
     if not args.state_dir.is_dir():
         raise AgentError(f"state directory {args.state_dir} does not exist; start the agent "
                          "once or create it")
     from edge_agent.management.tls import fingerprint_of
 
+    if args.fingerprint and args.out is not None:
+        raise AgentError("--fingerprint prints the fingerprint only; --out writes the token: "
+                         "give one of them")
+    if args.out is not None and args.out.is_symlink():
+        raise AgentError(f"{args.out} is a symbolic link; refusing to write the token through "
+                         "it: give the path of a regular file")
+    if args.out is not None and args.out.is_dir():
+        raise AgentError(f"{args.out} is a directory; give the path of the token file")
     fp = fingerprint_of(args.state_dir)
     if args.fingerprint:
         print(fp)
         return 0
+    token = rotate_token(args.state_dir) if args.rotate else load_or_create_token(args.state_dir)
+    if args.out is None:
+        print(token)
+    else:
+        write_private(args.out, token + "\n")
+        print(f"token written to {args.out} (mode 0600)", file=sys.stderr)
     if args.rotate:
-        print(rotate_token(args.state_dir))
         print("the old token is no longer accepted; update the consoles' token files",
               file=sys.stderr)
-    else:
-        print(load_or_create_token(args.state_dir))
     print(f"certificate fingerprint {fp}\n(edge-console shows it at the first contact: it "
           "must match; unless the agent runs with --insecure or its own tls_cert)",
           file=sys.stderr)

@@ -144,9 +144,9 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
                     der = tls.getpeercert(binary_form=True)
             except (ssl.SSLError, ConnectionResetError, EOFError) as exc:
                 reason = getattr(exc, "reason", None) or str(exc)
-                if answers_kserve(target, timeout_s=min(timeout_s, 5.0)):
-                    raise InferencePortError(inference_port_message(target),
-                                             "UNIMPLEMENTED") from None
+                port_error = _inference_port(target, min(timeout_s, 5.0))
+                if port_error is not None:
+                    raise port_error from None
                 raise TransportMismatchError(
                     f"agent {target} does not answer TLS ({reason}): it serves plaintext "
                     "(started with --insecure?); use --insecure on the console too, or "
@@ -176,12 +176,57 @@ def answers_kserve(target: str, *, timeout_s: float = 5.0) -> bool:
     return True
 
 
-def inference_port_message(target: str) -> str:
-    """What to say when the management client was pointed at an inference port."""
-    return (f"{target} is an agent's inference port (KServe v2), not its management API; the "
-            "management port is the one given to `edge-agent serve --management` (50051 in "
-            "the README's example): `edge-console agents` lists each agent's management "
+def answers_http1(target: str, *, timeout_s: float = 5.0) -> str | None:
+    """The ``Server`` header ("" when none) of an HTTP/1.1 server answering at ``target`` in
+    plaintext (the agent's KServe REST port, ``serve --http``); None when none answers."""
+    try:
+        host, port = _host_port(target)
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(f"GET /v2/health/live HTTP/1.1\r\nHost: {target}\r\n"
+                         "Connection: close\r\n\r\n".encode("latin-1"))
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 8192:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+    except (OSError, ValueError):
+        return None
+    if not head.startswith(b"HTTP/1."):
+        return None
+    for line in head.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == b"server":
+            return value.strip().decode("latin-1")
+    return ""
+
+
+def inference_port_message(target: str, *, http_server: str | None = None) -> str:
+    """What to say when the management client was pointed at an inference port: the gRPC
+    one, or (``http_server``: its Server header) an HTTP/1.1 one."""
+    if http_server is None:
+        what = "an agent's inference port (KServe v2)"
+    elif http_server.startswith("edge-agent"):
+        what = "the agent's HTTP (KServe REST) port (`edge-agent serve --http`)"
+    else:
+        what = f"an HTTP/1.1 server ({http_server or 'no Server header'})"
+    return (f"{target} is {what}, not its management API (--insecure would not help: it only "
+            "turns TLS off); the management port is the one given to `edge-agent serve "
+            "--management` (50051 in the README's example; the agent's ready line says "
+            "'management on HOST:PORT'): `edge-console agents` lists each agent's management "
             "address")
+
+
+def _inference_port(target: str, timeout_s: float) -> InferencePortError | None:
+    """The error naming ``target`` as an inference port (HTTP/1.1 or KServe v2 gRPC), or
+    None when it is neither."""
+    server = answers_http1(target, timeout_s=timeout_s)
+    if server is not None:
+        return InferencePortError(inference_port_message(target, http_server=server),
+                                  "UNIMPLEMENTED")
+    if answers_kserve(target, timeout_s=timeout_s):
+        return InferencePortError(inference_port_message(target), "UNIMPLEMENTED")
+    return None
 
 
 def changed_message(target: str, pinned: str, presented: str) -> str:
@@ -277,9 +322,12 @@ class AgentClient:
                 f"agent {self.target} requires TLS (certificate {fingerprint(pem)}) and this "
                 "client connected in plaintext: drop --insecure (the console then pins the "
                 "agent's certificate)", "UNAVAILABLE")
+        if self.tls is None and "http1.x server" in low:  # plaintext gRPC met HTTP/1.1
+            return _inference_port(self.target, min(self.timeout_s, 5.0))
         if self.tls is not None and "wrong_version_number" in low:
-            if answers_kserve(self.target, timeout_s=min(self.timeout_s, 5.0)):
-                return InferencePortError(inference_port_message(self.target), "UNIMPLEMENTED")
+            port_error = _inference_port(self.target, min(self.timeout_s, 5.0))
+            if port_error is not None:
+                return port_error
             return TransportMismatchError(
                 f"agent {self.target} serves plaintext (started with --insecure?) and this "
                 "client requires TLS: use --insecure on the console too, or restart the agent "

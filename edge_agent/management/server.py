@@ -8,6 +8,7 @@ from typing import Any
 
 import grpc
 
+from edge_agent import grpc_internals
 from edge_agent.bind import add_port
 from edge_agent.management.auth import TlsFiles, TokenAuthInterceptor, server_credentials
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
@@ -49,6 +50,7 @@ class ManagementServer:
 
     def start(self) -> str:
         """Bind and serve; returns HOST:PORT with the real port."""
+        grpc_internals.hooks()  # checked (and logged) once per process
         interceptors: list[grpc.ServerInterceptor[Any, Any]] = (
             [] if self.mtls else [TokenAuthInterceptor(self.token)])
         server = grpc.server(

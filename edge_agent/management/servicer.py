@@ -98,8 +98,8 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                             api_version=MANAGEMENT_API_VERSION,
                             inference_address=i.inference_address,
                             allow_unsigned=s.allow_unsigned, keep_versions=s.keep_versions,
-                            memory_budget_bytes=self.manager.orchestrator.budget_bytes or 0,
-                            memory_used_bytes=self.manager.orchestrator.used_bytes())
+                            memory_budget_bytes=self.manager.plane.budget_bytes or 0,
+                            memory_used_bytes=self.manager.plane.used_bytes())
 
     def ListModels(self, request: pb.ListModelsRequest,
                    context: grpc.ServicerContext) -> pb.ListModelsResponse:

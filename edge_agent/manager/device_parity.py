@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.core.repository import ModelVersion
+from edge_agent.core.repository import LoadedVersion
 from edge_agent.errors import AgentError
 from edge_agent.manager.errors import DeploymentFailedError
 from packager.bundle.errors import PackagerError
@@ -77,12 +77,10 @@ def run_reference(model_dir: Path, manifest: Manifest, run: Runner,
                         f"{origin} reference inputs: {figures}; the version is refused", report)
 
 
-def batcher_runner(mv: ModelVersion, timeout_s: float) -> Runner:
+def batcher_runner(mv: LoadedVersion, timeout_s: float) -> Runner:
     """Run requests through exactly this version's batcher (as clients are served)."""
-    manifest, batcher = mv.manifest, mv.batcher
-    if manifest is None or batcher is None:
-        raise DeploymentFailedError(f"{mv.name} version {mv.version} is not loaded")
-    batched = manifest.batching.max_batch_size > 0
+    batcher = mv.batcher
+    batched = mv.manifest.batching.max_batch_size > 0
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = next(iter(feeds.values())).shape[0] if batched and feeds else 1
@@ -96,11 +94,9 @@ def batcher_runner(mv: ModelVersion, timeout_s: float) -> Runner:
     return run
 
 
-def check_loaded_version(mv: ModelVersion, timeout_s: float = 30.0) -> str:
+def check_loaded_version(mv: LoadedVersion, timeout_s: float = 30.0) -> str:
     """The deploy step: check a loaded, warmed version; its one-line figures, or
     DeploymentFailedError carrying them when the version disagrees."""
-    if mv.manifest is None:
-        raise DeploymentFailedError(f"{mv.name} version {mv.version} is not loaded")
     result = run_reference(mv.path, mv.manifest, batcher_runner(mv, timeout_s),
                            mv.backend_name or mv.manifest.backend)
     if result.passed is False:

@@ -13,8 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from edge_agent.core.repository import ModelVersion
-from edge_agent.core.repository import VersionState as Serving
+from edge_agent.core.repository import ServingState, VersionSlot
 from edge_agent.errors import AgentError, StateStoreError
 from edge_agent.manager.errors import (
     DeploymentBusyError,
@@ -160,10 +159,10 @@ class DeploymentJournal:
         with self._guard:
             self._unfinished.pop(model, None)
 
-    def record_load(self, mv: ModelVersion, load_ms: float | None,
+    def record_load(self, mv: VersionSlot, load_ms: float | None,
                     rss_delta: int | None) -> None:
         """Store a loaded version's state and load figures (best effort: never fails a load)."""
-        state = VersionState.READY if mv.state is Serving.READY else VersionState.FAILED
+        state = VersionState.READY if mv.state is ServingState.READY else VersionState.FAILED
         with contextlib.suppress(StateStoreError):
             self.store.set_version_state(mv.name, mv.version, state, load_ms=load_ms,
                                          rss_delta_bytes=rss_delta,

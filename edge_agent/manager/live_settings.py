@@ -26,7 +26,7 @@ from typing import Any
 
 from edge_agent.config import model_overrides
 from edge_agent.config.models import ModelOverrides
-from edge_agent.core.repository import ModelRepository
+from edge_agent.core.deploy_port import DeployPort
 from edge_agent.errors import AgentError
 from edge_agent.manager.errors import InvalidSettingsError
 from edge_agent.state import StateStore
@@ -76,15 +76,15 @@ def known_keys() -> list[str]:
 class LiveSettings:
     """Per-model live settings over the agent.toml overrides the repository was built with."""
 
-    def __init__(self, repository: ModelRepository, store: StateStore) -> None:
-        self.repository = repository
+    def __init__(self, plane: DeployPort, store: StateStore) -> None:
+        self.plane = plane
         self.store = store
         self._base: dict[str, ModelOverrides] = {}
 
     def base(self, model: str) -> ModelOverrides:
         """The model's agent.toml overrides (captured before any live setting replaced them)."""
         if model not in self._base:
-            self._base[model] = self.repository.overrides_for(model)
+            self._base[model] = self.plane.overrides_for(model)
         return self._base[model]
 
     def live(self, model: str) -> dict[str, Any]:
@@ -140,7 +140,7 @@ class LiveSettings:
                     continue
                 good[key] = value
             try:
-                self.repository.set_overrides(model, self.merged(model, good))
+                self.plane.set_overrides(model, self.merged(model, good))
             except InvalidSettingsError as exc:  # keys valid alone, not together
                 notify(f"{model}: live settings {raw} not applied: {exc}")
 
@@ -150,7 +150,7 @@ class LiveSettings:
         defaults = ModelOverrides()
         loaded = None
         with contextlib.suppress(AgentError):
-            loaded = self.repository.resolve(model).batching
+            loaded = self.plane.resolve(model).batching
         out = []
         for key in known_keys():
             if key in live:

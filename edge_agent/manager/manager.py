@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.config.deploy import ManagerSettings
-from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.repository import ModelVersion
+from edge_agent.core.deploy_port import DeployPort
+from edge_agent.core.repository import VersionSlot
 from edge_agent.errors import AgentError, ModelNotFoundError, StateStoreError
 from edge_agent.manager.compat import display_name
 from edge_agent.manager.device import DeviceInfo, detect_device
@@ -77,35 +77,32 @@ class ModelManager:
     right after it is recorded.
     """
 
-    def __init__(self, dataplane: DataPlane, store: StateStore,
+    def __init__(self, plane: DeployPort, store: StateStore,
                  settings: ManagerSettings | None = None,
                  device: DeviceInfo | None = None, *,
                  step_hooks: Sequence[StepHook] = ()) -> None:
         self.settings = settings or ManagerSettings()
         self.device = device or detect_device(self.settings.profile)
-        self.dataplane = dataplane
-        self.repository = dataplane.repository
+        self.plane = plane
         self.store = store
         self.locks = ModelLocks()
-        self.files = VersionFiles(self.repository.state_dir, self.repository.models_dir)
-        self.queries = VersionQueries(store, self.repository, dataplane.orchestrator,
-                                      dataplane.response_cache)
+        self.files = VersionFiles(plane.state_dir, plane.models_dir)
+        self.queries = VersionQueries(store, plane)
         self.journal = DeploymentJournal(store, step_hooks=step_hooks)
-        self.watchers = ErrorRateWatchers(self.repository, lambda: self.settings,
+        self.watchers = ErrorRateWatchers(self.plane, lambda: self.settings,
                                           rollback=self._auto_rollback)
-        self.orchestrator = dataplane.orchestrator
-        self.pipeline = DeployPipeline(self.repository, store, self.files, self.journal,
+        self.pipeline = DeployPipeline(self.plane, store, self.files, self.journal,
                                        self.device, lambda: self.settings,
                                        on_begin=self.watchers.cancel,
                                        on_commit=self._committed, memory=self.memory_check)
-        self.live_settings = LiveSettings(self.repository, store)
-        self.serving = ServingControl(self.repository, store, self.journal, self.locks,
+        self.live_settings = LiveSettings(self.plane, store)
+        self.serving = ServingControl(self.plane, store, self.journal, self.locks,
                                       lambda: self.settings, on_unload=self._unloaded)
-        self.orchestrator.set_loader(
+        plane.set_loader(
             self._load_active, on_loaded=self._measured, active=store.active_version,
-            pinned=lambda name, version: bool(pipelines_pinning(self.repository, name, version)))
+            pinned=lambda name, version: bool(pipelines_pinning(self.plane, name, version)))
         for rec in store.versions():
-            self.orchestrator.seed(rec.model, rec.version, rec.rss_delta_bytes)
+            plane.seed(rec.model, rec.version, rec.rss_delta_bytes)
 
     # ------------------------------------------------------------------ start-up
     def start(self) -> list[str]:
@@ -115,7 +112,7 @@ class ModelManager:
         """
         notes: list[str] = []
         self.live_settings.apply_stored(notes.append)
-        return notes + StartupRecovery(self.dataplane, self.store, self.files, self.journal,
+        return notes + StartupRecovery(self.plane, self.store, self.files, self.journal,
                                        self.queries, fall_back=self._fall_back).run()
 
     def _fall_back(self, name: str, broken: int, error: str) -> list[str]:
@@ -220,13 +217,13 @@ class ModelManager:
                                         "roll back to another version first")
             if self.store.version(model, version) is None:
                 raise ModelNotFoundError(f"{model} has no version {version} on this device")
-            users = pipelines_pinning(self.repository, model, version)
+            users = pipelines_pinning(self.plane, model, version)
             if users:
                 raise VersionInUseError(pinned_message(model, version, users))
             dep = self.pipeline.begin(model, DeploymentKind.REMOVE, version, None)
             try:
                 if self.pipeline.loaded(model, version):
-                    self.repository.unload_version(
+                    self.plane.unload_version(
                         model, version, drain_timeout_s=self.settings.drain_timeout_s)
                     self.journal.reached(dep, Step.UNLOADED, f"version {version} unloaded",
                                          None)
@@ -238,7 +235,7 @@ class ModelManager:
 
     def model_settings(self, model: str) -> list[SettingView]:
         """Every setting of ``model``: its effective value and where it comes from."""
-        if model not in self.repository.model_names() and not self.store.versions(model):
+        if model not in self.plane.model_names() and not self.store.versions(model):
             raise ModelNotFoundError(f"model {model!r} is not on this device")
         return self.live_settings.view(model)
 
@@ -250,7 +247,7 @@ class ModelManager:
         live setting not in ``set_values``. Bad keys or values raise InvalidSettingsError
         before anything is recorded."""
         with self.locks.hold(model):
-            if model not in self.repository.model_names() and not self.store.versions(model):
+            if model not in self.plane.model_names() and not self.store.versions(model):
                 raise ModelNotFoundError(f"model {model!r} is not on this device")
             before, after, overrides = self.live_settings.plan(model, set_values or {}, unset,
                                                                replace)
@@ -292,20 +289,20 @@ class ModelManager:
     def memory_check(self, manifest: Manifest, active: int | None) -> None:
         """MemoryBudgetError when ``manifest``'s version cannot be loaded within the budget
         (``active``: the version it would replace; a hot swap holds both); changes nothing."""
-        needed, _source = self.orchestrator.needed_for(manifest)
-        self.orchestrator.check_deploy(manifest.name, manifest.version, needed,
+        needed, _source = self.plane.needed_for(manifest)
+        self.plane.check_deploy(manifest.name, manifest.version, needed,
                                        swap_from=active)
 
-    def _load_active(self, name: str) -> ModelVersion:
+    def _load_active(self, name: str) -> VersionSlot:
         """Load ``name``'s active version for a request (on demand, or after an unload)."""
         active = self.store.active_version(name)
         if active is None:
             raise ModelNotFoundError(f"model {name!r} has no active version on this device")
-        mv = self.repository.load_version(name, active)
-        self.repository.set_default(name, active)
+        mv = self.plane.load_version(name, active)
+        self.plane.set_default(name, active)
         return mv
 
-    def _measured(self, mv: ModelVersion, load_ms: float, rss: int | None) -> None:
+    def _measured(self, mv: VersionSlot, load_ms: float, rss: int | None) -> None:
         with contextlib.suppress(AgentError):
             self.store.set_version_state(mv.name, mv.version, VersionState.READY,
                                          load_ms=load_ms, rss_delta_bytes=rss)
@@ -313,13 +310,13 @@ class ModelManager:
     def _unloaded(self, name: str) -> None:
         """An operator unloaded ``name`` (KServe): requests do not load it back."""
         self.watchers.cancel(name)
-        self.orchestrator.hold(name)
+        self.plane.hold(name)
 
     # ------------------------------------------------------------------ hooks
     def _kept(self, model: str, version: int) -> bool:
         """Whether retention must keep ``version``: loaded, or pinned by a served pipeline."""
         return self.pipeline.loaded(model, version) or bool(
-            pipelines_pinning(self.repository, model, version))
+            pipelines_pinning(self.plane, model, version))
 
     def _committed(self, done: Deployment, previous: int | None) -> None:
         """After a commit: prune old versions (deploys) and watch the new version's errors."""

@@ -5,14 +5,14 @@ unloads or removals would otherwise do to them."""
 from __future__ import annotations
 
 from edge_agent.backends.pipeline_backend import pinned_by
-from edge_agent.core.repository import ModelRepository
+from edge_agent.core.deploy_port import DeployPort
 
 
-def pipelines_pinning(repository: ModelRepository, model: str, version: int) -> list[str]:
+def pipelines_pinning(plane: DeployPort, model: str, version: int) -> list[str]:
     """The served pipelines ("name version N") with a step pinned to ``model`` ``version``
     (a model's own versions never count)."""
-    manifests = [mv.manifest for mv in repository.versions()
-                 if mv.manifest is not None and mv.name != model]
+    manifests = [slot.loaded.manifest for slot in plane.versions()
+                 if slot.loaded is not None and slot.name != model]
     return pinned_by(manifests, model, version)
 
 

@@ -17,8 +17,9 @@ from collections.abc import Callable
 
 from edge_agent.config.deploy import ManagerSettings
 from edge_agent.config.models import ModelOverrides
+from edge_agent.core.deploy_port import DeployPort
 from edge_agent.core.orchestrator import process_rss
-from edge_agent.core.repository import ModelRepository, ModelVersion
+from edge_agent.core.repository import LoadedVersion
 from edge_agent.errors import AgentError, StateStoreError
 from edge_agent.manager.compat import MemoryCheck, check_fits, check_memory, check_signature
 from edge_agent.manager.device import DeviceInfo
@@ -59,14 +60,14 @@ def _rss() -> int:
 
 
 class DeployPipeline:
-    """Runs deployments over one repository, recording every step in the journal."""
+    """Runs deployments over one data plane, recording every step in the journal."""
 
-    def __init__(self, repository: ModelRepository, store: StateStore, files: VersionFiles,
+    def __init__(self, plane: DeployPort, store: StateStore, files: VersionFiles,
                  journal: DeploymentJournal, device: DeviceInfo,
                  settings: Callable[[], ManagerSettings], *,
                  on_begin: BeginHook | None = None, on_commit: CommitHook | None = None,
                  memory: MemoryCheck | None = None) -> None:
-        self.repository = repository
+        self.plane = plane
         self._memory = memory
         self.store = store
         self.files = files
@@ -168,37 +169,37 @@ class DeployPipeline:
         """Best effort: make ``previous`` the served version of ``name`` and unload others."""
         if previous is None:
             return
-        repo = self.repository
+        plane = self.plane
         try:
             if not self.ready(name, previous):
-                repo.load_version(name, previous)
-            repo.set_default(name, previous)
+                plane.load_version(name, previous)
+            plane.set_default(name, previous)
         except (AgentError, PackagerError, OSError) as exc:
             log.error("%s: version %s could not be served again: %s", name, previous, exc)
             return
-        for mv in repo.versions(name):
+        for mv in plane.versions(name):
             if mv.version != previous:
                 with contextlib.suppress(AgentError):
-                    repo.unload_version(name, mv.version, drain_timeout_s=5)
+                    plane.unload_version(name, mv.version, drain_timeout_s=5)
 
     # ------------------------------------------------------------------ the shared tail
     def switch(self, dep: int, name: str, version: int, previous: int | None,
                on_event: EventSink | None, *, reload: bool, reason: str = "",
                note: str = "") -> DeployOutcome:
         """Load, warm, probe, switch, drain, unload, commit."""
-        settings, j, repo = self._settings(), self.journal, self.repository
+        settings, j, plane = self._settings(), self.journal, self.plane
         step = Step.LOADED
         loaded_here = False
         try:
             if previous is not None and previous != version and self.ready(name, previous):
-                repo.set_default(name, previous)  # loading must not switch
+                plane.set_default(name, previous)  # loading must not switch
             self.store.set_version_state(name, version, VersionState.LOADING)
             if reload:
                 self._reload(dep, name, version, on_event)
             else:
                 loaded_here = self._load(dep, name, version, on_event)
                 step = Step.PROBED
-                mv = repo.resolve(name, version)
+                mv = plane.resolve(name, version)
                 msg = probe_version(mv, settings.probe_timeout_s)
                 j.reached(dep, Step.PROBED, msg, on_event)
                 step = Step.PARITY
@@ -209,20 +210,20 @@ class DeployPipeline:
         except _STEP_ERRORS as exc:
             if loaded_here:
                 with contextlib.suppress(AgentError):
-                    repo.unload_version(name, version, drain_timeout_s=5)
+                    plane.unload_version(name, version, drain_timeout_s=5)
             return j.fail(dep, step, exc, on_event, name, version)
         if not reload:
-            repo.set_default(name, version)
+            plane.set_default(name, version)
             j.reached(dep, Step.SWITCHED, f"requests now go to version {version}"
                       + (f" (was {previous})" if previous is not None else ""), on_event)
-            pins = pipelines_pinning(repo, name, previous) if previous is not None else []
+            pins = pipelines_pinning(plane, name, previous) if previous is not None else []
             if previous is not None and previous != version and pins:
                 j.reached(dep, Step.DRAINED, f"version {previous} keeps serving: it is a step "
                           f"pinned by the pipeline {', '.join(pins)}", on_event)
                 j.reached(dep, Step.UNLOADED, f"version {previous} stays loaded while pinned",
                           on_event)
             elif previous is not None and previous != version and self.loaded(name, previous):
-                drained = repo.unload_version(name, previous,
+                drained = plane.unload_version(name, previous,
                                               drain_timeout_s=settings.drain_timeout_s)
                 j.reached(dep, Step.DRAINED, (
                     f"in-flight requests of version {previous} answered" if drained else
@@ -251,17 +252,18 @@ class DeployPipeline:
             return False
         if self.loaded(name, version):  # a failed earlier attempt is still listed
             with contextlib.suppress(AgentError):
-                self.repository.unload_version(name, version, drain_timeout_s=0)
+                self.plane.unload_version(name, version, drain_timeout_s=0)
         rss0, t0 = _rss(), time.perf_counter()
         try:
-            mv = self.repository.load_version(name, version)
+            slot = self.plane.load_version(name, version)
+            mv = self.plane.resolve(name, version)
         except _STEP_ERRORS as exc:
             raise _StepFailed(Step.LOADED, exc) from exc
         load_ms, rss_delta = (time.perf_counter() - t0) * 1000, _rss() - rss0
-        j.record_load(mv, load_ms, None)  # the orchestrator stores the memory figure
+        j.record_load(slot, load_ms, None)  # the orchestrator stores the memory figure
         j.reached(dep, Step.LOADED, f"{mv.backend_name} backend loaded and warmed up in "
                   f"{load_ms:.0f} ms, RSS {rss_delta / 2**20:+.1f} MiB", on_event)
-        instances = mv.batching.instances if mv.batching else 1
+        instances = mv.batching.instances
         j.reached(dep, Step.WARMED, f"warm-up ran on {instances} instance(s)", on_event)
         return True
 
@@ -272,8 +274,8 @@ class DeployPipeline:
         drain) and commit deployment ``dep`` (its settings are recorded). A failure keeps the
         old copy serving with the old settings; an unloaded model takes them at its next load.
         """
-        j, repo = self.journal, self.repository
-        previous = repo.overrides_for(name)
+        j, plane = self.journal, self.plane
+        previous = plane.overrides_for(name)
         j.reached(dep, Step.RECEIVED, f"settings: {change}", on_event)
         j.reached(dep, Step.VERIFIED, "every setting is valid", on_event)
         try:
@@ -284,13 +286,13 @@ class DeployPipeline:
                     return j.fail(dep, failure.step, failure.error, on_event)
                 message = f"settings applied to version {version}: {change}"
             else:
-                repo.set_overrides(name, overrides)
+                plane.set_overrides(name, overrides)
                 j.reached(dep, Step.SWITCHED, "not loaded: the settings apply at its next load",
                           on_event)
                 message = f"settings recorded (apply at the next load): {change}"
             return DeployOutcome(j.commit(dep, message, on_event), True, message, version)
         except RecordingFailed:
-            repo.set_overrides(name, previous)  # the store still holds the old settings
+            plane.set_overrides(name, previous)  # the store still holds the old settings
             raise
 
     def _reload(self, dep: int, name: str, version: int, on_event: EventSink | None, *,
@@ -298,9 +300,9 @@ class DeployPipeline:
         j, settings = self.journal, self._settings()
         rss0, t0 = _rss(), time.perf_counter()
 
-        def check(mv: ModelVersion) -> None:
+        def check(mv: LoadedVersion) -> None:
             load_ms, rss_delta = (time.perf_counter() - t0) * 1000, _rss() - rss0
-            j.record_load(mv, load_ms, None)  # the orchestrator stores the memory figure
+            j.record_load(mv.slot, load_ms, None)  # the orchestrator stores the memory figure
             j.reached(dep, Step.LOADED, f"fresh copy of version {version} loaded in "
                       f"{load_ms:.0f} ms, RSS {rss_delta / 2**20:+.1f} MiB", on_event)
             j.reached(dep, Step.WARMED, "warm-up ran", on_event)
@@ -316,7 +318,7 @@ class DeployPipeline:
             j.reached(dep, Step.PARITY, msg, on_event)
 
         try:
-            drained = self.repository.reload_version(
+            drained = self.plane.reload_version(
                 name, version, check=check, drain_timeout_s=settings.drain_timeout_s,
                 overrides=overrides)
         except _STEP_ERRORS as exc:
@@ -331,11 +333,11 @@ class DeployPipeline:
     def ready(self, name: str, version: int) -> bool:
         """True when ``version`` of ``name`` is loaded and READY."""
         try:
-            self.repository.resolve(name, version)
+            self.plane.resolve(name, version)
         except AgentError:
             return False
         return True
 
     def loaded(self, name: str, version: int) -> bool:
         """True when the repository tracks ``version`` of ``name`` (in any state)."""
-        return any(mv.version == version for mv in self.repository.versions(name))
+        return any(mv.version == version for mv in self.plane.versions(name))

@@ -6,21 +6,19 @@ import concurrent.futures
 
 import numpy as np
 
-from edge_agent.core.repository import ModelVersion
+from edge_agent.core.repository import LoadedVersion
 from edge_agent.core.warmup import warmup_inputs
 from edge_agent.errors import AgentError
 from edge_agent.manager.errors import DeploymentFailedError
 
 
-def probe_version(mv: ModelVersion, timeout_s: float = 30.0) -> str:
+def probe_version(mv: LoadedVersion, timeout_s: float = 30.0) -> str:
     """Run one request (batch 1, seeded inputs) through exactly this version's batcher and
     check every output is there, with one row, and finite.
 
     Returns a one-line summary; raises DeploymentFailedError naming what was wrong.
     """
     manifest, batcher = mv.manifest, mv.batcher
-    if manifest is None or batcher is None:
-        raise DeploymentFailedError(f"{mv.name} version {mv.version} is not loaded")
     if not manifest.warmup:
         # a Python model or pipeline: made-up inputs need not be valid for its code
         return "not probed: its spec says made-up inputs do not suit it (warmup = false)"

@@ -9,10 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge_agent.core.cache import ResponseCache
-from edge_agent.core.orchestrator import Orchestrator
-from edge_agent.core.repository import ModelRepository
-from edge_agent.core.repository import VersionState as Serving
+from edge_agent.core.deploy_port import DeployPort
+from edge_agent.core.repository import ServingState
 from edge_agent.manager.outcome import VersionView
 from edge_agent.rollback_rule import rollback_target
 from edge_agent.state import (
@@ -41,36 +39,31 @@ class RollbackPlan:
 
 
 class VersionQueries:
-    """Answers questions about versions from the state store and the repository."""
+    """Answers questions about versions from the state store and the data plane."""
 
-    def __init__(self, store: StateStore, repository: ModelRepository,
-                 orchestrator: Orchestrator | None = None,
-                 cache: ResponseCache | None = None) -> None:
+    def __init__(self, store: StateStore, plane: DeployPort) -> None:
         self.store = store
-        self.repository = repository
-        self.orchestrator = orchestrator
-        self.cache = cache  # the data plane's response cache (None: the agent has none)
+        self.plane = plane
 
     def versions(self, model: str | None = None) -> list[VersionView]:
         """Every version on disk (of one model, or all), with serving state and load figures."""
         active = self.store.active_versions()
         parity = self.store.parity()
-        loaded = {(mv.name, mv.version): mv for mv in self.repository.versions()}
+        loaded = {(mv.name, mv.version): mv for mv in self.plane.versions()}
         out = []
         for rec in self.store.versions(model):
             mv = loaded.get((rec.model, rec.version))
             profile = backend = ""
-            if mv is not None and mv.manifest is not None:
-                profile, backend = mv.manifest.profile, mv.backend_name
+            if mv is not None and mv.loaded is not None:
+                profile, backend = mv.loaded.manifest.profile, mv.loaded.backend_name
             else:
                 with contextlib.suppress(PackagerError, OSError):
                     m = load_extracted(Path(rec.path), verify_hashes=False)
                     profile, backend = m.profile, m.backend
-            state = mv.state.value if mv is not None else Serving.UNAVAILABLE.value
+            state = mv.state.value if mv is not None else ServingState.UNAVAILABLE.value
             error = rec.load_error or (mv.reason if mv is not None and mv.state
-                                       is Serving.UNAVAILABLE else "")
-            cached = self.cache is not None and mv is not None and mv.response_cache
-            counts = self.cache.stats(rec.model, rec.version) if self.cache is not None and cached \
+                                       is ServingState.UNAVAILABLE else "")
+            counts = self.plane.cache_counts(rec.model, rec.version) if mv is not None \
                 else None
             out.append(VersionView(
                 model=rec.model, version=rec.version,
@@ -78,7 +71,7 @@ class VersionQueries:
                 stored_state=rec.state.value, profile=profile, backend=backend,
                 load_ms=rec.load_ms, rss_delta_bytes=rec.rss_delta_bytes, load_error=error or "",
                 size_bytes=rec.size_bytes, added_at=rec.added_at,
-                parity=parity.get((rec.model, rec.version)), response_cache=cached,
+                parity=parity.get((rec.model, rec.version)), response_cache=counts is not None,
                 cache_hits=counts.hit.count if counts else 0,
                 cache_misses=counts.miss.count if counts else 0,
                 **self._residency(rec.model, rec.version, mv is not None)))
@@ -86,15 +79,14 @@ class VersionQueries:
 
     def _residency(self, name: str, version: int, loaded: bool) -> dict[str, Any]:
         """The orchestration columns of one version (memory figure, mode, loads, waits)."""
-        ov = self.repository.overrides_for(name)
+        plane = self.plane
+        ov = plane.overrides_for(name)
         out: dict[str, Any] = {"load_mode": ov.load, "pinned": ov.pinned}
-        if self.orchestrator is None:
-            return out
-        out["memory_bytes"], out["memory_source"] = self.orchestrator.memory_of(name, version)
-        stats = self.orchestrator.stats(name)
+        out["memory_bytes"], out["memory_source"] = plane.memory_of(name, version)
+        stats = plane.residency_stats(name)
         out.update(loads=stats.loads, unloads=stats.unloads, load_waits=stats.waits,
                    load_wait_ms=stats.wait_ns / 1e6,
-                   residency="loaded" if loaded else self.orchestrator.not_loaded_reason(name)[1])
+                   residency="loaded" if loaded else plane.not_loaded_reason(name)[1])
         return out
 
     def history(self, model: str | None = None, limit: int = 50) -> list[Deployment]:

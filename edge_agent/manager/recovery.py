@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from edge_agent.core.dataplane import DataPlane
+from edge_agent.core.deploy_port import DeployPort
 from edge_agent.errors import AgentError
 from edge_agent.manager.files import VersionFiles, dir_size, manifest_sha
 from edge_agent.manager.journal import DeploymentJournal
@@ -26,11 +26,10 @@ FallBackHook = Callable[[str, int, str], list[str]]
 class StartupRecovery:
     """Runs once, before the agent reports ready; returns one note per repair."""
 
-    def __init__(self, dataplane: DataPlane, store: StateStore, files: VersionFiles,
+    def __init__(self, plane: DeployPort, store: StateStore, files: VersionFiles,
                  journal: DeploymentJournal, queries: VersionQueries,
                  fall_back: FallBackHook) -> None:
-        self.dataplane = dataplane
-        self.repository = dataplane.repository
+        self.plane = plane
         self.store = store
         self.files = files
         self.journal = journal
@@ -45,16 +44,16 @@ class StartupRecovery:
         notes += self._remove_damaged()
         active = self.store.active_versions()
         managed = {m for m, v in active.items() if v is not None}
-        self.dataplane.load_all(
+        self.plane.load_all(
             only=lambda name, v: name not in managed or active.get(name) == v)
-        unfit = self.dataplane.orchestrator.did_not_fit
-        for mv in self.repository.versions():
+        unfit = self.plane.did_not_fit
+        for mv in self.plane.versions():
             if not unfit(mv.name):  # not a failure of the version: the budget was full
                 self.journal.record_load(mv, None, None)
-        for name in self.repository.model_names():
+        for name in self.plane.model_names():
             v = active.get(name)
             if v is not None and self._ready(name, v):
-                self.repository.set_default(name, v)
+                self.plane.set_default(name, v)
             elif v is None:
                 notes += self._first_activation(name)
             elif unfit(name):
@@ -62,17 +61,17 @@ class StartupRecovery:
                              "budget next to the pinned models; a request loads it when room "
                              "frees")
             else:
-                error = next((mv.reason for mv in self.repository.versions(name)
+                error = next((mv.reason for mv in self.plane.versions(name)
                               if mv.version == v), "") or "it did not load"
                 notes += self._fall_back(name, v, error)
-        for name, versions in self.repository.scan().items():  # on-demand: not loaded here
-            if name not in self.repository.model_names() and active.get(name) is None:
+        for name, versions in self.plane.scan().items():  # on-demand: not loaded here
+            if name not in self.plane.model_names() and active.get(name) is None:
                 notes += self._first_activation(name, versions[-1])
         return notes
 
     def _ready(self, name: str, version: int) -> bool:
         try:
-            self.repository.resolve(name, version)
+            self.plane.resolve(name, version)
         except AgentError:
             return False
         return True
@@ -100,7 +99,7 @@ class StartupRecovery:
 
     def _register_disk_versions(self) -> list[str]:
         notes = []
-        on_disk = self.repository.scan()
+        on_disk = self.plane.scan()
         for name, versions in on_disk.items():
             for v in versions:
                 if self.store.version(name, v) is None:
@@ -137,11 +136,11 @@ class StartupRecovery:
 
     def _first_activation(self, name: str, on_demand: int | None = None) -> list[str]:
         """Make the version a model serves (or, ``on_demand``, will load) active."""
-        v = self.repository.default_version(name) if on_demand is None else on_demand
+        v = self.plane.default_version(name) if on_demand is None else on_demand
         if v is None:
             return []
         dep = self.journal.begin(name, DeploymentKind.ACTIVATE, v, None)
         self.store.commit_deployment(dep, f"version {v} found on disk at start-up")
         if on_demand is None:
-            self.repository.set_default(name, v)
+            self.plane.set_default(name, v)
         return [f"activated {name} version {v} (found on disk)"]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from edge_agent.config.deploy import ManagerSettings
-from edge_agent.core.repository import ModelRepository
+from edge_agent.core.deploy_port import DeployPort
 from edge_agent.errors import AgentError
 
 log = logging.getLogger(__name__)
@@ -25,9 +25,9 @@ RollbackHook = Callable[[str, int, str], None]
 class ErrorRateWatchers:
     """The running error-rate watches, at most one per model."""
 
-    def __init__(self, repository: ModelRepository, settings: Callable[[], ManagerSettings],
+    def __init__(self, plane: DeployPort, settings: Callable[[], ManagerSettings],
                  rollback: RollbackHook) -> None:
-        self._repository = repository
+        self._plane = plane
         self._settings = settings
         self._rollback = rollback
         self._closed = threading.Event()
@@ -65,10 +65,8 @@ class ErrorRateWatchers:
 
     def _stats(self, model: str, version: int) -> tuple[int, int] | None:
         try:
-            mv = self._repository.resolve(model, version)
+            mv = self._plane.resolve(model, version)
         except AgentError:
-            return None
-        if mv.batcher is None:
             return None
         s = mv.batcher.snapshot_stats()
         return s.success.count, s.fail.count

@@ -51,8 +51,17 @@ def load_residency(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _loaded_cell(model: dict[str, Any]) -> str:
+    """The version that serves, then any other version still in memory (a swap draining)."""
+    serving = model.get("serving_version", model.get("loaded_version"))
+    others = [v for v in model.get("loaded_versions", []) if v != serving]
+    cell = "-" if serving is None else f"v{serving}"
+    return cell + (f" (+{', '.join(f'v{v}' for v in others)})" if others else "")
+
+
 def build_residency_table(data: dict[str, Any]) -> Table:
-    """Which models are in memory, their figures, loads and the waits of first requests."""
+    """Which models are in memory (the version that serves first), their figures, loads and
+    the waits of first requests."""
     budget = data.get("budget_bytes")
     used = int(data.get("used_bytes") or 0)
     title = (f"models in memory: {used / 2**20:.0f} MiB"
@@ -64,7 +73,7 @@ def build_residency_table(data: dict[str, Any]) -> Table:
     for m in data.get("models", []):
         waits = int(m.get("waits", 0))
         table.add_row(str(m.get("model")),
-                      "-" if m.get("loaded_version") is None else f"v{m['loaded_version']}",
+                      _loaded_cell(m),
                       f"{int(m.get('memory_bytes', 0)) / 2**20:.1f}", str(m.get("loads", 0)),
                       str(m.get("unloads", 0)), str(waits),
                       f"{float(m.get('wait_ms', 0)) / waits:.1f}" if waits else "-",

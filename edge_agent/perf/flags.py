@@ -10,16 +10,39 @@ from pathlib import Path
 
 from edge_agent.errors import InvalidInputError
 
+PERF_DESCRIPTION = textwrap.dedent("""\
+    Measure a served model's throughput and latency the way Triton's perf_analyzer does,
+    with its flags and its report: for each concurrency level, keep that many requests in
+    flight (each answer followed at once by the next request) for the measurement window,
+    then print requests, throughput (inferences/s = requests x batch size) and latency
+    (average, p50/p90/p95/p99). The requests are built once and sent as bytes, so the
+    measuring side uses little CPU on the device it shares with the agent.
+
+    Protocols: -i grpc (default) is KServe v2 gRPC on the agent's TCP port (-u HOST:PORT,
+    default localhost:8001) or its Unix socket (-u unix:/path); -i http is KServe v2
+    HTTP/REST on the port of `edge-agent serve --http` (-u HOST:PORT, default
+    localhost:8000), the tensors in the binary tensor extension or JSON. Either measures
+    a Triton server too. Exit 1 when a request failed.""")
+
+DEFAULT_GRPC_URL = "localhost:8001"
+
 EPILOG = textwrap.dedent("""\
     examples:
+      # gRPC on the agent's TCP port, concurrency 1, 3, 5, ... 15
       edge-agent perf -m mlp -u 127.0.0.1:8001 --concurrency-range 1:16:2
+      # the Unix socket, batches of 4, the inputs in system shared memory
       edge-agent perf -m resnet -u unix:/run/edge-agent/inference.sock -b 4 \\
           --shape input:3,224,224 --shared-memory system
-      edge-agent perf -m mlp -u triton-host:8001 --input-data samples.npz -p 2000
+      # HTTP/REST (edge-agent serve --http 8000), binary tensors; then JSON tensors
+      edge-agent perf -m mlp -i http -u 127.0.0.1:8000
+      edge-agent perf -m mlp -i http -u 127.0.0.1:8000 --input-tensor-format json \\
+          --output-tensor-format json
+      # real inputs, a 2 s window, the results as JSON for a script (report on stderr)
+      edge-agent perf -m mlp -u triton-host:8001 --input-data samples.npz -p 2000 --json
 
     The report ends with perf_analyzer's lines ("Concurrency: N, throughput: X infer/sec,
-    latency Y usec"; latency is the average, or --percentile's). Only the KServe v2 gRPC
-    protocol is used, so the same command measures a Triton server.""")
+    latency Y usec"; latency is the average, or --percentile's). With --json, stdout holds
+    only a JSON list with one object per concurrency level.""")
 
 
 def parse_range(text: str) -> list[int]:
@@ -43,15 +66,21 @@ def parse_range(text: str) -> list[int]:
 def add_perf_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``edge-agent perf``."""
     p = sub.add_parser("perf", help="measure throughput and latency (perf_analyzer's flags)",
-                       description=__doc__, epilog=EPILOG,
+                       description=PERF_DESCRIPTION, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-m", "--model-name", required=True, metavar="MODEL")
+    p.add_argument("-m", "--model-name", required=True, metavar="MODEL",
+                   help="the model to measure (as the server names it)")
     p.add_argument("-x", "--model-version", default="", metavar="V",
                    help="version to ask for (default: the one the server routes to)")
-    p.add_argument("-u", "--url", default="localhost:8001", metavar="ADDR",
-                   help="HOST:PORT or unix:/path/to.sock (default localhost:8001)")
+    p.add_argument("-u", "--url", default=None, metavar="ADDR",
+                   help="gRPC: HOST:PORT or unix:/path/to.sock (default localhost:8001); "
+                        "http: HOST:PORT (default localhost:8000)")
     p.add_argument("-i", "--protocol", default="grpc", choices=["grpc", "http"],
-                   help="grpc (the only one served by the agent)")
+                   help="KServe v2 over gRPC (default) or HTTP/REST (serve --http)")
+    p.add_argument("--input-tensor-format", default="binary", choices=["binary", "json"],
+                   help="-i http: inputs in the binary tensor extension (default) or JSON")
+    p.add_argument("--output-tensor-format", default="binary", choices=["binary", "json"],
+                   help="-i http: outputs asked raw (default) or as JSON")
     p.add_argument("--concurrency-range", default="1", metavar="START:END:STEP",
                    help="concurrency levels, linear (default 1)")
     p.add_argument("-b", "--batch-size", type=int, default=1, metavar="N",
@@ -66,7 +95,9 @@ def add_perf_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="measurement window per concurrency level (default 5000 ms)")
     p.add_argument("--percentile", type=int, default=None, metavar="P",
                    help="report this latency percentile instead of the average")
-    p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
+    p.add_argument("--json", action="store_true",
+                   help="print only a JSON list of the results on stdout (the report goes to "
+                        "stderr)")
 
 
 
@@ -133,4 +164,5 @@ def add_tune_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="an input's shape without the batch dimension (variable dims)")
     p.add_argument("--apply", action="store_true",
                    help="make the best candidate the model's settings (recorded, revertible)")
-    p.add_argument("--json", action="store_true", help="print the run as JSON at the end")
+    p.add_argument("--json", action="store_true",
+                   help="print only the run as JSON on stdout (table and chart go to stderr)")

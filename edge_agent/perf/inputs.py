@@ -1,6 +1,7 @@
 """What ``edge-agent perf`` sends: the model's inputs (from ModelMetadata and ModelConfig over
 KServe v2, shaped by ``-b`` and ``--shape``, random or from ``--input-data``) serialized once,
-and optionally placed in system shared memory (``--shared-memory system``)."""
+and optionally placed in system shared memory (``--shared-memory system``). The REST forms of
+the description, the request and the registration are :mod:`edge_agent.perf.rest`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 import numpy as np
@@ -173,12 +175,21 @@ def _region_params(params: object, where: tuple[str, int, int]) -> None:
     params["shared_memory_byte_size"].int64_param = size  # type: ignore[index]  # a protobuf map
 
 
+class RegionRegistrar(Protocol):
+    """Registers system shared memory regions with a server another way than gRPC."""
+
+    def register(self, name: str, byte_size: int) -> None: ...
+
+    def unregister(self, name: str) -> None: ...
+
+
 @dataclass
 class SystemSharedMemory:
     """One POSIX shared-memory object holding the inputs (and room for the outputs),
     registered with the server; :meth:`close` unregisters and unlinks it."""
 
     target: str
+    rest: RegionRegistrar | None = None  # registers over KServe v2 REST instead of gRPC
     name: str = field(default_factory=lambda: f"edge-perf-{secrets.token_hex(6)}")
     registered: bool = False
     path: Path | None = None
@@ -214,26 +225,38 @@ class SystemSharedMemory:
                     offset += size
         finally:
             os.close(fd)
+        try:
+            self._register(total)
+        except InvalidInputError:
+            self.close()
+            raise
+        self.registered = True
+        return regions, outputs
+
+    def _register(self, total: int) -> None:
+        if self.rest is not None:
+            self.rest.register(self.name, total)
+            return
         with grpc.insecure_channel(self.target) as channel:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
             try:
                 stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(
                     name=self.name, key=f"/{self.name}", offset=0, byte_size=total), timeout=30)
             except grpc.RpcError as exc:
-                self.close()
                 raise InvalidInputError(f"{self.target}: registering system shared memory "
                                         f"failed: {exc.code().name}: {exc.details()}") from None
-        self.registered = True
-        return regions, outputs
 
     def close(self) -> None:
-        if self.registered:
+        if self.registered and self.rest is not None:
+            with contextlib.suppress(InvalidInputError):  # gone: nothing registered any more
+                self.rest.unregister(self.name)
+        elif self.registered:
             with grpc.insecure_channel(self.target) as channel:
                 stub = pb_grpc.GRPCInferenceServiceStub(channel)
                 with contextlib.suppress(grpc.RpcError):  # gone: nothing registered any more
                     stub.SystemSharedMemoryUnregister(
                         pb.SystemSharedMemoryUnregisterRequest(name=self.name), timeout=30)
-            self.registered = False
+        self.registered = False
         if self.path is not None:
             self.path.unlink(missing_ok=True)
             self.path = None

@@ -1,5 +1,6 @@
 """``edge-agent tune``: connect to the agent, sweep (:mod:`edge_agent.perf.tune`), show a rich
-table and a plotext chart of throughput against p99, store the run, optionally apply."""
+table and a plotext chart of throughput against p99, store the run, optionally apply. With
+``--json`` the table, the chart and the progress go to stderr and stdout holds the JSON only."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def table(sweep: Sweep) -> Any:
     return t
 
 
-def chart(sweep: Sweep, width: int = 100, height: int = 24) -> str:
+def chart(sweep: Sweep, width: int = 100, height: int = 24, *, color: bool = False) -> str:
     """The Model Analyzer chart: throughput against p99 latency, one line per candidate."""
     import plotext as plt
 
@@ -81,7 +82,7 @@ def chart(sweep: Sweep, width: int = 100, height: int = 24) -> str:
     if sweep.budget_ms is not None:
         plt.vline(sweep.budget_ms)
     drawn = str(plt.build())
-    return drawn if sys.stdout.isatty() else str(plt.uncolorize(drawn))
+    return drawn if color else str(plt.uncolorize(drawn))
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -95,7 +96,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise InvalidInputError("--latency-budget-ms must be positive")
     from rich.console import Console
 
-    out = Console()
+    stream = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON only
+    out = Console(file=stream)
     with connect(args) as client:
         info = client.info()
         url = args.url or info.inference_address
@@ -126,7 +128,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if result is not None and not result.ok:
                 out.print(f"[red]applying the best settings failed: {result.message}[/]")
         out.print(table(sweep))
-        print(chart(sweep))
+        print(chart(sweep, color=stream.isatty()), file=stream)
         summary = sweep.summary()
         run_id = client.record_tuning(args.model, summary, sweep.to_json())
         out.print(f"{summary}\n(stored as tuning run {run_id} on the agent)")

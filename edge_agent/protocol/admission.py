@@ -4,9 +4,10 @@ for the bytes of responses in flight.
 :class:`AdmissionPool` is the inference server's handler pool. It admits at most ``limit``
 unary calls (queued or running); a call beyond that runs on a small refusal pool whose only
 job is to answer RESOURCE_EXHAUSTED at once (:func:`refused` tells the handler). Streams and
-health run on pools of their own (``experimental_thread_pool``), so neither counts here and
-neither can starve the other. The pools are LeanPool instances: fixed threads on one queue
-that hand gRPC a minimal future (no Future, condition or semaphore per call).
+health run on pools of their own (:func:`~edge_agent.grpc_internals.on_pool`), so
+neither counts here and neither can starve the other. The pools are LeanPool instances: fixed
+threads on one queue that hand gRPC a minimal future (no Future, condition or semaphore per
+call) when :mod:`~edge_agent.grpc_internals` found that gRPC allows it.
 :class:`ResponseBudget` bounds the bytes of encoded responses that are waiting to be sent,
 whatever the callers ask for.
 """
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
+from edge_agent import grpc_internals
 from edge_agent.errors import QueueFullError
 from edge_agent.logthrottle import LogThrottle
 
@@ -58,18 +60,6 @@ def request_arrived() -> None:
     if deadline is not None:
         _local.deadline = None  # told once: the pool need not tell it again
         deadline.arrived()
-
-
-def _rpc_event(args: tuple[Any, ...]) -> Any:
-    # gRPC's sync server submits context.run(handler-in-pool, rpc_event, state, ...): the
-    # event is the argument carrying the call; cancelling it is ServicerContext.cancel()
-    # before the context exists
-    if len(args) > 1 and hasattr(args[1], "call_details"):
-        return args[1]
-    for a in args:
-        if hasattr(a, "call_details") and hasattr(a, "call"):
-            return a
-    return None
 
 
 class ReceiveDeadline:
@@ -116,8 +106,8 @@ class ReceiveDeadline:
                 self.cancelled += 1
                 _throttle.warning("silent", "cancelled a call whose request did not arrive "
                                   "within %g s (grpc.request_arrival_s): %s", self.timeout_s,
-                                  getattr(event.call_details, "method", b"?"))
-                event.call.cancel()
+                                  grpc_internals.event_method(event))
+                grpc_internals.cancel(event)
 
     def stop(self) -> None:
         """Stop watching."""
@@ -170,28 +160,48 @@ class _Call:
                 log.exception("a handler pool's done callback failed")
 
 
+class _FutureCall(futures.Future[None]):
+    """One submitted call as a full Future (when gRPC needs more of it than :class:`_Call`
+    provides: hook ``lean_future`` of :mod:`~edge_agent.grpc_internals`)."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        super().__init__()
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def end(self) -> None:
+        self.set_result(None)
+
+
 class LeanPool(futures.ThreadPoolExecutor):
     """A fixed set of handler threads fed by one queue.
 
     ``submit`` returns a :class:`_Call`, not a Future: gRPC's server only adds a done callback
     to what its pool returns, and a Future costs a condition, a semaphore and their Python-level
-    locking per call (measured as a visible share of the server's CPU per request). It is a
-    ThreadPoolExecutor only in type (gRPC checks the type of ``experimental_thread_pool``).
+    locking per call (measured as a visible share of the server's CPU per request); a full
+    Future when the self-test found otherwise. It is a ThreadPoolExecutor only in type (gRPC
+    runs a handler on its own pool only if that is one: hook ``thread_pool``).
     """
 
     def __init__(self, workers: int, *, thread_name_prefix: str) -> None:
         super().__init__(max_workers=workers, thread_name_prefix=thread_name_prefix)
-        self._tasks: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self.workers = workers
+        self.name = thread_name_prefix
+        self._new_call: type[_Call] | type[_FutureCall] = (
+            _Call if grpc_internals.hooks().lean_future else _FutureCall)
+        self._tasks: queue.SimpleQueue[_Call | _FutureCall | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._start_lock = threading.Lock()
         self._closed = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        call = _Call(fn, args, kwargs)
+        call = self._new_call(fn, args, kwargs)
         self._put(call)
         return call
 
-    def _put(self, call: _Call) -> None:
+    def _put(self, call: _Call | _FutureCall) -> None:
         if self._closed:
             raise RuntimeError("cannot schedule new calls after shutdown")
         if not self._workers:
@@ -202,8 +212,8 @@ class LeanPool(futures.ThreadPoolExecutor):
         with self._start_lock:
             if self._workers or self._closed:
                 return
-            for i in range(self._max_workers):
-                t = threading.Thread(target=self._work, name=f"{self._thread_name_prefix}_{i}",
+            for i in range(self.workers):
+                t = threading.Thread(target=self._work, name=f"{self.name}_{i}",
                                      daemon=True)
                 t.start()
                 self._workers.append(t)
@@ -213,7 +223,7 @@ class LeanPool(futures.ThreadPoolExecutor):
         while (call := get()) is not None:
             run(call)
 
-    def _run(self, call: _Call) -> None:
+    def _run(self, call: _Call | _FutureCall) -> None:
         try:
             call.fn(*call.args, **call.kwargs)
         except BaseException:  # gRPC's handlers answer their own errors: this is a bug
@@ -221,7 +231,7 @@ class LeanPool(futures.ThreadPoolExecutor):
         finally:
             self._ended(call)
 
-    def _ended(self, call: _Call) -> None:
+    def _ended(self, call: _Call | _FutureCall) -> None:
         call.end()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -251,9 +261,10 @@ class WatchedPool(LeanPool):
                  thread_name_prefix: str) -> None:
         super().__init__(workers, thread_name_prefix=thread_name_prefix)
         self.deadline = ReceiveDeadline(request_arrival_s)
+        self._watch = grpc_internals.hooks().rpc_event
 
-    def _run(self, call: _Call) -> None:
-        event = _rpc_event(call.args)
+    def _run(self, call: _Call | _FutureCall) -> None:
+        event = grpc_internals.rpc_event(call.args) if self._watch else None
         if event is not None:
             _local.deadline = self.deadline
             self.deadline.waiting(event)
@@ -313,7 +324,7 @@ class AdmissionPool(WatchedPool):
         if not admit:
             return self._refusals.submit(_refuse_closing if self.closing else _refuse, fn,
                                          *args, **kwargs)
-        call = _Call(fn, args, kwargs)
+        call = self._new_call(fn, args, kwargs)
         try:
             self._put(call)
         except BaseException:
@@ -325,7 +336,7 @@ class AdmissionPool(WatchedPool):
         with self._lock:
             self._admitted -= 1
 
-    def _ended(self, call: _Call) -> None:
+    def _ended(self, call: _Call | _FutureCall) -> None:
         self._release()
         call.end()
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent import bytes_tensors
 from edge_agent.config.models import MAX_PRIORITY_VALUE
-from edge_agent.core import bytes_tensors
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.decoupled import is_decoupled
 from edge_agent.core.types import (

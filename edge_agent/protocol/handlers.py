@@ -1,7 +1,9 @@
 """The inference and health services' method handlers, as the agent's server registers them.
 
-Built from the generated tables, with three changes: every request deserializer turns bytes
-that do not parse into a :class:`~edge_agent.undecodable.Undecodable` (the call gets
+Built from the services' descriptors (what the generated ``add_*_to_server`` registers; the
+gRPC hooks used are all in :mod:`~edge_agent.grpc_internals`), with three changes:
+every request deserializer turns bytes that do not parse into a
+:class:`~edge_agent.undecodable.Undecodable` (the call gets
 INVALID_ARGUMENT and one rate-limited log line, not a traceback per call); unary calls that
 :class:`~edge_agent.protocol.admission.AdmissionPool` did not admit are refused with
 RESOURCE_EXHAUSTED before any work (and calls whose request never arrives are cancelled,
@@ -18,16 +20,16 @@ from concurrent import futures
 from typing import Any, TypeAlias
 
 import grpc
-from grpc_health.v1 import health_pb2_grpc
 
+from edge_agent import grpc_internals
 from edge_agent.logthrottle import LogThrottle
 from edge_agent.protocol.admission import CLOSING, refused, request_arrived
+from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.protocol.generated import health_pb2, health_pb2_grpc
 from edge_agent.undecodable import Undecodable, safe_deserializer
 
-# grpc's method handler is a namedtuple whose ``_replace`` (and the server's
-# ``add_registered_method_handlers``) the type stubs do not describe: handled as Any here.
-Handler: TypeAlias = Any
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 log = logging.getLogger(__name__)
 throttle = LogThrottle(log)
@@ -39,19 +41,8 @@ LIVENESS = frozenset({"ServerLive", "ServerReady"})
 REFUSED = ("the agent is at its limit of concurrent calls (4 per handler thread, "
            "grpc.workers); retry shortly")
 CLOSING_MESSAGE = "the agent is shutting down (draining in-flight requests); retry shortly"
-
-
-class _Capture:
-    """Stands in for a server to collect what a generated ``add_..._to_server`` registers."""
-
-    def __init__(self) -> None:
-        self.handlers: dict[str, Handler] = {}
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass
-
-    def add_registered_method_handlers(self, service: str, handlers: Mapping[str, Any]) -> None:
-        self.handlers = dict(handlers)
+_INFERENCE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+_HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
 
 
 def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
@@ -77,8 +68,8 @@ def _on_pool(behavior: Callable[..., Any], pool: futures.ThreadPoolExecutor,
         request_arrived()
         return behavior(*args)
 
-    run.experimental_thread_pool = pool  # type: ignore[attr-defined]  # grpc reads it
-    run.experimental_non_blocking = non_blocking  # type: ignore[attr-defined]  # grpc reads it
+    grpc_internals.on_pool(run, pool)
+    grpc_internals.non_blocking(run, non_blocking)
     return run
 
 
@@ -88,43 +79,38 @@ def inference_handlers(servicer: pb_grpc.GRPCInferenceServiceServicer,
                        ) -> dict[str, Handler]:
     """The inference service's handlers (see the module docstring); ServerLive and
     ServerReady run on ``health_pool``."""
-    capture = _Capture()
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
     out: dict[str, Handler] = {}
-    for name, h in capture.handlers.items():
+    for name, h in grpc_internals.service_handlers(servicer, _INFERENCE).items():
         decode = safe_deserializer(h.request_deserializer)
         if h.unary_unary is not None:
             behavior = _guarded_unary(h.unary_unary, name)
             if name in LIVENESS:
                 behavior = _on_pool(behavior, health_pool, False)
-            out[name] = h._replace(request_deserializer=decode, unary_unary=behavior)
+            out[name] = grpc_internals.rebuild(h, behavior=behavior, request_deserializer=decode)
         elif h.stream_stream is not None:
-            out[name] = h._replace(request_deserializer=decode,
-                                   stream_stream=_on_pool(h.stream_stream, stream_pool, True))
+            out[name] = grpc_internals.rebuild(
+                h, behavior=_on_pool(h.stream_stream, stream_pool, True),
+                request_deserializer=decode)
         else:  # pragma: no cover - the protocol has no other kinds
-            out[name] = h._replace(request_deserializer=decode)
+            out[name] = grpc_internals.rebuild(h, request_deserializer=decode)
     return out
 
 
 def health_handlers(servicer: health_pb2_grpc.HealthServicer,
                     pool: futures.ThreadPoolExecutor) -> dict[str, Handler]:
     """The health service's handlers, every one on ``pool`` (never refused)."""
-    capture = _Capture()
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, capture)
     out: dict[str, Handler] = {}
-    for name, h in capture.handlers.items():
-        if h.unary_unary is not None:
-            out[name] = h._replace(unary_unary=_on_pool(h.unary_unary, pool, False))
-        else:
-            behavior = h.unary_stream
-            out[name] = h._replace(unary_stream=_on_pool(
-                behavior, pool, bool(getattr(behavior, "experimental_non_blocking", False))))
+    for name, h in grpc_internals.service_handlers(servicer, _HEALTH).items():
+        behavior = grpc_internals.behavior_of(h)
+        out[name] = grpc_internals.rebuild(h, behavior=_on_pool(
+            behavior, pool, grpc_internals.is_non_blocking(behavior)))
     return out
 
 
 def register(server: Any, service: str,
              handlers: Mapping[str, Handler]) -> None:
-    """Register ``handlers`` for ``service`` on ``server``."""
+    """Register ``handlers`` for ``service`` on ``server`` (both ways the generated
+    ``add_*_to_server`` does: generic, and registered methods)."""
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service,
                                                                           dict(handlers)),))
     server.add_registered_method_handlers(service, handlers)

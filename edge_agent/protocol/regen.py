@@ -22,7 +22,7 @@ from edge_agent.protogen import compile_protos, regenerate_in_place
 PROTO_DIR = Path(__file__).resolve().parent / "protos"
 GENERATED_DIR = Path(__file__).resolve().parent / "generated"
 PACKAGE_PATH = "edge_agent/protocol/generated"
-PROTO_FILES = ("model_config.proto", "grpc_service.proto")
+PROTO_FILES = ("model_config.proto", "grpc_service.proto", "health.proto")
 
 _DEFAULT_POOL = "_descriptor_pool.Default()"
 _PRIVATE_POOL = "_edge_generated.POOL"

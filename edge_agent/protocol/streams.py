@@ -1,8 +1,10 @@
 """Inference streams that cannot hold serving capacity: caps, a first-message and an idle
 timeout.
 
-ModelStreamInfer runs non-blocking (``experimental_non_blocking``): the handler registers a
-:class:`StreamSession` and returns, so a stream holds no handler thread. Each open stream has
+ModelStreamInfer runs non-blocking (:func:`~edge_agent.grpc_internals.non_blocking`):
+the handler registers a :class:`StreamSession` and returns, so a stream holds no handler thread
+(where grpcio lacks that hook, one thread of the stream pool, sized to the cap, per stream).
+Each open stream has
 one reader thread (blocked in gRPC while the caller sends nothing) and, once it has sent a
 request, one sender thread. :class:`StreamSessions` caps open streams in total and per peer
 (the caller's address without its port: every local TCP caller is one peer, as is the Unix

@@ -22,7 +22,7 @@ def template_path() -> Path:
             return candidate
     raise ServiceInstallError(
         f"the unit template {UNIT_NAME} is missing from the installation (looked in "
-        f"{here / 'systemd'} and {here.parent / 'systemd'}); reinstall edge-toolkit")
+        f"{here / 'systemd'} and {here.parent / 'systemd'}); reinstall edgeship")
 
 
 def render_unit(executable: str | os.PathLike[str], config_path: str | os.PathLike[str],

@@ -53,29 +53,37 @@ def rotate_token(state_dir: str | os.PathLike[str]) -> str:
 
     A running agent accepts only the new token from its next call on.
     """
-    directory = Path(state_dir)
-    path = directory / TOKEN_FILE
-    tmp = directory / f".{TOKEN_FILE}.{secrets.token_hex(4)}"
+    path = Path(state_dir) / TOKEN_FILE
     token = secrets.token_urlsafe(_TOKEN_BYTES)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(token + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_private(path, token + "\n")
     except OSError as exc:
         raise StateStoreError(
             f"cannot write a new management token to {path}: {exc.strerror or exc}") from exc
     return token
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600), atomically: a temporary
+    file beside it, fsynced, renamed over it, the directory fsynced. A reader sees the old
+    content or the new, never a part; a symlink at ``path`` is replaced, never written
+    through. OSError as the system raised it."""
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 class TokenFile:

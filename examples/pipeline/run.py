@@ -8,6 +8,8 @@ specs prep.toml, post.toml (Python models) and classify.toml (the pipeline), all
 members, then the pipeline; 5. send compressed images (imaging.py's EPI format) to
 ``classify`` with tritonclient and compare the labels with the same steps computed here.
 Numpy only, no downloads. Exits 0 when every answer matches; the agent is always stopped.
+
+Needs ``pip install 'edgeship[all]'`` (packager, agent and tritonclient).
 """
 
 from __future__ import annotations

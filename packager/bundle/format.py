@@ -9,6 +9,8 @@ from pathlib import Path
 from packager.bundle.errors import BundleError
 
 BUNDLE_SUFFIX = ".edgepkg"
+CODE_DIR = "code"
+"""Where a Python model's code files live inside a bundle."""
 MAX_MANIFEST_BYTES = 16 << 20  # 16 MiB
 MAX_MEMBER_BYTES = 4 << 30  # 4 GiB per file
 MAX_TOTAL_BYTES = 16 << 30  # 16 GiB per bundle

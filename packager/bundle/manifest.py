@@ -156,7 +156,7 @@ class Manifest:
             if fv != FORMAT_VERSION:
                 raise BundleError(
                     f"manifest format_version {fv} is not supported (this reader knows "
-                    f"{FORMAT_VERSION}); upgrade edge-toolkit or rebuild the bundle")
+                    f"{FORMAT_VERSION}); upgrade edgeship or rebuild the bundle")
             return cls(
                 name=str(d["name"]),
                 version=int(d["version"]),

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_core.bundles import build
-from tests.agent_core.spin_model import make_spin_model
-from tests.model_factory import conditioned_light_model, make_mlp
+from tests.support.core_bundles import build
+from tests.support.model_factory import conditioned_light_model, make_mlp
+from tests.support.spin_model import make_spin_model
 
 
 @dataclass

@@ -34,8 +34,8 @@ from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError, RuntimeMissingError
 from packager.bundle.backend_options import OpenVinoOptions
 from packager.bundle.manifest import Manifest
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
+from tests.support.core_bundles import install, reference_outputs
 
 
 @pytest.fixture(scope="module")

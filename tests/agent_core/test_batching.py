@@ -15,8 +15,8 @@ from edge_agent.core.batching import merge_inputs, split_outputs
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import ModelUnavailableError
 from packager.bundle.manifest import BatchingConfig
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
+from tests.support.core_bundles import install, reference_outputs
 
 
 def test_merge_concatenates_in_order_and_split_returns_each_callers_rows() -> None:

@@ -19,8 +19,8 @@ from edge_agent.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
+from tests.support.core_bundles import install, reference_outputs
 
 BACKENDS = ("onnxruntime", "openvino")
 

@@ -6,7 +6,6 @@ cancelled calls that arrived in the first milliseconds of the stop."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +16,10 @@ from edge_agent.config import load_config
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.protocol.admission import BUSY, CLOSING, AdmissionPool, refused
 from edge_agent.server import AgentServer
-from tests.agent_core.bundles import install
 from tests.agent_core.conftest import Bundles
-from tests.agent_core.spin_model import spin_input
+from tests.support.core_bundles import install
+from tests.support.eventually import eventually
+from tests.support.spin_model import spin_input
 
 
 def _infer(address: str, x: np.ndarray) -> str:
@@ -45,21 +45,22 @@ def test_a_draining_server_finishes_calls_in_flight_and_refuses_new_ones_as_unav
         assert address is not None
         server.mark_serving()
         assert _infer(address, spin_input(0)) == "ok"
+        pool = server._pools[0]
+        assert isinstance(pool, AdmissionPool)
+        # the first call leaves the pool just after its answer: wait, so that the count below
+        # is the slow call's
+        eventually(lambda: pool.admitted == 0, timeout=60, interval=0.01,
+                   message="the first call never left the pool")
         slow: list[str] = []
         in_flight = threading.Thread(target=lambda: slow.append(
             _infer(address, spin_input(1_000_000))))  # a run of a second or more
         in_flight.start()
-        pool = server._pools[0]
-        assert isinstance(pool, AdmissionPool)
-        deadline = time.monotonic() + 60
-        while pool.admitted == 0:
-            assert time.monotonic() < deadline, "the slow call never reached the server"
-            time.sleep(0.01)
+        eventually(lambda: pool.admitted, timeout=60, interval=0.01,
+                   message="the slow call never reached the server")
         stopper = threading.Thread(target=server.stop, kwargs={"grace": 60.0})
         stopper.start()
-        while not pool.closing:
-            assert time.monotonic() < deadline, "the server never began to drain"
-            time.sleep(0.01)
+        eventually(lambda: pool.closing, timeout=60, interval=0.01,
+                   message="the server never began to drain")
         late = _infer(address, spin_input(0))
         assert late.startswith("StatusCode.UNAVAILABLE") and "shutting down" in late, late
         in_flight.join(120)

@@ -6,7 +6,7 @@ message says what really happened to the run (cancelled, process killed, or stil
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,18 +18,12 @@ from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError, RequestTimeoutError
 from packager.bundle.manifest import BatchingConfig
-from tests.agent_core.bundles import install
 from tests.agent_core.conftest import Bundles
-from tests.agent_core.spin_model import spin_input
+from tests.support.core_bundles import install
+from tests.support.eventually import eventually
+from tests.support.spin_model import spin_input
 
 CALM = {"input": spin_input()}
-
-
-def _wait_for(condition: Callable[[], object], deadline_s: float = 60.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < end, "condition not met before the deadline"
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +72,8 @@ def test_a_cancel_stops_only_the_execution_it_names(ort: Backend) -> None:
     with ThreadPoolExecutor(1) as pool:
         long_run = pool.submit(ort.infer, {"input": spin_input(10**9)}, 0, 4)
         assert not ort.cancel(0, 3)
-        _wait_for(lambda: ort.cancel(0, 4))  # False until the run has begun
+        # cancel answers False until the run has begun
+        eventually(lambda: ort.cancel(0, 4), message="the run never became cancellable")
         with pytest.raises(BackendError, match="cancelled"):
             long_run.result(60)
     assert ort.infer(CALM, 0, 5)["probs"].shape == (1, 10)

@@ -4,7 +4,6 @@ error rate of 0.0 % after 8 rejected requests)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from edge_agent.errors import InvalidInputError, QueueFullError
 from packager.build import build_bundles
 from packager.bundle.reader import open_bundle
 from packager.samples import make_mlp
+from tests.support.eventually import eventually
 
 
 class Observed:
@@ -71,8 +71,8 @@ def test_invalid_inputs_and_a_full_queue_are_failed_requests(
     for future in accepted:
         assert future.result(120).outputs
     assert refused == 1 and dp.statistics("mlp")[0].fail.count == 9
-    deadline = time.monotonic() + 60  # the observer hears of a batch just after its callers
-    while observer.requests.count(True) < len(accepted) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # the observer hears of a batch just after its callers
+    eventually(lambda: observer.requests.count(True) >= len(accepted), timeout=60,
+               interval=0.01, message="the observer never heard of every accepted request")
     assert observer.requests.count(True) == len(accepted)
     assert observer.requests.count(False) == 9

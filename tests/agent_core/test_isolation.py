@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,18 +24,12 @@ from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.repository import load_manifest
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import BackendCrashedError, BackendError, ErrorCode
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
-from tests.agent_core.spin_model import spin_input
+from tests.support.core_bundles import install, reference_outputs
+from tests.support.eventually import eventually
+from tests.support.spin_model import spin_input
 
 X = np.random.default_rng(7).standard_normal((3, 64)).astype(np.float32)
-
-
-def _wait_for(condition, deadline_s: float = 60.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < end, "condition not met before the deadline"
-        time.sleep(0.05)
 
 
 def _gone(pid: int) -> bool:
@@ -90,7 +83,8 @@ def test_cancel_kills_only_the_execution_it_names_and_a_new_process_replaces_it(
         assert backend.pids == before
         with ThreadPoolExecutor(1) as pool:
             long_run = pool.submit(backend.infer, {"input": spin_input(10**9)}, 0, 4)
-            _wait_for(lambda: backend.cancel(0, 4))  # False until the run has begun
+            # cancel answers False until the run has begun
+            eventually(lambda: backend.cancel(0, 4), message="the run never became cancellable")
             with pytest.raises(BackendError, match="cancelled"):
                 long_run.result(60)
         out = backend.infer(calm, 0, 5)["probs"]  # waits for the replacement to load
@@ -106,7 +100,7 @@ def test_a_crashed_runtime_fails_one_execution_as_unavailable_and_is_restarted(
         isolated: IsolatedBackend) -> None:
     victim = isolated.pids[1]
     os.kill(victim, signal.SIGSEGV)
-    _wait_for(lambda: _gone(victim))
+    eventually(lambda: _gone(victim), message="never true: _gone(victim)")
     with pytest.raises(BackendCrashedError) as err:
         isolated.infer({"input": X}, 1)
     assert err.value.code is ErrorCode.UNAVAILABLE
@@ -151,7 +145,7 @@ def test_runtime_processes_die_with_a_killed_agent(mlp_dir: Path) -> None:
         assert psutil.pid_exists(child)
         proc.kill()
         proc.wait(timeout=60)
-        _wait_for(lambda: _gone(child))
+        eventually(lambda: _gone(child), message="never true: _gone(child)")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -6,8 +6,7 @@ test, requests queue up behind it, and the test releases it."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,18 +21,12 @@ from edge_agent.errors import ConfigError, InvalidInputError
 from edge_agent.protocol.converters import to_infer_request
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from packager.bundle.manifest import BatchingConfig
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
 from tests.agent_core.test_batching import GatedBackend
+from tests.support.core_bundles import install, reference_outputs
+from tests.support.eventually import eventually
 
 DEADLINE_S = 60.0
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 class RecordingGate(ExecutionGate):
@@ -75,7 +68,8 @@ def test_gate_serves_the_highest_priority_first_and_fifo_within_a_priority() -> 
         t.start()
         threads.append(t)
         count = len(threads)
-        wait_until(lambda: gate.waiting == count, f"{name} to wait")  # noqa: B023
+        eventually(lambda: gate.waiting == count, timeout=DEADLINE_S,  # noqa: B023
+                   message=f"timed out waiting for {name} to wait")
     gate.release()
     for t in threads:
         t.join(DEADLINE_S)
@@ -92,7 +86,8 @@ def test_gate_limits_concurrency_and_an_execution_waiting_on_another_gives_its_s
         other = threading.Thread(target=lambda: (gate.acquire(3), inner_ran.set(),
                                                  gate.release()))
         other.start()
-        wait_until(lambda: gate.waiting == 1, "the other execution to wait")
+        eventually(lambda: gate.waiting == 1, timeout=DEADLINE_S,
+                   message="timed out waiting for the other execution to wait")
         assert not inner_ran.is_set()  # one slot: it waits while this one holds it
         with gate.yielded():  # a nested call (ctx.infer) waiting for that execution
             assert inner_ran.wait(DEADLINE_S)
@@ -142,13 +137,15 @@ def test_executions_of_two_models_wait_at_the_gate_by_priority(mlp) -> None:
     try:
         gate.acquire(99)  # the test holds the device's only slot
         low_future = low.submit({"input": x}, 1)  # a worker takes it and waits at the gate
-        wait_until(lambda: gate.waiting == 1, "the low-priority execution to wait")
+        eventually(lambda: gate.waiting == 1, timeout=DEADLINE_S,
+                   message="timed out waiting for the low-priority execution to wait")
         answers: list[np.ndarray] = []
         caller = threading.Thread(  # runs inline on its own thread, per-request priority 2
             target=lambda: answers.append(high.infer({"input": x}, 1, priority=2)
                                           .outputs["probs"]))
         caller.start()
-        wait_until(lambda: gate.waiting == 2, "the high-priority execution to wait")
+        eventually(lambda: gate.waiting == 2, timeout=DEADLINE_S,
+                   message="timed out waiting for the high-priority execution to wait")
         gate.release()
         low_out = low_future.result(DEADLINE_S).outputs["probs"]
         caller.join(DEADLINE_S)
@@ -199,7 +196,8 @@ def test_lower_priorities_leave_a_slot_free_while_a_higher_priority_model_is_loa
     second = threading.Event()
     background = threading.Thread(target=lambda: (gate.acquire(20), second.set()))
     background.start()
-    wait_until(lambda: gate.waiting == 1, "the second background execution to wait")
+    eventually(lambda: gate.waiting == 1, timeout=DEADLINE_S,
+               message="timed out waiting for the second background execution to wait")
     assert gate.running == 1 and not second.is_set()  # the last slot is kept for priority 1
     gate.acquire(1)  # the important model finds it free, though a waiter came first
     assert gate.running == 2

@@ -11,31 +11,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as tc
 
-from edge_agent.agent import serve
 from edge_agent.config import DiscoveryConfig, MetricsConfig, load_config
 from edge_agent.core.dataplane import DataPlane
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
-from tests.agent_core.spin_model import spin_input
+from tests.support.core_bundles import install, reference_outputs
+from tests.support.eventually import eventually
+from tests.support.harness import running
+from tests.support.spin_model import spin_input
 
 DEADLINE_S = 120.0
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 @pytest.fixture
@@ -48,32 +40,10 @@ def agent(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, DataPlane]]:
                     '[models.spin]\npriority = 20\nisolation = "process"\n'
                     '[models.mlp]\nisolation = "process"\n')
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True)
-    ready = threading.Event()
-    found: dict[str, Any] = {}
-    stop = threading.Event()
-
-    def on_ready(addresses: Any, dataplane: Any) -> None:
-        found["grpc"], found["plane"] = addresses.tcp, dataplane
-        ready.set()
-
-    def main() -> None:
-        try:
-            quiet = dataclasses.replace(config, discovery=DiscoveryConfig(enabled=False),
-                                        metrics=MetricsConfig(enabled=False))
-            serve(quiet, on_ready=on_ready, stop_event=stop, grace=2.0)
-        except BaseException as exc:
-            found["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=main, name="priority-agent", daemon=True)
-    thread.start()
-    try:
-        assert ready.wait(DEADLINE_S) and "error" not in found, found.get("error")
-        yield found["grpc"], found["plane"]
-    finally:
-        stop.set()
-        thread.join(DEADLINE_S)
-        assert not thread.is_alive(), "agent did not stop"
+    quiet = dataclasses.replace(config, discovery=DiscoveryConfig(enabled=False),
+                                metrics=MetricsConfig(enabled=False))
+    with running(quiet, timeout_s=DEADLINE_S, name="priority-agent") as served:
+        yield served.grpc, served.dataplane
 
 
 def test_a_later_high_priority_request_runs_before_a_waiting_low_priority_one(
@@ -81,9 +51,9 @@ def test_a_later_high_priority_request_runs_before_a_waiting_low_priority_one(
     address, plane = agent
     gate = plane.gate
     assert gate.limit == 1  # [agent] max_concurrent_executions
-    assert plane.repository.resolve("spin").batcher.priority == 20  # type: ignore[union-attr]
-    spin_backend = plane.repository.resolve("spin").batcher.backend  # type: ignore[union-attr]
-    mlp_backend = plane.repository.resolve("mlp").batcher.backend  # type: ignore[union-attr]
+    assert plane.repository.resolve("spin").batcher.priority == 20
+    spin_backend = plane.repository.resolve("spin").batcher.backend
+    mlp_backend = plane.repository.resolve("mlp").batcher.backend
     # a background model's runtime processes defer to the rest for the CPU
     assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in spin_backend.pids} == {10}
     assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in mlp_backend.pids} == {0}
@@ -107,11 +77,14 @@ def test_a_later_high_priority_request_runs_before_a_waiting_low_priority_one(
         gate.acquire(1)  # the test holds the device's only execution slot
         try:
             low = pool.submit(infer, "spin", spin_input())  # priority 20 from agent.toml
-            wait_until(lambda: gate.waiting == 1, "the spin execution to wait")
+            eventually(lambda: gate.waiting == 1, timeout=DEADLINE_S,
+                       message="timed out waiting for the spin execution to wait")
             high = pool.submit(infer, "mlp", x, 2)  # the request's own priority: 2
-            wait_until(lambda: gate.waiting == 2, "the mlp execution to wait")
+            eventually(lambda: gate.waiting == 2, timeout=DEADLINE_S,
+                       message="timed out waiting for the mlp execution to wait")
             pool.submit(marker)
-            wait_until(lambda: gate.waiting == 3, "the marker to wait")
+            eventually(lambda: gate.waiting == 3, timeout=DEADLINE_S,
+                       message="timed out waiting for the marker to wait")
         finally:
             gate.release()
         try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +12,9 @@ from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import ModelNotFoundError, ModelUnavailableError
-from tests.agent_core.bundles import install, reference_outputs
 from tests.agent_core.conftest import Bundles
+from tests.support.core_bundles import install, reference_outputs
+from tests.support.eventually import eventually
 
 X = np.random.default_rng(42).standard_normal((2, 64)).astype(np.float32)
 
@@ -106,11 +106,13 @@ def test_swap_under_load_drops_nothing_and_never_mixes_versions(
 
         def wait_for(version: int) -> None:
             start = len(seen)
-            deadline = time.monotonic() + 60
-            while sum(1 for v in seen[start:] if v == version) < 20:
-                assert time.monotonic() < deadline, f"version {version} never served"
+
+            def served() -> bool:
                 assert not errors, errors
-                time.sleep(0.01)
+                return sum(1 for v in seen[start:] if v == version) >= 20
+
+            eventually(served, timeout=60, interval=0.01,
+                       message=f"version {version} never served")
 
         wait_for(1)
         for bundle, new, old in ((bundles.mlp_v2, 2, 1), (bundles.mlp_v3, 3, 2)):

@@ -13,8 +13,8 @@ from edge_agent.backends.tensorrt_backend import build_spec, cache_key
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.repository import load_manifest
 from edge_agent.core.types import InferRequest
-from tests.agent_core.bundles import build, install, reference_outputs
 from tests.agent_core.conftest import Bundles
+from tests.support.core_bundles import build, install, reference_outputs
 
 HAVE_TRT = backend_available("tensorrt")
 

@@ -10,7 +10,6 @@ Models in the served state dir:
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +19,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from edge_agent.agent import serve
 from edge_agent.cli import main as agent_cli
 from edge_agent.config import load_config
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.server import BoundAddresses
 from packager.build import build_bundles
-from tests.model_factory import conditioned_light_model, make_mlp
+from tests.support.harness import running
+from tests.support.model_factory import conditioned_light_model, make_mlp
 
 ORT = "x86_64-cpu-onnxruntime"
 OV = "x86_64-cpu-openvino"
@@ -104,8 +103,8 @@ class Agent:
 
 @pytest.fixture(scope="session")
 def agent(sources: Sources, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
-    """A real agent in-process on 127.0.0.1:0 and a Unix socket, via
-    edge_agent.agent.serve."""
+    """A real agent in-process on 127.0.0.1:0 and a Unix socket (the harness's in-process
+    mode, edge_agent.agent.serve)."""
     root = tmp_path_factory.mktemp("agent")
     state = root / "state"
     for bundle in sources.bundles.values():
@@ -115,32 +114,9 @@ def agent(sources: Sources, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     toml.write_text(AGENT_TOML.format(max_bytes=MAX_MESSAGE_BYTES))
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0",
                          uds=root / "infer.sock")
-    ready = threading.Event()
-    stop = threading.Event()
-    box: dict[str, object] = {}
-
-    def on_ready(addresses: BoundAddresses, dataplane) -> None:
-        box["addresses"] = addresses
-        ready.set()
-
-    def run() -> None:
-        try:
-            serve(config, on_ready=on_ready, stop_event=stop, grace=2.0)
-        except BaseException as exc:  # surfaced by the fixture below
-            box["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=run, name="agent-under-test", daemon=True)
-    thread.start()
-    try:
-        assert ready.wait(180), "agent did not become ready"
-        if "error" in box:
-            raise box["error"]  # type: ignore[misc]
-        yield Agent(addresses=box["addresses"], state_dir=state)  # type: ignore[arg-type]
-    finally:
-        stop.set()
-        thread.join(60)
-        assert not thread.is_alive(), "agent did not stop"
+    with running(config, timeout_s=180) as served:
+        assert served.addresses is not None
+        yield Agent(addresses=served.addresses, state_dir=state)
 
 
 @pytest.fixture(scope="session")

@@ -45,3 +45,36 @@ def test_health_follows_the_lifecycle(tmp_path: Path) -> None:
     request = health_pb2.HealthCheckRequest(service="")
     assert server.health.Check(request, None).status == NOT_SERVING
     assert not (tmp_path / "run" / "inference.sock").exists()
+
+
+def test_health_watch_streams_each_change_and_holds_no_health_thread(tmp_path: Path) -> None:
+    """Watch (grpc_health's own client) sends the current status, then each change; eight open
+    Watch streams (twice the health pool's threads) leave Check answering."""
+    (tmp_path / "models").mkdir()
+    config = load_config(state_dir=tmp_path, grpc_address="127.0.0.1:0", no_uds=True)
+    dataplane = DataPlane(tmp_path, autoload=False)
+    server = AgentServer(dataplane, config)
+    try:
+        target = server.start().tcp
+        with grpc.insecure_channel(target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            watches = [stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=60)
+                       for _ in range(8)]
+            unknown = stub.Watch(health_pb2.HealthCheckRequest(service="nope"), timeout=60)
+            assert [next(w).status for w in watches] == [NOT_SERVING] * 8
+            assert next(unknown).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+            assert _status(target) == NOT_SERVING  # Check still answers beside 9 watches
+            server.mark_serving()
+            assert [next(w).status for w in watches] == [SERVING] * 8
+            with pytest.raises(grpc.RpcError) as missing:
+                stub.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=30)
+            assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+            server.health.enter_graceful_shutdown()
+            assert next(watches[0]).status == NOT_SERVING
+            server.mark_serving()  # ignored once shutting down
+            assert _status(target) == NOT_SERVING
+            for w in [*watches, unknown]:
+                w.cancel()
+    finally:
+        server.stop(grace=1.0)
+        dataplane.close()

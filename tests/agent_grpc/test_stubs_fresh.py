@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from edge_agent.protocol import regen
+from edge_agent.protogen import GeneratorUnavailableError
 
 
 def test_checked_in_stubs_are_fresh(tmp_path: Path) -> None:
-    fresh = {p.name: p.read_text() for p in regen.generate(tmp_path / "gen")}
+    try:  # grpcio-tools GRPCIO_TOOLS, in a cached venv of its own when not installed here
+        written = regen.generate(tmp_path / "gen")
+    except GeneratorUnavailableError as exc:  # no registry and nothing cached
+        pytest.skip(str(exc))
+    fresh = {p.name: p.read_text() for p in written}
     checked_in = {p.name: p.read_text() for p in regen.GENERATED_DIR.iterdir()
                   if p.is_file() and p.suffix in (".py", ".pyi")}
     assert sorted(fresh) == sorted(checked_in), "run: python -m edge_agent.protocol.regen"

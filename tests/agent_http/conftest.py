@@ -6,18 +6,17 @@ squeezenet_ov v1 (OpenVINO); repository control on; the response cache on for ml
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from edge_agent.agent import serve
 from edge_agent.cli import main as agent_cli
 from edge_agent.config import load_config
 from edge_agent.server import BoundAddresses
 from tests.agent_grpc.conftest import Sources, sources  # noqa: F401  (the session fixture)
+from tests.support.harness import running
 
 AGENT_TOML = """
 [grpc]
@@ -67,32 +66,9 @@ def http_agent(sources: Sources,  # noqa: F811  (the imported fixture)
     toml.write_text(AGENT_TOML.format(max_body=MAX_BODY))
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True,
                          http_address="127.0.0.1:0")
-    ready = threading.Event()
-    stop = threading.Event()
-    box: dict[str, object] = {}
-
-    def on_ready(addresses: BoundAddresses, dataplane: object) -> None:
-        box["addresses"] = addresses
-        ready.set()
-
-    def run() -> None:
-        try:
-            serve(config, on_ready=on_ready, stop_event=stop, grace=2.0)
-        except BaseException as exc:  # surfaced below
-            box["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=run, name="http-agent-under-test", daemon=True)
-    thread.start()
-    try:
-        assert ready.wait(180), "agent did not become ready"
-        if "error" in box:
-            raise box["error"]  # type: ignore[misc]
-        yield HttpAgent(addresses=box["addresses"], state_dir=state)  # type: ignore[arg-type]
-    finally:
-        stop.set()
-        thread.join(60)
-        assert not thread.is_alive(), "agent did not stop"
+    with running(config, timeout_s=180, name="http-agent-under-test") as served:
+        assert served.addresses is not None
+        yield HttpAgent(addresses=served.addresses, state_dir=state)
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,13 @@ import gzip
 import http.client
 import json
 import socket
-import time
 import zlib
 
 import numpy as np
 import pytest
 
 from tests.agent_http.conftest import MAX_BODY, HttpAgent
+from tests.support.eventually import eventually
 
 INFER = "/v2/models/mlp/versions/1/infer"
 
@@ -165,13 +165,8 @@ def test_connections_beyond_the_cap_get_503(http_agent: HttpAgent) -> None:
         for conn in held:
             conn.close()
     # the slots come back once those connections close
-    deadline = time.monotonic() + 60
-    while True:
-        status, _ = _call(http_agent, "GET", "/v2/health/live")
-        if status == 200 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert status == 200
+    eventually(lambda: _call(http_agent, "GET", "/v2/health/live")[0] == 200, timeout=60,
+               message="the connection slots never came back")
 
 
 def test_repository_control_off_is_refused_naming_the_setting(tmp_path) -> None:

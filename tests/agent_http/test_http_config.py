@@ -83,7 +83,7 @@ def test_serve_with_http_in_a_real_agent_process(tmp_path: Path) -> None:
     import http.client
     import re
 
-    from tests.agent_management.agent_proc import AgentProcess
+    from tests.support.harness import AgentProcess
 
     agent = AgentProcess(tmp_path / "state", allow_unsigned=True,
                          extra=["--no-mdns", "--http", "127.0.0.1:0"])

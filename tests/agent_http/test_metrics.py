@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as th
 
 from edge_agent.core.dataplane import DataPlane
@@ -15,6 +16,7 @@ from edge_agent.http.prometheus import AgentCollector, MetricsPage
 from edge_agent.state import StateStore
 from edge_agent.state.records import DeploymentKind, Step, VersionRecord
 from tests.agent_http.conftest import HttpAgent
+from tests.support.eventually import eventually
 
 _LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -80,16 +82,19 @@ def test_triton_counters_follow_inferences(http_agent: HttpAgent, triton_http) -
 
 
 def test_device_gauges_appear_once_the_recorder_sampled(http_agent: HttpAgent) -> None:
-    deadline = time.monotonic() + 60
-    while True:
+    def sampled() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         _, samples = scrape(http_agent)
-        names = {name for name, _ in samples}
-        if "edge_device_cpu_percent" in names or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+        return samples if ("edge_device_cpu_percent", frozenset()) in samples else {}
+
+    samples = eventually(sampled, timeout=60, interval=0.2,
+                         message="the recorder never sampled the device")
+    names = {name for name, _ in samples}
     assert {"edge_device_cpu_percent", "edge_device_memory_percent", "edge_agent_rss_bytes",
             "edge_disk_free_bytes"} <= names
     assert samples[("edge_agent_rss_bytes", frozenset())] > 0
+
+
+SWAP_S = 0.2
 
 
 def test_deployments_and_swap_duration_come_from_the_state_store(tmp_path: Path) -> None:
@@ -101,6 +106,8 @@ def test_deployments_and_swap_duration_come_from_the_state_store(tmp_path: Path)
                          (DeploymentKind.ROLLBACK, True)):
             dep = store.begin_deployment("cam", kind, to_version=2, from_version=1)
             store.record_step(dep, Step.RECEIVED, "")
+            if kind is DeploymentKind.ROLLBACK:
+                time.sleep(SWAP_S)  # the newest committed change takes at least SWAP_S
             if ok:
                 store.commit_deployment(dep)
             else:
@@ -123,5 +130,9 @@ def test_deployments_and_swap_duration_come_from_the_state_store(tmp_path: Path)
                     labels(model="cam", kind="rollback", status="committed"))] == 1
     assert samples[("edge_deployment_duration_seconds_count",
                     labels(model="cam", kind="rollback", status="committed"))] == 1
-    assert samples[("edge_last_swap_duration_seconds", labels(model="cam"))] >= 0
+    # the gauge is the newest committed change (the rollback), not the first deploy
+    rollback = labels(model="cam", kind="rollback", status="committed")
+    swap = samples[("edge_last_swap_duration_seconds", labels(model="cam"))]
+    assert swap >= SWAP_S
+    assert swap == pytest.approx(samples[("edge_deployment_duration_seconds_sum", rollback)])
     assert not any(name.startswith("nv_cache") for name, _ in samples)  # cache off

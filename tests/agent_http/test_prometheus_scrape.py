@@ -19,6 +19,7 @@ import tritonclient.http as th
 
 from tests.agent_http.conftest import HttpAgent
 from tests.agent_http.test_metrics import _mv, scrape
+from tests.support.eventually import eventually
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(
@@ -110,15 +111,13 @@ def test_prometheus_scrapes_the_agent_and_answers_a_counter(
     expected = now[("nv_inference_request_success", _mv("mlp", "1"))]
     assert expected >= 5
     expr = 'nv_inference_request_success{job="edge-agent",model="mlp",version="1"}'
-    deadline = time.monotonic() + 120
-    got: list[dict] = []
-    while time.monotonic() < deadline:
+
+    def scraped() -> list[dict]:
         got = _query(prometheus, expr)
-        if got and float(got[0]["value"][1]) >= expected:
-            break
-        time.sleep(0.5)
-    assert got, f"prometheus has no {expr}"
-    assert float(got[0]["value"][1]) >= expected
+        return got if got and float(got[0]["value"][1]) >= expected else []
+
+    eventually(scraped, timeout=120, interval=0.5,
+               message=f"prometheus never had {expr} >= {expected}")
     up = _query(prometheus, 'up{job="edge-agent"}')
     assert up and up[0]["value"][1] == "1"
     gauges = _query(prometheus, 'edge_model_version_ready{job="edge-agent",model="mlp"}')

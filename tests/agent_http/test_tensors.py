@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from edge_agent.core import bytes_tensors
+from edge_agent import bytes_tensors
 from edge_agent.core.types import InferResult
 from edge_agent.errors import InvalidInputError
 from edge_agent.http.tensors import decode_request, encode_response

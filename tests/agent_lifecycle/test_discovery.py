@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from console.discovery import AgentBrowser, DiscoveredAgent, DiscoveryEvent
 from edge_agent.discovery import SERVICE_TYPE, Advertiser, AgentAdvert
 from edge_agent.errors import ConfigError
+from tests.support.eventually import eventually_async
 
 LOOPBACK = ["127.0.0.1"]
 DEADLINE_S = 20
@@ -67,24 +68,20 @@ async def test_two_advertisers_at_once() -> None:
     async with AgentBrowser(interfaces=LOOPBACK, on_event=seen.append) as browser:
         async with Advertiser(a, interfaces=LOOPBACK), Advertiser(b, interfaces=LOOPBACK):
             # the two adverts may be seen in either order
-            await asyncio.wait_for(_wait_until(lambda: len(_own(browser, a.id, b.id)) == 2),
-                                   DEADLINE_S)
+            await eventually_async(lambda: len(_own(browser, a.id, b.id)) == 2,
+                                   timeout=DEADLINE_S, message="both adverts never seen")
             found = {x.id: x for x in _own(browser, a.id, b.id)}
             assert found[a.id].port != found[b.id].port
             assert (found[a.id].arch, found[b.id].arch) == ("x86_64", "aarch64")
             assert {x.id for x in _own(browser, a.id, b.id)} == {a.id, b.id}
-        await asyncio.wait_for(_wait_until(lambda: not _own(browser, a.id, b.id)), DEADLINE_S)
+        await eventually_async(lambda: not _own(browser, a.id, b.id), timeout=DEADLINE_S,
+                               message="the adverts were never withdrawn")
     assert {e.agent.id for e in seen if e.kind == "removed"} == {a.id, b.id}
 
 
 def _own(browser: AgentBrowser, *ids: str) -> list[DiscoveredAgent]:
     """The agents this test advertised (other processes may advertise on loopback too)."""
     return [a for a in browser.agents() if a.id in ids]
-
-
-async def _wait_until(cond: Callable[[], bool]) -> None:
-    while not cond():
-        await asyncio.sleep(0.05)
 
 
 async def test_events_iterator_ends_when_the_browser_stops() -> None:

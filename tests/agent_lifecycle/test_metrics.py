@@ -24,6 +24,7 @@ from edge_agent.metrics import (
     render_summary,
 )
 from edge_agent.metrics import histogram as hist
+from tests.support.eventually import eventually
 
 T0 = 1_750_000_000  # a fixed wall-clock second for deterministic rows
 US = 1_000
@@ -203,11 +204,13 @@ def test_writer_thread_flushes_and_feeds_subscribers(tmp_path: Path) -> None:
     q, unsubscribe_q = rec.subscribe_queue(maxsize=2)
     rec.start()
     try:
-        deadline = time.monotonic() + 30
-        while sum(seen) < 30 and time.monotonic() < deadline:
+
+        def heard() -> bool:
             _record(rec, "m", 1, [1_000 * US] * 10)
-            time.sleep(0.2)
-        assert sum(seen) >= 30
+            return sum(seen) >= 30
+
+        eventually(heard, timeout=30, interval=0.2,
+                   message=lambda: f"subscribers heard {sum(seen)} requests, not 30")
         assert q.qsize() <= 2 and q.get(timeout=10).ts > 0
         unsubscribe()
         unsubscribe_q()
@@ -318,10 +321,8 @@ def test_system_rss_counts_child_processes(tmp_path: Path) -> None:
                               "import sys; b = bytearray(64 << 20); sys.stdin.read()"],
                              stdin=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while psutil.Process(child.pid).memory_info().rss < 64 << 20:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        eventually(lambda: psutil.Process(child.pid).memory_info().rss >= 64 << 20, timeout=60,
+                   message="the child never grew to 64 MiB")
         assert sampler.sample().rss_bytes >= alone + (64 << 20) - (8 << 20)
     finally:
         child.communicate(b"", timeout=60)

@@ -14,8 +14,8 @@ import pytest
 
 from edge_agent.management.client import AgentClient
 from tests.agent_lifecycle.test_state_dir_lock import one_error_line
-from tests.agent_management.agent_proc import ROOT, AgentProcess
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.harness import ROOT, AgentProcess
 
 PRIVATE = ("agent.lock", "agent-id", "management.token", "state.db", "state.db-wal",
            "state.db-shm", "metrics.db", "metrics.db-wal", "metrics.db-shm")

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -25,8 +24,9 @@ from edge_agent.management.client import AgentClient
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.types import DeployResult
-from tests.agent_management.agent_proc import ROOT, AgentProcess
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import ROOT, AgentProcess
 
 X = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
 
@@ -93,15 +93,13 @@ class HeldUpload:
 
 
 def _wait_for_upload(state: Path, agent: AgentProcess) -> list[Path]:
-    deadline = time.monotonic() + 120
     incoming = state / "incoming"
-    while True:
-        found = sorted(incoming.iterdir()) if incoming.is_dir() else []
-        if found:
-            return found
+
+    def found() -> list[Path]:
         assert agent.proc is not None and agent.proc.poll() is None, "".join(agent.output)
-        assert time.monotonic() < deadline, "the upload never reached the agent"
-        time.sleep(0.05)
+        return sorted(incoming.iterdir()) if incoming.is_dir() else []
+
+    return eventually(found, timeout=120, message="the upload never reached the agent")
 
 
 def test_a_second_agent_is_refused_during_a_deploy_and_takes_over_after_kill_9(

@@ -8,15 +8,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from edge_agent.management.client import AgentClient
-from tests.agent_management.agent_proc import ROOT, AgentProcess
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import ROOT, AgentProcess
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -54,10 +54,7 @@ def test_sighup_reloads_the_trust_settings_and_token_metrics_commands(
             config.write_text("[management]\nallow_unsigned = true\n")
             assert agent.proc is not None
             os.killpg(agent.proc.pid, signal.SIGHUP)
-            deadline = time.monotonic() + 60
-            while not any("configuration reloaded" in line for line in agent.output):
-                assert time.monotonic() < deadline, "".join(agent.output)
-                time.sleep(0.1)
+            agent.wait_for_output("configuration reloaded", timeout=60)
             accepted = client.deploy(bundles.unsigned)
             assert accepted.ok, accepted.message
         with tc.InferenceServerClient(agent.grpc) as triton:
@@ -65,12 +62,12 @@ def test_sighup_reloads_the_trust_settings_and_token_metrics_commands(
             inp.set_data_from_numpy(np.zeros((1, 64), np.float32))
             for _ in range(5):
                 assert triton.infer("mlp", [inp]).get_response().model_version == "5"
-        deadline = time.monotonic() + 30
-        while True:  # the recorder flushes once a second
+        def listed() -> subprocess.CompletedProcess[str] | None:  # flushed once a second
             shown = _cli("metrics", "--state-dir", str(state))
-            if "mlp" in shown.stdout or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+            return shown if "mlp" in shown.stdout else None
+
+        shown = eventually(listed, timeout=30, interval=0.5,
+                           message="edge-agent metrics never listed mlp")
         assert shown.returncode == 0 and "mlp" in shown.stdout and "p99 ms" in shown.stdout
 
 

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -16,8 +17,9 @@ import pytest
 from edge_agent.management.client import AgentClient, AuthenticationError, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import InProcessAgent, trusted_agent
 
 INPUTS = [np.random.default_rng(i).standard_normal((1, 64)).astype(np.float32)
           for i in range(8)]
@@ -140,13 +142,13 @@ def test_ten_swaps_and_a_reload_under_load_fail_no_request(
         """Wait until the load threads get answers from ``version`` after this call."""
         with lock:
             mark = seen[version]
-        deadline = time.monotonic() + 60
-        while True:
+
+        def answered() -> bool:
             with lock:
-                if seen[version] > mark or problems:
-                    return
-            assert time.monotonic() < deadline, f"version {version} never answered: {seen}"
-            time.sleep(0.02)
+                return seen[version] > mark or bool(problems)
+
+        eventually(answered, timeout=60, interval=0.02,
+                   message=lambda: f"version {version} never answered: {seen}")
 
     threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(8)]
     for t in threads:
@@ -180,22 +182,21 @@ def test_query_and_watch_metrics(deployed: AgentClient, agent: InProcessAgent) -
     with tc.InferenceServerClient(agent.grpc) as triton:
         inp = tc.InferInput("input", [1, 64], "FP32")
         inp.set_data_from_numpy(INPUTS[0])
-        deadline = time.monotonic() + 30
-        sample = None
-        while time.monotonic() < deadline:
+
+        def sampled() -> Any:
             triton.infer("mlp", [inp])
             sample = next(watch)
-            if sample.points:
-                break
+            return sample if sample.points else None
+
+        sample = eventually(sampled, timeout=30, interval=0,
+                            message="the watch never carried a model point")
     watch.close()
     assert sample is not None and sample.points and sample.points[0].model == "mlp"
     assert sample.system is not None and sample.system["rss_bytes"] > 0
-    deadline = time.monotonic() + 30
-    points = []
-    while sum(p.requests for p in points) == 0:  # written once a second, off the hot path
-        assert time.monotonic() < deadline, points
-        time.sleep(0.2)
-        points = deployed.query_metrics("mlp", start=time.time() - 600, step_s=1)
+    # written once a second, off the hot path
+    eventually(lambda: sum(p.requests for p in deployed.query_metrics(
+        "mlp", start=time.time() - 600, step_s=1)), timeout=30, interval=0.2,
+        message="no stored requests of mlp")
     per_version = deployed.query_metrics("mlp", start=time.time() - 600, step_s=60,
                                          per_version=True)
     assert {p.version for p in per_version} >= {1}

@@ -12,8 +12,8 @@ import pytest
 
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.manager.pause import PAUSE_ENV, PAUSE_FILE
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
 
 STEPS = ("received", "verified", "staged", "loaded", "warmed", "probed", "parity", "switched",
          "drained", "unloaded")

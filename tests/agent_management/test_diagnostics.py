@@ -15,8 +15,9 @@ from edge_agent.log_ring import LogRing
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import InProcessAgent, trusted_agent
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +67,15 @@ def test_logs_tail_and_follow(client: AgentClient) -> None:
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    deadline = time.monotonic() + 30
-    while not seen.is_set() and time.monotonic() < deadline:
+
+    def streamed() -> bool:
         logging.getLogger("edge_agent.test").warning("%s two", marker)
-        seen.wait(0.5)
-    stream.close()
-    assert seen.is_set(), got
+        return seen.wait(0.5)
+
+    try:
+        eventually(streamed, timeout=30, interval=0, message=lambda: f"never streamed: {got}")
+    finally:
+        stream.close()
 
 
 def test_logs_refuse_a_bad_level(client: AgentClient) -> None:
@@ -80,14 +84,8 @@ def test_logs_refuse_a_bad_level(client: AgentClient) -> None:
 
 
 def test_system_history_is_served(client: AgentClient) -> None:
-    deadline = time.monotonic() + 60
-    points = []
-    while time.monotonic() < deadline:
-        points = client.query_system(step_s=1)
-        if points:
-            break
-        time.sleep(0.5)
-    assert points, "no stored system sample within 60 s"
+    points = eventually(lambda: client.query_system(step_s=1), timeout=60, interval=0.5,
+                        message="no stored system sample")
     assert all(0 <= p.cpu_percent <= 100 * 64 and 0 < p.mem_percent <= 100 for p in points)
     assert all(p.disk_free_bytes > 0 for p in points)
 

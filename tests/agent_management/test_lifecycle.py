@@ -4,32 +4,32 @@ exits cleanly, and the mDNS advert (127.0.0.1 only) appears on start and is with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 
 import pytest
 
 from console.discovery import AgentBrowser
 from edge_agent.management.client import AgentClient
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import sections, start_agent
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually, eventually_async
+from tests.support.harness import AgentProcess, sections, start_agent
 
 
 def _datagrams(sock: socket.socket, until: str, deadline_s: float = 60.0) -> list[str]:
     got: list[str] = []
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
+
+    def received() -> bool:  # one datagram (the socket's own timeout bounds the wait)
+        with contextlib.suppress(TimeoutError):
             got.append(sock.recv(4096).decode())
-        except TimeoutError:
-            continue
-        if any(until in m for m in got):
-            return got
-    raise AssertionError(f"no {until!r} from the agent; got {got}")
+        return any(until in m for m in got)
+
+    eventually(received, timeout=deadline_s, interval=0,
+               message=lambda: f"no {until!r} from the agent; got {got}")
+    return got
 
 
 def test_systemd_ready_watchdog_stopping_and_sigterm_exit_0(bundles: Bundles,
@@ -55,12 +55,9 @@ def test_systemd_ready_watchdog_stopping_and_sigterm_exit_0(bundles: Bundles,
 
 
 async def _wait_for(browser: AgentBrowser, present: bool, name: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(a.name == name for a in browser.agents()) == present:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"agent {name} {'never appeared' if present else 'never left'}")
+    await eventually_async(lambda: any(a.name == name for a in browser.agents()) == present,
+                           timeout=timeout, interval=0.1,
+                           message=f"agent {name} {'never appeared' if present else 'never left'}")
 
 
 @pytest.mark.asyncio
@@ -76,14 +73,14 @@ async def test_mdns_advert_on_start_withdrawn_on_stop(bundles: Bundles, tmp_path
             assert seen.api == "1" and seen.arch == "x86_64"
             with AgentClient(agent.management, token=agent.token) as client:
                 assert (await asyncio.to_thread(client.deploy, bundles.mlp[1])).ok
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:  # the TXT record follows the active versions
+
+            def txt_follows() -> bool:  # the TXT record follows the active versions
                 agents = [a for a in browser.agents() if a.name == "mdns-agent"]
-                if agents and agents[0].txt.get("models") == "mlp:1":
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError(f"TXT models never became mlp:1: {browser.agents()}")
+                return bool(agents) and agents[0].txt.get("models") == "mlp:1"
+
+            await eventually_async(
+                txt_follows, timeout=30, interval=0.1,
+                message=lambda: f"TXT models never became mlp:1: {browser.agents()}")
         finally:
             await asyncio.to_thread(agent.stop)
         await _wait_for(browser, False, "mdns-agent", 30)

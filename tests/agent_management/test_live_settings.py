@@ -6,7 +6,6 @@ a change leaves the old settings in force, like a deploy."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +16,10 @@ import pytest
 
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.manager.pause import PAUSE_ENV, PAUSE_FILE
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import X, integrity, served_version
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import AgentProcess
+from tests.support.traffic import X, integrity, served_version
 
 
 class Load:
@@ -56,13 +56,12 @@ class Load:
         """Wait until callers get answers after this call (they keep running throughout)."""
         with self._lock:
             mark = self.ok
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def answered() -> bool:
             with self._lock:
-                if self.ok > mark + 4 or self.problems:
-                    return
-            assert time.monotonic() < deadline, "no answers under load"
-            time.sleep(0.02)
+                return self.ok > mark + 4 or bool(self.problems)
+
+        eventually(answered, timeout=timeout, interval=0.02, message="no answers under load")
 
     def __enter__(self) -> Load:
         for t in self._threads:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,8 @@ from edge_agent.errors import AgentError
 from edge_agent.manager import DeploymentBusyError, ManagerError, VersionInUseError
 from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.state import DeploymentKind, DeploymentStatus, StateStore, Step
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
 
 X = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
 
@@ -170,10 +170,8 @@ def test_error_rate_after_switch_rolls_back_by_itself(tmp_path: Path, bundles: B
             except AgentError:
                 failures += 1
         assert failures > 0
-        deadline = time.monotonic() + 60
-        while m.store.active_version("mlp") != 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert m.store.active_version("mlp") == 1
+        eventually(lambda: m.store.active_version("mlp") == 1, timeout=60, interval=0.1,
+                   message="the automatic rollback to version 1 never committed")
         latest = m.manager.history("mlp")[0]
         assert latest.kind is DeploymentKind.AUTO_ROLLBACK
         assert latest.status is DeploymentStatus.COMMITTED

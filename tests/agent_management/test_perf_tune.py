@@ -1,7 +1,8 @@
 """``edge-agent perf`` and ``edge-agent tune`` as subprocesses against a real agent process
-serving a real model: perf_analyzer's report lines over TCP, a Unix socket and system shared
-memory; a short tuning sweep (2 candidates) stored in the agent's database and applied as a
-recorded, revertible settings change; bad flags are one line and exit 1."""
+serving a real model: perf_analyzer's report lines over TCP, a Unix socket, system shared
+memory and KServe v2 HTTP/REST (binary and JSON tensors); a short tuning sweep (2 candidates)
+stored in the agent's database and applied as a recorded, revertible settings change; bad
+flags are one line and exit 1."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.agent_management.agent_proc import ROOT, AgentProcess
-from tests.agent_management.bundles import Bundles
+from tests.support.bundles import Bundles
+from tests.support.harness import ROOT, AgentProcess
 
 LINE = re.compile(r"^Concurrency: (\d+), throughput: ([\d.]+) infer/sec, latency (\d+) usec$",
                   re.M)
@@ -33,7 +34,8 @@ def edge_agent(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
 def agent(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[AgentProcess, str]]:
     run_dir = Path(tempfile.mkdtemp(prefix="perf-", dir="/tmp"))  # a short socket path
     sock = run_dir / "inf.sock"
-    proc = AgentProcess(tmp_path / "state", trust=bundles.public_key)
+    proc = AgentProcess(tmp_path / "state", trust=bundles.public_key,
+                        extra=["--no-mdns", "--http", "127.0.0.1:0"])
     proc.args.remove("--no-uds")
     proc.args += ["--uds", str(sock)]
     try:
@@ -72,11 +74,44 @@ def test_perf_reports_like_perf_analyzer_over_tcp_unix_and_shared_memory(
     assert after <= before  # its region was unregistered and removed
 
 
+def test_perf_over_http_binary_json_and_shared_memory(agent: tuple[AgentProcess, str]) -> None:
+    import json
+
+    running, _ = agent
+    http = re.search(r"HTTP on (\S+?);", "".join(running.output))
+    assert http, "".join(running.output)
+    before = {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("edge-perf-")}
+    for extra in ([], ["--input-tensor-format", "json", "--output-tensor-format", "json"],
+                  ["--shared-memory", "system", "-b", "4"]):
+        run = edge_agent("perf", "-m", "mlp", "-i", "http", "-u", http[1], "-p", "400", *extra)
+        assert run.returncode == 0, f"{extra}: {run.stderr}"
+        ((level, throughput),) = _levels(run.stdout)
+        assert level == 1 and throughput > 0, run.stdout
+        assert "KServe v2 HTTP/REST" in run.stdout
+    after = {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("edge-perf-")}
+    assert after <= before  # its region was unregistered and removed
+    as_json = edge_agent("perf", "-m", "mlp", "-i", "http", "-u", f"http://{http[1]}", "-p",
+                         "300", "--concurrency-range", "1:2", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    results = json.loads(as_json.stdout)  # the JSON only: the report went to stderr
+    assert [r["concurrency"] for r in results] == [1, 2]
+    assert all(r["protocol"] == "http" and r["requests"] > 0 and r["errors"] == 0
+               for r in results)
+    assert "Concurrency: 2, throughput:" in as_json.stderr
+
+
+def test_perf_help_teaches() -> None:
+    out = edge_agent("perf", "--help").stdout
+    assert "flags (light: argparse only" not in out  # the module's docstring is not help
+    assert "perf_analyzer" in out and "examples:" in out and "-i http" in out
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["--concurrency-range", "4:2"], "below START"),
     (["--shape", "input"], "NAME:D1,D2"),
     (["--shape", "nosuch:3"], "not inputs"),
-    (["-i", "http"], "gRPC only"),
+    (["-i", "http"], "no HTTP/1.1 answer"),  # -u is the gRPC port
+    (["--input-tensor-format", "json"], "apply to -i http"),
     (["--shared-memory", "cuda"], "not supported"),
     (["-m", "nosuchmodel"], "nosuchmodel"),
 ])
@@ -100,11 +135,11 @@ def test_tune_sweeps_stores_and_applies_the_best(agent: tuple[AgentProcess, str]
                      "--max-candidates", "2", "--latency-budget-ms", "5000", "--apply",
                      "--json")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "throughput vs p99 latency" in run.stdout  # the plotext chart
-    assert "★" in run.stdout
+    assert "throughput vs p99 latency" in run.stderr  # the plotext chart: --json puts it there
+    assert "★" in run.stderr
     import json
 
-    sweep = json.loads(run.stdout.strip().splitlines()[-1])
+    sweep = json.loads(run.stdout)  # stdout holds the JSON only
     assert len(sweep["candidates"]) == 2 and sweep["applied"] is True
     assert all(c["ok"] and len(c["points"]) == 2 for c in sweep["candidates"])
     best = sweep["candidates"][sweep["best"]]["settings"]

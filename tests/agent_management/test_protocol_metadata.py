@@ -12,15 +12,15 @@ import tritonclient.grpc as tc
 from edge_agent.core.api import ModelConfigInfo
 from edge_agent.management.client import AgentClient
 from edge_agent.protocol.converters import to_model_config
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import sections, start_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import sections, start_agent
 
 
 @pytest.mark.parametrize("control", [False, True])
 def test_server_metadata_lists_what_is_served(tmp_path: Path, bundles: Bundles,
                                               control: bool) -> None:
-    agent = start_agent(tmp_path / "state", sections("meta", bundles.public_key),
-                        repository_control=control)
+    options = sections("meta", bundles.public_key)
+    agent = start_agent(tmp_path / "state", options, repository_control=control)
     try:
         with AgentClient(agent.management, token=agent.token) as client:
             assert client.deploy(bundles.mlp[1]).ok

@@ -17,18 +17,14 @@ import pytest
 import tritonclient.grpc as tc
 from tritonclient.utils import InferenceServerException
 
-from edge_agent.config import (
-    AgentConfig,
-    GrpcConfig,
-    ManagerSettings,
-)
+from edge_agent.config import AgentConfig, GrpcConfig
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.management.client import AgentClient
-from edge_agent.manager.manager import ModelManager
+from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.server import AgentServer
 from edge_agent.state import StateStore, Step
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, sections, start_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent, sections, start_agent
 
 X = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
 
@@ -40,8 +36,8 @@ def _infer(triton: tc.InferenceServerClient, version: str = "") -> str:
 
 
 def _agent(tmp_path: Path, bundles: Bundles, *, control: bool) -> InProcessAgent:
-    return start_agent(tmp_path / "state", sections("control", bundles.public_key),
-                       repository_control=control)
+    options = sections("control", bundles.public_key)
+    return start_agent(tmp_path / "state", options, repository_control=control)
 
 
 def test_model_control_is_off_by_default(tmp_path: Path, bundles: Bundles) -> None:

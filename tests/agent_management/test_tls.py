@@ -25,8 +25,12 @@ from console.errors import ConsoleConfigError
 from console.fleet import AgentState, Fleet, FleetAgent
 from console.known_agents import KnownAgents, ask_on_terminal
 from console.screens.details import detail_rows
-from edge_agent.config import DiscoveryConfig, ManagementConfig, ManagementSections
-from edge_agent.config.management import management_sections
+from edge_agent.config import (
+    DiscoveryConfig,
+    ManagementConfig,
+    ManagementSections,
+    management_sections,
+)
 from edge_agent.discovery import AgentAdvert
 from edge_agent.errors import ConfigError
 from edge_agent.management.client import (
@@ -37,8 +41,8 @@ from edge_agent.management.client import (
     TransportMismatchError,
 )
 from edge_agent.management.tls import fingerprint
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.inproc import InProcessAgent, sections, start_agent
+from tests.support.eventually import eventually
+from tests.support.harness import AgentProcess, InProcessAgent, sections, start_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,7 +185,9 @@ def test_serve_refuses_insecure_with_tls_files(tmp_path: Path) -> None:
 
 def test_mdns_advert_carries_the_fingerprint(tmp_path: Path) -> None:
     agent = start_agent(tmp_path / "state", sections(
-        "advertised", watch_window_s=60.0, mdns_interfaces=("127.0.0.1",)), workers=4, tls=True)
+        "advertised", watch_window_s=60.0, mdns_interfaces=("127.0.0.1",)),
+        workers=4, tls=True)
+
     assert agent.runtime is not None and agent.runtime.management is not None
     agent_id = agent.runtime.management.identity.agent_id
 
@@ -290,7 +296,6 @@ def test_first_contact_on_a_terminal_asks(tls_agent: InProcessAgent, tmp_path: P
     """`edge-console status` with a terminal: the fingerprint is shown, `yes` pins it."""
     import pty
     import select
-    import time
 
     home = tmp_path / "home"
     home.mkdir()
@@ -304,11 +309,17 @@ def test_first_contact_on_a_terminal_asks(tls_agent: InProcessAgent, tmp_path: P
         env={**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(home)})
     os.close(slave)
     try:
-        seen, deadline = b"", time.monotonic() + 120
-        while b"(yes/no)?" not in seen:
-            assert time.monotonic() < deadline and proc.poll() is None, seen
+        read: list[bytes] = []
+
+        def prompted() -> bool:
+            assert proc.poll() is None, b"".join(read)
             if select.select([master], [], [], 0.5)[0]:
-                seen += os.read(master, 4096)
+                read.append(os.read(master, 4096))
+            return b"(yes/no)?" in b"".join(read)
+
+        eventually(prompted, timeout=120, interval=0,
+                   message=lambda: f"no (yes/no)? prompt: {b''.join(read)!r}")
+        seen = b"".join(read)
         assert tls_agent.fingerprint.encode() in seen
         os.write(master, b"yes\n")
         out, _ = proc.communicate(timeout=120)

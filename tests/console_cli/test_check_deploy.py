@@ -21,9 +21,9 @@ from console.rollout import Phase, Rollout
 from edge_agent.management.client import AgentClient
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
-from tests.agent_management.bundles import PROFILE, Bundles
-from tests.agent_management.inproc import InProcessAgent, sections, start_agent, trusted_agent
 from tests.console_cli.conftest import console
+from tests.support.bundles import PROFILE, Bundles
+from tests.support.harness import InProcessAgent, sections, start_agent, trusted_agent
 
 
 @dataclass
@@ -94,7 +94,8 @@ def test_each_refusal_names_its_fix_and_matches_the_pipeline(
 
 def test_an_agent_without_trust_says_to_give_it_a_key(bundles: Bundles,
                                                         tmp_path: Path) -> None:
-    running = start_agent(tmp_path / "state", sections("no-trust"))
+    options = sections("no-trust")
+    running = start_agent(tmp_path / "state", options)
     try:
         with AgentClient(running.management, token=running.token) as client:
             check = client.check_deploy(bundles.mlp[1])

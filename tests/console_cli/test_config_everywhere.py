@@ -7,8 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.agent_management.bundles import Bundles
 from tests.console_cli.conftest import Fleet, console
+from tests.support.bundles import Bundles
 
 
 def _fleet_with_config(fleet: Fleet, tmp_path: Path, text: str) -> Fleet:

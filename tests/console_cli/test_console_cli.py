@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_management.bundles import Bundles
 from tests.console_cli.conftest import Fleet, console
+from tests.support.bundles import Bundles
 
 
 def test_help_and_ui_without_a_terminal() -> None:

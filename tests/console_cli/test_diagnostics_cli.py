@@ -7,8 +7,8 @@ import json
 import logging
 import time
 
-from tests.agent_management.bundles import Bundles
 from tests.console_cli.conftest import Fleet, console
+from tests.support.bundles import Bundles
 
 
 def test_doctor_prints_each_agents_findings(fleet: Fleet) -> None:
@@ -33,7 +33,7 @@ def test_logs_prints_the_agents_recent_lines(fleet: Fleet) -> None:
     assert marker in run.out and "ERROR" in run.out
     as_json = console(fleet, "logs", "--agent", fleet.a.management, "--token-file",
                       fleet.token_a, "--json", "--tail", "5")
-    lines = [json.loads(x) for x in as_json.out.splitlines()]
+    lines = as_json.json()  # one JSON document: a list of the lines
     assert 0 < len(lines) <= 5 and all({"seq", "level", "message"} <= set(x) for x in lines)
 
 

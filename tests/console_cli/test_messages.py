@@ -11,9 +11,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,9 +26,10 @@ from console.connections import Connections
 from console.fleet import AgentState, FleetAgent
 from console.tui import build_tui_parser
 from edge_agent.management.client import AgentClient, InferencePortError
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
 from tests.console_cli.conftest import ROOT, Fleet, console
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import InProcessAgent, trusted_agent
 
 
 def _piped(*args: str, module: str = "console.cli") -> subprocess.CompletedProcess[str]:
@@ -119,15 +120,16 @@ def test_rejected_requests_count_as_failed_requests(served: InProcessAgent) -> N
             assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
         stats = triton.get_inference_statistics("mlp", "2").model_stats[0].inference_stats
         assert stats.fail.count == 8  # (success counts the deploy's probe and parity check)
-    deadline = time.monotonic() + 60  # the recorder flushes to metrics.db once a second
-    while True:
+
+    def errors_stored() -> list[dict[str, Any]]:  # the recorder flushes once a second
         run = _piped("metrics", "--state-dir", str(served.state_dir), "--json",
                      module="edge_agent.cli")
         assert run.returncode == 0, run.stderr
         points = [p for p in json.loads(run.stdout)["points"] if p["version"] == 2]
-        if (points and points[0]["errors"] >= 8) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+        return points if points and points[0]["errors"] >= 8 else []
+
+    points = eventually(errors_stored, timeout=60, interval=0.2,
+                        message="metrics.db never held the 8 errors of version 2")
     point = points[0]
     # 8 errors of 11: the deploy's health probe and its 2 parity-check requests succeeded
     assert point["errors"] == 8 and point["error_rate"] == 8 / point["requests"] > 0.7, point

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from edge_agent.management.client import AgentClient
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
 from tests.console_cli.conftest import Run, console
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent, trusted_agent
 
 
 @dataclass

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_agent.management.client import AgentClient
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import trusted_agent
 from tests.console_cli.conftest import Run, console
+from tests.support.bundles import Bundles
+from tests.support.harness import trusted_agent
 
 
 def _rollback(address: str, token_file: Path, *args: str) -> Run:

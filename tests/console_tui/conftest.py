@@ -14,6 +14,7 @@ from textual.pilot import Pilot
 from console.app import EdgeConsoleApp
 from console.config import ConsoleSettings
 from tests.console_tui.agents import BundleSet, RunningAgent, build_test_bundles, start_agent
+from tests.support.eventually import eventually_async
 
 LOOPBACK = ("127.0.0.1",)
 DEADLINE_S = 30.0
@@ -53,11 +54,8 @@ async def wait_for(pilot: Pilot[None], condition: Callable[[], object], what: st
                    deadline_s: float = DEADLINE_S) -> None:
     """Let the app run until ``condition()`` holds (fails after a generous deadline)."""
     loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
     start = loop.time()
-    while not condition():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
+    await eventually_async(condition, timeout=deadline_s, sleep=pilot.pause,
+                           message=f"timed out waiting for {what}")
     if os.environ.get("CONSOLE_TEST_TIMING"):
         print(f"waited {loop.time() - start:.2f}s for {what}")

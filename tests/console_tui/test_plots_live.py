@@ -17,6 +17,7 @@ from edge_agent.management.client import AgentClient
 from tests.console_tui.agents import BundleSet, RunningAgent
 from tests.console_tui.conftest import console_app, wait_for
 from tests.console_tui.test_agent_live import _static, _traffic
+from tests.support.eventually import eventually_async
 
 
 def _stored_requests(address: str, token: str) -> int:
@@ -35,10 +36,9 @@ async def test_plots_are_backfilled_from_history_then_switch_range(
     traffic = threading.Thread(target=_traffic, args=(inference, stop), daemon=True)
     traffic.start()
     try:  # traffic until the agent's SQLite history holds some of it, then no more
-        deadline = time.monotonic() + 60
-        while _stored_requests(alpha.address, alpha.token) == 0:
-            assert time.monotonic() < deadline, "the agent never stored its metrics"
-            await asyncio.sleep(0.5)
+        await eventually_async(lambda: _stored_requests(alpha.address, alpha.token),
+                               timeout=60, interval=0.5,
+                               message="the agent never stored its metrics")
     finally:
         stop.set()
         await asyncio.to_thread(traffic.join, 10)

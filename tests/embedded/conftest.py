@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.agent_management.bundles import Bundles, build_all
+from tests.support.bundles import Bundles, build_all
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,9 @@ import pytest
 from edge_agent import embedded
 from edge_agent.errors import InvalidInputError, ModelNotFoundError
 from packager.bundle.reader import open_bundle as read_bundle
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import trusted_agent
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import trusted_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -194,10 +194,8 @@ def test_threads_calling_infer_at_once_share_executions(bundles: Bundles) -> Non
             i, rt.infer("mlp", {"input": xs[i]})["probs"])) for i in range(8)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 60
-        while batcher.inflight < 8:
-            assert time.monotonic() < deadline, "the callers did not all arrive"
-            time.sleep(0.005)
+        eventually(lambda: batcher.inflight >= 8, timeout=60, interval=0.005,
+                   message="the callers did not all arrive")
         for _ in range(plane.gate.limit):
             plane.gate.release()
         for t in threads:

@@ -11,9 +11,9 @@ import pytest
 
 from edge_agent.config import load_config
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.server import AgentServer
-from tests.agent_core.bundles import build, install
-from tests.model_factory import make_mlp
+from tests.support.core_bundles import build, install
+from tests.support.harness import running
+from tests.support.model_factory import make_mlp
 
 ORT = "x86_64-cpu-onnxruntime"
 
@@ -40,8 +40,8 @@ def mlp_bundles(tmp_path_factory: pytest.TempPathFactory) -> MlpBundles:
 
 @dataclass(frozen=True)
 class Served:
-    """A real agent gRPC server (TCP on 127.0.0.1:0 and a Unix socket) over a data plane that
-    serves mlp v1 with the response cache on."""
+    """A real agent (the harness's in-process mode: TCP on 127.0.0.1:0 and a Unix socket)
+    serving mlp v1 with the response cache on."""
 
     tcp: str
     uds: Path
@@ -58,14 +58,7 @@ def served(mlp_bundles: MlpBundles, tmp_path_factory: pytest.TempPathFactory
     toml.write_text("[response_cache]\nsize_mib = 4\n[models.mlp]\nresponse_cache = true\n")
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0",
                          uds=root / "infer.sock")
-    dataplane = DataPlane(state, overrides=config.models.overrides,
-                          response_cache_bytes=config.models.response_cache_bytes)
-    server = AgentServer(dataplane, config)
-    try:
-        addresses = server.start()
-        server.mark_serving()
-        assert addresses.tcp is not None and addresses.uds is not None
-        yield Served(addresses.tcp, addresses.uds, dataplane)
-    finally:
-        server.stop(2.0)
-        dataplane.close()
+    with running(config, name="fastpath-agent") as agent:
+        addresses = agent.addresses
+        assert addresses is not None and addresses.tcp is not None and addresses.uds is not None
+        yield Served(addresses.tcp, addresses.uds, agent.dataplane)

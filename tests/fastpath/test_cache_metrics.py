@@ -13,8 +13,8 @@ from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
 from edge_agent.metrics import MetricsRecorder, MetricsStore, SecondRow, render_summary
-from tests.agent_core.bundles import install
 from tests.fastpath.conftest import MlpBundles
+from tests.support.core_bundles import install
 
 T0 = 1_750_000_000
 

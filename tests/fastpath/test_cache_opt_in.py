@@ -20,10 +20,10 @@ from edge_agent.core.types import InferRequest
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.bundle.reader import open_bundle
-from tests.agent_core.bundles import install
-from tests.agent_management.inproc import sections, start_agent
-from tests.console_cli.conftest import console
 from tests.fastpath.conftest import ORT, MlpBundles
+from tests.support.cli import console
+from tests.support.core_bundles import install
+from tests.support.harness import sections, start_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,8 +88,8 @@ def test_hits_and_hit_rate_in_list_models_and_console_status(
     state = tmp_path / "state"
     assert agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned",
                       str(opted_in)]) == 0
-    agent = start_agent(state, sections("cache-agent"), workers=4,
-                        response_cache_bytes=1 << 20)
+    agent = start_agent(state, sections("cache-agent"),
+                        workers=4, response_cache_bytes=1 << 20)
     try:
         x = np.full((1, 64), 0.5, np.float32)
         request = pb.ModelInferRequest(model_name="mlp")

@@ -14,8 +14,8 @@ from edge_agent.core.cache import ResponseCache
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import ConfigError
-from tests.agent_core.bundles import install, reference_outputs
 from tests.fastpath.conftest import MlpBundles
+from tests.support.core_bundles import install, reference_outputs
 
 CACHED = {"mlp": ModelOverrides(response_cache=True)}
 

@@ -24,8 +24,8 @@ from edge_agent.protocol.shared_memory import (
     SharedMemoryRegistry,
     TooManyRegionsError,
 )
-from tests.agent_core.bundles import reference_outputs
 from tests.fastpath.conftest import MlpBundles, Served
+from tests.support.core_bundles import reference_outputs
 
 ROW_BYTES = 64 * 4
 OUT_BYTES = 10 * 4

@@ -18,9 +18,9 @@ from edge_agent.core.dataplane import DataPlane
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.server import AgentServer
-from tests.agent_core.bundles import build, install, reference_outputs
-from tests.agent_core.spin_model import make_spin_model, spin_input
 from tests.fastpath.conftest import ORT, MlpBundles
+from tests.support.core_bundles import build, install, reference_outputs
+from tests.support.spin_model import make_spin_model, spin_input
 
 IN_FLIGHT = 16
 

@@ -17,12 +17,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from edge_agent.config import load_config
-from edge_agent.core.dataplane import DataPlane
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from edge_agent.server import AgentServer
-from tests.agent_core.bundles import build, install
 from tests.fastpath.conftest import ORT
+from tests.support.core_bundles import build, install
+from tests.support.harness import running
 
 
 def _make_simple(path: Path) -> Path:
@@ -47,16 +46,9 @@ def simple_uds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     install(bundle, state)
     config = load_config(None, state_dir=state, grpc_address="127.0.0.1:0",
                          uds=root / "infer.sock")
-    dataplane = DataPlane(state, overrides=config.models.overrides)
-    server = AgentServer(dataplane, config)
-    try:
-        addresses = server.start()
-        server.mark_serving()
-        assert addresses.uds is not None
-        yield addresses.uds
-    finally:
-        server.stop(2.0)
-        dataplane.close()
+    with running(config, name="typed-agent") as agent:
+        assert agent.addresses is not None and agent.addresses.uds is not None
+        yield agent.addresses.uds
 
 
 def _typed_request(in0: np.ndarray, in1: np.ndarray, *, stream_id: str = ""

@@ -1,4 +1,4 @@
-"""Real agents for the orchestration tests: in this process (an Agent on a thread) with an
+"""Real agents for the orchestration tests: in this process (run_agent on a thread) with an
 AgentConfig the test writes, or as a subprocess reading an agent.toml."""
 
 from __future__ import annotations
@@ -9,14 +9,10 @@ from pathlib import Path
 
 import tritonclient.grpc as tc
 
-from edge_agent.config import (
-    AgentConfig,
-    GrpcConfig,
-    ModelsConfig,
-)
+from edge_agent.config import AgentConfig, GrpcConfig, ModelsConfig
 from edge_agent.config.models import ModelOverrides
 from edge_agent.management.client import AgentClient
-from tests.agent_management.inproc import InProcessAgent, run_configured, sections
+from tests.support.harness import InProcessAgent, run_configured, sections
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import pytest
 
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
-from tests.model_factory import LIGHT_BUILD, light_model_path
+from tests.support.model_factory import LIGHT_BUILD, light_model_path
 
 PROFILE = "x86_64-cpu-onnxruntime"
 CNNS = ("squeezenet", "shufflenet", "inception_v1")

@@ -12,9 +12,9 @@ from edge_agent.config.models import ModelOverrides
 from edge_agent.core.residency import MIB
 from edge_agent.management.client import AgentClient
 from packager.bundle.reader import open_bundle
-from tests.agent_management.agent_proc import AgentProcess
 from tests.orchestration.agents import client, infer_cnn, memory_of, running_agent
 from tests.orchestration.conftest import CNNS, CnnBundles
+from tests.support.harness import AgentProcess
 
 ISOLATED = '[models."*"]\nisolation = "process"\ninstances = 1\n'
 

@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,10 @@ from tritonclient.utils import InferenceServerException
 
 from edge_agent.config.models import ModelOverrides
 from edge_agent.metrics.summary import summary_json
-from tests.console_cli.conftest import console
 from tests.orchestration.agents import client, infer_cnn, running_agent
 from tests.orchestration.conftest import CnnBundles
+from tests.support.cli import console
+from tests.support.eventually import eventually
 
 ON_DEMAND = ModelOverrides(load="on-demand", isolation="thread")
 
@@ -27,13 +27,6 @@ def _deploy(state: Path, bundles: CnnBundles, *paths: Path) -> None:
         for path in paths:
             result = c.deploy(path)
             assert result.ok, result
-
-
-def _wait(condition: object, what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_on_demand_model_is_listed_not_ready_and_concurrent_first_requests_share_one_load(
@@ -91,7 +84,8 @@ def test_a_request_that_outwaits_load_timeout_gets_unavailable_naming_the_reason
             infer_cnn(triton, "squeezenet")
         assert err.value.status() == "StatusCode.UNAVAILABLE"
         assert "load_timeout_ms=1" in err.value.message()
-        _wait(lambda: triton.is_model_ready("squeezenet"), "the load to finish anyway")
+        eventually(lambda: triton.is_model_ready("squeezenet"),
+                   message="timed out waiting for the load to finish anyway")
         assert infer_cnn(triton, "squeezenet")[0] == 1
 
 
@@ -106,7 +100,8 @@ def test_idle_model_is_unloaded_and_reloaded_while_a_pinned_one_stays(
             tc.InferenceServerClient(agent.grpc) as triton, client(agent) as c:
         infer_cnn(triton, "shufflenet")  # the pinned one is used first: it is idle longer
         infer_cnn(triton, "squeezenet")
-        _wait(lambda: not triton.is_model_ready("squeezenet"), "the idle unload")
+        eventually(lambda: not triton.is_model_ready("squeezenet"),
+                   message="timed out waiting for the idle unload")
         assert triton.is_model_ready("shufflenet"), "a pinned model was unloaded"
         (view,) = [v for v in c.models("squeezenet") if v.active]
         assert view.unloads == 1 and "idle" in view.residency

@@ -8,7 +8,7 @@ import pytest
 
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
-from tests.model_factory import LIGHT_BUILD, light_model_path, make_mlp
+from tests.support.model_factory import LIGHT_BUILD, light_model_path, make_mlp
 
 CPU_PROFILES = ("x86_64-cpu-openvino", "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime")
 

@@ -92,7 +92,7 @@ def test_bad_input_one_line_nonzero_exit_no_partial_bundle(case, message, tmp_pa
     argv = ["build", args.pop("model"), *[x for kv in args.items() for x in kv]]
     if case == "dynamic_batch_unfit":
         fixed = tmp_path / "fixed.onnx"
-        from tests.model_factory import make_mlp
+        from tests.support.model_factory import make_mlp
 
         # batch dim already dynamic is fine; a leading dim of 2 cannot become a batch dim
         m = onnx.load(make_mlp(fixed))

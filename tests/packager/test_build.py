@@ -104,7 +104,7 @@ def test_light_cnns_get_a_dynamic_batch_that_really_runs(bundles, request, tmp_p
         assert m.inputs[0].shape == (-1, 3, 224, 224)
         assert m.outputs[0].shape[0] == -1
         # ONNX Runtime artifacts agree with the source; OpenVINO may differ by a few ulps on
-        # the constant-fill logits (tests/model_factory.py), which the manifest records.
+        # the constant-fill logits (tests/support/model_factory.py), which the manifest records.
         assert m.parity["passed"] or m.parity["allowed_failure"], m.parity
         assert all(r["passed"] for b, r in m.parity["artifacts"].items() if b == "onnxruntime")
         feeds = seeded_inputs(m.inputs, 3)

@@ -119,3 +119,31 @@ def test_max_batch_on_a_fixed_batch_model_warns_and_names_dynamic_batch(tmp_path
     assert "--dynamic-batch" in warning[0] and "fixed.onnx" in warning[0]
     r = edge_pack(*args, "--version", "2", "--dynamic-batch", "--out", "batched", cwd=tmp_path)
     assert r.returncode == 0 and "warning:" not in r.stderr, r.stderr
+
+
+def test_build_refuses_to_replace_a_bundle_built_from_other_weights(tmp_path: Path) -> None:
+    from tests.support.model_factory import make_mlp
+
+    first, other = make_mlp(tmp_path / "a.onnx", seed=1), make_mlp(tmp_path / "b.onnx", seed=2)
+    args = ("--name", "mlp", "--version", "1", "--profile", "x86_64-cpu-onnxruntime",
+            "--out", "dist", "--quiet")
+    built = edge_pack("build", str(first), *args, cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    bundle = tmp_path / "dist" / "mlp-1-x86_64-cpu-onnxruntime.edgepkg"
+    before = bundle.read_bytes()
+    refused = edge_pack("build", str(other), *args, cwd=tmp_path)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert str(Path("dist") / bundle.name) in refused.stderr
+    assert "--overwrite" in refused.stderr and "another source" in refused.stderr
+    assert bundle.read_bytes() == before
+    assert [p.name for p in (tmp_path / "dist").iterdir()] == [bundle.name]  # no stage left
+    again = edge_pack("build", str(first), *args, cwd=tmp_path)  # a rebuild: same source
+    assert again.returncode == 0, again.stderr
+    replaced = edge_pack("build", str(other), *args, "--overwrite", cwd=tmp_path)
+    assert replaced.returncode == 0, replaced.stderr
+    from packager.bundle.format import sha256_file
+    from packager.bundle.reader import open_bundle
+
+    with open_bundle(bundle) as reader:
+        assert reader.manifest.source_sha256 == sha256_file(other)
+    assert "--overwrite" in edge_pack("build", "--help", cwd=tmp_path).stdout

@@ -9,7 +9,7 @@ import pytest
 
 from packager.bundle.errors import ModelError
 from packager.onnx_tools import io_signature, load_model, make_batch_dynamic, real_inputs
-from tests.model_factory import light_model_path, make_mlp
+from tests.support.model_factory import light_model_path, make_mlp
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "inception_v1", "resnet50"])

@@ -26,7 +26,15 @@ def test_shipped_profiles_load_and_are_complete():
         assert p.arch in ("x86_64", "aarch64") and p.precision
         assert b.max_batch_size > 0 and b.preferred_batch_sizes and b.max_queue_delay_us > 0
         assert max(b.preferred_batch_sizes) <= b.max_batch_size and b.instances >= 1
-        assert p.parity.atol > 0 and p.parity.rtol >= 0
+        # a relative tolerance of 100% or more would let any output of the right sign pass
+        assert p.parity.atol > 0 and 0 < p.parity.rtol < 1
+    # a lower precision is never held to a stricter tolerance than a higher one
+    rank = {"fp32": 0, "fp16": 1, "int8": 2}
+    for hi in profiles.values():
+        for lo in profiles.values():
+            if rank[hi.precision] < rank[lo.precision]:
+                assert hi.parity.atol <= lo.parity.atol and hi.parity.rtol <= lo.parity.rtol, (
+                    hi.name, lo.name)
     assert profiles["jetson-orin-tensorrt"].backend == "tensorrt"
     assert profiles["jetson-orin-tensorrt"].fallback_backend == "onnxruntime"
     assert profiles["jetson-orin-tensorrt"].precision == "fp16"

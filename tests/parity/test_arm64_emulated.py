@@ -25,7 +25,7 @@ import pytest
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from tests.agent_management.agent_proc import AgentProcess
+from tests.support.harness import AgentProcess
 
 ROOT_ENV = "EDGE_ARM64_ROOT"
 VENV = "/opt/edge"

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_management.inproc import InProcessAgent, sections, start_agent
-from tests.console_cli.conftest import Run, console
 from tests.parity.bundles import ParityBundles
+from tests.support.cli import Run, console
+from tests.support.harness import InProcessAgent, sections, start_agent
 
 
 @pytest.fixture
 def agent(tmp_path: Path, parity_bundles: ParityBundles) -> Iterator[tuple[InProcessAgent, Path]]:
-    a = start_agent(tmp_path / "agent", sections("parity-a", parity_bundles.public_key),
-                    workers=4)
+    a = start_agent(tmp_path / "agent", sections("parity-a", parity_bundles.public_key), workers=4)
     try:
         token = tmp_path / "a.token"
         token.write_text(a.token + "\n")

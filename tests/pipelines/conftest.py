@@ -12,27 +12,18 @@ import contextlib
 import shutil
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from edge_agent.agent import Agent as RunningAgent
-from edge_agent.config import (
-    AgentConfig,
-    GrpcConfig,
-    ModelsConfig,
-    with_management,
-)
+from edge_agent.config import AgentConfig, GrpcConfig, ModelsConfig
 from edge_agent.config.models import ModelOverrides
-from edge_agent.management.client import AgentClient
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from tests.agent_management.inproc import sections
+from tests.support.harness import InProcessAgent, running, sections
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pipeline"
@@ -127,24 +118,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return b
 
 
-@dataclass
-class Agent:
-    state_dir: Path
-    stop_event: threading.Event = field(default_factory=threading.Event)
-    runtime: RunningAgent | None = None
-    dataplane: Any = None
-    tcp: str = ""
-    uds: str = ""
-    error: BaseException | None = None
-    thread: threading.Thread | None = None
-
-    def client(self) -> AgentClient:
-        assert self.runtime is not None and self.runtime.management_address
-        return AgentClient(self.runtime.management_address, token=self.runtime.token)
-
-    def deploy(self, bundle: Path) -> Any:
-        with self.client() as c:
-            return c.deploy(bundle)
+Agent = InProcessAgent
+"""A running agent of these tests (the harness's in-process mode)."""
 
 
 @contextlib.contextmanager
@@ -155,33 +130,8 @@ def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: b
     options = sections("pipeline-agent", *([public_key] if public_key else []), insecure=True,
                        allow_unsigned=allow_unsigned, keep_versions=keep_versions)
     uds = state_dir / "run" / "i.sock"
-    config = with_management(AgentConfig(
-        state_dir=state_dir, models=ModelsConfig(overrides=models or {}),
-        grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds, workers=24,
-                        repository_control=repository_control)), options)
-    agent = Agent(state_dir)
-    ready = threading.Event()
-
-    def on_ready(running: RunningAgent) -> None:
-        agent.runtime, agent.dataplane = running, running.dataplane
-        agent.tcp = running.addresses.tcp or ""
-        agent.uds = f"unix://{uds}"
-        ready.set()
-
-    def main() -> None:
-        try:
-            RunningAgent(config, grace=2.0).run(on_ready, agent.stop_event)
-        except BaseException as exc:  # surfaced below
-            agent.error = exc
-            ready.set()
-
-    state_dir.mkdir(parents=True, exist_ok=True)
-    agent.thread = threading.Thread(target=main, name="pipeline-agent", daemon=True)
-    agent.thread.start()
-    try:
-        assert ready.wait(120) and agent.error is None, f"agent did not start: {agent.error!r}"
+    config = AgentConfig(state_dir=state_dir, models=ModelsConfig(overrides=models or {}),
+                         grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds,
+                                         workers=24, repository_control=repository_control))
+    with running(config, options, name="pipeline-agent") as agent:
         yield agent
-    finally:
-        agent.stop_event.set()
-        agent.thread.join(60)
-        assert not agent.thread.is_alive(), "agent did not stop"

@@ -15,8 +15,8 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 
 from packager.build import build_bundles
-from tests.model_factory import LIGHT_BUILD, varied_light_model
 from tests.pipelines.conftest import EXAMPLE, PROFILE, Agent, Built, build, running_agent
+from tests.support.model_factory import LIGHT_BUILD, varied_light_model
 
 import jpeg_prep  # isort: skip  (examples/pipeline, on the path through the conftest)
 import topk  # isort: skip

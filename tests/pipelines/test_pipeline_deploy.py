@@ -4,13 +4,13 @@ after a restart a pipeline comes back after the models it calls."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
 from tests.pipelines.conftest import EXAMPLE, Built, build, running_agent
+from tests.support.eventually import eventually
 
 import imaging  # isort: skip  (examples/pipeline, on the path through the conftest)
 
@@ -95,13 +95,10 @@ def test_hot_swap_of_a_member_under_pipeline_load_fails_no_request(
         for t in threads:
             t.start()
         try:
-            deadline = time.monotonic() + 60
-            while len(done) < 20 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            eventually(lambda: len(done) >= 20, message="no traffic before the deploy")
             assert agent.deploy(built.bundles["mlp2"]).ok
             seen = len(done)
-            while len(done) < seen + 20 and time.monotonic() < deadline + 60:
-                time.sleep(0.05)
+            eventually(lambda: len(done) >= seen + 20, message="no traffic after the deploy")
         finally:
             stop.set()
             for t in threads:

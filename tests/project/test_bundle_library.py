@@ -14,9 +14,10 @@ HEAVY = {"onnx", "openvino", "onnxruntime", "tensorrt", "pycuda", "skl2onnx", "o
 """What a device must not pay for when it reads a bundle (the registry client imports oras and
 requests only when it talks to a registry)."""
 
-DEVICE_SIDE = ("packager.bundle", "packager.extras")
+DEVICE_SIDE = ("packager.bundle", "packager.extras", "packager.pipes")
 """What ``edge_agent/`` and ``console/`` may import from the packager: the bundle format, and
-the standard-library-only table of the distribution's extras the three CLIs share."""
+two standard-library-only modules the three CLIs share (the table of the distribution's extras,
+and the quiet exit when the reader of their output goes away)."""
 
 
 def test_the_bundle_library_imports_no_runtime_and_no_converter() -> None:

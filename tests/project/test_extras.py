@@ -48,5 +48,5 @@ def test_installed_extras_are_not_refused() -> None:
 def test_a_missing_extra_is_one_actionable_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(extras.EXTRAS, "pack", ("numpy", "edge_toolkit_no_such_module"))
     assert extras.refusal("pack", "edge-pack build") == (
-        "edge-pack build needs edge-toolkit[pack] (not installed here: "
-        "edge_toolkit_no_such_module); install it with: pip install 'edge-toolkit[pack]'")
+        "edge-pack build needs edgeship[pack] (not installed here: "
+        "edge_toolkit_no_such_module); install it with: pip install 'edgeship[pack]'")

@@ -1,5 +1,5 @@
-"""Each machine gets only what it runs: ``pip install edge-toolkit[agent]`` and
-``edge-toolkit[console]`` into fresh virtual environments, then the commands run there.
+"""Each machine gets only what it runs: ``pip install edgeship[agent]`` and
+``edgeship[console]`` into fresh virtual environments, then the commands run there.
 
 - ``[agent]``: ``edge-agent serve --help`` works and every agent module imports; no Textual,
   no ONNX toolchain (onnx), no OpenVINO; the bundle reader and ``edge-pack profiles`` work;
@@ -8,89 +8,30 @@
   runtime (onnxruntime, openvino, onnx).
 
 Slow (two real pip installs from the package registry, about a minute each). Skipped, with
-pip's own words, only when pip cannot reach a registry.
+pip's own words, only when pip cannot reach a registry. Prints each install's site-packages
+size (``du``): the README's Install table is that measurement.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PIP_TIMEOUT_S = 900
+from tests.project.venvs import Venv, venv_with
 
 pytestmark = pytest.mark.slow
 
 
-@dataclass(frozen=True)
-class Venv:
-    """A fresh virtual environment with one extra of the project installed."""
-
-    root: Path
-
-    @property
-    def bin(self) -> Path:
-        return self.root / "bin"
-
-    def run(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
-        return subprocess.run(list(args), cwd=cwd or self.root, env=env, capture_output=True,
-                              text=True, timeout=PIP_TIMEOUT_S, check=False)
-
-    def installed(self, names: list[str]) -> dict[str, bool]:
-        code = ("import importlib.metadata as md, json, sys\n"
-                "def has(n):\n"
-                "    try:\n        md.distribution(n)\n        return True\n"
-                "    except md.PackageNotFoundError:\n        return False\n"
-                "print(json.dumps({n: has(n) for n in sys.argv[1:]}))\n")
-        out = self.run(str(self.bin / "python"), "-c", code, *names)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-    def site_packages_mib(self) -> float:
-        """Disk use of site-packages, as ``du`` counts it (allocated blocks)."""
-        sp = next(self.root.glob("lib/python3*/site-packages"))
-        return sum(p.lstat().st_blocks * 512 for p in sp.rglob("*")) / 2**20
-
-
-def _registry_unreachable(venv: Venv, scratch: Path) -> str | None:
-    """pip's last words when it cannot fetch a small package from a registry, else None."""
-    probe = venv.run(str(venv.bin / "python"), "-m", "pip", "download", "--no-deps",
-                     "--dest", str(scratch), "hatchling")
-    if probe.returncode == 0:
-        return None
-    return (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
-
-
-def _venv_with(extra: str, tmp: Path) -> Venv:
-    venv = Venv(tmp / extra)
-    subprocess.run([sys.executable, "-m", "venv", str(venv.root)], check=True, timeout=300)
-    out = venv.run(str(venv.bin / "python"), "-m", "pip", "install", "--quiet",
-                   f"{ROOT}[{extra}]")
-    if out.returncode != 0:
-        why = _registry_unreachable(venv, tmp / f"{extra}-probe")
-        if why is not None:
-            pytest.skip(f"pip cannot reach a package registry ({why})")
-        pytest.fail(f"pip install edge-toolkit[{extra}] failed:\n{out.stderr[-3000:]}")
-    print(f"\nedge-toolkit[{extra}]: site-packages {venv.site_packages_mib():.0f} MiB")
-    return venv
+@pytest.fixture(scope="module")
+def agent_venv(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Venv:
+    return venv_with("agent", tmp_path_factory.mktemp("extras"), pytestconfig)
 
 
 @pytest.fixture(scope="module")
-def agent_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return _venv_with("agent", tmp_path_factory.mktemp("extras"))
-
-
-@pytest.fixture(scope="module")
-def console_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return _venv_with("console", tmp_path_factory.mktemp("extras"))
+def console_venv(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Venv:
+    return venv_with("console", tmp_path_factory.mktemp("extras"), pytestconfig)
 
 
 def _import_all(venv: Venv, package: str) -> subprocess.CompletedProcess[str]:
@@ -100,15 +41,15 @@ def _import_all(venv: Venv, package: str) -> subprocess.CompletedProcess[str]:
             "    if not m.name.endswith('__main__'):\n"
             "        importlib.import_module(m.name)\n"
             "print('imported', len(sys.modules))\n")
-    return venv.run(str(venv.bin / "python"), "-c", code)
+    return venv.python(code)
 
 
 def _one_line_refusal(out: subprocess.CompletedProcess[str], extra: str) -> None:
     assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
-    assert f"needs edge-toolkit[{extra}]" in lines[0]
-    assert f"pip install 'edge-toolkit[{extra}]'" in lines[0]
+    assert f"needs edgeship[{extra}]" in lines[0]
+    assert f"pip install 'edgeship[{extra}]'" in lines[0]
 
 
 def test_agent_install_serves_without_the_toolchain_or_the_console(agent_venv: Venv,
@@ -117,9 +58,12 @@ def test_agent_install_serves_without_the_toolchain_or_the_console(agent_venv: V
     assert out.returncode == 0, out.stderr
     assert "usage: edge-agent serve" in out.stdout
     have = agent_venv.installed(["onnxruntime", "grpcio", "zeroconf", "textual", "onnx",
-                                 "openvino", "sqlite-utils", "tensorrt"])
+                                 "openvino", "sqlite-utils", "tensorrt", "grpcio-health-checking"])
+    # the agent serves grpc.health.v1 from its own stubs (protobuf 5.29.1 to 7.x), not from
+    # grpcio-health-checking's (which follow the newest protobuf)
     assert have == {"onnxruntime": True, "grpcio": True, "zeroconf": True, "textual": False,
-                    "onnx": False, "openvino": False, "sqlite-utils": False, "tensorrt": False}
+                    "onnx": False, "openvino": False, "sqlite-utils": False, "tensorrt": False,
+                    "grpcio-health-checking": False}
     imported = _import_all(agent_venv, "edge_agent")
     assert imported.returncode == 0, imported.stderr
     # the bundle reader and the profiles need no ONNX toolchain

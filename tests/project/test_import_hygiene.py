@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
@@ -93,3 +94,30 @@ def test_console_commands_load_no_serving_core() -> None:
         "edge_agent.metrics", "edge_agent.protocol", "edge_agent.server")))
     assert not serving, f"console.commands loads the agent's serving side: {serving}"
     assert not _top(loaded) & {"numpy", "onnx", "onnxruntime", "openvino", "textual"}
+
+
+def test_backends_never_import_the_serving_core() -> None:
+    # core -> backends only: a backend reaches other models through the Host it is given
+    loaded = _modules_loaded_by(_submodules("edge_agent.backends",
+                                            skip=("edge_agent.backends.tensorrt",)))
+    assert "edge_agent.backends.pipeline_backend" in loaded
+    core = sorted(m for m in loaded if m.startswith("edge_agent.core"))
+    assert not core, f"edge_agent.backends loads the serving core: {core}"
+
+
+def test_the_model_manager_reaches_the_data_plane_only_through_its_port() -> None:
+    # edge_agent.core.deploy_port.DeployPort lists every call the deploy lifecycle makes
+    internals = {"ModelRepository", "Orchestrator", "DataPlane", "ResponseCache"}
+    reached = []
+    for path in sorted((ROOT / "edge_agent" / "manager").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "edge_agent.core"):
+                reached += [f"{path.name}: imports {a.name}" for a in node.names
+                            if a.name in internals]
+            elif isinstance(node, ast.Attribute) and node.attr in {
+                    "repository", "orchestrator", "response_cache"}:
+                reached.append(f"{path.name}:{node.lineno}: .{node.attr}")
+    assert (ROOT / "edge_agent" / "manager" / "manager.py").is_file()
+    assert not reached, reached

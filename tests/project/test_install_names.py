@@ -16,7 +16,7 @@ REQUIREMENT = re.compile(
     r"""^['"]?(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(\[(?P<extras>[^\]]*)\])?['"]?$""")
 PATH_REQUIREMENT = re.compile(r"""^['"]?(\.{1,2}/|/)[^\[]*(\[(?P<extras>[^\]]*)\])?['"]?$""")
 # packages the docs install for a reason of their own (not this project)
-OTHERS = {"pillow", "pycuda", "tensorrt"}
+OTHERS = {"pillow", "pycuda", "tensorrt", "tritonclient"}
 
 
 def _project() -> tuple[str, set[str]]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from packager.bundle.signing import generate_keypair
-from tests.digits_cnn import DigitsData, export_onnx, load_digits_split, train_digits_cnn
+from tests.support.digits_cnn import DigitsData, export_onnx, load_digits_split, train_digits_cnn
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from packager.bundle.errors import ParityError, UsageError
 from packager.bundle.manifest import Manifest
 from packager.bundle.reader import open_bundle
 from packager.cli import main
-from tests.digits_cnn import INPUT, OUTPUT, accuracy
-from tests.managed_agent import managed_agent
 from tests.quantization.conftest import TrainedCnn
+from tests.support.digits_cnn import INPUT, OUTPUT, accuracy
+from tests.support.harness import managed_agent
 
 INT8 = ("x86_64-cpu-onnxruntime-int8", "x86_64-cpu-openvino-int8")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_management.bundles import Bundles, build_all
 from tests.registry.registry_proc import BINARY, SKIP_REASON, RegistryProcess, running_registry
+from tests.support.bundles import Bundles, build_all
 
 
 @pytest.fixture(scope="session")

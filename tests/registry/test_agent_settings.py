@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +18,9 @@ from console.errors import DeploymentFailedError
 from edge_agent.config.management import management_sections
 from edge_agent.errors import ConfigError
 from packager.cli import main as edge_pack
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
 from tests.registry.registry_proc import BINARY, SKIP_REASON, RegistryProcess
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
 
 needs_registry = pytest.mark.skipif(BINARY is None, reason=SKIP_REASON)
 
@@ -42,11 +41,7 @@ def _hup_and_wait(agent: AgentProcess, expect: str, timeout: float = 60.0) -> No
     assert agent.proc is not None
     seen = len(agent.output)
     os.kill(agent.proc.pid, signal.SIGHUP)
-    deadline = time.monotonic() + timeout
-    while not any(expect in line for line in agent.output[seen:]):
-        assert agent.proc.poll() is None and time.monotonic() < deadline, \
-            "".join(agent.output)
-        time.sleep(0.1)
+    agent.wait_for_output(expect, since=seen, timeout=timeout)
 
 
 def _infer_matches(agent: AgentProcess, bundles: Bundles, version: int) -> None:

@@ -25,10 +25,10 @@ from packager.bundle.oci.head import read_bundle_head
 from packager.bundle.oci.ref import parse_reference
 from packager.bundle.reader import open_bundle
 from packager.cli import main as edge_pack
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
 from tests.console_tui.conftest import console_app, wait_for
 from tests.registry.registry_proc import BINARY, SKIP_REASON, RegistryProcess, running_registry
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(BINARY is None, reason=SKIP_REASON)]
 
@@ -58,7 +58,7 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    from tests.agent_management.bundles import build_all
+    from tests.support.bundles import build_all
 
     root = tmp_path_factory.mktemp("console-site")
     bundles = build_all(root / "bundles")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from packager.cli import main as edge_pack
-from tests.agent_management.bundles import Bundles
 from tests.registry.registry_proc import BINARY, SKIP_REASON, RegistryProcess, running_registry
+from tests.support.bundles import Bundles
 
 pytestmark = pytest.mark.skipif(BINARY is None, reason=SKIP_REASON)
 USER, PASSWORD = "robot", "s3cret-pass"
@@ -89,7 +89,7 @@ def test_an_agent_pulls_with_its_own_auth_file(locked: RegistryProcess, bundles:
     from console.commands import deploy_reference
     from console.config import ConsoleSettings
     from console.errors import DeploymentFailedError
-    from tests.agent_management.agent_proc import AgentProcess
+    from tests.support.harness import AgentProcess
 
     ref, creds = _push_with_password(locked, bundles, tmp_path, monkeypatch)
     configs = {}
@@ -124,7 +124,7 @@ def test_an_agent_started_with_registry_flags_only(locked: RegistryProcess, bund
     """--registry-allow, --registry-insecure and --registry-auth-file: no config file."""
     from console.commands import deploy_reference
     from console.config import ConsoleSettings
-    from tests.agent_management.agent_proc import AgentProcess
+    from tests.support.harness import AgentProcess
 
     ref, creds = _push_with_password(locked, bundles, tmp_path, monkeypatch)
     flags = ["--registry-allow", f"{locked.address}/edge", "--registry-insecure",

@@ -14,8 +14,6 @@ from console.commands import deploy_reference
 from console.config import ConsoleSettings
 from console.errors import BundleRejectedError, DeploymentFailedError
 from packager.cli import main as edge_pack
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
 from tests.registry.registry_proc import (
     BINARY,
     SKIP_REASON,
@@ -23,6 +21,8 @@ from tests.registry.registry_proc import (
     RegistryProcess,
     running_registry,
 )
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(BINARY is None, reason=SKIP_REASON)]

@@ -16,8 +16,8 @@ from packager.bundle.oci.layout import BUNDLE_MEDIA_TYPE, INDEX_MEDIA_TYPE, PROF
 from packager.bundle.oci.ref import parse_reference
 from packager.bundle.oci.transfer import pull_bundles, resolve
 from packager.cli import main as edge_pack
-from tests.agent_management.bundles import Bundles
 from tests.registry.registry_proc import RegistryProcess
+from tests.support.bundles import Bundles
 
 HTTP = RegistryOptions(insecure=True, retries=1, backoff_s=0.05)
 

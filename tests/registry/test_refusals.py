@@ -13,8 +13,8 @@ import pytest
 from edge_agent.management.client import AuthenticationError, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent, trusted_agent
 
 PINNED = "oci://registry.local:5000/models/mlp@sha256:" + "ab" * 32
 

@@ -10,8 +10,8 @@ import pytest
 
 from edge_agent.management.tls import load_or_create
 from packager.cli import main as edge_pack
-from tests.agent_management.bundles import Bundles
 from tests.registry.registry_proc import BINARY, SKIP_REASON, RegistryProcess, running_registry
+from tests.support.bundles import Bundles
 
 pytestmark = pytest.mark.skipif(BINARY is None, reason=SKIP_REASON)
 
@@ -48,7 +48,7 @@ def test_an_agent_trusts_a_private_ca_given_by_flag(tls_registry: RegistryProces
     from console.commands import deploy_reference
     from console.config import ConsoleSettings
     from console.errors import DeploymentFailedError
-    from tests.agent_management.agent_proc import AgentProcess
+    from tests.support.harness import AgentProcess
 
     assert tls_registry.tls is not None
     ca = tls_registry.tls[0]

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.agent_management.models import IN, OUT, save_model
+from tests.support.models import IN, OUT, save_model
 
 HOT = 100.0  # an input value at or above this hangs the model
 

@@ -14,10 +14,10 @@ from edge_agent.management.client import AgentClient
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.build import build_bundles
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import PROFILE, Bundles
-from tests.agent_management.models import make_fragile_model
-from tests.reliability.helpers import Bystander, infer_request
+from tests.support.bundles import PROFILE, Bundles
+from tests.support.harness import AgentProcess
+from tests.support.models import make_fragile_model
+from tests.support.traffic import Bystander, infer_request
 
 
 def _bundle(bundles: Bundles, tmp: Path, name: str, source: Path) -> Path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,10 +23,11 @@ from edge_agent.management.client import AgentClient
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.build import build_bundles
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import Bystander, infer_request
 from tests.reliability.models import HOT, make_hang_model
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import AgentProcess
+from tests.support.traffic import Bystander, infer_request
 
 
 @contextlib.contextmanager
@@ -100,10 +100,12 @@ def test_a_crashed_runtime_process_fails_its_request_and_is_restarted(
             hot = np.zeros((1, 64), np.float32)
             hot[0, 0] = HOT * 2
             call = stub.ModelInfer.future(infer_request("hang", hot), timeout=120)
-            deadline = time.monotonic() + 60
-            while sum(runtime.cpu_times()[:2]) - busy_before < 0.5:  # inside the endless Loop
-                assert time.monotonic() < deadline and not call.done()
-                time.sleep(0.05)
+
+            def spinning() -> bool:  # inside the endless Loop
+                assert not call.done()
+                return sum(runtime.cpu_times()[:2]) - busy_before >= 0.5
+
+            eventually(spinning, timeout=60, message="the runtime never ran the endless Loop")
             os.kill(runtime.pid, signal.SIGSEGV)
             with pytest.raises(grpc.RpcError) as err:
                 call.result(timeout=60)

@@ -15,9 +15,9 @@ import pytest
 
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.manager.pause import PAUSE_ENV, PAUSE_FILE
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import X, integrity, served_version
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
+from tests.support.traffic import X, integrity, served_version
 
 SWITCH_STEPS = ("loaded", "warmed", "probed", "switched", "drained", "unloaded")
 # (what the killed call does, the step it is killed at, the deployment kind it records)

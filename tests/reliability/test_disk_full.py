@@ -20,20 +20,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_agent.config import (
-    ManagerSettings,
-)
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
 from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.manager.errors import DiskFullError
-from edge_agent.manager.manager import ModelManager
+from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.state import StateStore, Step
 from packager.build import build_bundles
 from packager.samples import make_mlp
-from tests.agent_management.bundles import PROFILE, Bundles
-from tests.agent_management.inproc import sections, start_agent
-from tests.reliability.helpers import integrity, served_version
+from tests.support.bundles import PROFILE, Bundles
+from tests.support.harness import sections, start_agent
+from tests.support.traffic import integrity, served_version
 
 SIZE = 24 << 20
 X = np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)

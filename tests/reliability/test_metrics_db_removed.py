@@ -6,31 +6,21 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from edge_agent.metrics.store import DB_NAME, MetricsStore, SecondRow
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import Bystander
 from tests.security.abuse import limited_agent
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.traffic import Bystander
 
 
 def _row(requests: int) -> SecondRow:
     return SecondRow(model="mlp", version=1, requests=requests, errors=0, rows=requests,
                      batches=1, batch_rows=requests, queue_ns_sum=0, compute_ns_sum=0,
                      total_ns_sum=0, h_queue=[], h_compute=[], h_total=[])
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 90.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def _rows_on_disk(path: Path) -> int:
@@ -72,9 +62,10 @@ def test_an_agent_recreates_its_metrics_database_after_deletion(
     caplog.set_level(logging.WARNING, logger="edge_agent.metrics.store")
     with limited_agent(tmp_path / "state", bundles) as agent, Bystander(agent.grpc) as load:
         path = agent.state_dir / DB_NAME
-        assert _wait(lambda: _rows_on_disk(path) > 0)
+        eventually(lambda: _rows_on_disk(path) > 0,
+                          message="never true: _rows_on_disk(path) > 0")
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-        assert _wait(lambda: _rows_on_disk(path) > 0), "metrics never reappeared"
+        eventually(lambda: _rows_on_disk(path) > 0, message="metrics never reappeared")
         assert "was removed" in caplog.text
         assert not load.failures

@@ -4,7 +4,6 @@ active version serving) and a retry succeeds."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -12,17 +11,11 @@ import pytest
 from edge_agent.management.client import AgentClient, ManagementError
 from packager.build import build_bundles
 from packager.samples import make_mlp
-from tests.agent_management.bundles import PROFILE, Bundles
-from tests.agent_management.inproc import sections, start_agent
-from tests.reliability.helpers import served_version
 from tests.reliability.netcut import CuttingProxy
-
-
-def _wait_until(condition, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.05)
+from tests.support.bundles import PROFILE, Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import sections, start_agent
+from tests.support.traffic import served_version
 
 
 def test_cut_mid_upload_is_abandoned_and_a_retry_succeeds(bundles: Bundles,
@@ -33,7 +26,8 @@ def test_cut_mid_upload_is_abandoned_and_a_retry_succeeds(bundles: Bundles,
                            dynamic_batch=True)
     size = big.stat().st_size
     assert size > 1 << 20
-    agent = start_agent(tmp_path / "state", sections("net-cut", bundles.public_key))
+    options = sections("net-cut", bundles.public_key)
+    agent = start_agent(tmp_path / "state", options)
     incoming = agent.state_dir / "incoming"
     try:
         with AgentClient(agent.management, token=agent.token) as client:
@@ -48,7 +42,8 @@ def test_cut_mid_upload_is_abandoned_and_a_retry_succeeds(bundles: Bundles,
                             big, on_progress=lambda got, _t, p=progress: p.append(got))
                     assert proxy.cut.is_set()
                     assert all(got < size for got in progress)  # it was cut mid-upload
-                _wait_until(lambda: not incoming.exists() or not any(incoming.iterdir()))
+                eventually(lambda: not incoming.exists() or not any(incoming.iterdir()),
+                           message="the abandoned upload was never cleaned up")
                 assert [d.id for d in client.deployments()] == history
                 assert sorted(p.name for p in (agent.state_dir / "models" / "mlp").iterdir()) \
                     == ["1"]

@@ -10,7 +10,6 @@ a rejection and proves, from the model's statistics, that exactly the OK calls r
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,9 +21,10 @@ import pytest
 from edge_agent.management.client import AgentClient
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import served_version
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import AgentProcess
+from tests.support.traffic import served_version
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 BURST = 1500  # concurrent calls; the agent admits 4 per handler thread (8)
@@ -82,10 +82,9 @@ def test_a_burst_beyond_capacity_is_shed_with_resource_exhausted_and_recovers(
         assert all(why for code, why in outcomes if code != "OK")
         # every call that was not answered OK was refused before it ran: nothing ran unanswered
         # (statistics of a batch are booked just after its callers are answered: wait for them)
-        deadline = time.monotonic() + 60
-        while (ran := _successes(agent.grpc) - ran_before) < codes["OK"]:
-            assert time.monotonic() < deadline, (ran, codes)
-            time.sleep(0.05)
+        eventually(lambda: _successes(agent.grpc) - ran_before >= codes["OK"], timeout=60,
+                   message=lambda: f"booked successes never reached {codes}")
+        ran = _successes(agent.grpc) - ran_before
         assert ran == codes["OK"], (ran, codes)
         assert rss_after - rss_before < 64 * 2**20, (rss_before, rss_after)
         # recovered: a normal caller is served, every time

@@ -11,9 +11,9 @@ import pytest
 
 from benchmarks.bench_soak import METRICS_CAP_BYTES, print_report, soak
 from edge_agent.management.client import AgentClient
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import integrity, served_version
+from tests.support.bundles import Bundles
+from tests.support.harness import AgentProcess
+from tests.support.traffic import integrity, served_version
 
 
 @pytest.mark.slow

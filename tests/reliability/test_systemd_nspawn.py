@@ -19,7 +19,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from edge_agent.management.client import AgentClient
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
+from tests.support.eventually import eventually
 
 ROOT_ENV = "EDGE_NSPAWN_ROOT"
 VENV = "/opt/edge"
@@ -58,14 +59,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _wait(what: str, check: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
 
 
 @dataclass
@@ -179,7 +172,8 @@ enabled = false
             return bool(leader)
 
         try:
-            _wait("the container's init", found, 60)
+            eventually(found, timeout=60, interval=0.5,
+                       message="timed out waiting for the container's init")
         except AssertionError as exc:
             pytest.skip(f"systemd-nspawn did not start a container here: {exc}")
         box = Container(root, proc, leader[0], f"127.0.0.1:{grpc_port}",
@@ -192,7 +186,8 @@ enabled = false
             return state[-1] in ("running", "degraded")
 
         try:
-            _wait("the container to boot", booted, 300)
+            eventually(booted, timeout=300, interval=0.5,
+                       message="timed out waiting for the container to boot")
         except AssertionError:  # the machine, not the unit: it is not installed yet
             pytest.skip(f"the Debian root file system did not boot under systemd-nspawn here "
                         f"(systemctl is-system-running: {state[-1:]}); see "
@@ -247,7 +242,8 @@ def test_kill_9_restarts_with_the_version_it_served(container: Container) -> Non
         return (now["ActiveState"] == "active" and now["MainPID"] not in ("0", before["MainPID"])
                 and int(now["NRestarts"]) > int(before["NRestarts"]))
 
-    _wait("systemd to restart the agent after kill -9", restarted, 180)
+    eventually(restarted, timeout=180, interval=0.5,
+               message="timed out waiting for systemd to restart the agent after kill -9")
     assert _infer(container.grpc) == "2"  # the version deployed before the kill
 
 
@@ -262,7 +258,8 @@ def test_the_watchdog_restarts_a_hung_agent(container: Container) -> None:
         return (now["ActiveState"] == "active" and now["MainPID"] not in ("0", before["MainPID"])
                 and int(now["NRestarts"]) > int(before["NRestarts"]))
 
-    _wait("the watchdog to restart the hung agent", restarted, 240)
+    eventually(restarted, timeout=240, interval=0.5,
+               message="timed out waiting for the watchdog to restart the hung agent")
     assert "Watchdog timeout" in container.run(
         "journalctl", "-u", "edge-agent", "--no-pager").stdout
     assert _infer(container.grpc) == "2"
@@ -290,7 +287,8 @@ def test_sigterm_drains_and_stops_cleanly(container: Container) -> None:
     threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
     for t in threads:
         t.start()
-    _wait("requests served under load", lambda: len(calls) > 20, 60)
+    eventually(lambda: len(calls) > 20, timeout=60, interval=0.5,
+               message="timed out waiting for requests served under load")
     asked = time.monotonic()
     stopped = container.run("systemctl", "stop", "edge-agent", timeout=120)
     stop.set()

@@ -1,10 +1,10 @@
-"""Session-wide real bundles (the management tests' set, see tests/agent_management/bundles.py)."""
+"""Session-wide real bundles (the management tests' set, see tests/support/bundles.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.agent_management.bundles import Bundles, build_all
+from tests.support.bundles import Bundles, build_all
 
 
 @pytest.fixture(scope="session")

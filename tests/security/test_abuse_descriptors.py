@@ -8,8 +8,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -18,9 +17,10 @@ import psutil
 from edge_agent.management.client import AgentClient
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from tests.agent_management.agent_proc import AgentProcess
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import served_version
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import AgentProcess
+from tests.support.traffic import served_version
 
 NOFILE = 512
 _LIMIT = ("import os, resource, sys; "
@@ -34,15 +34,6 @@ class LimitedAgent(AgentProcess):
     def __init__(self, state_dir: Path, **kw: object) -> None:
         super().__init__(state_dir, **kw)  # type: ignore[arg-type]
         self.args = [sys.executable, "-c", _LIMIT, *self.args]
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 90.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 @contextlib.contextmanager
@@ -85,9 +76,11 @@ def test_idle_connections_never_exhaust_descriptors(bundles: Bundles, tmp_path: 
         baseline = proc.num_fds()
         with _raw_connections(agent.grpc, 2 * NOFILE):
             # the management API (another port) and the metrics keep their descriptors
-            assert _wait(lambda: _get_info_ok(agent.management, token))
+            eventually(lambda: _get_info_ok(agent.management, token),
+                              message="never true: _get_info_ok(agent.management, token)")
             # connections that never speak HTTP/2 are closed, and inference answers again
-            assert _wait(lambda: proc.num_fds() < baseline + 64), proc.num_fds()
+            eventually(lambda: proc.num_fds() < baseline + 64,
+                              message=lambda: str(proc.num_fds()))
             assert served_version(agent.grpc)[0] == "1"
         # HTTP/2 connections without calls are closed after connection_idle_s
         own_connection = [("grpc.use_local_subchannel_pool", 1)]
@@ -98,7 +91,8 @@ def test_idle_connections_never_exhaust_descriptors(bundles: Bundles, tmp_path: 
                 pb_grpc.GRPCInferenceServiceStub(ch).ServerLive(pb.ServerLiveRequest(),
                                                                 timeout=30)
             assert proc.num_fds() >= baseline + 50  # connections held (idle for < 5 s)
-            assert _wait(lambda: proc.num_fds() < baseline + 32), proc.num_fds()
+            eventually(lambda: proc.num_fds() < baseline + 32,
+                              message=lambda: str(proc.num_fds()))
         finally:
             for ch in channels:
                 ch.close()
@@ -124,7 +118,8 @@ def test_silent_connections_to_the_management_port_are_closed(bundles: Bundles,
             connected = sum(1 for s in socks if s.fileno() >= 0)
             assert connected > 0
             # the agent drops the silent connections (the client still holds its ends) ...
-            assert _wait(lambda: proc.num_fds() < baseline + 32), proc.num_fds()
+            eventually(lambda: proc.num_fds() < baseline + 32,
+                              message=lambda: str(proc.num_fds()))
             # ... and the inference port keeps answering meanwhile
             with grpc.insecure_channel(agent.grpc) as channel:
                 live = pb_grpc.GRPCInferenceServiceStub(channel).ServerLive(

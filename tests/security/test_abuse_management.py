@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -18,20 +17,12 @@ from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.state.token import rotate_token
 from packager.bundle.format import MAX_TOTAL_BYTES
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent
 from tests.security.abuse import limited_agent
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.harness import InProcessAgent
 
 CHUNK = b"\0" * 20480
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 class StalledUpload:
@@ -108,18 +99,20 @@ def test_stalled_uploads_are_dropped_and_get_info_keeps_answering(
             for u in uploads:
                 u.__enter__()
             # capped: beyond 4 deploys at once, refused at once; GetInfo keeps answering
-            assert _wait(lambda: sum(u.outcome is not None for u in uploads) >= 12)
+            eventually(lambda: sum(u.outcome is not None for u in uploads) >= 12,
+                              message="fewer than 12 uploads ended")
             with AgentClient(agent.management, token=agent.token, timeout_s=10) as client:
                 assert client.info().agent_id
             # the stalled ones are dropped after the idle deadline, partial files removed
-            assert _wait(lambda: all(u.outcome is not None for u in uploads))
+            eventually(lambda: all(u.outcome is not None for u in uploads),
+                              message="never true: all(u.outcome is not None for u in uploads)")
             outcomes = [u.outcome or "" for u in uploads]
             refused = [o for o in outcomes if o.startswith("RESOURCE_EXHAUSTED")]
             dropped = [o for o in outcomes
                        if o.startswith("DEADLINE_EXCEEDED") and "sent nothing for 5 s" in o]
             assert len(refused) + len(dropped) == 16 and len(dropped) >= 4, outcomes
             assert len(refused) >= 8, outcomes
-            assert _wait(lambda: not _leftovers(agent)), _leftovers(agent)
+            eventually(lambda: not _leftovers(agent), message=lambda: str(_leftovers(agent)))
         finally:
             for u in uploads:
                 u.__exit__()
@@ -131,7 +124,8 @@ def test_an_upload_past_its_total_deadline_is_dropped(bundles: Bundles, tmp_path
     with limited_agent(tmp_path / "state", bundles, deploy=False) as agent:
         _tune(agent, upload_idle_s=60.0, upload_total_s=1.0)
         with StalledUpload(agent, 100_000) as upload:
-            assert _wait(lambda: upload.outcome is not None)
+            eventually(lambda: upload.outcome is not None,
+                              message="never true: upload.outcome is not None")
         assert upload.outcome is not None and upload.outcome.startswith("DEADLINE_EXCEEDED")
         assert "took longer than 1 s" in upload.outcome
 
@@ -146,10 +140,12 @@ def test_declared_sizes_are_checked(bundles: Bundles, tmp_path: Path, size: int,
                                     words: str) -> None:
     with limited_agent(tmp_path / "state", bundles, deploy=False) as agent, \
             StalledUpload(agent, size) as upload:
-        assert _wait(lambda: upload.outcome is not None, 30), "not refused at once"
+        eventually(lambda: upload.outcome is not None, timeout=30,
+                          message="not refused at once")
         assert upload.outcome is not None and upload.outcome.startswith(code), upload.outcome
         assert words in upload.outcome
-        assert _wait(lambda: not _leftovers(agent))
+        eventually(lambda: not _leftovers(agent),
+                          message="never true: not _leftovers(agent)")
 
 
 def test_rotating_the_token_ends_an_upload_opened_with_the_old_one(
@@ -161,7 +157,8 @@ def test_rotating_the_token_ends_an_upload_opened_with_the_old_one(
             assert upload.sent_all.wait(30)
             rotate_token(agent.state_dir)
             upload.release.set()
-            assert _wait(lambda: upload.outcome is not None)
+            eventually(lambda: upload.outcome is not None,
+                              message="never true: upload.outcome is not None")
         assert upload.outcome is not None and upload.outcome.startswith("UNAUTHENTICATED")
         assert "rotated" in upload.outcome
         assert "step" not in upload.events  # never reached verification
@@ -249,7 +246,8 @@ def test_silent_calls_without_the_token_hold_no_management_thread(
 
         silent = [call.future(never(), timeout=120) for _ in range(32)]
         try:
-            assert _wait(lambda: all(f.done() for f in silent), 30)
+            eventually(lambda: all(f.done() for f in silent), timeout=30,
+                              message="never true: all(f.done() for f in silent)")
             assert {f.exception().code() for f in silent} == {grpc.StatusCode.UNAUTHENTICATED}
             assert _get_info_ok(agent)
         finally:

@@ -14,10 +14,10 @@ from edge_agent.protocol.admission import ResponseBudget
 from edge_agent.protocol.converters import MAX_PARAMETERS, MAX_REQUEST_ID_BYTES
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent
-from tests.reliability.helpers import X, infer_request
 from tests.security.abuse import limited_agent
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent
+from tests.support.traffic import X, infer_request
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 

@@ -8,8 +8,7 @@ silent (first message) or idle; unary calls and health keep their own capacity."
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +17,10 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.reliability.helpers import X, infer_request
 from tests.security.abuse import IdleStreams, limited_agent
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+from tests.support.bundles import Bundles
+from tests.support.eventually import eventually
+from tests.support.traffic import X, infer_request
 
 
 def _serves(target: str, bundles: Bundles) -> None:
@@ -53,7 +44,7 @@ def test_idle_streams_leave_inference_and_health_answering(bundles: Bundles,
             IdleStreams(agent.grpc, 8):
         # the used streams were answered once and now idle (before the fix, each held
         # one of the 2 handler threads: only 2 were ever answered)
-        assert _wait(lambda: used.answers == 4), used.answers
+        eventually(lambda: used.answers == 4, message=lambda: str(used.answers))
         for _ in range(3):
             _serves(agent.grpc, bundles)
 
@@ -63,7 +54,7 @@ def test_streams_beyond_the_per_peer_cap_are_refused_at_once(bundles: Bundles,
     with limited_agent(tmp_path / "state", bundles, max_streams_per_peer=3,
                        stream_first_message_s=120) as agent, \
             IdleStreams(agent.grpc, 5) as idle:
-        assert _wait(lambda: len(idle.outcomes) >= 2), idle.outcomes
+        eventually(lambda: len(idle.outcomes) >= 2, message=lambda: str(idle.outcomes))
         assert len(idle.outcomes) == 2
         for outcome in idle.outcomes:
             assert outcome.startswith("RESOURCE_EXHAUSTED"), outcome
@@ -78,7 +69,7 @@ def test_idle_streams_over_the_unix_socket(bundles: Bundles, tmp_path: Path) -> 
     with limited_agent(tmp_path / "state", bundles, uds=sock, workers=2,
                        max_streams_per_peer=6, stream_first_message_s=120) as agent, \
             IdleStreams(f"unix:{sock}", 8) as idle:
-        assert _wait(lambda: len(idle.outcomes) >= 2), idle.outcomes
+        eventually(lambda: len(idle.outcomes) >= 2, message=lambda: str(idle.outcomes))
         assert all(o.startswith("RESOURCE_EXHAUSTED") and "unix already holds 6" in o
                    for o in idle.outcomes), idle.outcomes
         _serves(f"unix:{sock}", bundles)
@@ -89,7 +80,7 @@ def test_total_stream_cap(bundles: Bundles, tmp_path: Path) -> None:
     with limited_agent(tmp_path / "state", bundles, max_streams=2,
                        stream_first_message_s=120) as agent, \
             IdleStreams(agent.grpc, 3) as idle:
-        assert _wait(lambda: len(idle.outcomes) >= 1), idle.outcomes
+        eventually(lambda: len(idle.outcomes) >= 1, message=lambda: str(idle.outcomes))
         assert idle.outcomes[0].startswith("RESOURCE_EXHAUSTED"), idle.outcomes
         assert "grpc.max_streams)" in idle.outcomes[0]
 
@@ -99,7 +90,8 @@ def test_silent_and_idle_streams_are_closed(bundles: Bundles, tmp_path: Path) ->
                        stream_idle_s=1.0) as agent:
         with IdleStreams(agent.grpc, 3) as silent, \
                 IdleStreams(agent.grpc, 2, send_first=infer_request("mlp", X[:1])) as used:
-            assert _wait(lambda: len(silent.outcomes) == 3 and len(used.outcomes) == 2)
+            eventually(lambda: len(silent.outcomes) == 3 and len(used.outcomes) == 2,
+                              message=lambda: f"{silent.outcomes} {used.outcomes}")
             assert all(o.startswith("DEADLINE_EXCEEDED") and "sent no request" in o
                        for o in silent.outcomes), silent.outcomes
             assert all(o.startswith("DEADLINE_EXCEEDED") and "idle" in o
@@ -107,7 +99,7 @@ def test_silent_and_idle_streams_are_closed(bundles: Bundles, tmp_path: Path) ->
             assert used.answers == 2
         # the closed streams gave their places back: new ones are served
         with IdleStreams(agent.grpc, 2, send_first=infer_request("mlp", X[:1])) as again:
-            assert _wait(lambda: again.answers == 2)
+            eventually(lambda: again.answers == 2, message="never true: again.answers == 2")
 
 
 def test_a_busy_stream_answers_every_request_and_ends_ok(bundles: Bundles, tmp_path: Path) -> None:
@@ -223,7 +215,8 @@ def test_calls_that_never_send_their_request_are_cancelled(bundles: Bundles,
                        request_arrival_s=1.0) as agent, \
             SilentCalls(agent.grpc, "/inference.GRPCInferenceService/ModelInfer", 8) as infer, \
             SilentCalls(agent.grpc, "/grpc.health.v1.Health/Check", 4) as checks:
-        assert _wait(lambda: len(infer.codes()) == 8 and len(checks.codes()) == 4), (
-            infer.codes(), checks.codes())
+        eventually(lambda: len(infer.codes()) == 8 and len(checks.codes()) == 4,
+                          message=lambda: str((
+            infer.codes(), checks.codes())))
         assert set(infer.codes()) == {"CANCELLED"} and set(checks.codes()) == {"CANCELLED"}
         _serves(agent.grpc, bundles)

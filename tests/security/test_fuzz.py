@@ -19,9 +19,9 @@ from edge_agent.management.generated import management_pb2 as mpb
 from edge_agent.management.generated import management_pb2_grpc as mpb_grpc
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
-from tests.reliability.helpers import Bystander
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent, trusted_agent
+from tests.support.traffic import Bystander
 
 settings.register_profile("edge-fuzz", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -18,12 +18,12 @@ from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from packager.bundle.signing import generate_keypair
-from tests.agent_management.bundles import Bundles
-from tests.agent_management.inproc import InProcessAgent, trusted_agent
 from tests.packager.test_reader_security import HOSTILE
 from tests.packager.test_reader_security import _tar as hostile_tar
-from tests.reliability.helpers import served_version
 from tests.security import hostile
+from tests.support.bundles import Bundles
+from tests.support.harness import InProcessAgent, trusted_agent
+from tests.support.traffic import served_version
 
 
 @pytest.fixture(scope="module")

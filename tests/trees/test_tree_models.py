@@ -18,7 +18,7 @@ from packager.bundle.errors import ModelError, UsageError
 from packager.bundle.manifest import Manifest
 from packager.bundle.reader import open_bundle
 from packager.cli import main
-from tests.managed_agent import managed_agent
+from tests.support.harness import managed_agent
 from tests.trees.conftest import Trained, TreeModels
 
 PROFILES = ("x86_64-cpu-onnxruntime", "x86_64-cpu-openvino")

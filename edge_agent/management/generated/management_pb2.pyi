@@ -1,8 +1,7 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -40,7 +39,7 @@ class AgentInfo(_message.Message):
     keep_versions: int
     memory_budget_bytes: int
     memory_used_bytes: int
-    def __init__(self, agent_id: _Optional[str] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., arch: _Optional[str] = ..., profile: _Optional[str] = ..., runtimes: _Optional[_Iterable[str]] = ..., agent_version: _Optional[str] = ..., uptime_s: _Optional[float] = ..., api_version: _Optional[str] = ..., inference_address: _Optional[str] = ..., allow_unsigned: _Optional[bool] = ..., keep_versions: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, agent_id: _Optional[str] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., arch: _Optional[str] = ..., profile: _Optional[str] = ..., runtimes: _Optional[_Iterable[str]] = ..., agent_version: _Optional[str] = ..., uptime_s: _Optional[float] = ..., api_version: _Optional[str] = ..., inference_address: _Optional[str] = ..., allow_unsigned: bool = ..., keep_versions: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("model",)
@@ -104,7 +103,7 @@ class ModelVersionInfo(_message.Message):
     response_cache: bool
     cache_hits: int
     cache_misses: int
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: _Optional[bool] = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ..., parity_checked: _Optional[bool] = ..., parity_ok: _Optional[bool] = ..., parity: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., load_mode: _Optional[str] = ..., pinned: _Optional[bool] = ..., residency: _Optional[str] = ..., loads: _Optional[int] = ..., unloads: _Optional[int] = ..., load_waits: _Optional[int] = ..., load_wait_ms: _Optional[float] = ..., response_cache: _Optional[bool] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: bool = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ..., parity_checked: bool = ..., parity_ok: bool = ..., parity: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., load_mode: _Optional[str] = ..., pinned: bool = ..., residency: _Optional[str] = ..., loads: _Optional[int] = ..., unloads: _Optional[int] = ..., load_waits: _Optional[int] = ..., load_wait_ms: _Optional[float] = ..., response_cache: bool = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("versions",)
@@ -130,7 +129,7 @@ class DeploymentStep(_message.Message):
     ok: bool
     message: str
     at: float
-    def __init__(self, step: _Optional[str] = ..., ok: _Optional[bool] = ..., message: _Optional[str] = ..., at: _Optional[float] = ...) -> None: ...
+    def __init__(self, step: _Optional[str] = ..., ok: bool = ..., message: _Optional[str] = ..., at: _Optional[float] = ...) -> None: ...
 
 class Deployment(_message.Message):
     __slots__ = ("id", "model", "kind", "from_version", "to_version", "status", "last_step", "reason", "started_at", "ended_at", "steps")
@@ -172,7 +171,7 @@ class DeployHeader(_message.Message):
     filename: str
     size_bytes: int
     force: bool
-    def __init__(self, filename: _Optional[str] = ..., size_bytes: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
+    def __init__(self, filename: _Optional[str] = ..., size_bytes: _Optional[int] = ..., force: bool = ...) -> None: ...
 
 class DeployRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -194,7 +193,7 @@ class CheckDeployRequest(_message.Message):
     size_bytes: int
     force: bool
     filename: str
-    def __init__(self, manifest: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., size_bytes: _Optional[int] = ..., force: _Optional[bool] = ..., filename: _Optional[str] = ...) -> None: ...
+    def __init__(self, manifest: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., size_bytes: _Optional[int] = ..., force: bool = ..., filename: _Optional[str] = ...) -> None: ...
 
 class CheckDeployResponse(_message.Message):
     __slots__ = ("ok", "message", "refusal", "model", "version", "backend", "key_id")
@@ -212,7 +211,7 @@ class CheckDeployResponse(_message.Message):
     version: int
     backend: str
     key_id: str
-    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ..., refusal: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[int] = ..., backend: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, ok: bool = ..., message: _Optional[str] = ..., refusal: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[int] = ..., backend: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class UploadProgress(_message.Message):
     __slots__ = ("received_bytes", "total_bytes")
@@ -232,7 +231,7 @@ class DeploymentResult(_message.Message):
     message: str
     active_version: int
     deployment: Deployment
-    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ..., active_version: _Optional[int] = ..., deployment: _Optional[_Union[Deployment, _Mapping]] = ...) -> None: ...
+    def __init__(self, ok: bool = ..., message: _Optional[str] = ..., active_version: _Optional[int] = ..., deployment: _Optional[_Union[Deployment, _Mapping]] = ...) -> None: ...
 
 class DeployEvent(_message.Message):
     __slots__ = ("progress", "step", "result")
@@ -252,7 +251,7 @@ class ActivateRequest(_message.Message):
     model: str
     version: int
     force: bool
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., force: bool = ...) -> None: ...
 
 class RollbackRequest(_message.Message):
     __slots__ = ("model", "to_version")
@@ -282,7 +281,7 @@ class QueryMetricsRequest(_message.Message):
     end: float
     step_s: int
     per_version: bool
-    def __init__(self, model: _Optional[str] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., step_s: _Optional[int] = ..., per_version: _Optional[bool] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., step_s: _Optional[int] = ..., per_version: bool = ...) -> None: ...
 
 class MetricPoint(_message.Message):
     __slots__ = ("ts", "step_s", "model", "version", "requests", "errors", "requests_per_s", "error_rate", "mean_batch", "p50_ms", "p95_ms", "p99_ms", "queue_p99_ms")
@@ -374,7 +373,7 @@ class DoctorReport(_message.Message):
     FINDINGS_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     findings: _containers.RepeatedCompositeFieldContainer[DoctorFinding]
-    def __init__(self, ok: _Optional[bool] = ..., findings: _Optional[_Iterable[_Union[DoctorFinding, _Mapping]]] = ...) -> None: ...
+    def __init__(self, ok: bool = ..., findings: _Optional[_Iterable[_Union[DoctorFinding, _Mapping]]] = ...) -> None: ...
 
 class StreamLogsRequest(_message.Message):
     __slots__ = ("tail", "min_level", "follow")
@@ -384,7 +383,7 @@ class StreamLogsRequest(_message.Message):
     tail: int
     min_level: str
     follow: bool
-    def __init__(self, tail: _Optional[int] = ..., min_level: _Optional[str] = ..., follow: _Optional[bool] = ...) -> None: ...
+    def __init__(self, tail: _Optional[int] = ..., min_level: _Optional[str] = ..., follow: bool = ...) -> None: ...
 
 class LogLine(_message.Message):
     __slots__ = ("seq", "ts", "level", "logger", "message")
@@ -428,7 +427,7 @@ class SystemPoint(_message.Message):
     has_temp: bool
     temp_c: float
     disk_free_bytes: int
-    def __init__(self, ts: _Optional[int] = ..., step_s: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., mem_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., has_temp: _Optional[bool] = ..., temp_c: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, ts: _Optional[int] = ..., step_s: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., mem_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., has_temp: bool = ..., temp_c: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ...) -> None: ...
 
 class QuerySystemMetricsResponse(_message.Message):
     __slots__ = ("points",)
@@ -442,7 +441,7 @@ class DeployReferenceRequest(_message.Message):
     FORCE_FIELD_NUMBER: _ClassVar[int]
     reference: str
     force: bool
-    def __init__(self, reference: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+    def __init__(self, reference: _Optional[str] = ..., force: bool = ...) -> None: ...
 
 class GetModelSettingsRequest(_message.Message):
     __slots__ = ("model",)
@@ -487,7 +486,7 @@ class SetModelSettingsRequest(_message.Message):
     unset: _containers.RepeatedScalarFieldContainer[str]
     replace: bool
     revert: bool
-    def __init__(self, model: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., unset: _Optional[_Iterable[str]] = ..., replace: _Optional[bool] = ..., revert: _Optional[bool] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., unset: _Optional[_Iterable[str]] = ..., replace: bool = ..., revert: bool = ...) -> None: ...
 
 class TuningResult(_message.Message):
     __slots__ = ("id", "model", "at", "summary", "data_json")
@@ -511,7 +510,7 @@ class ListTuningRequest(_message.Message):
     model: str
     latest_only: bool
     limit: int
-    def __init__(self, model: _Optional[str] = ..., latest_only: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., latest_only: bool = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ListTuningResponse(_message.Message):
     __slots__ = ("results",)

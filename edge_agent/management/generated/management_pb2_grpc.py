@@ -5,7 +5,7 @@ import warnings
 
 from edge_agent.management.generated import management_pb2 as edge__agent_dot_management_dot_generated_dot_management__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.71.2'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in edge_agent/management/generated/management_pb2_grpc.py depends on'
+        + f' but the generated code in edge_agent/management/generated/management_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class AgentManagementStub:
+class AgentManagementStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -126,7 +126,7 @@ class AgentManagementStub:
                 _registered_method=True)
 
 
-class AgentManagementServicer:
+class AgentManagementServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def GetInfo(self, request, context):
@@ -364,7 +364,7 @@ def add_AgentManagementServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class AgentManagement:
+class AgentManagement(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

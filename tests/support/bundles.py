@@ -17,7 +17,7 @@ import onnxruntime as ort
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from tests.agent_management.models import make_fragile_model, make_nan_model
+from tests.support.models import make_fragile_model, make_nan_model
 
 PROFILE = "x86_64-cpu-onnxruntime"
 SEEDS = {1: 11, 2: 22, 3: 33}
