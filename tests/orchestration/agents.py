@@ -1,4 +1,4 @@
-"""Real agents for the orchestration tests: in this process (run_agent on a thread) with an
+"""Real agents for the orchestration tests: in this process (an Agent on a thread) with an
 AgentConfig the test writes, or as a subprocess reading an agent.toml."""
 
 from __future__ import annotations
