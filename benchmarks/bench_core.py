@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from edge_agent.backends import BackendOptions, available_backends, load_backend
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import load_manifest
 from edge_agent.core.types import InferRequest
 from packager.build import build_bundles

@@ -223,7 +223,7 @@ def agent_part(rounds: int, seconds: float) -> None:
 def _serve_echo(kind: str) -> None:
     """Run an echo server of ``kind`` on 127.0.0.1:0; print 'ready PORT' (a subprocess)."""
     if kind == "stdlib":
-        from edge_agent.http.options import HttpConfig
+        from edge_agent.config.http import HttpConfig
         from edge_agent.http.routes import HttpAnswer, HttpRequest
         from edge_agent.http.server import HttpFrontEnd
 

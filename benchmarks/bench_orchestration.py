@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.orchestrator import process_rss
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.types import InferRequest
 from packager.build import build_bundles
 from packager.bundle.reader import open_bundle

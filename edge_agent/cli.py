@@ -17,8 +17,8 @@ from edge_agent.state.lock import PRIVATE_UMASK
 from packager.pipes import quiet_on_broken_pipe
 
 if TYPE_CHECKING:
+    from edge_agent.config import AgentConfig
     from edge_agent.core.api import DataPlaneAPI
-    from edge_agent.management.runtime import ManagementOptions
     from edge_agent.server import BoundAddresses
     from packager.bundle.reader import BundleReader
 
@@ -133,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """``edge-agent serve``."""
+    from edge_agent.agent import serve
     from edge_agent.config import load_config
-    from edge_agent.management.agent_main import serve
     from edge_agent.management.tls import describe_tls
 
     flags = dict(config=args.config, state_dir=args.state_dir, grpc_address=args.grpc,
@@ -154,8 +154,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"edge-agent ready: listening on {listen}; {mgmt}; {http}models: {models}",
               flush=True)
 
-    def reload() -> ManagementOptions:  # SIGHUP: the file again, with the same flags on top
-        return load_config(args.config, **flags).management
+    def reload() -> AgentConfig:  # SIGHUP: the file again, with the same flags on top
+        return load_config(args.config, **flags)
 
     return serve(config, on_ready=ready, reload=reload if args.config else None)
 

@@ -18,11 +18,14 @@ Wiring (inside the agent's asyncio loop)::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import re
 import socket
-from collections.abc import Sequence
+import threading
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +33,8 @@ import psutil
 from zeroconf import InterfaceChoice, IPVersion, NonUniqueNameException
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
+from edge_agent.config.fields import ipv4_interfaces
 from edge_agent.errors import ConfigError
-from edge_agent.settings import ipv4_interfaces
 
 log = logging.getLogger(__name__)
 
@@ -164,3 +167,46 @@ class Advertiser:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+class BackgroundAdvertiser:
+    """An :class:`Advertiser` driven from synchronous code: its asyncio loop on a daemon
+    thread of its own (``edge-mdns``). ``start`` returns False (logged) when the advert cannot
+    be registered: the agent serves anyway."""
+
+    def __init__(self, advert: AgentAdvert, *, interfaces: Sequence[str] | None = None) -> None:
+        self._advertiser = Advertiser(advert, interfaces=interfaces)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="edge-mdns",
+                                        daemon=True)
+        self._thread.start()
+        self._started = False
+
+    def _run(self, coro: Coroutine[Any, Any, None], timeout: float = 15.0) -> None:
+        asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def start(self) -> bool:
+        """Register the service; False (and the reason logged) when that fails."""
+        try:
+            self._run(self._advertiser.start())
+        except Exception as exc:
+            log.warning("mDNS advertisement failed (the agent serves anyway): %s", exc)
+            return False
+        self._started = True
+        return True
+
+    def update(self, advert: AgentAdvert) -> None:
+        """Re-announce with ``advert`` (models or profile changed)."""
+        if self._started:
+            self._run(self._advertiser.update(advert))
+
+    def stop(self) -> None:
+        """Withdraw the advert (goodbye packets) and end the loop's thread."""
+        if self._started:
+            with contextlib.suppress(Exception):
+                self._run(self._advertiser.stop())
+            self._started = False
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()

@@ -35,8 +35,8 @@ from types import TracebackType
 
 import numpy as np
 
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import ServingState
 from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
 from edge_agent.errors import AgentError
@@ -194,11 +194,12 @@ def open_state_dir(state_dir: str | Path, *, config: str | Path | None = None,
     defaults: ModelOverrides | None = None
     if config is not None:
         cfg = load_config(Path(config), state_dir=root)
-        keys = [*cfg.management.trusted_keys, *keys]
-        allow_unsigned = allow_unsigned or cfg.management.allow_unsigned
-        settings = {**cfg.models, **settings}
-        defaults = cfg.model_defaults
-        max_concurrent_executions = max_concurrent_executions or cfg.max_concurrent_executions
+        keys = [*cfg.deploy.trusted_keys, *keys]
+        allow_unsigned = allow_unsigned or cfg.deploy.allow_unsigned
+        settings = {**cfg.models.overrides, **settings}
+        defaults = cfg.models.defaults
+        max_concurrent_executions = (max_concurrent_executions
+                                     or cfg.models.max_concurrent_executions)
     try:
         active = {name: v for name, v in read_active_versions(root).items() if v is not None}
     except AgentError as exc:

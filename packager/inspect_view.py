@@ -51,6 +51,10 @@ def render_manifest(m: Manifest, signed: bool, path: Path, console: Console | No
         ("toolchain", ", ".join(f"{k} {v}" for k, v in sorted(m.toolchain.items()))),
         ("format", str(m.format_version)),
     ]
+    if not m.warmup or m.decoupled:
+        rows.append(("serving", ", ".join(
+            [*(["never warmed up or probed (warmup = false)"] if not m.warmup else []),
+             *(["decoupled (responses stream over ModelStreamInfer)"] if m.decoupled else [])])))
     for k, v in rows:
         head.add_row(k, v)
     console.print(head)

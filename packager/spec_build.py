@@ -62,13 +62,12 @@ def _stage_files(spec: ModelSpec, root: Path) -> tuple[dict[str, str], dict[str,
         module = spec.entry.split(":")[0]
         entry_file = f"{CODE_DIR}/{Path(*module.split('.')).with_suffix('.py').as_posix()}"
         opts = {"entry": spec.entry, "requires": list(spec.requires),
-                "decoupled": spec.decoupled, "warmup": spec.warmup,
                 "sources": [f"{CODE_DIR}/{s.as_posix()}" for s in spec.sources]}
         return {"python": entry_file}, {"python": opts}
     steps = [s.to_dict() for s in spec.steps]
     (root / PIPELINE_FILE).write_text(json.dumps({"steps": steps}, indent=2, sort_keys=True),
                                       encoding="utf-8")
-    return {"pipeline": PIPELINE_FILE}, {"pipeline": {"steps": steps, "warmup": False}}
+    return {"pipeline": PIPELINE_FILE}, {"pipeline": {"steps": steps}}
 
 
 def _build_one(spec: ModelSpec, profile: DeviceProfile, version: int, stage: Path,
@@ -88,6 +87,8 @@ def _build_one(spec: ModelSpec, profile: DeviceProfile, version: int, stage: Pat
                 "skipped": {spec.kind: "no reference: the model is code, not a graph"}},
         toolchain={"edge-pack": __version__, "python": platform.python_version()},
         created=created,
+        warmup=spec.kind == "python" and spec.warmup,  # a pipeline is never warmed up
+        decoupled=spec.kind == "python" and spec.decoupled,
     )
     out = stage / bundle_filename(spec.name, version, profile.name)
     write_bundle(out, root, manifest, key, mtime)

@@ -28,6 +28,7 @@ from edge_agent.backends.base import (
     threads_per_instance,
 )
 from edge_agent.errors import BackendError, RuntimeMissingError
+from packager.bundle.backend_options import OnnxRuntimeOptions
 from packager.bundle.manifest import Manifest
 
 NAME = "onnxruntime"
@@ -81,7 +82,7 @@ class OnnxRuntimeBackend:
         # the gRPC threads, and spinning cost CPU the server needed (benchmarks/bench_serve.py,
         # docs/performance.md). A bundle may turn spinning back on with
         # backend_options.onnxruntime.allow_spinning = true.
-        if not manifest.backend_options.get(NAME, {}).get("allow_spinning", False):
+        if not OnnxRuntimeOptions.of(manifest).allow_spinning:
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             so.add_session_config_entry("session.inter_op.allow_spinning", "0")
         providers = _providers(ort, options.device)

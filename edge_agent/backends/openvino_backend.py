@@ -15,7 +15,6 @@ share_inputs=True)`` ~80 us, ``start_async`` + ``wait`` ~55 us, ``set_tensor`` (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
 from edge_agent.errors import BackendError, RuntimeMissingError
+from packager.bundle.backend_options import OpenVinoOptions
 from packager.bundle.manifest import Manifest
 
 NAME = "openvino"
@@ -43,10 +43,10 @@ def _pick_device(core: Any, wanted: str | None) -> str:
 
 
 def compile_config(device: str, instances: int, threads: int,
-                   options: Mapping[str, Any] | None = None) -> dict[str, str]:
+                   options: OpenVinoOptions | None = None) -> dict[str, str]:
     """The properties passed to ``Core.compile_model`` for this many instances and threads.
 
-    ``options`` is the manifest's ``backend_options.openvino``: its ``performance_hint``
+    ``options`` are the manifest's ``backend_options.openvino``: its ``performance_hint``
     (default THROUGHPUT for several instances, LATENCY for one) and ``inference_precision`` are
     passed on; NUM_STREAMS is ``num_streams`` when set (``[models.NAME] openvino_streams``),
     else ``instances`` (one stream per InferRequest). On AUTO, MULTI and
@@ -56,20 +56,19 @@ def compile_config(device: str, instances: int, threads: int,
     of its own pins its one inference thread to core 0 just like every other such process
     does, so two instances in two processes ran on one core (docs/performance.md).
     """
-    options = options or {}
-    hint = options.get("performance_hint") or ("THROUGHPUT" if instances > 1 else "LATENCY")
-    config: dict[str, str] = {"PERFORMANCE_HINT": str(hint).upper()}
+    options = options or OpenVinoOptions()
+    hint = options.performance_hint or ("THROUGHPUT" if instances > 1 else "LATENCY")
+    config: dict[str, str] = {"PERFORMANCE_HINT": hint.upper()}
     if not device.startswith(("AUTO", "MULTI", "HETERO")):
-        config["NUM_STREAMS"] = str(options.get("num_streams") or instances)
-        if options.get("inference_precision"):
+        config["NUM_STREAMS"] = str(options.num_streams or instances)
+        if options.inference_precision:
             # The precision parity was checked at; without it a CPU with bf16 (AVX-512 BF16,
             # AMX) computes in bf16 by default and answers up to a few % off the source model.
-            config["INFERENCE_PRECISION_HINT"] = str(options["inference_precision"])
+            config["INFERENCE_PRECISION_HINT"] = options.inference_precision
     if device == "CPU":
         if threads > 0:
             config["INFERENCE_NUM_THREADS"] = str(threads)
-        pinning = bool(options.get("enable_cpu_pinning", False))
-        config["ENABLE_CPU_PINNING"] = "YES" if pinning else "NO"
+        config["ENABLE_CPU_PINNING"] = "YES" if options.enable_cpu_pinning else "NO"
     return config
 
 
@@ -89,8 +88,7 @@ class OpenVinoBackend:
         self.device = _pick_device(core, options.device)
         instances = max(1, options.instances)
         threads = options.threads or manifest.batching.threads
-        config = compile_config(self.device, instances, threads,
-                                manifest.backend_options.get(NAME, {}))
+        config = compile_config(self.device, instances, threads, OpenVinoOptions.of(manifest))
         try:
             model = core.read_model(str(path))
             self._compiled = core.compile_model(model, self.device, config)

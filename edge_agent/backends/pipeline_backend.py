@@ -18,6 +18,7 @@ import numpy as np
 
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, Host
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
+from packager.bundle.backend_options import PipelineOptions
 from packager.bundle.errors import PackagerError
 from packager.bundle.manifest import Manifest
 from packager.bundle.pipeline import Step, check_wiring, step_label
@@ -26,8 +27,8 @@ NAME = "pipeline"
 
 
 def _steps(manifest: Manifest) -> tuple[Step, ...]:
-    raw = manifest.backend_options.get(NAME, {}).get("steps")
-    if not isinstance(raw, list) or not raw:
+    raw = PipelineOptions.of(manifest).steps
+    if not raw:
         raise BackendError(f"pipeline {manifest.name!r}: its manifest lists no steps "
                            "(backend_options.pipeline.steps)")
     try:

@@ -30,6 +30,7 @@ from edge_agent.backends.base import (
     artifact_path,
 )
 from edge_agent.errors import AgentError, BackendError
+from packager.bundle.backend_options import PythonOptions
 from packager.bundle.datatypes import numpy_dtype
 from packager.bundle.manifest import Manifest
 
@@ -121,12 +122,12 @@ class PythonBackend:
     inputs out of the shared memory the nested answer arrives in)."""
 
     def __init__(self, model_dir: Path, manifest: Manifest, options: BackendOptions) -> None:
-        opts = manifest.backend_options.get(NAME, {})
-        entry = str(opts.get("entry", ""))
+        opts = PythonOptions.of(manifest)
+        entry = opts.entry
         if entry.count(":") != 1:
             raise BackendError(f"model {manifest.name!r}: backend_options.python.entry "
                                f"{entry!r} is not 'module:function'")
-        check_requires(manifest, [str(r) for r in opts.get("requires", [])])
+        check_requires(manifest, [str(r) for r in opts.requires])
         self._fn = import_entry(Path(model_dir), manifest, entry)
         self._label = f"model {manifest.name!r} version {manifest.version}"
         self._entry = entry
@@ -135,7 +136,7 @@ class PythonBackend:
         self.inputs = manifest.inputs
         self.outputs = manifest.outputs
         self._dtypes = {t.name: numpy_dtype(t.datatype) for t in manifest.outputs}
-        self.decoupled = bool(opts.get("decoupled", False))
+        self.decoupled = manifest.decoupled
 
     def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
               execution: int = 0) -> dict[str, np.ndarray]:

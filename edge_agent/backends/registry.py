@@ -15,8 +15,8 @@ import importlib.util
 from pathlib import Path
 
 from edge_agent.backends.base import Backend, BackendOptions, BackendPlugin, Cancellation
+from edge_agent.config.models import ISOLATION_MODES
 from edge_agent.errors import BackendError, RuntimeMissingError
-from edge_agent.settings import ISOLATION_MODES
 from packager.bundle.manifest import Manifest
 
 ENTRY_POINT_GROUP = "edge_agent.backends"

@@ -27,6 +27,7 @@ import numpy as np
 
 from edge_agent.backends.base import BackendOptions, BackendPlugin, Cancellation, artifact_path
 from edge_agent.errors import BackendError, RuntimeMissingError
+from packager.bundle.backend_options import TensorRtOptions
 from packager.bundle.errors import PackagerError
 from packager.bundle.format import sha256_file
 from packager.bundle.manifest import Manifest
@@ -44,14 +45,14 @@ NAME = "tensorrt"
 
 def build_spec(manifest: Manifest) -> dict[str, Any]:
     """The engine build spec from the manifest, with defaults from its batching config."""
-    opts = dict(manifest.backend_options.get(NAME, {}))
-    max_b = max(1, int(opts.get("max_batch", manifest.batching.max_batch_size or 1)))
+    opts = TensorRtOptions.of(manifest)
+    max_b = max(1, opts.max_batch or manifest.batching.max_batch_size or 1)
     return {
-        "precision": str(opts.get("precision", manifest.precision or "fp16")),
-        "min_batch": max(1, int(opts.get("min_batch", 1))),
-        "opt_batch": min(max_b, max(1, int(opts.get("opt_batch", max_b)))),
+        "precision": opts.precision or manifest.precision or "fp16",
+        "min_batch": max(1, opts.min_batch or 1),
+        "opt_batch": min(max_b, max(1, opts.opt_batch or max_b)),
         "max_batch": max_b,
-        "workspace_mb": int(opts.get("workspace_mb", 1024)),
+        "workspace_mb": opts.workspace_mb if opts.workspace_mb is not None else 1024,
     }
 
 
@@ -127,8 +128,8 @@ class TensorRtBackend:
     @staticmethod
     def _engine_bytes(runtime: TensorRt, model_dir: Path, manifest: Manifest, onnx_path: Path,
                       spec: dict[str, Any], state_dir: Path | None) -> bytes:
-        prebuilt = manifest.backend_options.get(NAME, {}).get("engines", {})
-        rel: str | None = prebuilt.get(engine_key(runtime.version, runtime.gpu_name))
+        prebuilt = TensorRtOptions.of(manifest).engines
+        rel = prebuilt.get(engine_key(runtime.version, runtime.gpu_name))
         if rel and (Path(model_dir) / rel).is_file():
             return (Path(model_dir) / rel).read_bytes()
         key = cache_key(runtime.version, runtime.gpu_name, sha256_file(onnx_path), spec)

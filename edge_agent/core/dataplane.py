@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple, TypeAlias, TypeVar
 
 from edge_agent import __version__
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.cache import ResponseCache
@@ -33,7 +34,7 @@ from edge_agent.core.gate import ExecutionGate
 from edge_agent.core.hosting import PlaneHost
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.orchestrator import Orchestrator
-from edge_agent.core.overrides import ModelOverrides, effective_batching, policy_versions
+from edge_agent.core.overrides import effective_batching, policy_versions
 from edge_agent.core.repository import (
     LoadedVersion,
     ModelRepository,

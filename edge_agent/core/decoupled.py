@@ -42,7 +42,7 @@ class StreamingBackend(Protocol):
 
 def is_decoupled(manifest: Manifest) -> bool:
     """Whether ``manifest``'s model streams its responses (``decoupled = true``)."""
-    return bool(manifest.backend_options.get(manifest.backend, {}).get("decoupled", False))
+    return manifest.decoupled
 
 
 class DecoupledRunner:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.cache import CacheStats, ResponseCache
 from edge_agent.core.orchestrator import LoadedHook, Loader, Orchestrator, ResidencyStats
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import LoadedVersion, ModelRepository, VersionSlot
 from edge_agent.errors import AgentError
 

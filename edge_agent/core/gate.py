@@ -25,9 +25,6 @@ DEFAULT_PRIORITY = 10
 """The priority of a model whose settings give none (``[models.NAME] priority``): give 1-9
 to rank a model above it, 11 and more to rank it below."""
 
-MAX_PRIORITY_VALUE = 1 << 31
-"""The largest priority number accepted (the lowest priority)."""
-
 LOW_PRIORITY_NICE = 10
 """The OS nice value of a background model's threads and runtime processes (see nice_for)."""
 

@@ -23,11 +23,12 @@ from pathlib import Path
 
 from edge_agent.backends.base import BackendOptions, Host
 from edge_agent.backends.registry import IN_AGENT_BACKENDS, load_backend
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, nice_for
 from edge_agent.core.observer import InferenceObserver, NullObserver
-from edge_agent.core.overrides import ModelOverrides, effective_batching
+from edge_agent.core.overrides import effective_batching
 from edge_agent.core.validation import Signature
 from edge_agent.core.warmup import run_warmup
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
@@ -325,8 +326,7 @@ class ModelRepository:
         try:
             decoupled = is_decoupled(manifest)
             # a code model (Python, pipeline) says in its manifest whether made-up inputs suit it
-            if ov.warmup and not decoupled and manifest.backend_options.get(
-                    manifest.backend, {}).get("warmup", True):
+            if ov.warmup and not decoupled and manifest.warmup:
                 run_warmup(backend, mv.name, mv.version, batching, batching.instances)
             signature = Signature(mv.name, mv.version, manifest.inputs, manifest.outputs,
                                   batching.max_batch_size)

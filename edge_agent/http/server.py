@@ -28,8 +28,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+from edge_agent.config.http import HttpConfig
 from edge_agent.errors import ConfigError
-from edge_agent.http.options import HttpConfig
 from edge_agent.http.routes import HttpAnswer, HttpRequest, KServeRoutes, error_answer
 from edge_agent.http.tensors import HEADER_LENGTH
 from edge_agent.logthrottle import LogThrottle

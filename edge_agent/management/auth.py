@@ -23,9 +23,9 @@ from typing import Any
 import grpc
 
 from edge_agent import grpc_internals
+from edge_agent.config.management import TlsFiles
 from edge_agent.errors import ConfigError
 from edge_agent.logthrottle import LogThrottle
-from edge_agent.settings import TlsFiles
 from edge_agent.state.token import tokens_equal
 from edge_agent.undecodable import Undecodable, safe_deserializer
 

@@ -81,7 +81,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
 
 
 def management_flag_values(args: argparse.Namespace) -> dict[str, object]:
-    """The serve flags as keyword arguments of :func:`management_options`."""
+    """The serve flags as keyword arguments of :func:`edge_agent.config.management_sections`."""
     return {"address": args.management, "name": args.name, "trust": args.trust,
             "allow_unsigned": args.allow_unsigned, "mdns_interfaces": args.mdns_interface,
             "no_mdns": args.no_mdns, "no_metrics": args.no_metrics, "profile": args.profile,

@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 
 from edge_agent import __version__
+from edge_agent.config.management import RegistrySettings
 from edge_agent.discovery import MANAGEMENT_API_VERSION
 from edge_agent.errors import (
     AgentError,
@@ -40,7 +41,6 @@ from edge_agent.manager.outcome import DeployOutcome, StepEvent
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore
 from edge_agent.protocol.status import abort
-from edge_agent.settings import RegistrySettings
 
 log = logging.getLogger(__name__)
 

@@ -16,19 +16,23 @@ import contextlib
 import datetime
 import hashlib
 import ipaddress
+import logging
 import os
 import shutil
 import socket
 import ssl
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edge_agent.config.management import ManagementConfig, TlsFiles
 from edge_agent.errors import ConfigError
 
 if TYPE_CHECKING:
     from cryptography import x509
+
+log = logging.getLogger(__name__)
 
 SERVER_NAME = "edge-agent"  # the DNS name in every agent certificate; clients ask for it
 TLS_DIR = "tls"
@@ -163,7 +167,7 @@ def fingerprint_of(state_dir: str | os.PathLike[str]) -> str:
 def describe_tls(options: Any, state_dir: str | os.PathLike[str]) -> str:
     """One phrase for the ready line: ``TLS certificate SHA256:...`` or ``PLAINTEXT``.
 
-    ``options`` is the agent's ManagementOptions (``insecure``, ``tls``, ``client_ca``).
+    ``options`` is the agent's ManagementConfig (``insecure``, ``tls``, ``client_ca``).
     """
     if options.insecure:
         return "management PLAINTEXT (--insecure)"
@@ -171,3 +175,23 @@ def describe_tls(options: Any, state_dir: str | os.PathLike[str]) -> str:
     mtls = " + client certificates" if (options.client_ca or (
         options.tls is not None and options.tls.client_ca)) else ""
     return f"management TLS{mtls}, certificate {fingerprint(cert.read_bytes())}"
+
+
+def server_tls(options: ManagementConfig, interfaces: Sequence[str],
+               state_dir: Path) -> TlsFiles | None:
+    """The management API's TLS files: none (``insecure``), the configured ones, or the agent's
+    self-signed identity in ``state_dir`` (created on first start, naming the addresses of
+    ``interfaces``, or of every interface when empty)."""
+    if options.insecure:
+        log.warning("management API in PLAINTEXT (--insecure): anyone on the network who "
+                    "sees a call can take the token")
+        return None
+    if options.tls is not None:
+        return options.tls
+    from edge_agent.discovery import advertised_addresses
+
+    host = (options.address or "").rpartition(":")[0].strip("[]")
+    hosts = [*advertised_addresses(interfaces or None),
+             *([host] if host and host not in ("0.0.0.0", "::") else [])]
+    cert, key = load_or_create(state_dir, hosts)
+    return TlsFiles(cert=cert, key=key, client_ca=options.client_ca)

@@ -8,6 +8,7 @@ health probe -> atomic switch -> drain -> unload, records each step durably in t
 :class:`edge_agent.state.StateStore`, and leaves the previous version serving on any failure.
 """
 
+from edge_agent.config.deploy import ManagerSettings
 from edge_agent.manager.compat import check_fits
 from edge_agent.manager.device import DeviceInfo, detect_device
 from edge_agent.manager.errors import (
@@ -19,7 +20,6 @@ from edge_agent.manager.errors import (
     VersionInUseError,
 )
 from edge_agent.manager.outcome import DeployOutcome, StepEvent, VersionView
-from edge_agent.manager.settings import ManagerSettings
 
 __all__ = [
     "DeployOutcome", "DeploymentBusyError", "DeploymentFailedError", "DeviceInfo",

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_agent.config import model_overrides
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.deploy_port import DeployPort
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.errors import AgentError
 from edge_agent.manager.errors import InvalidSettingsError
 from edge_agent.state import StateStore

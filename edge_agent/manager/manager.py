@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edge_agent.config.deploy import ManagerSettings
 from edge_agent.core.deploy_port import DeployPort
 from edge_agent.core.repository import VersionSlot
 from edge_agent.errors import AgentError, ModelNotFoundError, StateStoreError
@@ -47,7 +48,6 @@ from edge_agent.manager.pruning import prune
 from edge_agent.manager.queries import RollbackPlan, VersionQueries, names_of
 from edge_agent.manager.recovery import StartupRecovery
 from edge_agent.manager.serving import ServingControl
-from edge_agent.manager.settings import ManagerSettings
 from edge_agent.manager.watcher import ErrorRateWatchers
 from edge_agent.state import (
     Deployment,

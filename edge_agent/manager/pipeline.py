@@ -15,9 +15,10 @@ import logging
 import time
 from collections.abc import Callable
 
+from edge_agent.config.deploy import ManagerSettings
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.deploy_port import DeployPort
 from edge_agent.core.orchestrator import process_rss
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import LoadedVersion
 from edge_agent.errors import AgentError, StateStoreError
 from edge_agent.manager.compat import MemoryCheck, check_fits, check_memory, check_signature
@@ -29,7 +30,6 @@ from edge_agent.manager.journal import DeploymentJournal, EventSink, RecordingFa
 from edge_agent.manager.outcome import DeployOutcome
 from edge_agent.manager.pins import pipelines_pinning
 from edge_agent.manager.probe import probe_version
-from edge_agent.manager.settings import ManagerSettings
 from edge_agent.state import (
     Deployment,
     DeploymentKind,

@@ -19,7 +19,7 @@ def probe_version(mv: LoadedVersion, timeout_s: float = 30.0) -> str:
     Returns a one-line summary; raises DeploymentFailedError naming what was wrong.
     """
     manifest, batcher = mv.manifest, mv.batcher
-    if not manifest.backend_options.get(manifest.backend, {}).get("warmup", True):
+    if not manifest.warmup:
         # a Python model or pipeline: made-up inputs need not be valid for its code
         return "not probed: its spec says made-up inputs do not suit it (warmup = false)"
     batched = manifest.batching.max_batch_size > 0

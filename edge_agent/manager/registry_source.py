@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge_agent.config.management import RegistrySettings
 from edge_agent.errors import AgentError, ErrorCode, InvalidInputError, ModelNotFoundError
 from edge_agent.manager.device import DeviceInfo
 from edge_agent.manager.errors import DeploymentBusyError, InvalidBundleError, ManagerError
-from edge_agent.settings import RegistrySettings
 from packager.bundle.errors import (
     ArtifactNotFoundError,
     ArtifactRejectedError,

@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
+from edge_agent.config.deploy import ManagerSettings
 from edge_agent.core.deploy_port import DeployPort
 from edge_agent.core.overrides import policy_versions
 from edge_agent.errors import AgentError, ModelNotFoundError, StateStoreError
@@ -18,7 +19,6 @@ from edge_agent.manager.errors import ManagerError, VersionInUseError
 from edge_agent.manager.journal import DeploymentJournal
 from edge_agent.manager.locks import ModelLocks
 from edge_agent.manager.pins import pinned_message, pipelines_pinning
-from edge_agent.manager.settings import ManagerSettings
 from edge_agent.state import StateStore, VersionState
 
 

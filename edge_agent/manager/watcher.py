@@ -12,9 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from edge_agent.config.deploy import ManagerSettings
 from edge_agent.core.deploy_port import DeployPort
 from edge_agent.errors import AgentError
-from edge_agent.manager.settings import ManagerSettings
 
 log = logging.getLogger(__name__)
 

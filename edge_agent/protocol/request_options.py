@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from edge_agent.core.gate import MAX_PRIORITY_VALUE
+from edge_agent.config.models import MAX_PRIORITY_VALUE
 from edge_agent.errors import InvalidInputError
 
 Protocol = Literal["grpc", "http"]

@@ -94,6 +94,17 @@ def label_file(output: str) -> str:
     return f"labels/{output}.txt"
 
 
+LEGACY_FLAGS = {"warmup": True, "decoupled": False}
+"""Manifest fields that bundles written before them carried in ``backend_options[backend]``
+(their defaults there): still read from there when the field is absent."""
+
+
+def _legacy_flag(options: Any, backend: str, key: str, default: bool) -> bool:
+    """``options[backend][key]`` as a bool (``default`` when absent)."""
+    value = options.get(backend, {}).get(key, default) if isinstance(options, dict) else default
+    return _flag(value, f"backend_options.{backend}.{key}")
+
+
 @dataclass(frozen=True)
 class Manifest:
     """Everything the agent needs to know about one model version for one device profile."""
@@ -126,6 +137,16 @@ class Manifest:
     # output name -> its class labels, one per class index (edge-pack build --labels; a copy
     # is the bundle file labels/OUTPUT.txt); written only when given, like response_cache
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # the agent may warm up and health-probe the model with made-up inputs at load
+    warmup: bool = True
+    # every request may answer with several responses (ModelStreamInfer only)
+    decoupled: bool = False
+
+    def __post_init__(self) -> None:
+        for key, default in LEGACY_FLAGS.items():
+            legacy = _legacy_flag(self.backend_options, self.backend, key, default)
+            if getattr(self, key) == default and legacy != default:  # a bundle of before
+                object.__setattr__(self, key, legacy)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -135,6 +156,12 @@ class Manifest:
             d["labels"] = {k: list(v) for k, v in self.labels.items()}
         else:
             del d["labels"]
+        for key, default in LEGACY_FLAGS.items():
+            # written only when it says more than the defaults and the bundles of before the
+            # field (which carried it in backend_options[backend]) say: their bytes, and so
+            # their signatures, stay as they were
+            if d[key] == _legacy_flag(self.backend_options, self.backend, key, default):
+                del d[key]
         return d
 
     def canonical_bytes(self) -> bytes:
@@ -173,6 +200,7 @@ class Manifest:
                 format_version=fv,
                 response_cache=_flag(d.get("response_cache", False), "response_cache"),
                 labels=_labels(d.get("labels", {})),
+                **{key: _flag(d[key], key) for key in LEGACY_FLAGS if key in d},
             )
         except BundleError:
             raise

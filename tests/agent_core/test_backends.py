@@ -32,6 +32,7 @@ from edge_agent.backends.openvino_backend import compile_config
 from edge_agent.backends.registry import get_plugin
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import BackendError, RuntimeMissingError
+from packager.bundle.backend_options import OpenVinoOptions
 from packager.bundle.manifest import Manifest
 from tests.agent_core.conftest import Bundles
 from tests.support.core_bundles import install, reference_outputs
@@ -226,17 +227,18 @@ def test_openvino_compile_settings_follow_the_manifest_and_instances(mlp_dir: Pa
     assert compile_config("CPU", 3, 2) == {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "3",
                                            "INFERENCE_NUM_THREADS": "2",
                                            "ENABLE_CPU_PINNING": "NO"}
-    bundle_options = {"performance_hint": "THROUGHPUT", "inference_precision": "f32"}
+    bundle_options = OpenVinoOptions(performance_hint="THROUGHPUT", inference_precision="f32")
     assert compile_config("CPU", 1, 1, bundle_options) == {
         "PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "1", "INFERENCE_PRECISION_HINT": "f32",
         "INFERENCE_NUM_THREADS": "1", "ENABLE_CPU_PINNING": "NO"}
-    assert compile_config("CPU", 1, 1, {"enable_cpu_pinning": True})["ENABLE_CPU_PINNING"] == "YES"
+    pinned = OpenVinoOptions(enable_cpu_pinning=True)
+    assert compile_config("CPU", 1, 1, pinned)["ENABLE_CPU_PINNING"] == "YES"
     assert "NUM_STREAMS" not in compile_config("AUTO", 2, 0, bundle_options)
     assert "ENABLE_CPU_PINNING" not in compile_config("AUTO", 2, 0)
     manifest = load_manifest(mlp_dir)
     # The bundle's inference precision (what parity was checked at) is what the device uses.
     assert manifest.backend_options["openvino"]["inference_precision"] == "f32"
-    assert compile_config("CPU", 1, 0, manifest.backend_options["openvino"])[
+    assert compile_config("CPU", 1, 0, OpenVinoOptions.of(manifest))[
         "INFERENCE_PRECISION_HINT"] == "f32"
     backend = load_backend(mlp_dir, manifest, BackendOptions(instances=2), preferred="openvino")
     try:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import InvalidInputError, QueueFullError
 from packager.build import build_bundles

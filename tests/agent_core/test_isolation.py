@@ -19,8 +19,8 @@ import pytest
 from edge_agent.backends.base import BackendOptions, Cancellation
 from edge_agent.backends.isolated import IsolatedBackend
 from edge_agent.backends.registry import load_backend, runs_in_process
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.repository import load_manifest
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import BackendCrashedError, BackendError, ErrorCode

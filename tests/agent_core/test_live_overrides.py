@@ -10,10 +10,11 @@ import pytest
 
 from edge_agent.backends.openvino_backend import compile_config
 from edge_agent.config import model_overrides
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.repository import ModelRepository, _with_openvino_overrides
 from edge_agent.errors import AgentError, ConfigError
 from packager.build import build_bundles
+from packager.bundle.backend_options import OpenVinoOptions
 from packager.bundle.reader import open_bundle
 from packager.samples import make_mlp
 
@@ -54,7 +55,7 @@ def test_openvino_hint_and_streams_reach_the_compile_config(repo_dir: Path) -> N
 
     manifest = load_manifest(repo_dir / "models" / "mlp" / "1")
     ov = model_overrides("mlp", {"openvino_hint": "throughput", "openvino_streams": 3})
-    laid = _with_openvino_overrides(manifest, ov).backend_options["openvino"]
+    laid = OpenVinoOptions.of(_with_openvino_overrides(manifest, ov))
     config = compile_config("CPU", 2, 0, laid)
     assert config["PERFORMANCE_HINT"] == "THROUGHPUT" and config["NUM_STREAMS"] == "3"
     assert _with_openvino_overrides(manifest, ModelOverrides()) is manifest

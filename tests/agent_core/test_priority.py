@@ -164,8 +164,8 @@ def test_config_reads_priorities_and_the_execution_limit(tmp_path: Path) -> None
     toml.write_text('[agent]\nmax_concurrent_executions = 3\n'
                     '[models."*"]\npriority = 12\n[models.safety]\npriority = 1\n')
     config = load_config(toml, state_dir=tmp_path)
-    assert config.max_concurrent_executions == 3
-    assert config.models["safety"].priority == 1 and config.model_defaults.priority == 12
+    assert config.models.max_concurrent_executions == 3
+    assert config.models.overrides["safety"].priority == 1 and config.models.defaults.priority == 12
     for bad, message in [('[models.m]\npriority = 0\n', "priority': must be between 1"),
                          ('[agent]\nmax_concurrent = 2\n', "agent.max_concurrent' is unknown"),
                          ('[agent]\nmax_concurrent_executions = -1\n', "max_concurrent")]:

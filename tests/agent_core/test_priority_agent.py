@@ -8,6 +8,7 @@ before it have answers."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Iterator
@@ -18,9 +19,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tc
 
-from edge_agent.config import load_config
+from edge_agent.config import DiscoveryConfig, MetricsConfig, load_config
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.management.runtime import ManagementOptions
 from tests.agent_core.conftest import Bundles
 from tests.support.core_bundles import install, reference_outputs
 from tests.support.eventually import eventually
@@ -40,8 +40,9 @@ def agent(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, DataPlane]]:
                     '[models.spin]\npriority = 20\nisolation = "process"\n'
                     '[models.mlp]\nisolation = "process"\n')
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True)
-    with running(config, ManagementOptions(mdns=False, metrics=False), timeout_s=DEADLINE_S,
-                 name="priority-agent") as served:
+    quiet = dataclasses.replace(config, discovery=DiscoveryConfig(enabled=False),
+                                metrics=MetricsConfig(enabled=False))
+    with running(quiet, timeout_s=DEADLINE_S, name="priority-agent") as served:
         yield served.grpc, served.dataplane
 
 

@@ -104,7 +104,7 @@ class Agent:
 @pytest.fixture(scope="session")
 def agent(sources: Sources, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     """A real agent in-process on 127.0.0.1:0 and a Unix socket (the harness's in-process
-    mode, edge_agent.management.agent_main.serve)."""
+    mode, edge_agent.agent.serve)."""
     root = tmp_path_factory.mktemp("agent")
     state = root / "state"
     for bundle in sources.bundles.values():

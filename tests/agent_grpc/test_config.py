@@ -29,14 +29,14 @@ preferred_batch_sizes = [4, 8]
     assert cfg.state_dir == tmp_path / "from-file"
     assert cfg.grpc.address == "0.0.0.0:9001" and cfg.grpc.max_message_bytes == 1 << 20
     assert cfg.uds_path == tmp_path / "from-file" / "run" / "inference.sock"
-    mlp = cfg.models["mlp"]
+    mlp = cfg.models.overrides["mlp"]
     assert (mlp.max_queue_delay_us, mlp.instances, mlp.max_queue_size,
             mlp.default_timeout_us, mlp.preferred_batch_sizes) == (250, 2, 8, 100000, (4, 8))
     cfg = load_config(toml, state_dir=tmp_path / "flag", grpc_address="127.0.0.1:0",
                       no_uds=True, max_message_bytes=2048)
     assert cfg.state_dir == tmp_path / "flag" and cfg.grpc.address == "127.0.0.1:0"
     assert cfg.uds_path is None and cfg.grpc.max_message_bytes == 2048
-    assert cfg.models["mlp"].instances == 2
+    assert cfg.models.overrides["mlp"].instances == 2
 
 
 def test_settings_for_every_model_and_a_models_own_section_wins(tmp_path: Path) -> None:
@@ -50,17 +50,17 @@ execution_timeout_ms = 100
 instances = 2
 """)
     cfg = load_config(toml, state_dir=tmp_path)
-    assert (cfg.model_defaults.isolation, cfg.model_defaults.execution_timeout_ms) == (
+    assert (cfg.models.defaults.isolation, cfg.models.defaults.execution_timeout_ms) == (
         "process", 5000)
-    mlp = cfg.models["mlp"]
+    mlp = cfg.models.overrides["mlp"]
     assert (mlp.isolation, mlp.execution_timeout_ms, mlp.instances) == ("process", 100, 2)
-    assert "*" not in cfg.models
-    assert load_config(state_dir=tmp_path).model_defaults.isolation == "auto"
+    assert "*" not in cfg.models.overrides
+    assert load_config(state_dir=tmp_path).models.defaults.isolation == "auto"
 
 
 def test_defaults(tmp_path: Path) -> None:
     cfg = load_config(state_dir=tmp_path)
-    assert cfg.grpc.address == DEFAULT_GRPC_ADDRESS and cfg.models == {}
+    assert cfg.grpc.address == DEFAULT_GRPC_ADDRESS and cfg.models.overrides == {}
     assert cfg.models_dir == tmp_path / "models"
 
 

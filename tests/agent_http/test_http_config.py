@@ -58,8 +58,8 @@ def test_a_bad_flag_names_the_flag(tmp_path: Path) -> None:
 def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     import socket
 
+    from edge_agent.config.http import HttpConfig
     from edge_agent.core.dataplane import DataPlane
-    from edge_agent.http.options import HttpConfig
     from edge_agent.http.routes import KServeRoutes
     from edge_agent.http.server import HttpFrontEnd
 

@@ -14,10 +14,9 @@ import pytest
 
 from console.discovery import AgentBrowser
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually, eventually_async
-from tests.support.harness import AgentProcess, start_agent
+from tests.support.harness import AgentProcess, sections, start_agent
 
 
 def _datagrams(sock: socket.socket, until: str, deadline_s: float = 60.0) -> list[str]:
@@ -63,9 +62,7 @@ async def _wait_for(browser: AgentBrowser, present: bool, name: str, timeout: fl
 
 @pytest.mark.asyncio
 async def test_mdns_advert_on_start_withdrawn_on_stop(bundles: Bundles, tmp_path: Path) -> None:
-    options = ManagementOptions(address="127.0.0.1:0", name="mdns-agent",
-                                trusted_keys=(bundles.public_key,), mdns=True,
-                                mdns_interfaces=("127.0.0.1",), watch_window_s=0.0)
+    options = sections("mdns-agent", bundles.public_key, mdns_interfaces=("127.0.0.1",))
     async with AgentBrowser(interfaces=["127.0.0.1"]) as browser:
         agent = await asyncio.to_thread(start_agent, tmp_path / "state", options, workers=4)
         try:

@@ -205,8 +205,8 @@ def test_kill_9_during_a_settings_change_keeps_the_old_settings(
 
 def test_stored_settings_are_laid_over_agent_toml_at_start_and_a_stale_key_is_noted(
         bundles: Bundles, tmp_path: Path) -> None:
+    from edge_agent.config.models import ModelOverrides
     from edge_agent.core.dataplane import DataPlane
-    from edge_agent.core.overrides import ModelOverrides
     from edge_agent.manager.manager import ManagerSettings, ModelManager
     from edge_agent.state import DeploymentKind, StateStore
 

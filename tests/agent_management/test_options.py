@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from edge_agent.config.management import management_sections
 from edge_agent.errors import ConfigError
-from edge_agent.management.options import management_options
 from packager.bundle.signing import generate_keypair
 
 TOML = """
@@ -41,24 +41,26 @@ def _public_key(path: Path) -> Path:
 
 def test_sections_parse_with_paths_relative_to_the_file(tmp_path: Path) -> None:
     _public_key(tmp_path / "keys" / "release.pub")
-    opts = management_options(tomllib.loads(TOML), tmp_path)
-    assert opts.address == "0.0.0.0:6000" and opts.name == "line-3"
-    assert opts.trusted_keys == (tmp_path / "keys" / "release.pub",)
-    assert (opts.keep_versions, opts.watch_window_s, opts.error_threshold) == (2, 30, 0.25)
-    assert opts.tls is not None and opts.tls.client_ca == tmp_path / "ca.pem"
-    assert opts.mdns_interfaces == ("192.168.1.20",) and opts.metrics is False
+    opts = management_sections(tomllib.loads(TOML), tmp_path)
+    api, deploy = opts.management, opts.deploy
+    assert api.address == "0.0.0.0:6000" and api.name == "line-3"
+    assert deploy.trusted_keys == (tmp_path / "keys" / "release.pub",)
+    assert (deploy.keep_versions, deploy.watch_window_s, deploy.error_threshold) == (2, 30, 0.25)
+    assert api.tls is not None and api.tls.client_ca == tmp_path / "ca.pem"
+    assert opts.discovery.interfaces == ("192.168.1.20",) and opts.metrics.enabled is False
 
 
 def test_flags_win_over_the_file(tmp_path: Path) -> None:
     _public_key(tmp_path / "keys" / "release.pub")
     extra = _public_key(tmp_path / "dev.pub")
-    opts = management_options(tomllib.loads(TOML), tmp_path, address="127.0.0.1:0",
-                              name="bench", trust=[extra], allow_unsigned=True,
-                              mdns_interfaces=["127.0.0.1"], no_mdns=True)
-    assert opts.address == "127.0.0.1:0" and opts.name == "bench"
-    assert opts.trusted_keys[-1] == extra and len(opts.trusted_keys) == 2
-    assert opts.allow_unsigned and not opts.mdns and opts.mdns_interfaces == ("127.0.0.1",)
-    assert management_options({}, None, address="none").address is None
+    opts = management_sections(tomllib.loads(TOML), tmp_path, address="127.0.0.1:0",
+                               name="bench", trust=[extra], allow_unsigned=True,
+                               mdns_interfaces=["127.0.0.1"], no_mdns=True)
+    assert opts.management.address == "127.0.0.1:0" and opts.management.name == "bench"
+    assert opts.deploy.trusted_keys[-1] == extra and len(opts.deploy.trusted_keys) == 2
+    assert opts.deploy.allow_unsigned and not opts.discovery.enabled
+    assert opts.discovery.interfaces == ("127.0.0.1",)
+    assert management_sections({}, None, address="none").management.address is None
 
 
 @pytest.mark.parametrize(("data", "message"), [
@@ -72,7 +74,7 @@ def test_flags_win_over_the_file(tmp_path: Path) -> None:
 ])
 def test_mistakes_are_named(tmp_path: Path, data: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        management_options(data, tmp_path)
+        management_sections(data, tmp_path)
 
 
 def test_a_trust_that_is_not_a_public_key_is_refused_at_start(tmp_path: Path) -> None:
@@ -83,6 +85,6 @@ def test_a_trust_that_is_not_a_public_key_is_refused_at_start(tmp_path: Path) ->
                           (tmp_path / "keys", "is a directory"),
                           (junk, "is not a PEM public key")):
         with pytest.raises(ConfigError, match=message) as err:
-            management_options({}, tmp_path, trust=[path])
+            management_sections({}, tmp_path, trust=[path])
         assert str(err.value).startswith("--trust: ") and str(err.value).count(str(path)) == 1
-    assert management_options({}, tmp_path, trust=[public]).trusted_keys == (public,)
+    assert management_sections({}, tmp_path, trust=[public]).deploy.trusted_keys == (public,)

@@ -11,18 +11,15 @@ import tritonclient.grpc as tc
 
 from edge_agent.core.api import ModelConfigInfo
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.converters import to_model_config
 from tests.support.bundles import Bundles
-from tests.support.harness import start_agent
+from tests.support.harness import sections, start_agent
 
 
 @pytest.mark.parametrize("control", [False, True])
 def test_server_metadata_lists_what_is_served(tmp_path: Path, bundles: Bundles,
                                               control: bool) -> None:
-    options = ManagementOptions(address="127.0.0.1:0", name="meta",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
+    options = sections("meta", bundles.public_key)
     agent = start_agent(tmp_path / "state", options, repository_control=control)
     try:
         with AgentClient(agent.management, token=agent.token) as client:

@@ -20,12 +20,11 @@ from tritonclient.utils import InferenceServerException
 from edge_agent.config import AgentConfig, GrpcConfig
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.server import AgentServer
 from edge_agent.state import StateStore, Step
 from tests.support.bundles import Bundles
-from tests.support.harness import InProcessAgent, start_agent
+from tests.support.harness import InProcessAgent, sections, start_agent
 
 X = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
 
@@ -37,9 +36,7 @@ def _infer(triton: tc.InferenceServerClient, version: str = "") -> str:
 
 
 def _agent(tmp_path: Path, bundles: Bundles, *, control: bool) -> InProcessAgent:
-    options = ManagementOptions(address="127.0.0.1:0", name="control",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
+    options = sections("control", bundles.public_key)
     return start_agent(tmp_path / "state", options, repository_control=control)
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,12 @@ from console.errors import ConsoleConfigError
 from console.fleet import AgentState, Fleet, FleetAgent
 from console.known_agents import KnownAgents, ask_on_terminal
 from console.screens.details import detail_rows
+from edge_agent.config import (
+    DiscoveryConfig,
+    ManagementConfig,
+    ManagementSections,
+    management_sections,
+)
 from edge_agent.discovery import AgentAdvert
 from edge_agent.errors import ConfigError
 from edge_agent.management.client import (
@@ -33,18 +40,16 @@ from edge_agent.management.client import (
     PinnedTls,
     TransportMismatchError,
 )
-from edge_agent.management.options import management_options
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.management.tls import fingerprint
 from tests.support.eventually import eventually
-from tests.support.harness import AgentProcess, InProcessAgent, start_agent
+from tests.support.harness import AgentProcess, InProcessAgent, sections, start_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _options(**kw: object) -> ManagementOptions:
-    return ManagementOptions(address=str(kw.pop("address", "127.0.0.1:0")), mdns=False,
-                             **kw)  # type: ignore[arg-type]
+def _options(*, address: str = "127.0.0.1:0", **kw: Any) -> ManagementSections:
+    return ManagementSections(management=ManagementConfig(address=address, **kw),
+                              discovery=DiscoveryConfig(enabled=False))
 
 
 @pytest.fixture
@@ -172,21 +177,24 @@ def test_token_prints_the_fingerprint_the_agent_serves(tmp_path: Path) -> None:
 
 def test_serve_refuses_insecure_with_tls_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--insecure"):
-        management_options({"management": {"tls_cert": "a.pem", "tls_key": "a.key"}},
+        management_sections({"management": {"tls_cert": "a.pem", "tls_key": "a.key"}},
                            tmp_path, insecure=True)
-    opts = management_options({"management": {"tls_client_ca": "ca.pem"}}, tmp_path)
-    assert opts.tls is None and opts.client_ca == tmp_path / "ca.pem"
+    opts = management_sections({"management": {"tls_client_ca": "ca.pem"}}, tmp_path)
+    assert opts.management.tls is None and opts.management.client_ca == tmp_path / "ca.pem"
 
 
 def test_mdns_advert_carries_the_fingerprint(tmp_path: Path) -> None:
-    agent = start_agent(tmp_path / "state", ManagementOptions(
-        address="127.0.0.1:0", name="advertised", mdns=True, mdns_interfaces=("127.0.0.1",)),
+    agent = start_agent(tmp_path / "state", sections(
+        "advertised", watch_window_s=60.0, mdns_interfaces=("127.0.0.1",)),
         workers=4, tls=True)
+
+    assert agent.runtime is not None and agent.runtime.management is not None
+    agent_id = agent.runtime.management.identity.agent_id
 
     async def find() -> FleetAgent:
         async with AgentBrowser(interfaces=["127.0.0.1"]) as browser:
             for _ in range(600):  # up to 60 s on a busy machine
-                mine = [a for a in browser.agents() if a.id == agent.runtime.identity.agent_id]  # type: ignore[union-attr]
+                mine = [a for a in browser.agents() if a.id == agent_id]
                 if mine:
                     assert mine[0].txt["fp"] == mine[0].fingerprint
                     fleet = Fleet()

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.management.runtime import ManagementOptions
 from tests.support.bundles import Bundles, build_all
 from tests.support.cli import ROOT, Run, console  # noqa: F401  (re-exported)
-from tests.support.harness import InProcessAgent, start_agent
+from tests.support.harness import InProcessAgent, sections, start_agent
 
 
 @pytest.fixture(scope="session")
@@ -36,13 +35,10 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("fleet")
-    common = {"address": "127.0.0.1:0", "trusted_keys": (bundles.public_key,),
-              "watch_window_s": 0.0, "mdns_interfaces": ("127.0.0.1",)}
-    a = start_agent(root / "a", ManagementOptions(name="agent-a", mdns=True, **common),
-                    workers=4, tls=True)
+    a = start_agent(root / "a", sections("agent-a", bundles.public_key,
+                                         mdns_interfaces=("127.0.0.1",)), workers=4, tls=True)
     try:
-        b = start_agent(root / "b", ManagementOptions(name="agent-b", mdns=False, **common),
-                        workers=4, tls=True)
+        b = start_agent(root / "b", sections("agent-b", bundles.public_key), workers=4, tls=True)
     except BaseException:
         a.stop()
         raise

@@ -19,12 +19,11 @@ from console.connections import Connections
 from console.fleet import FleetAgent
 from console.rollout import Phase, Rollout
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from tests.console_cli.conftest import console
 from tests.support.bundles import PROFILE, Bundles
-from tests.support.harness import InProcessAgent, start_agent, trusted_agent
+from tests.support.harness import InProcessAgent, sections, start_agent, trusted_agent
 
 
 @dataclass
@@ -95,8 +94,7 @@ def test_each_refusal_names_its_fix_and_matches_the_pipeline(
 
 def test_an_agent_without_trust_says_to_give_it_a_key(bundles: Bundles,
                                                         tmp_path: Path) -> None:
-    options = ManagementOptions(address="127.0.0.1:0", name="no-trust", mdns=False,
-                                watch_window_s=0.0)
+    options = sections("no-trust")
     running = start_agent(tmp_path / "state", options)
     try:
         with AgentClient(running.management, token=running.token) as client:

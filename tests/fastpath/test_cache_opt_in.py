@@ -14,17 +14,16 @@ import numpy as np
 import pytest
 
 from edge_agent.cli import main as agent_cli
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.types import InferRequest
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.bundle.reader import open_bundle
 from tests.fastpath.conftest import ORT, MlpBundles
 from tests.support.cli import console
 from tests.support.core_bundles import install
-from tests.support.harness import start_agent
+from tests.support.harness import sections, start_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,8 +88,7 @@ def test_hits_and_hit_rate_in_list_models_and_console_status(
     state = tmp_path / "state"
     assert agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned",
                       str(opted_in)]) == 0
-    agent = start_agent(state, ManagementOptions(address="127.0.0.1:0", name="cache-agent",
-                                                 mdns=False, watch_window_s=0.0),
+    agent = start_agent(state, sections("cache-agent"),
                         workers=4, response_cache_bytes=1 << 20)
     try:
         x = np.full((1, 64), 0.5, np.float32)

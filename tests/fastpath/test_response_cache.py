@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from edge_agent.config import load_config
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.cache import ResponseCache
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.types import InferRequest
 from edge_agent.errors import ConfigError
 from tests.fastpath.conftest import MlpBundles
@@ -167,8 +167,8 @@ def test_config_keys(tmp_path: Path) -> None:
     toml = tmp_path / "agent.toml"
     toml.write_text('[response_cache]\nsize_mib = 2\n[models.mlp]\nresponse_cache = true\n')
     config = load_config(toml, state_dir=tmp_path)
-    assert config.response_cache_bytes == 2 << 20
-    assert config.models["mlp"].response_cache is True
+    assert config.models.response_cache_bytes == 2 << 20
+    assert config.models.overrides["mlp"].response_cache is True
     toml.write_text('[response_cache]\nsize_mb = 2\n')
     with pytest.raises(ConfigError, match=r"response_cache\.size_mb"):
         load_config(toml, state_dir=tmp_path)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from edge_agent.config import load_config
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.server import AgentServer

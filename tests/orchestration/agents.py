@@ -1,4 +1,4 @@
-"""Real agents for the orchestration tests: in this process (run_agent on a thread) with an
+"""Real agents for the orchestration tests: in this process (an Agent on a thread) with an
 AgentConfig the test writes, or as a subprocess reading an agent.toml."""
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ from pathlib import Path
 
 import tritonclient.grpc as tc
 
-from edge_agent.config import AgentConfig, GrpcConfig
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.config import AgentConfig, GrpcConfig, ModelsConfig
+from edge_agent.config.models import ModelOverrides
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
-from tests.support.harness import InProcessAgent, run_configured
+from tests.support.harness import InProcessAgent, run_configured, sections
 
 
 @contextmanager
@@ -22,13 +21,13 @@ def running_agent(state_dir: Path, trust: Path, *, budget_mib: float | None = No
                   repository_control: bool = False) -> Iterator[InProcessAgent]:
     """An agent on ``state_dir`` (plaintext management, no mDNS, no watch window) with the
     memory budget and per-model settings given; stopped on exit."""
-    options = ManagementOptions(address="127.0.0.1:0", name="orch", trusted_keys=(trust,),
-                                mdns=False, watch_window_s=0.0, insecure=True)
-    config = AgentConfig(state_dir=state_dir, models=dict(models or {}),
+    options = sections("orch", trust, insecure=True)
+    config = AgentConfig(state_dir=state_dir,
+                         models=ModelsConfig(overrides=dict(models or {}),
+                                             memory_budget_bytes=None if budget_mib is None
+                                             else int(budget_mib * (1 << 20))),
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False, workers=16,
-                                         repository_control=repository_control),
-                         memory_budget_bytes=None if budget_mib is None
-                         else int(budget_mib * (1 << 20)))
+                                         repository_control=repository_control))
     agent = run_configured(config, options, timeout_s=180, name="orch-agent")
     try:
         yield agent

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import tritonclient.grpc as tc
 
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.residency import MIB
 from edge_agent.management.client import AgentClient
 from packager.bundle.reader import open_bundle

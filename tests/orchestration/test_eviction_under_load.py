@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.core.overrides import ModelOverrides
 from edge_agent.core.residency import MIB
 from edge_agent.core.types import InferRequest
 from packager.bundle.reader import open_bundle

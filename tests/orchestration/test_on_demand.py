@@ -12,7 +12,7 @@ import pytest
 import tritonclient.grpc as tc
 from tritonclient.utils import InferenceServerException
 
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.config.models import ModelOverrides
 from edge_agent.metrics.summary import summary_json
 from tests.orchestration.agents import client, infer_cnn, running_agent
 from tests.orchestration.conftest import CnnBundles

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from edge_agent.config import AgentConfig, load_config
-from edge_agent.core.overrides import parse_version_policy, policy_versions
+from edge_agent.config.models import parse_version_policy
+from edge_agent.core.overrides import policy_versions
 from edge_agent.errors import ConfigError
 
 
@@ -23,12 +24,12 @@ def test_orchestration_keys_parse(tmp_path: Path) -> None:
                    '[models."*"]\nidle_unload_s = 300\n'
                    '[models.cam]\nload = "on-demand"\nload_timeout_ms = 2000\npinned = true\n'
                    'version_policy = "latest 2"\n')
-    assert config.memory_budget_bytes == 512 << 20
-    cam = config.models["cam"]
+    assert config.models.memory_budget_bytes == 512 << 20
+    cam = config.models.overrides["cam"]
     assert (cam.load, cam.load_timeout_ms, cam.pinned, cam.version_policy, cam.idle_unload_s) \
         == ("on-demand", 2000, True, "latest 2", 300.0)
-    assert config.model_defaults.load == "eager" and not config.model_defaults.pinned
-    assert _load(tmp_path, "").memory_budget_bytes is None
+    assert config.models.defaults.load == "eager" and not config.models.defaults.pinned
+    assert _load(tmp_path, "").models.memory_budget_bytes is None
 
 
 @pytest.mark.parametrize(("text", "names"), [

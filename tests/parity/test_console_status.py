@@ -8,17 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.management.runtime import ManagementOptions
 from tests.parity.bundles import ParityBundles
 from tests.support.cli import Run, console
-from tests.support.harness import InProcessAgent, start_agent
+from tests.support.harness import InProcessAgent, sections, start_agent
 
 
 @pytest.fixture
 def agent(tmp_path: Path, parity_bundles: ParityBundles) -> Iterator[tuple[InProcessAgent, Path]]:
-    a = start_agent(tmp_path / "agent", ManagementOptions(
-        name="parity-a", address="127.0.0.1:0", trusted_keys=(parity_bundles.public_key,),
-        watch_window_s=0.0, mdns=False), workers=4)
+    a = start_agent(tmp_path / "agent", sections("parity-a", parity_bundles.public_key), workers=4)
     try:
         token = tmp_path / "a.token"
         token.write_text(a.token + "\n")

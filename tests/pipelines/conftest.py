@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.config import AgentConfig, GrpcConfig
-from edge_agent.core.overrides import ModelOverrides
-from edge_agent.management.runtime import ManagementOptions
+from edge_agent.config import AgentConfig, GrpcConfig, ModelsConfig
+from edge_agent.config.models import ModelOverrides
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
-from tests.support.harness import InProcessAgent, running
+from tests.support.harness import InProcessAgent, running, sections
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pipeline"
@@ -128,12 +127,10 @@ def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: b
                   models: dict[str, ModelOverrides] | None = None, keep_versions: int = 3,
                   repository_control: bool = False) -> Iterator[Agent]:
     """An in-process agent (TCP on port 0 and a Unix socket) trusting ``public_key``."""
-    options = ManagementOptions(address="127.0.0.1:0", name="pipeline-agent",
-                                trusted_keys=(public_key,) if public_key else (),
-                                mdns=False, watch_window_s=0.0, insecure=True,
-                                allow_unsigned=allow_unsigned, keep_versions=keep_versions)
+    options = sections("pipeline-agent", *([public_key] if public_key else []), insecure=True,
+                       allow_unsigned=allow_unsigned, keep_versions=keep_versions)
     uds = state_dir / "run" / "i.sock"
-    config = AgentConfig(state_dir=state_dir, models=models or {},
+    config = AgentConfig(state_dir=state_dir, models=ModelsConfig(overrides=models or {}),
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds,
                                          workers=24, repository_control=repository_control))
     with running(config, options, name="pipeline-agent") as agent:

@@ -11,7 +11,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from edge_agent.core.overrides import ModelOverrides
+from edge_agent.config.models import ModelOverrides
 from tests.pipelines.conftest import Built, build, running_agent
 
 GATE = '''

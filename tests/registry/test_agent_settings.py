@@ -15,8 +15,8 @@ import pytest
 from console.commands import deploy_reference
 from console.config import ConsoleSettings
 from console.errors import DeploymentFailedError
+from edge_agent.config.management import management_sections
 from edge_agent.errors import ConfigError
-from edge_agent.management.options import management_options
 from packager.cli import main as edge_pack
 from tests.registry.registry_proc import BINARY, SKIP_REASON, RegistryProcess
 from tests.support.bundles import Bundles
@@ -127,17 +127,17 @@ def test_flags_merge_over_the_file(tmp_path: Path) -> None:
     other_ca.write_text("y")
     data = {"registry": {"allow": ["ghcr.io/acme", "lab:5000/models"], "insecure": ["lab:5000"],
                          "ca_file": "ca.pem", "auth_file": "auth.json", "retries": 2}}
-    from_file = management_options(data, tmp_path).registry
+    from_file = management_sections(data, tmp_path).registry
     assert from_file.allow == ("ghcr.io/acme", "lab:5000/models")
-    merged = management_options(data, tmp_path,
-                                registry_allow=["127.0.0.1:5000/edge", "lab:5000/models"],
-                                registry_insecure=True, registry_ca_file=other_ca,
-                                registry_auth_file=tmp_path / "flag-auth.json").registry
+    merged = management_sections(data, tmp_path,
+                                 registry_allow=["127.0.0.1:5000/edge", "lab:5000/models"],
+                                 registry_insecure=True, registry_ca_file=other_ca,
+                                 registry_auth_file=tmp_path / "flag-auth.json").registry
     assert merged.allow == ("ghcr.io/acme", "lab:5000/models", "127.0.0.1:5000/edge")
     assert merged.insecure == ("lab:5000", "127.0.0.1:5000")  # + the flags' registries
     assert merged.ca_file == other_ca and merged.auth_file == tmp_path / "flag-auth.json"
     assert merged.retries == 2
-    only_flags = management_options({}, None, registry_allow=["lab:5000"]).registry
+    only_flags = management_sections({}, None, registry_allow=["lab:5000"]).registry
     assert only_flags.allow == ("lab:5000",) and only_flags.insecure == ()
 
 
@@ -151,7 +151,7 @@ def test_flags_merge_over_the_file(tmp_path: Path) -> None:
 ])
 def test_bad_flags_are_one_clear_line(flags: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        management_options({}, None, **flags)  # type: ignore[arg-type]
+        management_sections({}, None, **flags)  # type: ignore[arg-type]
     assert message in str(err.value) and "\n" not in str(err.value)
 
 

@@ -121,11 +121,11 @@ def test_registry_config_section(tmp_path: Path) -> None:
     (tmp_path / "auth.json").write_text("{}")
     toml.write_text('[registry]\nallow = ["registry.local:5000/models"]\n'
                     'insecure = ["registry.local:5000"]\nauth_file = "auth.json"\n')
-    reg = load_config(toml, state_dir=tmp_path / "s").management.registry
+    reg = load_config(toml, state_dir=tmp_path / "s").registry
     assert reg.allow == ("registry.local:5000/models",)
     assert reg.insecure == ("registry.local:5000",)
     assert reg.auth_file == tmp_path / "auth.json"
-    assert load_config(None, state_dir=tmp_path / "s").management.registry.allow == ()
+    assert load_config(None, state_dir=tmp_path / "s").registry.allow == ()
     for body, says in (('allow = ["oci://x/y"]', "no oci://"),
                        ('allow = ["Bad Host/x"]', "registry"),
                        ('insecure = ["h:5000/x"]', "no path"),

@@ -23,14 +23,13 @@ import pytest
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
 from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.manager.errors import DiskFullError
 from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.state import StateStore, Step
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from tests.support.bundles import PROFILE, Bundles
-from tests.support.harness import start_agent
+from tests.support.harness import sections, start_agent
 from tests.support.traffic import integrity, served_version
 
 SIZE = 24 << 20
@@ -77,9 +76,7 @@ def big_bundle(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Pa
 @pytest.mark.parametrize("where", ["upload", "extract"])
 def test_disk_full_fails_the_deploy_cleanly_and_a_retry_succeeds(
         small_disk: Path, bundles: Bundles, big_bundle: Path, where: str) -> None:
-    options = ManagementOptions(address="127.0.0.1:0", name="disk-full",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
+    options = sections("disk-full", bundles.public_key)
     agent = start_agent(small_disk, options)
     try:
         with AgentClient(agent.management, token=agent.token) as client:
@@ -192,9 +189,7 @@ def test_a_full_disk_at_any_step_never_leaves_the_model_in_progress(
 
 def test_full_and_read_only_state_dir_answer_clean_errors_over_the_api(
         small_disk: Path, bundles: Bundles) -> None:
-    options = ManagementOptions(address="127.0.0.1:0", name="disk-full",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0, metrics=False)
+    options = sections("disk-full", bundles.public_key, metrics=False)
     agent = start_agent(small_disk, options)
     try:
         with AgentClient(agent.management, token=agent.token) as client:
@@ -228,9 +223,7 @@ def test_full_and_read_only_state_dir_answer_clean_errors_over_the_api(
 
 def test_check_deploy_refuses_a_bundle_the_disk_cannot_hold(
         small_disk: Path, bundles: Bundles, big_bundle: Path) -> None:
-    options = ManagementOptions(address="127.0.0.1:0", name="disk-check",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
+    options = sections("disk-check", bundles.public_key)
     agent = start_agent(small_disk, options)
     try:
         with AgentClient(agent.management, token=agent.token) as client:

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.management.runtime import ManagementOptions
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from tests.reliability.netcut import CuttingProxy
 from tests.support.bundles import PROFILE, Bundles
 from tests.support.eventually import eventually
-from tests.support.harness import start_agent
+from tests.support.harness import sections, start_agent
 from tests.support.traffic import served_version
 
 
@@ -27,9 +26,7 @@ def test_cut_mid_upload_is_abandoned_and_a_retry_succeeds(bundles: Bundles,
                            dynamic_batch=True)
     size = big.stat().st_size
     assert size > 1 << 20
-    options = ManagementOptions(address="127.0.0.1:0", name="net-cut",
-                                trusted_keys=(bundles.public_key,), mdns=False,
-                                watch_window_s=0.0)
+    options = sections("net-cut", bundles.public_key)
     agent = start_agent(tmp_path / "state", options)
     incoming = agent.state_dir / "incoming"
     try:

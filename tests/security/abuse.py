@@ -13,11 +13,10 @@ import grpc
 
 from edge_agent.config import AgentConfig, GrpcConfig
 from edge_agent.management.client import AgentClient
-from edge_agent.management.runtime import ManagementOptions
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.support.bundles import Bundles
-from tests.support.harness import InProcessAgent, run_configured
+from tests.support.harness import InProcessAgent, run_configured, sections
 
 
 @contextlib.contextmanager
@@ -28,9 +27,8 @@ def limited_agent(state_dir: Path, bundles: Bundles, *, deploy: bool = True,
     config = AgentConfig(state_dir=state_dir,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds=uds,
                                          uds_enabled=uds is not None, **grpc_limits))
-    options = ManagementOptions(address="127.0.0.1:0", name="abuse", mdns=False,
-                                trusted_keys=(bundles.public_key,), watch_window_s=0.0,
-                                insecure=True)  # the clients below speak plaintext
+    # the clients below speak plaintext
+    options = sections("abuse", bundles.public_key, insecure=True)
     agent = run_configured(config, options)
     try:
         if deploy:

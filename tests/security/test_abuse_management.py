@@ -74,7 +74,7 @@ def _tune(agent: InProcessAgent, **limits: float) -> None:
     """Shorten the management servicer's upload limits (the running agent's own object)."""
     assert agent.runtime is not None and agent.runtime.management is not None
     for key, value in limits.items():
-        setattr(agent.runtime.management.servicer, key, value)
+        setattr(agent.runtime.management.server.servicer, key, value)
 
 
 def _get_info_ok(agent: InProcessAgent) -> bool:

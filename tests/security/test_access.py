@@ -16,9 +16,8 @@ from edge_agent.management.auth import bearer
 from edge_agent.management.client import AgentClient, AuthenticationError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
-from edge_agent.management.runtime import ManagementOptions
 from tests.support.bundles import Bundles
-from tests.support.harness import AgentProcess, InProcessAgent, start_agent, trusted_agent
+from tests.support.harness import AgentProcess, InProcessAgent, sections, start_agent, trusted_agent
 
 
 def _mode(path: Path) -> int:
@@ -30,9 +29,7 @@ def two_agents(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[InProcessAgen
     agents: list[InProcessAgent] = []
     try:
         for name in ("a", "b"):
-            options = ManagementOptions(address="127.0.0.1:0", name=f"agent-{name}",
-                                        trusted_keys=(bundles.public_key,), mdns=False,
-                                        watch_window_s=0.0)
+            options = sections(f"agent-{name}", bundles.public_key)
             agents.append(start_agent(tmp_path / name, options))
         yield tuple(agents)
     finally:
@@ -112,10 +109,10 @@ def test_secret_files_are_private(agent_with_model: InProcessAgent, bundles: Bun
 
 def test_a_loose_token_file_is_tightened_at_start(bundles: Bundles, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    first = start_agent(state, ManagementOptions(address="127.0.0.1:0", mdns=False))
+    first = start_agent(state, sections("test-agent", watch_window_s=60.0))
     first.stop()
     (state / "management.token").chmod(0o644)
-    again = start_agent(state, ManagementOptions(address="127.0.0.1:0", mdns=False))
+    again = start_agent(state, sections("test-agent", watch_window_s=60.0))
     try:
         assert _mode(state / "management.token") == 0o600
     finally:

@@ -1,9 +1,9 @@
 """The one harness that starts an agent under test, in one of two modes.
 
 - **In-process** (:func:`run_configured`, :func:`running`, :func:`start_agent`,
-  :func:`trusted_agent`): the real agent (``edge_agent.management.agent_main.run_agent``, or
-  ``serve`` when no management options are given) on a thread of the test process, inference
-  gRPC (and management gRPC) on 127.0.0.1 port 0. Fast to start; the test can reach the data
+  :func:`trusted_agent`): the real agent (``edge_agent.agent.Agent``; :func:`sections` builds
+  its management side) on a thread of the test process, inference gRPC (and management gRPC)
+  on 127.0.0.1 port 0. Fast to start; the test can reach the data
   plane and the runtime.
 - **Subprocess** (:class:`AgentProcess`): ``python -m edge_agent.cli serve`` in its own process
   group, ports read from its ready line; for crashes, signals, restarts and the CLI.
@@ -31,12 +31,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_agent.config import AgentConfig, GrpcConfig
+from edge_agent.agent import Agent
+from edge_agent.config import (
+    AgentConfig,
+    DiscoveryConfig,
+    GrpcConfig,
+    ManagementConfig,
+    ManagementSections,
+    ManagerSettings,
+    MetricsConfig,
+    ModelsConfig,
+    with_management,
+)
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.management.agent_main import run_agent, serve
 from edge_agent.management.client import AgentClient, PinnedTls
-from edge_agent.management.runtime import AgentRuntime, ManagementOptions
-from edge_agent.manager.manager import ManagerSettings, ModelManager
+from edge_agent.manager.manager import ModelManager
 from edge_agent.server import BoundAddresses
 from edge_agent.state import StateStore
 from tests.support.eventually import eventually
@@ -57,7 +66,7 @@ class InProcessAgent:
     state_dir: Path
     stop_event: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
-    runtime: AgentRuntime | None = None
+    runtime: Agent | None = None
     addresses: BoundAddresses | None = None
     dataplane: Any = None
     grpc: str = ""
@@ -115,43 +124,54 @@ class InProcessAgent:
             assert not self.thread.is_alive(), "agent did not stop"
 
 
-def start_agent(state_dir: Path, options: ManagementOptions, *,
+def sections(name: str, *trusted: Path, watch_window_s: float = 0.0, insecure: bool = False,
+             mdns_interfaces: tuple[str, ...] = (), metrics: bool = True,
+             **deploy: Any) -> ManagementSections:
+    """The management side of a test agent: the API on 127.0.0.1 port 0 named ``name``,
+    trusting ``trusted`` (``deploy``: more deploy settings), no watch window unless given,
+    mDNS only when ``mdns_interfaces`` are given (and only on them)."""
+    return ManagementSections(
+        management=ManagementConfig(address="127.0.0.1:0", name=name, insecure=insecure),
+        deploy=ManagerSettings(trusted_keys=trusted, watch_window_s=watch_window_s, **deploy),
+        discovery=DiscoveryConfig(enabled=bool(mdns_interfaces), interfaces=mdns_interfaces),
+        metrics=MetricsConfig(enabled=metrics))
+
+
+def start_agent(state_dir: Path, options: ManagementSections, *,
                 workers: int = 24, repository_control: bool = False,
                 tls: bool = False, response_cache_bytes: int = 0) -> InProcessAgent:
     """Start an agent on ``state_dir`` and wait until it serves; plaintext management unless
     ``tls`` (or TLS files in ``options``); ``response_cache_bytes``: the cache budget."""
-    if not tls and options.tls is None and options.client_ca is None:
-        options = dataclasses.replace(options, insecure=True)
+    api = options.management
+    if not tls and api.tls is None and api.client_ca is None:
+        options = dataclasses.replace(options,
+                                      management=dataclasses.replace(api, insecure=True))
     config = AgentConfig(state_dir=state_dir,
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=False,
                                          workers=workers,
                                          repository_control=repository_control),
-                         response_cache_bytes=response_cache_bytes)
+                         models=ModelsConfig(response_cache_bytes=response_cache_bytes))
     return run_configured(config, options)
 
 
-def run_configured(config: AgentConfig, options: ManagementOptions | None = None, *,
+def run_configured(config: AgentConfig, options: ManagementSections | None = None, *,
                    timeout_s: float = START_DEADLINE_S,
                    name: str = "agent-under-test") -> InProcessAgent:
-    """Run the agent with ``config`` on a thread and wait until it serves (its state directory
-    created first): ``run_agent(config, options)``, or ``serve(config)`` (management as the
-    configuration says) when ``options`` is None. AssertionError naming the cause when it does
-    not start."""
+    """Run an :class:`Agent` of ``config`` (with the management-side ``options`` in place of
+    its own, when given) on a thread and wait until it serves (its state directory created
+    first). AssertionError naming the cause when it does not start."""
     agent = InProcessAgent(config.state_dir)
+    if options is not None:
+        config = with_management(config, options)
 
-    def on_ready(addresses: BoundAddresses, dataplane: Any,
-                 runtime: AgentRuntime | None = None) -> None:
-        agent.runtime, agent.addresses, agent.dataplane = runtime, addresses, dataplane
-        agent.grpc = addresses.tcp or ""
+    def on_ready(running: Agent) -> None:
+        agent.runtime, agent.addresses = running, running.addresses
+        agent.dataplane, agent.grpc = running.dataplane, running.addresses.tcp or ""
         agent.ready.set()
 
     def main() -> None:
         try:
-            if options is None:
-                serve(config, on_ready=on_ready, stop_event=agent.stop_event, grace=2.0)
-            else:
-                run_agent(config, options, on_ready=on_ready, stop_event=agent.stop_event,
-                          grace=2.0)
+            Agent(config, grace=2.0).run(on_ready, agent.stop_event)
         except BaseException as exc:  # surfaced below
             agent.error = exc
             agent.ready.set()
@@ -166,7 +186,7 @@ def run_configured(config: AgentConfig, options: ManagementOptions | None = None
 
 
 @contextlib.contextmanager
-def running(config: AgentConfig, options: ManagementOptions | None = None, *,
+def running(config: AgentConfig, options: ManagementSections | None = None, *,
             timeout_s: float = START_DEADLINE_S,
             name: str = "agent-under-test") -> Iterator[InProcessAgent]:
     """:func:`run_configured` as a context manager: the agent is stopped on exit."""
@@ -182,9 +202,7 @@ def trusted_agent(state_dir: Path, public_key: Path, *, name: str = "test-agent"
                   deploy: Path | None = None, tls: bool = False) -> Iterator[InProcessAgent]:
     """A running agent that trusts ``public_key`` (mDNS off, no auto-rollback watch window),
     with ``deploy`` deployed first when given; stopped on exit."""
-    options = ManagementOptions(address="127.0.0.1:0", name=name, trusted_keys=(public_key,),
-                                mdns=False, watch_window_s=0.0)
-    agent = start_agent(state_dir, options, tls=tls)
+    agent = start_agent(state_dir, sections(name, public_key), tls=tls)
     try:
         if deploy is not None:
             result = agent.deploy(deploy)

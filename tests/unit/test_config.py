@@ -27,7 +27,8 @@ priority = 3
 version_policy = "latest 2"
 """)
     assert config.grpc.address == "127.0.0.1:0" and config.grpc.workers == 7
-    assert config.models["cam"].instances == 2 and config.models["cam"].priority == 3
+    cam = config.models.overrides["cam"]
+    assert cam.instances == 2 and cam.priority == 3
 
 
 @pytest.mark.parametrize(("text", "key"), [

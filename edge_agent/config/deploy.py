@@ -1,4 +1,5 @@
-"""How the model manager verifies, keeps and watches versions (one frozen value)."""
+"""The deploy lifecycle's settings: how the model manager verifies, keeps and watches versions
+(one frozen value, drawn from ``[management]`` by :meth:`AgentConfig.deploy`)."""
 
 from __future__ import annotations
 
