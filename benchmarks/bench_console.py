@@ -194,7 +194,7 @@ def _stored_traffic(agent: object, seconds: float) -> None:
     import numpy as np
     import tritonclient.grpc as triton
 
-    from edge_agent.management.client import AgentClient
+    from edge_agent.client.agent_client import AgentClient
 
     address, token = agent.address, agent.token  # type: ignore[attr-defined]
     with AgentClient(address, token=token) as c:
@@ -222,7 +222,7 @@ async def agent_view_open(rounds: int) -> list[float]:
     from console.config import StaticAgent
     from console.screens.agent import AgentScreen
     from console.widgets.metric_plots import TimePlot
-    from edge_agent.management.client import AgentClient
+    from edge_agent.client.agent_client import AgentClient
     from tests.console_tui.agents import build_test_bundles, start_agent
 
     with tempfile.TemporaryDirectory() as tmp:

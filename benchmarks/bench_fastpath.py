@@ -137,7 +137,7 @@ async def run_stream(target: str, payloads: list[bytes], *, concurrency: int,
                      seconds: float) -> LoadResult:
     """Closed loop over ONE ModelStreamInfer stream: ``concurrency`` requests in flight, the
     next sent when an answer comes (matched by id: payload ``i`` carries id ``str(i)``)."""
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
     options = [("grpc.max_receive_message_length", 256 << 20),
                ("grpc.max_send_message_length", 256 << 20)]
@@ -203,8 +203,8 @@ def load_stream(target: str, payloads: list[bytes], secs: float, pid: int) -> Lo
 def shm_regions(target: str, x: np.ndarray, out_bytes: int) -> Iterator[tuple[str, str]]:
     """One input region holding CONCURRENCY copies of ``x`` and one output region with a slot
     per worker, created in /dev/shm and registered with the agent; names of both."""
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
-    from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
     tag = f"bench_fastpath_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     names = (f"{tag}_in", f"{tag}_out")
@@ -230,7 +230,7 @@ def shm_regions(target: str, x: np.ndarray, out_bytes: int) -> Iterator[tuple[st
 def shm_payloads(model: str, input_name: str, x: np.ndarray, output: str, out_bytes: int,
                  regions: tuple[str, str]) -> list[bytes]:
     """One request per worker: its input slot and its output slot."""
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
     payloads = []
     for i in range(CONCURRENCY):
@@ -249,8 +249,8 @@ def shm_payloads(model: str, input_name: str, x: np.ndarray, output: str, out_by
 
 def _output_meta(target: str, model: str) -> tuple[str, int]:
     """The model's first output: its name and bytes per row (FP32)."""
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
-    from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
     with grpc.insecure_channel(target) as channel:
         meta = pb_grpc.GRPCInferenceServiceStub(channel).ModelMetadata(
@@ -300,8 +300,8 @@ def squeeze_part(state: Path, target: str, agent: Proc, secs: float, rounds: int
 
 
 def _cache_counts(target: str, model: str) -> tuple[int, int]:
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
-    from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
     with grpc.insecure_channel(target) as channel:
         stats = pb_grpc.GRPCInferenceServiceStub(channel).ModelStatistics(
@@ -382,7 +382,7 @@ def naive_part(mlp_onnx: Path, target: str, agent: Proc, work: Path, secs: float
                rounds: int) -> None:
     """MLP at 16 in flight over the Unix socket: the agent unary and streaming vs the naive
     one-at-a-time server, interleaved, with the server CPU per request."""
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
     sock = work / "naive.sock"
     naive = Proc(["-m", "benchmarks.naive_server", str(mlp_onnx), "--model", "mlp", "--listen",

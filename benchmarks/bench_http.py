@@ -14,7 +14,7 @@ Runtime) and measures, interleaved over ``--rounds`` rounds (medians reported):
     order alternates between rounds), and the agent's CPU time per scrape.
 
 ``--servers`` compares, on a bare echo endpoint, the candidate HTTP servers for the front end:
-the standard library (the agent's own ``edge_agent.http.server``), uvicorn + starlette and
+the standard library (the agent's own ``edge_agent.frontends.http.server``), uvicorn + starlette and
 aiohttp (each where installed): p50 at one in flight, throughput at 4 in flight, the server's
 RSS and the bytes its packages install.
 """
@@ -224,8 +224,8 @@ def _serve_echo(kind: str) -> None:
     """Run an echo server of ``kind`` on 127.0.0.1:0; print 'ready PORT' (a subprocess)."""
     if kind == "stdlib":
         from edge_agent.config.http import HttpConfig
-        from edge_agent.http.routes import HttpAnswer, HttpRequest
-        from edge_agent.http.server import HttpFrontEnd
+        from edge_agent.frontends.http.routes import HttpAnswer, HttpRequest
+        from edge_agent.frontends.http.server import HttpFrontEnd
 
         class Echo:
             def handle(self, request: HttpRequest) -> HttpAnswer:

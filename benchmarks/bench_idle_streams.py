@@ -76,8 +76,8 @@ def main() -> int:
 
     from benchmarks.bench_swap import Agent
     from benchmarks.loadgen import infer_request_bytes, run_load
-    from edge_agent.management.client import AgentClient
-    from edge_agent.manager.device import detect_device
+    from edge_agent.client.agent_client import AgentClient
+    from edge_agent.deploy.device import detect_device
     from packager.build import build_bundles
     from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp

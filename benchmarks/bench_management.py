@@ -20,7 +20,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from edge_agent.management.client import AgentClient, ManagementError, PinnedTls, fetch_certificate
+from edge_agent.client.agent_client import (
+    AgentClient,
+    ManagementError,
+    PinnedTls,
+    fetch_certificate,
+)
 from edge_agent.management.tls import fingerprint_of, load_or_create
 from examples.demo import LocalAgent
 from packager.build import build_bundles

@@ -247,8 +247,8 @@ class Lean:
     def __init__(self, target: str) -> None:
         import grpc
 
-        from edge_agent.protocol.generated import grpc_service_pb2 as pb
-        from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+        from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+        from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
         self.pb = pb
         self.channel = grpc.insecure_channel(target)
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import tritonclient.grpc as grpcclient
 
-    from edge_agent.management.client import AgentClient
+    from edge_agent.client.agent_client import AgentClient
 
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         work = Path(tmp)

@@ -20,8 +20,8 @@ import grpc
 import numpy as np
 
 from benchmarks.loadgen import infer_request_bytes, run_load
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
 _OUT = np.zeros((1, 10), np.float32).tobytes()
 

@@ -81,7 +81,7 @@ class SoakReport:
 
 
 def _payload() -> bytes:
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
     x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
     msg = pb.ModelInferRequest(model_name="mlp")
@@ -92,7 +92,7 @@ def _payload() -> bytes:
 
 def _amplified_payload(copies: int = 20_000) -> bytes:
     """A request that names the output ``probs`` ``copies`` times (issue 19's amplifier)."""
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
     msg = pb.ModelInferRequest.FromString(_payload())
     for _ in range(copies):
@@ -270,7 +270,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from benchmarks.bench_swap import Agent
-    from edge_agent.manager.device import detect_device
+    from edge_agent.deploy.device import detect_device
     from packager.build import build_bundles
     from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp

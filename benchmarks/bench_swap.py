@@ -76,7 +76,7 @@ class Agent:
 
     def client(self):  # type: ignore[no-untyped-def]
         """A management client over TLS, the agent's certificate pinned (as a console does)."""
-        from edge_agent.management.client import AgentClient, PinnedTls
+        from edge_agent.client.agent_client import AgentClient, PinnedTls
         from edge_agent.management.tls import fingerprint_of
 
         return AgentClient(self.mgmt, token=self.token,
@@ -105,7 +105,7 @@ class Sample:
 
 
 def request_bytes(x: np.ndarray) -> bytes:
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
     msg = pb.ModelInferRequest(model_name="mlp")
     msg.inputs.add(name="input", datatype="FP32", shape=x.shape)
@@ -116,7 +116,7 @@ def request_bytes(x: np.ndarray) -> bytes:
 async def closed_loop(target: str, payload: bytes, concurrency: int, stop: threading.Event,
                       samples: list[Sample]) -> None:
     """``concurrency`` callers, each sending the next request when the last one returns."""
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
     async with grpc.aio.insecure_channel(target) as channel:
         call = channel.unary_unary(INFER, request_serializer=None, response_deserializer=None)
@@ -158,7 +158,7 @@ def p99(latencies: list[float]) -> float:
 
 
 def build(work: Path) -> tuple[Path, Path, dict[int, Path], Path]:
-    from edge_agent.manager.device import detect_device
+    from edge_agent.deploy.device import detect_device
     from packager.build import build_bundles
     from packager.bundle.signing import generate_keypair
     from packager.samples import make_mlp

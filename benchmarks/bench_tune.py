@@ -40,7 +40,7 @@ def build(work: Path, state: Path) -> None:
 def tune_one(client: object, grpc: str, model: str, levels: list[int], seconds: float,
              candidates: int, factor: float) -> tuple[float, float, float, str]:
     """(budget ms, default infer/s, tuned infer/s, the tuned settings) for one model."""
-    from edge_agent.management.client import AgentClient
+    from edge_agent.client.agent_client import AgentClient
     from edge_agent.perf.cli import prepare
     from edge_agent.perf.load import measure
     from edge_agent.perf.tune import candidate_grid, run_sweep
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="p99 budget = this x the default's p99 at concurrency 1")
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",")]
-    from edge_agent.management.client import AgentClient
+    from edge_agent.client.agent_client import AgentClient
 
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
         work = Path(tmp)

@@ -126,8 +126,8 @@ def agent_toml(names: list[str]) -> str:
 
 def average_batch(target: str, model: str) -> float:
     """inference_count / execution_count of ``model`` from ModelStatistics."""
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
-    from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
     with grpc.insecure_channel(target) as channel:
         stats = pb_grpc.GRPCInferenceServiceStub(channel).ModelStatistics(

@@ -28,7 +28,7 @@ def classify(frames: list[str]) -> str:
     leaf, joined = frames[-1], ";".join(frames)
     if "onnxruntime" in leaf:
         return "ONNX Runtime (GIL-holding parts of run)"
-    if "edge_agent/protocol" in leaf:
+    if "edge_agent/frontends/grpc" in leaf:
         return "protocol edge (converters, servicer)"
     if "edge_agent/core" in leaf or "edge_agent/backends" in leaf:
         return "serving core (data plane, batcher, backend)"

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from edge_agent.management.types import (
+from edge_agent.client.types import (
     AgentInfo,
     DeploymentInfo,
     MetricsSample,

@@ -27,7 +27,7 @@ from console.config import ConsoleSettings
 from console.connections import Connections
 from console.discovery import AgentBrowser
 from console.fleet import AgentState, Fleet, FleetAgent
-from console.rollouts import RolloutJob, Rollouts
+from console.rollout.session import RolloutJob, Rollouts
 from console.screens.base import MUTATING_ACTIONS
 from console.screens.details import DetailsScreen
 from console.screens.events import EventsScreen
@@ -37,7 +37,7 @@ from console.screens.jump import JumpScreen
 
 if TYPE_CHECKING:
     from console.commands import LocalBundle
-    from console.rollout import RolloutOutcome
+    from console.rollout.staged import RolloutOutcome
 
 PROBE_THREADS = 16
 VIEWS_HINT = "try fleet, events, deploy, rollouts, agent NAME, history NAME, help"
@@ -181,7 +181,7 @@ class EdgeConsoleApp(App[None]):
                       canary: str, soak_s: float) -> RolloutJob:
         """Start a staged rollout in a background thread; its progress goes to
         :attr:`rollouts` (the header, the rollouts view and the deploy view show it)."""
-        from console.rollout import TargetProgress
+        from console.rollout.staged import TargetProgress
 
         models = ", ".join(sorted({f"{b.manifest.name} v{b.manifest.version}" for b in bundles}))
         job = self.rollouts.add(f"{models} to {len(targets)} agent(s)", [
@@ -199,8 +199,8 @@ class EdgeConsoleApp(App[None]):
         """Start a staged rollout of a resolved ``oci://`` reference (each agent pulls it
         from the registry: DeployReference) in a background thread, as :meth:`start_rollout`;
         ``check(resolved, entry)`` gives what CheckDeploy is fed for one profile's bundle."""
-        from console.rollout import TargetProgress
-        from console.rollout_reference import reference_label
+        from console.rollout.by_reference import reference_label
+        from console.rollout.staged import TargetProgress
 
         label = reference_label(resolved)
         job = self.rollouts.add(f"{label} to {len(targets)} agent(s)", [
@@ -216,8 +216,8 @@ class EdgeConsoleApp(App[None]):
                      targets: list[FleetAgent], canary: str, soak_s: float, *,
                      resolved: Any = None, check: Callable[[Any, Any], Any] | None = None
                      ) -> None:
-        from console.rollout import Rollout, RolloutOutcome
-        from console.rollout_reference import ReferenceRollout
+        from console.rollout.by_reference import ReferenceRollout
+        from console.rollout.staged import Rollout, RolloutOutcome
 
         worker = get_current_worker()
         rollout: Rollout

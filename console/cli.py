@@ -20,7 +20,7 @@ from packager.pipes import quiet_on_broken_pipe
 
 if TYPE_CHECKING:
     from console.config import ConsoleSettings
-    from edge_agent.management.types import DeploymentInfo
+    from edge_agent.client.types import DeploymentInfo
 
 EPILOG = textwrap.dedent("""\
     examples:
@@ -190,7 +190,7 @@ def _stdout() -> Any:  # rich.console.Console
 
 
 def _dump(data: Any) -> None:
-    from edge_agent.management.types import to_jsonable
+    from edge_agent.client.types import to_jsonable
 
     print(json.dumps(to_jsonable(data), indent=2, default=str))
 

@@ -20,8 +20,8 @@ from console.errors import (
     RolloutAbortedError,
 )
 from console.known_agents import open_client
-from edge_agent.management.client import AgentClient, AuthenticationError, ManagementError
-from edge_agent.management.types import (
+from edge_agent.client.agent_client import AgentClient, AuthenticationError, ManagementError
+from edge_agent.client.types import (
     AgentInfo,
     DeploymentInfo,
     DeployResult,
@@ -29,9 +29,9 @@ from edge_agent.management.types import (
     TuningInfo,
     VersionInfo,
 )
-from edge_agent.manager.compat import check_fits
-from edge_agent.manager.device import DeviceInfo
-from edge_agent.manager.errors import IncompatibleBundleError
+from edge_agent.deploy.compat import check_fits
+from edge_agent.deploy.device import DeviceInfo
+from edge_agent.deploy.errors import IncompatibleBundleError
 from packager.bundle.errors import PackagerError
 from packager.bundle.manifest import Manifest
 from packager.bundle.reader import open_bundle

@@ -1,6 +1,6 @@
 """The console's one door to agents: management clients per agent, and error translation.
 
-Every call the TUI makes goes through :class:`edge_agent.management.client.AgentClient` (the
+Every call the TUI makes goes through :class:`edge_agent.client.agent_client.AgentClient` (the
 same client the scripting subcommands use). The client is blocking; the TUI calls these
 functions from worker threads (``asyncio.to_thread`` or thread workers), never on the UI loop.
 """
@@ -28,7 +28,7 @@ from console.fleet import (
     api_mismatch_message,
 )
 from console.known_agents import KnownAgents, UntrustedAgentError, changed_error, open_client
-from edge_agent.management import client as mgmt
+from edge_agent.client import agent_client as mgmt
 
 T = TypeVar("T")
 PROBE_TIMEOUT_S = 3.0

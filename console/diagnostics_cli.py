@@ -54,7 +54,7 @@ def cmd_doctor(args: argparse.Namespace, settings: Any, targets: list[str],
     from rich.table import Table
 
     from console.commands import connect
-    from edge_agent.management.types import to_jsonable
+    from edge_agent.client.types import to_jsonable
 
     reports = []
     for target in targets:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from console.config import ConsoleSettings, default_config_path
 from console.errors import ConsoleConfigError, ConsoleError
+from edge_agent.client import agent_client as mgmt
 from edge_agent.errors import ConfigError
-from edge_agent.management import client as mgmt
 from edge_agent.management.tls import fingerprint, normalize_fingerprint
 
 FILE_NAME = "known_agents"

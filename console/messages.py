@@ -35,7 +35,7 @@ class MetricsArrived(Message):
     """One live WatchMetrics sample (or ``error``: why the stream stopped)."""
 
     key: str
-    sample: object | None  # edge_agent.management.types.MetricsSample
+    sample: object | None  # edge_agent.client.types.MetricsSample
     error: str = ""
 
 
@@ -55,7 +55,7 @@ class HistoryArrived(Message):
 
     key: str
     range_label: str
-    points: dict[str, list[object]]  # model -> edge_agent.management.types.MetricPoint list
+    points: dict[str, list[object]]  # model -> edge_agent.client.types.MetricPoint list
     until: float = 0.0  # the query's end: live seconds before it are in the points
     error: str = ""
     system: list[object] = field(default_factory=list)  # SystemPoint list: the device's

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from edge_agent.management.types import MetricPoint, MetricsSample, SystemPoint
+from edge_agent.client.types import MetricPoint, MetricsSample, SystemPoint
 
 
 @dataclass(frozen=True)

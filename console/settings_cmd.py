@@ -60,7 +60,7 @@ def change_settings(model: str, agents: Sequence[str], settings: Any, token_file
                     revert: bool) -> list[Any]:
     """Apply one change on every agent in turn; DeploymentFailedError when any failed."""
     from console.commands import DeployReport, connect
-    from edge_agent.management.client import ManagementError
+    from edge_agent.client.agent_client import ManagementError
 
     reports = []
     for target in agents:
@@ -82,7 +82,7 @@ def change_settings(model: str, agents: Sequence[str], settings: Any, token_file
 def cmd_settings(args: argparse.Namespace, targets: list[str], settings: Any) -> int:
     """Run ``edge-console settings``."""
     from console.commands import connect
-    from edge_agent.management.types import to_jsonable
+    from edge_agent.client.types import to_jsonable
 
     values = parse_assignments(args.set)
     if not (values or args.unset or args.revert or args.replace):

@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, Any
 from edge_agent import log_ring
 from edge_agent.config import AgentConfig
 from edge_agent.core.dataplane import DataPlane
+from edge_agent.deploy.manager import ModelManager
+from edge_agent.deploy.pause import hooks_from_environment
 from edge_agent.errors import AgentError
-from edge_agent.http.server import HttpFrontEnd
+from edge_agent.frontends.http.server import HttpFrontEnd
 from edge_agent.management.identity import AgentIdentity, load_or_create_agent_id
 from edge_agent.management.server import ManagementServer
 from edge_agent.management.servicer import ManagementServicer
 from edge_agent.management.tls import fingerprint, server_tls
-from edge_agent.manager.manager import ModelManager
-from edge_agent.manager.pause import hooks_from_environment
 from edge_agent.metrics import MetricsRecorder, MetricsStore, SystemSampler
 from edge_agent.server import AgentServer, BoundAddresses
 from edge_agent.state import StateStore, TokenFile
@@ -183,12 +183,12 @@ def _start_http(config: AgentConfig, grpc: AgentServer, state: StateParts,
                 core: CoreParts) -> HttpFrontEnd | None:
     if config.http.listen is None:
         return None
-    from edge_agent.http.routes import KServeRoutes
+    from edge_agent.frontends.http.routes import KServeRoutes
 
     routes = KServeRoutes(grpc.dataplane, grpc.model_control, grpc.shared_memory)
     page = None
     if config.http.metrics:
-        from edge_agent.http.prometheus import AgentCollector, MetricsPage
+        from edge_agent.frontends.http.prometheus import AgentCollector, MetricsPage
 
         page = MetricsPage(AgentCollector(
             grpc.dataplane, versions=core.manager.versions, history=state.store,
@@ -271,8 +271,8 @@ class _AdvertLink:
 
 def _advert(identity: AgentIdentity, manager: ModelManager, mgmt_port: int,
             inference_address: str, fp: str) -> AgentAdvert:
+    from edge_agent.deploy.manager import names_of
     from edge_agent.discovery import AgentAdvert
-    from edge_agent.manager.manager import names_of
 
     port = inference_address.rpartition(":")[2]
     return AgentAdvert(id=identity.agent_id, name=identity.name, arch=manager.device.arch,

@@ -163,8 +163,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_add_bundle(args: argparse.Namespace) -> int:
     """``edge-agent add-bundle``: the deploy's compatibility and signature checks, then an
     atomic install, with the state directory locked (refused while an agent serves it)."""
-    from edge_agent.manager.compat import check_fits
-    from edge_agent.manager.device import detect_device
+    from edge_agent.deploy.compat import check_fits
+    from edge_agent.deploy.device import detect_device
     from edge_agent.state.lock import claim_state_dir
     from packager.bundle.reader import open_bundle
 

@@ -87,7 +87,7 @@ def _cpu(arch: str) -> Iterator[Finding]:
 
 
 def _device() -> Iterator[Finding]:
-    from edge_agent.manager.device import normalize_arch
+    from edge_agent.deploy.device import normalize_arch
 
     arch = normalize_arch(platform.machine())
     known = arch in ("x86_64", "aarch64")
@@ -208,7 +208,7 @@ def _grpc_hooks() -> Finding:
 
 
 def _profile() -> Finding:
-    from edge_agent.manager.device import detect_device
+    from edge_agent.deploy.device import detect_device
     from packager.bundle.profiles import list_profiles
 
     device = detect_device()

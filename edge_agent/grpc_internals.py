@@ -19,7 +19,8 @@ The hooks, with the grpcio source they rely on (``grpc/_server.py``, the same fi
     The server uses only ``add_done_callback`` on what its pool's ``submit`` returns
     (``_process_event_and_continue``, lines 1284-1288), so a handler pool may return a small
     call object instead of a ``concurrent.futures.Future``
-    (:class:`~edge_agent.protocol.admission.LeanPool`; a throughput measure, not a protection).
+    (:class:`~edge_agent.frontends.grpc.admission.LeanPool`; a throughput measure, not a
+    protection).
 ``rpc_event``
     The pool's ``submit`` gets ``(context.run, handler_in_pool, rpc_event, state, ...)``
     (``_handle_unary_unary`` and its three siblings, lines 897-906, 921-930, 945-954,

@@ -4,7 +4,7 @@ The bundle must fit this device as a deploy requires (its arch, a runtime for it
 the same rule as ``add-bundle`` and deploy); it is verified (file hashes; the signature when
 keys are given), extracted to a temporary directory, loaded on the backend this device would
 serve it with, warmed up, and its reference inputs run and compared with the source model's
-outputs (see :mod:`edge_agent.manager.device_parity`).
+outputs (see :mod:`edge_agent.deploy.device_parity`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 from edge_agent.backends.base import BackendOptions
 from edge_agent.backends.registry import load_backend
 from edge_agent.core.warmup import run_warmup
-from edge_agent.manager.compat import check_fits
-from edge_agent.manager.device import detect_device
-from edge_agent.manager.device_parity import ParityResult, run_reference
+from edge_agent.deploy.compat import check_fits
+from edge_agent.deploy.device import detect_device
+from edge_agent.deploy.device_parity import ParityResult, run_reference
 from packager.bundle.manifest import Manifest
 from packager.bundle.reader import open_bundle
 

@@ -6,10 +6,10 @@ requests per second as grpc.aio (benchmarks/bench_server_model.py), and the data
 an idle model inline on the handler thread, saving a thread hop per request.
 
 Capacity that abusive callers cannot take (docs/security.md): unary calls are admitted by
-:class:`~edge_agent.protocol.admission.AdmissionPool` (4 per handler thread, the rest refused
+:class:`~edge_agent.frontends.grpc.admission.AdmissionPool` (4 per handler thread, the rest refused
 at once; a call whose request does not arrive within ``request_arrival_s`` is cancelled);
 ModelStreamInfer is non-blocking, capped and timed out
-(:mod:`edge_agent.protocol.streams`) on a pool of its own; health has its own pool and is
+(:mod:`edge_agent.frontends.grpc.streams`) on a pool of its own; health has its own pool and is
 never refused. Connections idle for ``connection_idle_s``, or that do not finish the HTTP/2
 handshake within ``handshake_timeout_s``, are closed; the number of connections is capped
 below the descriptor limit (raised to the hard limit at start) so that the state and metrics
@@ -35,12 +35,12 @@ from edge_agent.bind import add_port
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
-from edge_agent.protocol import handlers
-from edge_agent.protocol.admission import AdmissionPool, ResponseBudget, WatchedPool
-from edge_agent.protocol.health import NOT_SERVING, SERVING, HealthServicer
-from edge_agent.protocol.servicer import InferenceServicer, RepositoryControl
-from edge_agent.protocol.shared_memory import SharedMemoryRegistry
-from edge_agent.protocol.streams import StreamLimits, StreamSessions
+from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.frontends.grpc import handlers
+from edge_agent.frontends.grpc.admission import AdmissionPool, ResponseBudget, WatchedPool
+from edge_agent.frontends.grpc.health import NOT_SERVING, SERVING, HealthServicer
+from edge_agent.frontends.grpc.servicer import InferenceServicer, RepositoryControl
+from edge_agent.frontends.grpc.streams import StreamLimits, StreamSessions
 
 log = logging.getLogger(__name__)
 

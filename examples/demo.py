@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         step(4, "start a local agent (loopback only, mDNS off)")
         agent = LocalAgent(workdir / "agent-state", public)
         agent.start()
-        from edge_agent.management.client import AgentClient, PinnedTls
+        from edge_agent.client.agent_client import AgentClient, PinnedTls
         from edge_agent.management.tls import fingerprint_of
 
         pin = fingerprint_of(agent.state_dir)  # what `edge-agent token` prints on the device

@@ -38,8 +38,8 @@ from console.screens.rollback import RollbackScreen
 from console.screens.settings import SettingsScreen
 from console.widgets.fleet_table import STATE_STYLES
 from console.widgets.metric_plots import DevicePlots, ModelPlots
-from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.management.types import DeployResult, MetricPoint, MetricsSample, SystemPoint
+from edge_agent.client.agent_client import AgentClient, ManagementError
+from edge_agent.client.types import DeployResult, MetricPoint, MetricsSample, SystemPoint
 
 WATCH_RETRY_S = 2.0
 

@@ -16,8 +16,8 @@ from textual.worker import get_current_worker
 
 from console.errors import ConsoleError
 from console.screens.base import ConsoleScreen
-from edge_agent.management.client import ManagementError
-from edge_agent.management.types import LogLine
+from edge_agent.client.agent_client import ManagementError
+from edge_agent.client.types import LogLine
 
 LEVEL_STYLES = {"DEBUG": "dim", "WARNING": "yellow", "ERROR": "bold red", "CRITICAL": "bold red"}
 LEVELS = ("", "warning", "error")  # what `v` cycles through ("": every line the agent keeps)

@@ -34,9 +34,9 @@ from console.errors import ConsoleError
 from console.fleet import AgentState, FleetAgent
 from console.messages import FleetChanged, RolloutsChanged
 from console.remembered import last_bundle_dir, remember_bundle_dir
-from console.rollout import RolloutOutcome, TargetProgress, group_bundles
-from console.rollout_reference import bundle_head, reference_label, reference_mismatch
-from console.rollouts import RolloutJob
+from console.rollout.by_reference import bundle_head, reference_label, reference_mismatch
+from console.rollout.session import RolloutJob
+from console.rollout.staged import RolloutOutcome, TargetProgress, group_bundles
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.widgets.bundle_tree import BundleTree

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from console.errors import ConsoleError
 from console.screens.base import ConsoleScreen
-from edge_agent.management.types import DoctorReport
+from edge_agent.client.types import DoctorReport
 
 STATUS_STYLES = {"fail": "bold red", "warn": "yellow", "ok": "green", "info": "dim"}
 

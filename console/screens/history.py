@@ -20,8 +20,8 @@ from console.errors import ConsoleError
 from console.plot_data import PlotData, PlotRange
 from console.screens.base import ConsoleScreen
 from console.widgets.metric_plots import ModelPlots
-from edge_agent.management.client import AgentClient
-from edge_agent.management.types import MetricPoint
+from edge_agent.client.agent_client import AgentClient
+from edge_agent.client.types import MetricPoint
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from console.messages import RolloutsChanged
-from console.rollouts import RolloutJob
+from console.rollout.session import RolloutJob
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.widgets.target_row import PHASE_STYLES

@@ -15,7 +15,7 @@ from textual.widgets import Button, Label, TextArea
 
 from console.errors import ConsoleError
 from console.screens.base import ConsoleModal
-from edge_agent.management.types import SettingInfo
+from edge_agent.client.types import SettingInfo
 
 
 def settings_text(settings: Sequence[SettingInfo]) -> str:

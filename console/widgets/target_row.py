@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
-from console.rollout import Phase, TargetProgress
+from console.rollout.staged import Phase, TargetProgress
 
 PHASE_STYLES = {Phase.WAITING: "dim", Phase.REFUSED: "magenta", Phase.DEPLOYING: "cyan",
                 Phase.SOAKING: "yellow", Phase.DONE: "green", Phase.FAILED: "bold red",

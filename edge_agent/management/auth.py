@@ -25,9 +25,9 @@ import grpc
 from edge_agent import grpc_internals
 from edge_agent.config.management import TlsFiles
 from edge_agent.errors import ConfigError
+from edge_agent.frontends.common.undecodable import Undecodable, safe_deserializer
 from edge_agent.logthrottle import LogThrottle
 from edge_agent.state.token import tokens_equal
-from edge_agent.undecodable import Undecodable, safe_deserializer
 
 log = logging.getLogger(__name__)
 _throttle = LogThrottle(log, interval_s=10.0, burst=3)

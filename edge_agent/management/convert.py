@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edge_agent.management.generated import management_pb2 as pb
-from edge_agent.management.types import (
+from edge_agent.client.types import (
     AgentInfo,
     DeploymentInfo,
     DeployResult,
@@ -23,9 +22,10 @@ from edge_agent.management.types import (
     SystemPoint,
     VersionInfo,
 )
+from edge_agent.management.generated import management_pb2 as pb
 
 if TYPE_CHECKING:
-    from edge_agent.manager.outcome import DeployOutcome, StepEvent, VersionView
+    from edge_agent.deploy.outcome import DeployOutcome, StepEvent, VersionView
     from edge_agent.metrics.store import MetricPoint as StoredPoint
     from edge_agent.state.records import Deployment, StepRecord
 

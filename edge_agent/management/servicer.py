@@ -1,6 +1,6 @@
 """The edge.agent.v1.AgentManagement servicer: translates messages to ModelManager calls.
 
-Errors are mapped to status codes in one place (:func:`edge_agent.protocol.status.abort`).
+Errors are mapped to status codes in one place (:func:`edge_agent.frontends.grpc.status.abort`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ import grpc
 
 from edge_agent import __version__
 from edge_agent.config.management import RegistrySettings
+from edge_agent.deploy import compat
+from edge_agent.deploy.errors import disk_full, is_disk_full
+from edge_agent.deploy.live_settings import parse_value
+from edge_agent.deploy.manager import ModelManager
+from edge_agent.deploy.outcome import DeployOutcome, StepEvent
 from edge_agent.discovery import MANAGEMENT_API_VERSION
 from edge_agent.errors import (
     AgentError,
@@ -28,19 +33,14 @@ from edge_agent.errors import (
     RequestTimeoutError,
     StateStoreError,
 )
+from edge_agent.frontends.grpc.status import abort
 from edge_agent.management import convert
 from edge_agent.management.diagnostics import Diagnostics
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.identity import AgentIdentity
-from edge_agent.manager import compat
-from edge_agent.manager.errors import disk_full, is_disk_full
-from edge_agent.manager.live_settings import parse_value
-from edge_agent.manager.manager import ModelManager
-from edge_agent.manager.outcome import DeployOutcome, StepEvent
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore
-from edge_agent.protocol.status import abort
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                         context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
         """Pull the bundle for this device from the registry (the agent's own [registry]
         settings), then the same pipeline as an upload."""
-        from edge_agent.manager.registry_source import check_reference
+        from edge_agent.deploy.registry_source import check_reference
 
         registry = self.registry  # one deploy, one set of settings (SIGHUP may replace them)
         try:
@@ -182,7 +182,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
               context: grpc.ServicerContext) -> Generator[pb.DeployEvent, None, int]:
         """Pull on a worker thread, yielding progress every MiB; abort on failure. Returns
         how many bytes of an earlier cut pull were reused."""
-        from edge_agent.manager.registry_source import pull_for_device
+        from edge_agent.deploy.registry_source import pull_for_device
 
         events: queue.Queue[tuple[int, int] | BaseException | None] = queue.Queue()
         reported, resumed = [0], [0]

@@ -18,8 +18,8 @@ import grpc
 import numpy as np
 
 from edge_agent.errors import InvalidInputError
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.bundle.datatypes import FIXED_SIZE, datatype_of
 
 

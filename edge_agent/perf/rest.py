@@ -22,9 +22,9 @@ from urllib.parse import quote
 import numpy as np
 
 from edge_agent.errors import InvalidInputError
-from edge_agent.http.tensors import BINARY_SIZE, HEADER_LENGTH
+from edge_agent.frontends.common.shared_memory import BYTE_SIZE, OFFSET, REGION
+from edge_agent.frontends.http.tensors import BINARY_SIZE, HEADER_LENGTH
 from edge_agent.perf.inputs import ModelSpec, TensorSpec
-from edge_agent.protocol.shared_memory import BYTE_SIZE, OFFSET, REGION
 from packager.bundle.datatypes import datatype_of
 
 DEFAULT_HTTP_URL = "localhost:8000"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from edge_agent.management.types import DeployResult, SettingInfo
+from edge_agent.client.types import DeployResult, SettingInfo
 from edge_agent.perf.load import Measurement
 
 APPLY_COST_S = 4.0

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edge_agent.client.agent_client import AgentClient, PinnedTls
 from edge_agent.errors import InvalidInputError
-from edge_agent.management.client import AgentClient, PinnedTls
 from edge_agent.perf.cli import prepare
 from edge_agent.perf.flags import parse_levels
 from edge_agent.perf.load import measure

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import tritonclient.grpc as grpcclient
 
-        from edge_agent.management.client import AgentClient, PinnedTls
+        from edge_agent.client.agent_client import AgentClient, PinnedTls
         from edge_agent.management.tls import fingerprint_of
 
         print("4. deploy mlp, prep, post, then classify")

@@ -1,7 +1,7 @@
 """KServe v2 datatypes and the numpy dtypes that carry them: the one table of the packager,
 the agent's core and its protocol edge (the names themselves are ``manifest.DATATYPES``).
 
-The agent's wire edge (``edge_agent.protocol.datatypes``) adds only what is the wire's: the
+The agent's wire edge (``edge_agent.frontends.grpc.wire_types``) adds only what is the wire's: the
 typed-contents fields, the model_config enum and its refusals as the agent's errors.
 
 Dtypes are little-endian, the byte order of KServe's raw tensor contents. BYTES (ONNX STRING)

@@ -14,7 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from edge_agent.config import load_config
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.protocol.admission import BUSY, CLOSING, AdmissionPool, refused
+from edge_agent.frontends.grpc.admission import BUSY, CLOSING, AdmissionPool, refused
 from edge_agent.server import AgentServer
 from tests.agent_core.conftest import Bundles
 from tests.support.core_bundles import install

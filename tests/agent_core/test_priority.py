@@ -18,8 +18,8 @@ from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate
 from edge_agent.core.repository import load_manifest
 from edge_agent.errors import ConfigError, InvalidInputError
-from edge_agent.protocol.converters import to_infer_request
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.converters import to_infer_request
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from packager.bundle.manifest import BatchingConfig
 from tests.agent_core.conftest import Bundles
 from tests.agent_core.test_batching import GatedBackend

@@ -21,7 +21,7 @@ import pytest
 
 from edge_agent.cli import main as agent_cli
 from edge_agent.config import load_config
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.server import BoundAddresses
 from packager.build import build_bundles
 from tests.support.harness import running

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from tests.agent_grpc.conftest import MAX_MESSAGE_BYTES, Agent, Sources
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

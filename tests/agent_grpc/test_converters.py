@@ -14,8 +14,8 @@ from edge_agent.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
-from edge_agent.protocol import converters, status
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc import converters, status
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
 
 def _raw_request(**arrays: np.ndarray) -> pb.ModelInferRequest:

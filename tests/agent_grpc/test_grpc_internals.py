@@ -13,10 +13,10 @@ import grpc
 import pytest
 
 from edge_agent import grpc_internals
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from edge_agent.protocol.generated import health_pb2, health_pb2_grpc
-from edge_agent.protocol.health import HealthServicer
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import health_pb2, health_pb2_grpc
+from edge_agent.frontends.grpc.health import HealthServicer
 
 HOOKS = ["thread_pool", "non_blocking", "lean_future", "rpc_event"]
 # how each hook is made to vanish: grpc no longer reads the attribute the agent sets, the

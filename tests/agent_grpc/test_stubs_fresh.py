@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.protocol import regen
+from edge_agent.frontends.grpc import regen
 from edge_agent.protogen import GeneratorUnavailableError
 
 
@@ -18,9 +18,9 @@ def test_checked_in_stubs_are_fresh(tmp_path: Path) -> None:
     fresh = {p.name: p.read_text() for p in written}
     checked_in = {p.name: p.read_text() for p in regen.GENERATED_DIR.iterdir()
                   if p.is_file() and p.suffix in (".py", ".pyi")}
-    assert sorted(fresh) == sorted(checked_in), "run: python -m edge_agent.protocol.regen"
+    assert sorted(fresh) == sorted(checked_in), "run: python -m edge_agent.frontends.grpc.regen"
     stale = [name for name in fresh if fresh[name] != checked_in[name]]
-    assert not stale, f"stale stubs {stale}; run: python -m edge_agent.protocol.regen"
+    assert not stale, f"stale stubs {stale}; run: python -m edge_agent.frontends.grpc.regen"
 
 
 def test_field_numbers_match_tritonclient() -> None:
@@ -28,7 +28,7 @@ def test_field_numbers_match_tritonclient() -> None:
     from tritonclient.grpc import model_config_pb2 as theirs_mc
     from tritonclient.grpc import service_pb2 as theirs
 
-    from edge_agent.protocol.generated import grpc_service_pb2, model_config_pb2
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2, model_config_pb2
 
     def check(ours, their_file) -> int:
         n = 0

@@ -171,7 +171,7 @@ def test_connections_beyond_the_cap_get_503(http_agent: HttpAgent) -> None:
 
 def test_repository_control_off_is_refused_naming_the_setting(tmp_path) -> None:
     from edge_agent.core.dataplane import DataPlane
-    from edge_agent.http.routes import HttpRequest, KServeRoutes
+    from edge_agent.frontends.http.routes import HttpRequest, KServeRoutes
 
     plane = DataPlane(tmp_path)
     try:

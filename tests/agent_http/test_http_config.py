@@ -60,8 +60,8 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
 
     from edge_agent.config.http import HttpConfig
     from edge_agent.core.dataplane import DataPlane
-    from edge_agent.http.routes import KServeRoutes
-    from edge_agent.http.server import HttpFrontEnd
+    from edge_agent.frontends.http.routes import KServeRoutes
+    from edge_agent.frontends.http.server import HttpFrontEnd
 
     plane = DataPlane(tmp_path)
     with socket.socket() as held:

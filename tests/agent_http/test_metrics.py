@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as th
 
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.http.prometheus import AgentCollector, MetricsPage
+from edge_agent.frontends.http.prometheus import AgentCollector, MetricsPage
 from edge_agent.state import StateStore
 from edge_agent.state.records import DeploymentKind, Step, VersionRecord
 from tests.agent_http.conftest import HttpAgent

@@ -28,8 +28,8 @@ from tritonclient.utils import InferenceServerException
 
 from edge_agent.cli import main as agent_cli
 from edge_agent.config import load_config
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from tests.support.harness import running

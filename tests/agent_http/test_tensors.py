@@ -10,7 +10,7 @@ import pytest
 from edge_agent import bytes_tensors
 from edge_agent.core.types import InferResult
 from edge_agent.errors import InvalidInputError
-from edge_agent.http.tensors import decode_request, encode_response
+from edge_agent.frontends.http.tensors import decode_request, encode_response
 
 
 def _doc(*inputs: dict, **extra: object) -> bytes:

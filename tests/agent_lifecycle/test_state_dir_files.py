@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.agent_lifecycle.test_state_dir_lock import one_error_line
 from tests.support.bundles import Bundles
 from tests.support.harness import ROOT, AgentProcess

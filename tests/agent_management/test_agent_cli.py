@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually
 from tests.support.harness import ROOT, AgentProcess
@@ -126,9 +126,9 @@ def test_routine_start_up_lines_are_not_warnings(bundles: Bundles, tmp_path: Pat
 
 def test_add_bundle_refuses_another_arch_as_a_deploy_does(bundles: Bundles,
                                                            tmp_path: Path) -> None:
-    from edge_agent.manager.compat import check_fits
-    from edge_agent.manager.device import detect_device
-    from edge_agent.manager.errors import IncompatibleBundleError
+    from edge_agent.deploy.compat import check_fits
+    from edge_agent.deploy.device import detect_device
+    from edge_agent.deploy.errors import IncompatibleBundleError
     from packager.bundle.reader import open_bundle
 
     with open_bundle(bundles.arm64) as reader, \

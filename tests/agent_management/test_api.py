@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 
-from edge_agent.management.client import AgentClient, AuthenticationError, ManagementError
+from edge_agent.client.agent_client import AgentClient, AuthenticationError, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from tests.support.bundles import Bundles

@@ -1,4 +1,4 @@
-"""The deploy pipeline is protocol-free: importing edge_agent.manager never imports grpc."""
+"""The deploy pipeline is protocol-free: importing edge_agent.deploy never imports grpc."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_manager_never_imports_grpc_or_the_console() -> None:
     code = ("import json, sys\n"
-            "import edge_agent.manager, edge_agent.manager.manager, edge_agent.manager.device\n"
+            "import edge_agent.deploy, edge_agent.deploy.manager, edge_agent.deploy.device\n"
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True, env={"PYTHONPATH": str(ROOT), "PATH": ""})

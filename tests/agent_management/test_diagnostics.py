@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from edge_agent.client.agent_client import AgentClient, ManagementError
 from edge_agent.log_ring import LogRing
-from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from tests.support.bundles import Bundles

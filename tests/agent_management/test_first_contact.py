@@ -81,7 +81,7 @@ def test_token_out_refuses_a_symlink(tmp_path: Path) -> None:
 
 def test_check_refuses_a_bundle_for_another_device_as_add_bundle_does(
         bundles: Bundles, tmp_path: Path) -> None:
-    from edge_agent.manager.device import detect_device
+    from edge_agent.deploy.device import detect_device
 
     assert detect_device().arch != "arm64", "this test needs a machine that is not arm64"
     state = tmp_path / "state"

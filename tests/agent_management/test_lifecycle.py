@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from console.discovery import AgentBrowser
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually, eventually_async
 from tests.support.harness import AgentProcess, sections, start_agent

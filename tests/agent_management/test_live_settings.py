@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.manager.pause import PAUSE_ENV, PAUSE_FILE
+from edge_agent.client.agent_client import AgentClient, ManagementError
+from edge_agent.deploy.pause import PAUSE_ENV, PAUSE_FILE
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually
 from tests.support.harness import AgentProcess
@@ -207,7 +207,7 @@ def test_stored_settings_are_laid_over_agent_toml_at_start_and_a_stale_key_is_no
         bundles: Bundles, tmp_path: Path) -> None:
     from edge_agent.config.models import ModelOverrides
     from edge_agent.core.dataplane import DataPlane
-    from edge_agent.manager.manager import ManagerSettings, ModelManager
+    from edge_agent.deploy.manager import ManagerSettings, ModelManager
     from edge_agent.state import DeploymentKind, StateStore
 
     state = tmp_path / "state"

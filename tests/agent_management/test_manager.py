@@ -11,9 +11,9 @@ import pytest
 
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
+from edge_agent.deploy import DeploymentBusyError, ManagerError, VersionInUseError
+from edge_agent.deploy.manager import ManagerSettings, ModelManager
 from edge_agent.errors import AgentError
-from edge_agent.manager import DeploymentBusyError, ManagerError, VersionInUseError
-from edge_agent.manager.manager import ManagerSettings, ModelManager
 from edge_agent.state import DeploymentKind, DeploymentStatus, StateStore, Step
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually

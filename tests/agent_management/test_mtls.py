@@ -17,13 +17,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from edge_agent.client.agent_client import AgentClient, ClientTls, ManagementError
 from edge_agent.core.dataplane import DataPlane
+from edge_agent.deploy.manager import ModelManager
 from edge_agent.management.auth import TlsFiles
-from edge_agent.management.client import AgentClient, ClientTls, ManagementError
 from edge_agent.management.identity import AgentIdentity
 from edge_agent.management.server import ManagementServer
 from edge_agent.management.servicer import ManagementServicer
-from edge_agent.manager.manager import ModelManager
 from edge_agent.state import StateStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -168,7 +168,7 @@ def test_tune_needs_a_token_and_tls_or_insecure(agent: tuple[AgentProcess, str])
 
 
 def test_the_grid_and_the_choice_within_the_budget() -> None:
-    from edge_agent.management.types import SettingInfo
+    from edge_agent.client.types import SettingInfo
     from edge_agent.perf.flags import parse_range
     from edge_agent.perf.tune import Candidate, Point, Sweep, candidate_grid, plan_size
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc as tc
 
+from edge_agent.client.agent_client import AgentClient
 from edge_agent.core.api import ModelConfigInfo
-from edge_agent.management.client import AgentClient
-from edge_agent.protocol.converters import to_model_config
+from edge_agent.frontends.grpc.converters import to_model_config
 from tests.support.bundles import Bundles
 from tests.support.harness import sections, start_agent
 

@@ -17,10 +17,10 @@ import pytest
 import tritonclient.grpc as tc
 from tritonclient.utils import InferenceServerException
 
+from edge_agent.client.agent_client import AgentClient
 from edge_agent.config import AgentConfig, GrpcConfig
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.management.client import AgentClient
-from edge_agent.manager.manager import ManagerSettings, ModelManager
+from edge_agent.deploy.manager import ManagerSettings, ModelManager
 from edge_agent.server import AgentServer
 from edge_agent.state import StateStore, Step
 from tests.support.bundles import Bundles
@@ -58,7 +58,7 @@ def test_model_control_is_off_by_default(tmp_path: Path, bundles: Bundles) -> No
 
 def test_load_brings_back_only_the_active_version(tmp_path: Path, bundles: Bundles,
                                                   caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="edge_agent.protocol.servicer")
+    caplog.set_level(logging.WARNING, logger="edge_agent.frontends.grpc.servicer")
     agent = _agent(tmp_path, bundles, control=True)
     try:
         with AgentClient(agent.management, token=agent.token) as client:

@@ -4,7 +4,7 @@ target the agent acts on, from the client's copies of versions and history."""
 from __future__ import annotations
 
 from console.agent_view import AgentSnapshot
-from edge_agent.management.types import DeploymentInfo, VersionInfo
+from edge_agent.client.types import DeploymentInfo, VersionInfo
 from edge_agent.rollback_rule import rollback_target
 
 

@@ -25,6 +25,13 @@ from console.errors import ConsoleConfigError
 from console.fleet import AgentState, Fleet, FleetAgent
 from console.known_agents import KnownAgents, ask_on_terminal
 from console.screens.details import detail_rows
+from edge_agent.client.agent_client import (
+    AgentClient,
+    CertificateChangedError,
+    ManagementError,
+    PinnedTls,
+    TransportMismatchError,
+)
 from edge_agent.config import (
     DiscoveryConfig,
     ManagementConfig,
@@ -33,13 +40,6 @@ from edge_agent.config import (
 )
 from edge_agent.discovery import AgentAdvert
 from edge_agent.errors import ConfigError
-from edge_agent.management.client import (
-    AgentClient,
-    CertificateChangedError,
-    ManagementError,
-    PinnedTls,
-    TransportMismatchError,
-)
 from edge_agent.management.tls import fingerprint
 from tests.support.eventually import eventually
 from tests.support.harness import AgentProcess, InProcessAgent, sections, start_agent

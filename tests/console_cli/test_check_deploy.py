@@ -17,8 +17,8 @@ from console.commands import read_bundles
 from console.config import ConsoleSettings
 from console.connections import Connections
 from console.fleet import FleetAgent
-from console.rollout import Phase, Rollout
-from edge_agent.management.client import AgentClient
+from console.rollout.staged import Phase, Rollout
+from edge_agent.client.agent_client import AgentClient
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from tests.console_cli.conftest import console

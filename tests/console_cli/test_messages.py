@@ -25,7 +25,7 @@ from console.config import ConsoleSettings
 from console.connections import Connections
 from console.fleet import AgentState, FleetAgent
 from console.tui import build_tui_parser
-from edge_agent.management.client import AgentClient, InferencePortError
+from edge_agent.client.agent_client import AgentClient, InferencePortError
 from tests.console_cli.conftest import ROOT, Fleet, console
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.console_cli.conftest import Run, console
 from tests.support.bundles import Bundles
 from tests.support.harness import InProcessAgent, trusted_agent

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.console_cli.conftest import Run, console
 from tests.support.bundles import Bundles
 from tests.support.harness import trusted_agent

@@ -22,7 +22,7 @@ from console.screens.events import EventsScreen
 from console.screens.fleet import FleetScreen
 from console.screens.history import HistoryScreen
 from console.widgets.metric_plots import TimePlot
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.console_tui.agents import BundleSet, RunningAgent
 from tests.console_tui.conftest import console_app, wait_for
 

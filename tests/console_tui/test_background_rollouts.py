@@ -10,7 +10,7 @@ from collections.abc import Callable
 from textual.widgets import DataTable, SelectionList
 
 from console.fleet import AgentState
-from console.rollout import Phase
+from console.rollout.staged import Phase
 from console.screens.agent import AgentScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.deploy import DeployScreen

@@ -13,7 +13,7 @@ from pathlib import Path
 from console.config import ConsoleSettings, StaticAgent
 from console.screens.deploy import DeployScreen
 from console.widgets.target_list import TargetList
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.console_tui.agents import BundleSet, RunningAgent
 from tests.console_tui.conftest import wait_for
 from tests.console_tui.test_deploy_live import _app_for

@@ -15,13 +15,13 @@ from tritonclient.utils import InferenceServerException
 from console.app import EdgeConsoleApp
 from console.config import StaticAgent
 from console.fleet import AgentState
-from console.rollout import Phase
+from console.rollout.staged import Phase
 from console.screens.agent import AgentScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.deploy import DeployScreen
 from console.screens.rollback import RollbackScreen
 from console.widgets.bundle_tree import BundleTree
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.console_tui.agents import BundleSet, RunningAgent
 from tests.console_tui.conftest import console_app, wait_for
 

@@ -4,7 +4,7 @@ are zeros, a range switch starts over, and old buckets fall out of the range."""
 from __future__ import annotations
 
 from console.plot_data import RANGES, PlotData, sparkline
-from edge_agent.management.types import MetricPoint, MetricsSample, SystemPoint
+from edge_agent.client.types import MetricPoint, MetricsSample, SystemPoint
 
 T0 = 1_800_000_000  # a multiple of every range's step
 

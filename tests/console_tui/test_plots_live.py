@@ -13,7 +13,7 @@ from console.screens.agent import AgentScreen
 from console.screens.history import HistoryScreen
 from console.widgets.fleet_table import FleetTable
 from console.widgets.metric_plots import ModelPlots, TimePlot
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.console_tui.agents import BundleSet, RunningAgent
 from tests.console_tui.conftest import console_app, wait_for
 from tests.console_tui.test_agent_live import _static, _traffic

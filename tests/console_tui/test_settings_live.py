@@ -14,7 +14,7 @@ from console.errors import ConsoleError
 from console.fleet import AgentState
 from console.screens.agent import AgentScreen
 from console.screens.settings import SettingsScreen, parse_settings_text
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.console_tui.agents import BundleSet, RunningAgent
 from tests.console_tui.conftest import console_app, wait_for
 

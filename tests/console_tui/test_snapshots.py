@@ -15,12 +15,12 @@ from console.app import EdgeConsoleApp
 from console.config import ConsoleSettings, StaticAgent
 from console.discovery import DiscoveredAgent, DiscoveryEvent
 from console.fleet import AgentState, ProbeResult
-from console.rollout import Phase, RolloutOutcome, TargetProgress
+from console.rollout.staged import Phase, RolloutOutcome, TargetProgress
 from console.screens.agent import AgentScreen
 from console.screens.deploy import DeployScreen
 from console.widgets.bundle_tree import BundleTree
 from console.widgets.target_list import TargetList
-from edge_agent.management.types import (
+from edge_agent.client.types import (
     AgentInfo,
     DeploymentInfo,
     MetricPoint,

@@ -21,13 +21,13 @@ from console.config import ConsoleSettings
 from console.discovery import DiscoveredAgent, DiscoveryEvent
 from console.fleet import AgentState, Fleet, ProbeResult
 from console.messages import MetricsArrived
-from console.rollout import Phase, TargetProgress
+from console.rollout.staged import Phase, TargetProgress
 from console.screens.agent import AgentScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.deploy import DeployScreen
 from console.widgets.metric_plots import ModelPlots
 from console.widgets.target_row import TargetRow
-from edge_agent.management.types import AgentInfo, MetricPoint, MetricsSample, VersionInfo
+from edge_agent.client.types import AgentInfo, MetricPoint, MetricsSample, VersionInfo
 from tests.console_tui.agents import BundleSet
 
 NOW = 1_800_000_000.0

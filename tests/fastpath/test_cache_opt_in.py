@@ -17,8 +17,8 @@ from edge_agent.cli import main as agent_cli
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.bundle.reader import open_bundle
 from tests.fastpath.conftest import ORT, MlpBundles
 from tests.support.cli import console

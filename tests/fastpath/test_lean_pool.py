@@ -11,7 +11,7 @@ import pytest
 
 from edge_agent.core.batcher import _Waiter
 from edge_agent.core.types import InferResult
-from edge_agent.protocol.admission import AdmissionPool, refused
+from edge_agent.frontends.grpc.admission import AdmissionPool, refused
 
 
 def test_admission_refuses_past_the_limit_and_counts_back_down() -> None:

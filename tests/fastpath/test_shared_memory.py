@@ -17,13 +17,13 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from edge_agent.errors import AgentError, InvalidInputError
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
-from edge_agent.protocol.shared_memory import (
+from edge_agent.frontends.common.shared_memory import (
     RegionNotFoundError,
     SharedMemoryRegistry,
     TooManyRegionsError,
 )
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.fastpath.conftest import MlpBundles, Served
 from tests.support.core_bundles import reference_outputs
 

@@ -15,8 +15,8 @@ import pytest
 from edge_agent.config import load_config
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.server import AgentServer
 from tests.fastpath.conftest import ORT, MlpBundles
 from tests.support.core_bundles import build, install, reference_outputs

@@ -17,8 +17,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from edge_agent.config import load_config
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.fastpath.conftest import ORT
 from tests.support.core_bundles import build, install
 from tests.support.harness import running

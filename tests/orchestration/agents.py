@@ -9,9 +9,9 @@ from pathlib import Path
 
 import tritonclient.grpc as tc
 
+from edge_agent.client.agent_client import AgentClient
 from edge_agent.config import AgentConfig, GrpcConfig, ModelsConfig
 from edge_agent.config.models import ModelOverrides
-from edge_agent.management.client import AgentClient
 from tests.support.harness import InProcessAgent, run_configured, sections
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import tritonclient.grpc as tc
 
+from edge_agent.client.agent_client import AgentClient
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.residency import MIB
-from edge_agent.management.client import AgentClient
 from packager.bundle.reader import open_bundle
 from tests.orchestration.agents import client, infer_cnn, memory_of, running_agent
 from tests.orchestration.conftest import CNNS, CnnBundles

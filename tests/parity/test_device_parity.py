@@ -11,7 +11,7 @@ import pytest
 
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
-from edge_agent.manager.manager import ManagerSettings, ModelManager
+from edge_agent.deploy.manager import ManagerSettings, ModelManager
 from edge_agent.state import DeploymentStatus, StateStore, Step, VersionState
 from tests.parity.bundles import ParityBundles
 

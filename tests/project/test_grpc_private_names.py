@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("edge_agent", "console")
 HOME = "edge_agent/grpc_internals.py"
-GENERATED = ("edge_agent/protocol/generated/", "edge_agent/management/generated/")
+GENERATED = ("edge_agent/frontends/grpc/generated/", "edge_agent/management/generated/")
 PRIVATE = re.compile(
     r"experimental_"  # experimental_thread_pool, experimental_non_blocking, ...
     r"|\bgrpc\._"  # grpc._server, grpc._utilities, grpc._cython

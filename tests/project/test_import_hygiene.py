@@ -90,8 +90,8 @@ def test_agent_config_is_light() -> None:
 def test_console_commands_load_no_serving_core() -> None:
     loaded = _modules_loaded_by(["console.commands"])
     serving = sorted(m for m in loaded if m.startswith((
-        "edge_agent.core", "edge_agent.backends", "edge_agent.manager.manager",
-        "edge_agent.metrics", "edge_agent.protocol", "edge_agent.server")))
+        "edge_agent.core", "edge_agent.backends", "edge_agent.deploy.manager",
+        "edge_agent.metrics", "edge_agent.frontends.grpc", "edge_agent.server")))
     assert not serving, f"console.commands loads the agent's serving side: {serving}"
     assert not _top(loaded) & {"numpy", "onnx", "onnxruntime", "openvino", "textual"}
 

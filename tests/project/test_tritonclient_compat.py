@@ -34,8 +34,8 @@ pytestmark = pytest.mark.slow
 
 STUBS_LOAD = """
 import sys
-from edge_agent.protocol.generated import grpc_service_pb2 as pb, grpc_service_pb2_grpc
-from edge_agent.protocol.generated import health_pb2, health_pb2_grpc, model_config_pb2
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb, grpc_service_pb2_grpc
+from edge_agent.frontends.grpc.generated import health_pb2, health_pb2_grpc, model_config_pb2
 from edge_agent.management.generated import management_pb2, management_pb2_grpc
 import edge_agent.server
 request = pb.ModelInferRequest(model_name="mlp")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("packager", "edge_agent", "console")
-GENERATED = ("edge_agent/protocol/generated", "edge_agent/management/generated")
+GENERATED = ("edge_agent/frontends/grpc/generated", "edge_agent/management/generated")
 # "# type: ignore[code, code]  # why", the reason being at least a few words' worth of text
 WELL_FORMED = re.compile(r"#\s*type:\s*ignore\[[a-z-]+(,\s*[a-z-]+)*\]\s+#\s*\S.{5,}")
 

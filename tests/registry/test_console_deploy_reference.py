@@ -17,7 +17,7 @@ from textual.widgets import Checkbox, DataTable, Input, SelectionList
 from console.app import EdgeConsoleApp
 from console.config import StaticAgent
 from console.fleet import AgentState
-from console.rollout import Phase, RolloutOutcome
+from console.rollout.staged import Phase, RolloutOutcome
 from console.screens.confirm import ConfirmScreen
 from console.screens.deploy import DeployScreen
 from packager.bundle.oci.client import RegistryClient, RegistryOptions

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from edge_agent.management.client import AuthenticationError, ManagementError
+from edge_agent.client.agent_client import AuthenticationError, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from tests.support.bundles import Bundles
@@ -45,7 +45,7 @@ def test_the_default_config_refuses_every_reference(agent: InProcessAgent) -> No
 
 
 def test_a_wrong_token_is_unauthenticated(agent: InProcessAgent) -> None:
-    from edge_agent.management.client import AgentClient
+    from edge_agent.client.agent_client import AgentClient
 
     with AgentClient(agent.management, token="wrong") as c, \
             pytest.raises(AuthenticationError):

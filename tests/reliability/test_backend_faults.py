@@ -10,9 +10,9 @@ import grpc
 import numpy as np
 import pytest
 
-from edge_agent.management.client import AgentClient
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.client.agent_client import AgentClient
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.build import build_bundles
 from tests.support.bundles import PROFILE, Bundles
 from tests.support.harness import AgentProcess

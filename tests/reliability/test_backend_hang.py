@@ -19,9 +19,9 @@ import numpy as np
 import psutil
 import pytest
 
-from edge_agent.management.client import AgentClient
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.client.agent_client import AgentClient
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.build import build_bundles
 from tests.reliability.models import HOT, make_hang_model
 from tests.support.bundles import Bundles

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.manager.pause import PAUSE_ENV, PAUSE_FILE
+from edge_agent.client.agent_client import AgentClient, ManagementError
+from edge_agent.deploy.pause import PAUSE_ENV, PAUSE_FILE
 from tests.support.bundles import Bundles
 from tests.support.harness import AgentProcess
 from tests.support.traffic import X, integrity, served_version

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_agent.client.agent_client import AgentClient, ManagementError
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest
-from edge_agent.management.client import AgentClient, ManagementError
-from edge_agent.manager.errors import DiskFullError
-from edge_agent.manager.manager import ManagerSettings, ModelManager
+from edge_agent.deploy.errors import DiskFullError
+from edge_agent.deploy.manager import ManagerSettings, ModelManager
 from edge_agent.state import StateStore, Step
 from packager.build import build_bundles
 from packager.samples import make_mlp

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.management.client import AgentClient, ManagementError
+from edge_agent.client.agent_client import AgentClient, ManagementError
 from packager.build import build_bundles
 from packager.samples import make_mlp
 from tests.reliability.netcut import CuttingProxy

@@ -18,9 +18,9 @@ import numpy as np
 import psutil
 import pytest
 
-from edge_agent.management.client import AgentClient
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.client.agent_client import AgentClient
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually
 from tests.support.harness import AgentProcess

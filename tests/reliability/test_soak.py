@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench_soak import METRICS_CAP_BYTES, print_report, soak
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from tests.support.bundles import Bundles
 from tests.support.harness import AgentProcess
 from tests.support.traffic import integrity, served_version

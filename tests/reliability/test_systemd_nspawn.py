@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_agent.management.client import AgentClient
+from edge_agent.client.agent_client import AgentClient
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp

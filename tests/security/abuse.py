@@ -11,10 +11,10 @@ from typing import Any
 
 import grpc
 
+from edge_agent.client.agent_client import AgentClient
 from edge_agent.config import AgentConfig, GrpcConfig
-from edge_agent.management.client import AgentClient
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.support.bundles import Bundles
 from tests.support.harness import InProcessAgent, run_configured, sections
 

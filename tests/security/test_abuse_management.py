@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from edge_agent.client.agent_client import AgentClient
 from edge_agent.management.auth import FREE_FAILURES, bearer
-from edge_agent.management.client import AgentClient
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.state.token import rotate_token

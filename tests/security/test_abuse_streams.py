@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.security.abuse import IdleStreams, limited_agent
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually
@@ -128,7 +128,7 @@ def test_health_answers_during_an_inference_overload(bundles: Bundles, tmp_path:
     """Calls beyond 4 per handler thread are refused; health and ServerLive never are."""
     import asyncio
 
-    from edge_agent.protocol.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
     payload = infer_request("mlp", X[:1].repeat(32, axis=0)).SerializeToString()
 

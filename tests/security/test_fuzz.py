@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from edge_agent.client.agent_client import AgentClient
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.management.auth import bearer
-from edge_agent.management.client import AgentClient
 from edge_agent.management.generated import management_pb2 as mpb
 from edge_agent.management.generated import management_pb2_grpc as mpb_grpc
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.support.bundles import Bundles
 from tests.support.harness import InProcessAgent, trusted_agent
 from tests.support.traffic import Bystander

@@ -14,10 +14,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from edge_agent import grpc_internals
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.management.auth import bearer
 from edge_agent.management.generated import management_pb2 as mpb
 from edge_agent.management.generated import management_pb2_grpc as mpb_grpc
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.security.abuse import limited_agent
 from tests.support.bundles import Bundles
 from tests.support.traffic import X, infer_request

@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from edge_agent.client.agent_client import AgentClient, ManagementError
 from edge_agent.management.auth import bearer
-from edge_agent.management.client import AgentClient, ManagementError
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from packager.bundle.signing import generate_keypair

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.agent import Agent
+from edge_agent.client.agent_client import AgentClient, PinnedTls
 from edge_agent.config import (
     AgentConfig,
     DiscoveryConfig,
@@ -44,8 +45,7 @@ from edge_agent.config import (
     with_management,
 )
 from edge_agent.core.dataplane import DataPlane
-from edge_agent.management.client import AgentClient, PinnedTls
-from edge_agent.manager.manager import ModelManager
+from edge_agent.deploy.manager import ModelManager
 from edge_agent.server import BoundAddresses
 from edge_agent.state import StateStore
 from tests.support.eventually import eventually

@@ -10,8 +10,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from edge_agent.protocol.generated import grpc_service_pb2 as pb
-from edge_agent.protocol.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
 X = np.random.default_rng(3).standard_normal((2, 64)).astype(np.float32)
 DATABASES = ("state.db", "metrics.db")

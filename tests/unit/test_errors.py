@@ -7,8 +7,8 @@ import pytest
 
 from edge_agent import errors
 from edge_agent.errors import AgentError, ErrorCode
-from edge_agent.http.routes import HTTP_STATUS
-from edge_agent.protocol.status import GRPC_CODES, error_message, grpc_code
+from edge_agent.frontends.grpc.status import GRPC_CODES, error_message, grpc_code
+from edge_agent.frontends.http.routes import HTTP_STATUS
 
 EXPECTED = [
     (errors.InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT, 400),

@@ -1,0 +1,130 @@
+"""The registry as a bundle source (deploy by reference): check the reference against the
+agent's ``[registry]`` settings, pull the manifest for this device's profile and its bundle
+into a file (retries, resume of a cut download, every digest checked). What comes next is the
+deploy pipeline, exactly as for an uploaded bundle. Protocol-free: no gRPC here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_agent.config.management import RegistrySettings
+from edge_agent.deploy.device import DeviceInfo
+from edge_agent.deploy.errors import DeploymentBusyError, InvalidBundleError, ManagerError
+from edge_agent.errors import AgentError, ErrorCode, InvalidInputError, ModelNotFoundError
+from packager.bundle.errors import (
+    ArtifactNotFoundError,
+    ArtifactRejectedError,
+    PackagerError,
+    RegistryAuthError,
+    RegistryError,
+    RegistryUnavailableError,
+    UsageError,
+)
+from packager.bundle.format import MAX_TOTAL_BYTES
+from packager.bundle.oci.ref import (
+    OciReference,
+    OciReferenceError,
+    RegistryNotAllowedError,
+    RegistryPolicy,
+    parse_reference,
+)
+
+
+class RegistryRefusedError(ManagerError):
+    """The reference is outside ``[registry] allow``, or the registry refused our
+    credentials: nothing was pulled."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class RegistryDownError(ManagerError):
+    """The registry did not answer, or went away mid-pull (after the retries). The message
+    starts with ``registry: `` so that clients do not take it for the agent being down."""
+
+    code = ErrorCode.UNAVAILABLE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"registry: {message}")
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """What was pulled: the pinned reference and the profile chosen."""
+
+    reference: OciReference
+    profile: str
+    size: int
+    resumed_bytes: int = 0  # of an earlier cut pull of the same blob, reused
+
+
+def check_reference(text: str, settings: RegistrySettings) -> OciReference:
+    """Parse ``text`` strictly and apply the allow list (AgentError subclasses, one line)."""
+    try:
+        ref = parse_reference(text)
+    except OciReferenceError as exc:
+        raise InvalidInputError(str(exc)) from None
+    if ref.digest is None:
+        raise InvalidInputError(f"{ref} is not pinned to a digest; send REF@sha256:... (the "
+                                "console resolves tags to digests first)")
+    try:
+        RegistryPolicy.parse(settings.allow, settings.insecure).check(ref)
+    except RegistryNotAllowedError as exc:
+        raise RegistryRefusedError(str(exc)) from None
+    return ref
+
+
+def _agent_error(exc: PackagerError) -> AgentError:
+    text = str(exc)
+    if isinstance(exc, UsageError):  # the same blob is being pulled by another deploy
+        return DeploymentBusyError(text)
+    if isinstance(exc, ArtifactNotFoundError):
+        return ModelNotFoundError(text)
+    if isinstance(exc, RegistryAuthError):
+        return RegistryRefusedError(text + " (credentials: [registry] auth_file of this agent)")
+    if isinstance(exc, RegistryUnavailableError):
+        return RegistryDownError(text)
+    if isinstance(exc, ArtifactRejectedError):
+        return InvalidBundleError(text)
+    if isinstance(exc, RegistryError):
+        return RegistryDownError(text)
+    return InvalidBundleError(text)
+
+
+def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, dest: Path, *,
+                    on_progress: Callable[[int, int], None] | None = None,
+                    max_bytes: int = MAX_TOTAL_BYTES) -> PullResult:
+    """Pull the bundle ``text`` (``oci://...@sha256:...``) holds for ``device`` into ``dest``
+    (which must not exist). On any failure ``dest`` is removed and an AgentError raised; a
+    cut download stays in ``dest``'s directory for the next pull of the same blob to resume
+    (the agent's start-up clears that directory)."""
+    from packager.bundle.oci.client import RegistryClient, RegistryOptions, credentials_from_config
+    from packager.bundle.oci.layout import PROFILE, choose_entry
+    from packager.bundle.oci.transfer import pull_bundle, resolve
+
+    ref = check_reference(text, settings)
+    policy = RegistryPolicy.parse(settings.allow, settings.insecure)
+    try:
+        creds = (credentials_from_config(settings.auth_file, ref.registry, required=True)
+                 if settings.auth_file is not None else None)
+        options = RegistryOptions(insecure=policy.is_insecure(ref), credentials=creds,
+                                  ca_file=settings.ca_file, retries=settings.retries)
+        resolved = resolve(ref, options)
+        entry = choose_entry(resolved.entries, device.profile, device.arch, device.runtimes,
+                             str(ref))
+        client = RegistryClient(resolved.reference, options)
+        pulled = pull_bundle(client, entry, dest, max_bytes=max_bytes,
+                             on_progress=on_progress, partial_dir=dest.parent)
+    except PackagerError as exc:
+        with contextlib.suppress(OSError):
+            dest.unlink()
+        raise _agent_error(exc) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            dest.unlink()
+        raise
+    return PullResult(ref, str(entry.annotations.get(PROFILE)), dest.stat().st_size,
+                        pulled.resumed_bytes)

@@ -1,0 +1,324 @@
+"""System shared memory (the KServe v2 / Triton extension) at the protocol edge.
+
+A client (``tritonclient.utils.shared_memory``) creates a POSIX shared memory object, registers
+it under a name with SystemSharedMemoryRegister (key, offset, byte size), then names the region
+in an input's or a requested output's parameters (``shared_memory_region``,
+``shared_memory_byte_size``, ``shared_memory_offset``). Inputs are read from the region into a
+numpy array; outputs are written into it and the response carries no tensor bytes. The serving
+core never learns where the bytes came from.
+
+Hostile input is refused, never followed: a key must name a regular file directly in /dev/shm
+(no path, no symlink: ``O_NOFOLLOW`` relative to the directory), owned by the agent's own user;
+offsets and sizes are checked against the registration and, at every use, against the object's
+current size. The object is never mapped: reads and writes go through ``pread``/``pwrite`` on
+the registered descriptor, so a client that truncates its object gets an error, not a SIGBUS
+in the agent. A region unregistered while a request uses it stays open until that request is
+done with it, and a later use gets NOT_FOUND. Regions live in memory only: a restarted agent
+starts with none.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import re
+import stat
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge_agent.errors import AgentError, ErrorCode, InvalidInputError
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+
+SHM_DIR = "/dev/shm"
+MAX_REGIONS = 64
+"""Regions one agent holds at most (each keeps a file descriptor open)."""
+MAX_NAME_CHARS = 256
+_KEY = re.compile(r"/?([A-Za-z0-9_.-]{1,255})")
+
+REGION = "shared_memory_region"
+BYTE_SIZE = "shared_memory_byte_size"
+OFFSET = "shared_memory_offset"
+
+
+class RegionNotFoundError(AgentError):
+    """No shared memory region of that name is registered (or it was unregistered)."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class RegionExistsError(AgentError):
+    """A region of that name is already registered."""
+
+    code = ErrorCode.ALREADY_EXISTS
+
+
+class TooManyRegionsError(AgentError):
+    """The agent already holds MAX_REGIONS regions."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class Region:
+    """One registered region: an open descriptor on the object and the window registered."""
+
+    def __init__(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
+        self.name = name
+        self.key = key
+        self.offset = offset
+        self.byte_size = byte_size
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._users = 0
+        self._removed = False
+        self._closer = weakref.finalize(self, os.close, fd)
+
+    @contextmanager
+    def open(self) -> Iterator[int]:
+        """The descriptor, held open until the block ends even if the region is unregistered
+        meanwhile; RegionNotFoundError once it has been."""
+        with self._lock:
+            if self._removed:
+                raise RegionNotFoundError(
+                    f"shared memory region '{self.name}' was unregistered while a request "
+                    "used it; register it again")
+            self._users += 1
+        try:
+            yield self._fd
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._removed and self._users == 0:
+                    self._closer()
+
+    def remove(self) -> None:
+        """Unregistered: close now, or when the last request using it is done."""
+        with self._lock:
+            self._removed = True
+            if self._users == 0:
+                self._closer()
+
+    def window(self, offset: int, size: int, what: str) -> int:
+        """The object offset of ``size`` bytes at ``offset`` in the region, checked to lie
+        inside the registration."""
+        if offset < 0 or size < 0 or offset + size > self.byte_size:
+            raise InvalidInputError(
+                f"{what}: {size} bytes at offset {offset} do not fit in shared memory region "
+                f"'{self.name}' ({self.byte_size} bytes registered)")
+        return self.offset + offset
+
+    def check_current_size(self, fd: int, end: int) -> None:
+        """The object still reaches ``end`` (a client may have truncated it)."""
+        size = os.fstat(fd).st_size
+        if size < end:
+            raise InvalidInputError(
+                f"shared memory region '{self.name}': the object {self.key!r} is now {size} "
+                f"bytes, shorter than the {end} bytes registered; the client truncated it")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a requested output goes: ``byte_size`` bytes at ``offset`` in ``region``."""
+
+    region: Region
+    offset: int
+    byte_size: int
+
+
+def _int_param(params: Mapping[str, pb.InferParameter], key: str, what: str,
+               default: int | None = None) -> int:
+    if key not in params:
+        if default is None:
+            raise InvalidInputError(f"{what}: parameter '{key}' is missing; a tensor in shared "
+                                    f"memory needs '{REGION}' and '{BYTE_SIZE}'")
+        return default
+    p = params[key]
+    kind = p.WhichOneof("parameter_choice")
+    if kind not in ("int64_param", "uint64_param"):
+        raise InvalidInputError(f"{what}: parameter '{key}' must be an integer")
+    value = int(getattr(p, kind))
+    if value < 0:
+        raise InvalidInputError(f"{what}: parameter '{key}' must be >= 0, got {value}")
+    return value
+
+
+def region_reference(params: Mapping[str, pb.InferParameter],
+                     what: str) -> tuple[str, int, int] | None:
+    """(region name, offset, byte size) named by a tensor's parameters, or None when the
+    tensor is not in shared memory."""
+    if REGION not in params:
+        return None
+    p = params[REGION]
+    if p.WhichOneof("parameter_choice") != "string_param" or not p.string_param:
+        raise InvalidInputError(f"{what}: parameter '{REGION}' must be a region name (string)")
+    return (p.string_param, _int_param(params, OFFSET, what, default=0),
+            _int_param(params, BYTE_SIZE, what))
+
+
+class SharedMemoryRegistry:
+    """The system shared memory regions registered with one server. Thread-safe."""
+
+    def __init__(self, shm_dir: str = SHM_DIR, max_regions: int = MAX_REGIONS) -> None:
+        self._dir = shm_dir
+        self._max = max_regions
+        self._lock = threading.Lock()
+        self._regions: dict[str, Region] = {}
+
+    @property
+    def available(self) -> bool:
+        """True when this system has a shared memory directory (Linux: /dev/shm)."""
+        return os.path.isdir(self._dir)
+
+    # -- the three RPCs ----------------------------------------------------------------
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> Region:
+        """Open ``key`` in /dev/shm and register ``byte_size`` bytes of it at ``offset``."""
+        if not name or len(name) > MAX_NAME_CHARS:
+            raise InvalidInputError(f"shared memory region name must be 1 to {MAX_NAME_CHARS} "
+                                    "characters")
+        if byte_size <= 0:
+            raise InvalidInputError(f"shared memory region '{name}': byte_size must be > 0")
+        fd = self._open(name, key)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InvalidInputError(f"shared memory region '{name}': key {key!r} is not a "
+                                        "shared memory object (not a regular file)")
+            if info.st_uid != os.geteuid():
+                raise InvalidInputError(
+                    f"shared memory region '{name}': the object {key!r} belongs to uid "
+                    f"{info.st_uid}, not to the agent's user (uid {os.geteuid()}); create it "
+                    "as the agent's user")
+            if offset + byte_size > info.st_size:
+                raise InvalidInputError(
+                    f"shared memory region '{name}': {byte_size} bytes at offset {offset} go "
+                    f"past the end of {key!r} ({info.st_size} bytes)")
+            region = Region(name, key, offset, byte_size, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._lock:
+            if name in self._regions:
+                region.remove()
+                raise RegionExistsError(f"shared memory region '{name}' is already "
+                                        "registered; unregister it first")
+            if len(self._regions) >= self._max:
+                region.remove()
+                raise TooManyRegionsError(
+                    f"shared memory region '{name}': this agent already holds {self._max} "
+                    "regions; unregister some first")
+            self._regions[name] = region
+        return region
+
+    def _open(self, name: str, key: str) -> int:
+        if not self.available:
+            raise InvalidInputError(f"shared memory region '{name}': this system has no "
+                                    f"{self._dir}; send tensors in the request")
+        match = _KEY.fullmatch(key)
+        if match is None or match.group(1) in (".", ".."):
+            raise InvalidInputError(
+                f"shared memory region '{name}': key {key!r} does not name a shared memory "
+                "object (expected '/NAME' of letters, digits, '_', '-', '.')")
+        dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            # never open what is not a plain file (a FIFO or a device could act on open)
+            mode = os.stat(match.group(1), dir_fd=dir_fd, follow_symlinks=False).st_mode
+            if not stat.S_ISREG(mode):
+                kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+                raise InvalidInputError(f"shared memory region '{name}': key {key!r} is {kind}, "
+                                        "not a shared memory object")
+            return os.open(match.group(1), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+                           | os.O_NONBLOCK, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise InvalidInputError(f"shared memory region '{name}': no shared memory object "
+                                    f"{key!r} exists") from None
+        except OSError as exc:
+            reason = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+            raise InvalidInputError(f"shared memory region '{name}': cannot open {key!r}: "
+                                    f"{reason}") from None
+        finally:
+            os.close(dir_fd)
+
+    def unregister(self, name: str = "") -> None:
+        """Drop region ``name`` ("" drops all); an unknown name is not an error (as Triton)."""
+        with self._lock:
+            if name:
+                dropped = [self._regions.pop(name)] if name in self._regions else []
+            else:
+                dropped, self._regions = list(self._regions.values()), {}
+        for region in dropped:
+            region.remove()
+
+    def status(self, name: str = "") -> list[Region]:
+        """The registered regions, or the one named (RegionNotFoundError if unknown)."""
+        with self._lock:
+            if name:
+                return [self._get(name)]
+            return list(self._regions.values())
+
+    def _get(self, name: str) -> Region:
+        region = self._regions.get(name)
+        if region is None:
+            raise RegionNotFoundError(f"shared memory region '{name}' is not registered")
+        return region
+
+    def get(self, name: str) -> Region:
+        """The region registered as ``name`` (RegionNotFoundError if none)."""
+        with self._lock:
+            return self._get(name)
+
+    def close(self) -> None:
+        """Unregister every region."""
+        self.unregister("")
+
+    # -- tensors -----------------------------------------------------------------------
+    def read_input(self, ref: tuple[str, int, int], tensor: str, dtype: np.dtype,
+                   shape: list[int]) -> np.ndarray:
+        """Input ``tensor`` (``shape`` of ``dtype``) read from the region ``ref`` names."""
+        name, offset, byte_size = ref
+        what = f"input '{tensor}'"
+        expected = math.prod(shape) * dtype.itemsize
+        if byte_size != expected:
+            raise InvalidInputError(
+                f"{what}: shared memory byte size {byte_size} of region '{name}' does not "
+                f"match shape {list(shape)} of {dtype} ({expected} bytes)")
+        region = self.get(name)
+        start = region.window(offset, byte_size, what)
+        out = np.empty(shape, dtype=dtype)
+        with region.open() as fd:
+            region.check_current_size(fd, region.offset + region.byte_size)
+            got = os.preadv(fd, [out.data.cast("B")], start) if expected else 0
+        if got != expected:
+            raise InvalidInputError(f"{what}: read {got} of {expected} bytes from shared "
+                                    f"memory region '{name}'; the client truncated it")
+        return out
+
+    def placement(self, ref: tuple[str, int, int], tensor: str) -> Placement:
+        """Check that output ``tensor`` may go where ``ref`` says, before inference runs."""
+        name, offset, byte_size = ref
+        region = self.get(name)
+        region.window(offset, byte_size, f"output '{tensor}'")
+        return Placement(region, offset, byte_size)
+
+    @staticmethod
+    def write_output(placement: Placement, tensor: str, array: np.ndarray) -> None:
+        """Write ``array`` (little-endian, C order) into its placement."""
+        region = placement.region
+        data = np.ascontiguousarray(array)
+        if data.dtype.byteorder == ">":
+            data = data.astype(data.dtype.newbyteorder("<"))
+        if data.nbytes > placement.byte_size:
+            raise InvalidInputError(
+                f"output '{tensor}': {data.nbytes} bytes do not fit in the "
+                f"{placement.byte_size} bytes given in shared memory region '{region.name}'")
+        start = region.window(placement.offset, data.nbytes, f"output '{tensor}'")
+        with region.open() as fd:
+            region.check_current_size(fd, region.offset + region.byte_size)
+            written = os.pwrite(fd, data.data.cast("B"), start) if data.nbytes else 0
+        if written != data.nbytes:
+            raise InvalidInputError(f"output '{tensor}': wrote {written} of {data.nbytes} "
+                                    f"bytes to shared memory region '{region.name}'")

@@ -1,0 +1,116 @@
+"""The inference and health services' method handlers, as the agent's server registers them.
+
+Built from the services' descriptors (what the generated ``add_*_to_server`` registers; the
+gRPC hooks used are all in :mod:`~edge_agent.grpc_internals`), with three changes:
+every request deserializer turns bytes that do not parse into a
+:class:`~edge_agent.frontends.common.undecodable.Undecodable` (the call gets
+INVALID_ARGUMENT and one rate-limited log line, not a traceback per call); unary calls that
+:class:`~edge_agent.frontends.grpc.admission.AdmissionPool` did not admit are refused with
+RESOURCE_EXHAUSTED before any work (and calls whose request never arrives are cancelled,
+:class:`~edge_agent.frontends.grpc.admission.ReceiveDeadline`); ModelStreamInfer (non-blocking)
+and the health service (with KServe's ServerLive and ServerReady) run on thread pools of
+their own, so neither streams nor inference load can take their threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent import futures
+from typing import Any, TypeAlias
+
+import grpc
+
+from edge_agent import grpc_internals
+from edge_agent.frontends.common.undecodable import Undecodable, safe_deserializer
+from edge_agent.frontends.grpc.admission import CLOSING, refused, request_arrived
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.generated import health_pb2, health_pb2_grpc
+from edge_agent.logthrottle import LogThrottle
+
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+log = logging.getLogger(__name__)
+throttle = LogThrottle(log)
+
+INFERENCE_SERVICE = "inference.GRPCInferenceService"
+HEALTH_SERVICE = "grpc.health.v1.Health"
+LIVENESS = frozenset({"ServerLive", "ServerReady"})
+"""KServe's own health calls: served on the health pool, never refused."""
+REFUSED = ("the agent is at its limit of concurrent calls (4 per handler thread, "
+           "grpc.workers); retry shortly")
+CLOSING_MESSAGE = "the agent is shutting down (draining in-flight requests); retry shortly"
+_INFERENCE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+_HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
+
+
+def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
+                   ) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        request_arrived()
+        if method not in LIVENESS and (why := refused()):
+            if why == CLOSING:
+                context.abort(grpc.StatusCode.UNAVAILABLE, CLOSING_MESSAGE)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED)
+        if isinstance(request, Undecodable):
+            throttle.warning("undecodable", "refused an undecodable %s call from %s: %s",
+                             method, context.peer(), request.reason[:200])
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(request.error()))
+        return behavior(request, context)
+
+    return handle
+
+
+def _on_pool(behavior: Callable[..., Any], pool: futures.ThreadPoolExecutor,
+             non_blocking: bool) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        request_arrived()
+        return behavior(*args)
+
+    grpc_internals.on_pool(run, pool)
+    grpc_internals.non_blocking(run, non_blocking)
+    return run
+
+
+def inference_handlers(servicer: pb_grpc.GRPCInferenceServiceServicer,
+                       stream_pool: futures.ThreadPoolExecutor,
+                       health_pool: futures.ThreadPoolExecutor
+                       ) -> dict[str, Handler]:
+    """The inference service's handlers (see the module docstring); ServerLive and
+    ServerReady run on ``health_pool``."""
+    out: dict[str, Handler] = {}
+    for name, h in grpc_internals.service_handlers(servicer, _INFERENCE).items():
+        decode = safe_deserializer(h.request_deserializer)
+        if h.unary_unary is not None:
+            behavior = _guarded_unary(h.unary_unary, name)
+            if name in LIVENESS:
+                behavior = _on_pool(behavior, health_pool, False)
+            out[name] = grpc_internals.rebuild(h, behavior=behavior, request_deserializer=decode)
+        elif h.stream_stream is not None:
+            out[name] = grpc_internals.rebuild(
+                h, behavior=_on_pool(h.stream_stream, stream_pool, True),
+                request_deserializer=decode)
+        else:  # pragma: no cover - the protocol has no other kinds
+            out[name] = grpc_internals.rebuild(h, request_deserializer=decode)
+    return out
+
+
+def health_handlers(servicer: health_pb2_grpc.HealthServicer,
+                    pool: futures.ThreadPoolExecutor) -> dict[str, Handler]:
+    """The health service's handlers, every one on ``pool`` (never refused)."""
+    out: dict[str, Handler] = {}
+    for name, h in grpc_internals.service_handlers(servicer, _HEALTH).items():
+        behavior = grpc_internals.behavior_of(h)
+        out[name] = grpc_internals.rebuild(h, behavior=_on_pool(
+            behavior, pool, grpc_internals.is_non_blocking(behavior)))
+    return out
+
+
+def register(server: Any, service: str,
+             handlers: Mapping[str, Handler]) -> None:
+    """Register ``handlers`` for ``service`` on ``server`` (both ways the generated
+    ``add_*_to_server`` does: generic, and registered methods)."""
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service,
+                                                                          dict(handlers)),))
+    server.add_registered_method_handlers(service, handlers)

@@ -1,0 +1,346 @@
+"""The KServe v2 ``inference.GRPCInferenceService`` servicer over a :class:`DataPlaneAPI`.
+
+Sync (thread-pool) handlers: measured faster than grpc.aio for this workload on a 2-core box
+(see benchmarks/bench_serve.py). Each handler translates, calls the data plane, translates back;
+every error goes through :mod:`edge_agent.frontends.grpc.status`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, NoReturn, TypeAlias
+
+import grpc
+
+from edge_agent.core.api import DataPlaneAPI
+from edge_agent.core.types import InferRequest, InferResult
+from edge_agent.errors import AgentError, DecoupledModelError
+from edge_agent.frontends.common import control as frontend
+from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.frontends.grpc import converters, status
+from edge_agent.frontends.grpc.admission import ResponseBudget
+from edge_agent.frontends.grpc.decoupled import DecoupledCall
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.streams import END, StreamSession, StreamSessions, peer_key
+
+log = logging.getLogger(__name__)
+
+_Ctx: TypeAlias = grpc.ServicerContext
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+UNARY_BUDGET_FROM = 1 << 20
+"""Unary responses from this size (or 1/64 of a smaller budget) on are counted in the
+response budget. Smaller ones are not: unary admission (4 calls per handler thread) already
+bounds them to a few MiB in all, and counting them cost two locks and a completion callback
+per call. Streams count every response (a stream may queue many)."""
+
+
+def _response_bytes(result: InferResult, order: list[str] | None) -> int:
+    """The bytes of output data a response to ``result`` carries."""
+    names = order or result.outputs
+    return sum(result.outputs[n].nbytes for n in names if n in result.outputs)
+
+
+_model_name = frontend.model_name
+RepositoryControl = frontend.RepositoryControl
+
+
+def _log_control(call: str, name: str, context: _Ctx, result: str | BaseException) -> None:
+    frontend.log_control(call, name, context.peer(), result)
+
+
+def _no_cuda_shm(context: _Ctx) -> NoReturn:
+    context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                  "CUDA shared memory is not served by this agent; use system shared memory "
+                  "(SystemSharedMemoryRegister) or send tensors in the request")
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Serves the inference protocol from one data plane (thread-safe, stateless itself).
+
+    ``control`` handles RepositoryModelLoad/Unload; None (the default, and the agent's unless
+    ``[grpc] repository_control = true``) answers them UNAVAILABLE, naming the setting.
+    """
+
+    def __init__(self, dataplane: DataPlaneAPI, control: RepositoryControl | None = None, *,
+                 streams: StreamSessions | None = None,
+                 budget: ResponseBudget | None = None,
+                 shared_memory: SharedMemoryRegistry | None = None) -> None:
+        self._dp = dataplane
+        self._control = control
+        self._streams = streams or StreamSessions()
+        self._budget = budget or ResponseBudget(DEFAULT_MAX_RESPONSE_BYTES)
+        self._budget_from = min(UNARY_BUDGET_FROM, self._budget.max_bytes // 64)
+        # regions live as long as this servicer, or as the server that shares them with HTTP
+        self._shm = shared_memory or SharedMemoryRegistry()
+        self._extensions = frontend.extensions(control, self._shm.available)
+
+    # -- health and metadata -------------------------------------------------------------
+
+    def ServerLive(self, request: pb.ServerLiveRequest, context: _Ctx) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self._dp.live())
+
+    def ServerReady(self, request: pb.ServerReadyRequest, context: _Ctx) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._dp.ready())
+
+    def ServerMetadata(self, request: pb.ServerMetadataRequest,
+                       context: _Ctx) -> pb.ServerMetadataResponse:
+        meta = dataclasses.replace(self._dp.server_metadata(), extensions=self._extensions)
+        return converters.to_server_metadata(meta)
+
+    def ModelReady(self, request: pb.ModelReadyRequest, context: _Ctx) -> pb.ModelReadyResponse:
+        try:
+            name = _model_name(request.name)
+            version = converters.parse_version(request.version, name)
+            return pb.ModelReadyResponse(ready=self._dp.model_ready(name, version))
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def ModelMetadata(self, request: pb.ModelMetadataRequest,
+                      context: _Ctx) -> pb.ModelMetadataResponse:
+        try:
+            name = _model_name(request.name)
+            version = converters.parse_version(request.version, name)
+            return converters.to_model_metadata(self._dp.model_metadata(name, version))
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def ModelConfig(self, request: pb.ModelConfigRequest, context: _Ctx) -> pb.ModelConfigResponse:
+        try:
+            name = _model_name(request.name)
+            version = converters.parse_version(request.version, name)
+            info = self._dp.model_config(name, version)
+            return pb.ModelConfigResponse(config=converters.to_model_config(info))
+        except Exception as exc:
+            self._fail(context, exc)
+
+    # -- inference -----------------------------------------------------------------------
+
+    def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
+        try:
+            infer_request, _ = converters.to_infer_request(request, self._shm)
+            placed = converters.output_placements(request, self._shm)  # shared memory outputs
+            result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
+            result = converters.classified(result, request, self._dp)
+            nbytes = _response_bytes(result, infer_request.outputs)
+            if nbytes >= self._budget_from:  # smaller ones are bounded by unary admission
+                self._budget.acquire(nbytes)
+                if not context.add_callback(lambda: self._budget.release(nbytes)):
+                    self._budget.release(nbytes)  # the call already ended
+            # raw_output_contents whatever form the inputs came in, as Triton answers
+            return converters.to_infer_response(result, order=infer_request.outputs,
+                                                placed=placed)
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def ModelStreamInfer(self, request_iterator: Iterator[pb.ModelInferRequest], context: _Ctx,
+                         send_response_callback: Callable[[Any], None] | None = None
+                         ) -> Iterator[pb.ModelStreamInferResponse] | None:
+        """Pipelined: a reader thread submits each request as it arrives (never running it
+        itself, so it keeps reading); a sender thread answers each as it finishes, so answers
+        may come out of order (the caller matches them by id, as Triton's do). A failed
+        request yields an error_message and the stream goes on. Non-blocking (no handler
+        thread held): see :mod:`edge_agent.frontends.grpc.streams`."""
+        if send_response_callback is not None:
+            self._open_stream(request_iterator, context, send_response_callback)
+            return None
+        # a server without the non-blocking extension: answer through a blocking iterator
+        answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._open_stream(request_iterator, context, answers.put)
+        return iter(answers.get, None)
+
+    def _open_stream(self, requests: Iterator[pb.ModelInferRequest], context: _Ctx,
+                     send: Callable[[Any], None]) -> None:
+        try:
+            session = self._streams.open(peer_key(context.peer()), context, send)
+        except AgentError as exc:
+            context.set_code(status.grpc_code(exc))
+            context.set_details(status.error_message(exc))
+            send(None)
+            return
+        if not context.add_callback(lambda: self._streams.close(session)):
+            self._streams.close(session)
+            return
+        threading.Thread(target=self._read_stream, args=(session, requests),
+                         name="stream-infer-reader", daemon=True).start()
+
+    def _read_stream(self, session: StreamSession,
+                     requests: Iterator[pb.ModelInferRequest]) -> None:
+        push, send = session.push, self._send_stream
+        try:
+            for msg in requests:
+                session.received_one()
+                try:
+                    req, _ = converters.to_infer_request(msg, self._shm)
+                    future = self._dp.submit(req, inline=False)
+                except DecoupledModelError:  # many responses: protocol/decoupled.py
+                    push(DecoupledCall(self._dp, msg, req, True), send)
+                    continue
+                except Exception as exc:
+                    push((msg, None, None, exc), send)
+                    continue
+                future.add_done_callback(functools.partial(self._answered, session, msg, req))
+        except Exception:  # the stream was cancelled, broke, or was ended: stop reading
+            log.debug("stream reader stopped", exc_info=True)
+        finally:
+            push(END, send)
+
+    def _answered(self, session: StreamSession, msg: pb.ModelInferRequest, req: InferRequest,
+                  done: Future[InferResult]) -> None:
+        session.push((msg, req, done, None), self._send_stream)
+
+    def _send_stream(self, session: StreamSession) -> None:
+        answered, reading = 0, True
+        while reading or answered < session.received:  # after END, received is final
+            item = session.items.get()
+            if item is END:
+                reading = False
+                continue
+            if isinstance(item, DecoupledCall):  # answered here, its responses in order
+                try:
+                    item.answer(session.send)
+                finally:
+                    session.answered_one()
+                    answered += 1
+                continue
+            response, nbytes = self._stream_response(*item)
+            try:
+                session.send(response)
+            finally:
+                self._budget.release(nbytes)
+                session.answered_one()
+                answered += 1
+        session.finish()
+
+    def _stream_response(self, msg: pb.ModelInferRequest, req: InferRequest | None,
+                         future: Future[InferResult] | None, exc: BaseException | None
+                         ) -> tuple[pb.ModelStreamInferResponse, int]:
+        if exc is None and future is not None:
+            try:
+                result = converters.classified(future.result(), msg, self._dp)
+                nbytes = _response_bytes(result, req.outputs if req else None)
+                self._budget.acquire(nbytes)
+                try:
+                    placed = converters.output_placements(msg, self._shm)  # shared memory
+                    response = converters.to_infer_response(
+                        result, order=req.outputs if req else None, placed=placed)
+                except BaseException:
+                    self._budget.release(nbytes)
+                    raise
+                return pb.ModelStreamInferResponse(infer_response=response), nbytes
+            except Exception as err:
+                exc = err
+        assert exc is not None
+        if not isinstance(exc, AgentError):
+            log.exception("stream inference failed", exc_info=exc)
+        return pb.ModelStreamInferResponse(
+            error_message=status.error_message(exc),
+            infer_response=pb.ModelInferResponse(model_name=msg.model_name,
+                                                 model_version=msg.model_version,
+                                                 id=msg.id)), 0
+
+    # -- statistics and repository -------------------------------------------------------
+
+    def ModelStatistics(self, request: pb.ModelStatisticsRequest,
+                        context: _Ctx) -> pb.ModelStatisticsResponse:
+        try:
+            name = request.name or None
+            version = converters.parse_version(request.version, request.name) if name else None
+            stats = self._dp.statistics(name, version)
+            return pb.ModelStatisticsResponse(
+                model_stats=[converters.to_model_statistics(s) for s in stats])
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def RepositoryIndex(self, request: pb.RepositoryIndexRequest,
+                        context: _Ctx) -> pb.RepositoryIndexResponse:
+        try:
+            return converters.to_repository_index(self._dp.repository_index(request.ready))
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
+                            context: _Ctx) -> pb.RepositoryModelLoadResponse:
+        """Load the model's ACTIVE version again (the manager decides which; off by default)."""
+        try:
+            control = self._control_or_refuse("RepositoryModelLoad")
+            frontend.refuse_parameters("RepositoryModelLoad", request.parameters, allowed=())
+            summary = control.load_model(_model_name(request.model_name))
+        except Exception as exc:
+            _log_control("RepositoryModelLoad", request.model_name, context, exc)
+            self._fail(context, exc)
+        _log_control("RepositoryModelLoad", request.model_name, context, summary)
+        return pb.RepositoryModelLoadResponse()
+
+    def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest,
+                              context: _Ctx) -> pb.RepositoryModelUnloadResponse:
+        """Unload every version of the model, through the manager (off by default)."""
+        try:
+            control = self._control_or_refuse("RepositoryModelUnload")
+            frontend.refuse_parameters("RepositoryModelUnload", request.parameters,
+                                       allowed=frontend.UNLOAD_PARAMETERS)
+            summary = control.unload_model(_model_name(request.model_name))
+        except Exception as exc:
+            _log_control("RepositoryModelUnload", request.model_name, context, exc)
+            self._fail(context, exc)
+        _log_control("RepositoryModelUnload", request.model_name, context, summary)
+        return pb.RepositoryModelUnloadResponse()
+
+    # -- shared memory (the KServe/Triton extension; protocol/shared_memory.py) ---------------
+
+    def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest,
+                                 context: _Ctx) -> pb.SystemSharedMemoryStatusResponse:
+        try:
+            response = pb.SystemSharedMemoryStatusResponse()
+            for region in self._shm.status(request.name):
+                response.regions[region.name].CopyFrom(
+                    pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                        name=region.name, key=region.key, offset=region.offset,
+                        byte_size=region.byte_size))
+            return response
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest,
+                                   context: _Ctx) -> pb.SystemSharedMemoryRegisterResponse:
+        try:
+            self._shm.register(request.name, request.key, request.offset, request.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest,
+                                     context: _Ctx) -> pb.SystemSharedMemoryUnregisterResponse:
+        try:
+            self._shm.unregister(request.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+        except Exception as exc:
+            self._fail(context, exc)
+
+    def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest,
+                               context: _Ctx) -> pb.CudaSharedMemoryStatusResponse:
+        _no_cuda_shm(context)
+
+    def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest,
+                                 context: _Ctx) -> pb.CudaSharedMemoryRegisterResponse:
+        _no_cuda_shm(context)
+
+    def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest,
+                                   context: _Ctx) -> pb.CudaSharedMemoryUnregisterResponse:
+        _no_cuda_shm(context)
+
+    def _control_or_refuse(self, call: str) -> RepositoryControl:
+        return frontend.control_or_refuse(self._control, call)
+
+    @staticmethod
+    def _fail(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
+        if not isinstance(exc, AgentError):
+            log.exception("unexpected error in the inference service", exc_info=exc)
+        status.abort(context, exc)

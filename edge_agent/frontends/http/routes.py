@@ -1,0 +1,313 @@
+"""The KServe v2 REST endpoints over a :class:`~edge_agent.core.api.DataPlaneAPI`.
+
+Wire-free: :meth:`KServeRoutes.handle` takes a method, a path and a body and returns an
+:class:`HttpAnswer`; the server (:mod:`edge_agent.frontends.http.server`) owns sockets and
+headers. Errors become ``{"error": "..."}`` with the status :data:`HTTP_STATUS` maps the
+agent's error code to (the one place for HTTP, as ``frontends/grpc/status.py`` is for gRPC).
+Metadata and statistics are Triton's JSON; the model configuration is the protobuf JSON of the
+gRPC ModelConfig (as Triton prints it), built by the same converter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from google.protobuf import json_format
+
+from edge_agent.core.api import DataPlaneAPI
+from edge_agent.core.types import DurationStat, ModelStats
+from edge_agent.errors import AgentError, ErrorCode, InvalidInputError
+from edge_agent.frontends.common import control as frontend
+from edge_agent.frontends.common.classification import classify
+from edge_agent.frontends.common.control import RepositoryControl
+from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.frontends.grpc import converters
+from edge_agent.frontends.http import tensors
+from packager.bundle.manifest import TensorSpec
+
+log = logging.getLogger(__name__)
+
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.RESOURCE_EXHAUSTED: 429,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
+    ErrorCode.FAILED_PRECONDITION: 400,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.ALREADY_EXISTS: 409,
+    ErrorCode.INTERNAL: 500,
+}
+"""The agent's error codes -> HTTP status (the one place for the HTTP front end)."""
+
+JSON = "application/json"
+BINARY = "application/octet-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    """Status, body, content type and extra headers of one answer."""
+
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def _json(status: int, doc: Any) -> HttpAnswer:
+    return HttpAnswer(status, json.dumps(doc, separators=(",", ":")).encode())
+
+
+def error_answer(exc: BaseException) -> HttpAnswer:
+    """``{"error": message}`` with the status ``exc`` maps to (500 for a bug)."""
+    status = HTTP_STATUS.get(exc.code, 500) if isinstance(exc, AgentError) else 500
+    return _json(status, {"error": frontend.error_message(exc)})
+
+
+def not_found(method: str, path: str) -> HttpAnswer:
+    """404 for a path this server does not serve."""
+    return _json(404, {"error": f"{method} {path[:200]} is not a KServe v2 endpoint served "
+                                "here (see docs/http.md)"})
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """What a route sees of a request."""
+
+    method: str
+    path: str
+    body: bytes
+    header_length: int | None
+    peer: str
+
+
+_Handler = Callable[[HttpRequest, dict[str, str]], HttpAnswer]
+_V = r"(?:/versions/(?P<version>[^/]+))?"
+_M = r"/v2/models/(?P<model>[^/]+)" + _V
+
+
+def _duration(stat: DurationStat) -> dict[str, int]:
+    return {"count": stat.count, "ns": stat.ns}
+
+
+def statistics_json(stats: ModelStats) -> dict[str, Any]:
+    """One model version's statistics as Triton's REST API reports them (numbers, not
+    strings)."""
+    return {
+        "name": stats.name, "version": str(stats.version),
+        "last_inference": stats.last_inference_ms, "inference_count": stats.inference_count,
+        "execution_count": stats.execution_count,
+        "inference_stats": {k: _duration(getattr(stats, k)) for k in (
+            "success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+            "cache_hit", "cache_miss")},
+        "batch_stats": [{"batch_size": b.batch_size,
+                         "compute_input": _duration(b.compute_input),
+                         "compute_infer": _duration(b.compute_infer),
+                         "compute_output": _duration(b.compute_output)}
+                        for _, b in sorted(stats.batch_stats.items())],
+    }
+
+
+def _tensor_json(spec: TensorSpec) -> dict[str, Any]:
+    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"shared memory register: '{what}' must be an integer >= 0")
+    return value
+
+
+def _body_object(body: bytes, what: str) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidInputError(f"{what}: the request body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidInputError(f"{what}: the request body must be a JSON object")
+    return doc
+
+
+class KServeRoutes:
+    """Every KServe v2 REST endpoint this agent serves. Thread-safe (stateless itself).
+
+    ``control`` handles repository load/unload (None: refused, naming the setting);
+    ``shm`` is the system shared memory registry shared with the gRPC front end.
+    """
+
+    def __init__(self, dataplane: DataPlaneAPI, control: RepositoryControl | None = None,
+                 shm: SharedMemoryRegistry | None = None) -> None:
+        self._dp = dataplane
+        self._control = control
+        self._shm = shm if shm is not None and shm.available else None
+        self._extensions = frontend.extensions(control, self._shm is not None,
+                                               binary_tensor_data=True)
+        self._routes: list[tuple[str, re.Pattern[str], _Handler]] = [
+            ("POST", re.compile(_M + "/infer"), self._infer),
+            ("GET", re.compile(r"/v2/health/live"), self._live),
+            ("GET", re.compile(r"/v2/health/ready"), self._ready),
+            ("GET", re.compile(r"/v2"), self._server_metadata),
+            ("GET", re.compile(_M + "/ready"), self._model_ready),
+            ("GET", re.compile(_M + "/config"), self._model_config),
+            ("GET", re.compile(_M + "/stats"), self._statistics),
+            ("GET", re.compile(r"/v2/models/stats"), self._statistics),
+            ("GET", re.compile(_M), self._model_metadata),
+            ("POST", re.compile(r"/v2/repository/index"), self._index),
+            ("POST", re.compile(r"/v2/repository/models/(?P<model>[^/]+)/load"), self._load),
+            ("POST", re.compile(r"/v2/repository/models/(?P<model>[^/]+)/unload"),
+             self._unload),
+            ("GET", re.compile(r"/v2/systemsharedmemory(?:/region/(?P<region>[^/]+))?/status"),
+             self._shm_status),
+            ("POST", re.compile(r"/v2/systemsharedmemory/region/(?P<region>[^/]+)/register"),
+             self._shm_register),
+            ("POST", re.compile(
+                r"/v2/systemsharedmemory(?:/region/(?P<region>[^/]+))?/unregister"),
+             self._shm_unregister),
+            ("*", re.compile(r"/v2/cudasharedmemory.*"), self._no_cuda),
+        ]
+
+    def handle(self, request: HttpRequest) -> HttpAnswer:
+        """The answer to ``request``; never raises."""
+        try:
+            for method, pattern, handler in self._routes:
+                match = pattern.fullmatch(request.path)
+                if match is not None and method in ("*", request.method):
+                    params = {k: unquote(v) for k, v in match.groupdict().items()
+                              if v is not None}
+                    return handler(request, params)
+            known = any(p.fullmatch(request.path) for _, p, _ in self._routes)
+            if known:
+                return _json(405, {"error": f"{request.method} is not allowed on "
+                                            f"{request.path[:200]}"})
+            return not_found(request.method, request.path)
+        except Exception as exc:
+            if not isinstance(exc, AgentError):
+                log.exception("unexpected error in the HTTP front end", exc_info=exc)
+            return error_answer(exc)
+
+    # -- health and metadata -------------------------------------------------------------
+
+    def _live(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        return HttpAnswer(200 if self._dp.live() else 503, b"")
+
+    def _ready(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        return HttpAnswer(200 if self._dp.ready() else 503, b"")
+
+    def _server_metadata(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        meta = dataclasses.replace(self._dp.server_metadata(), extensions=self._extensions)
+        return _json(200, {"name": meta.name, "version": meta.version,
+                           "extensions": list(meta.extensions)})
+
+    @staticmethod
+    def _model(params: dict[str, str]) -> tuple[str, int | None]:
+        name = frontend.model_name(params["model"])
+        return name, converters.parse_version(params.get("version", ""), name)
+
+    def _model_ready(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        return HttpAnswer(200 if self._dp.model_ready(*self._model(params)) else 400, b"")
+
+    def _model_metadata(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        meta = self._dp.model_metadata(*self._model(params))
+        return _json(200, {"name": meta.name, "versions": [str(v) for v in meta.versions],
+                           "platform": meta.platform,
+                           "inputs": [_tensor_json(s) for s in meta.inputs],
+                           "outputs": [_tensor_json(s) for s in meta.outputs]})
+
+    def _model_config(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        config = converters.to_model_config(self._dp.model_config(*self._model(params)))
+        return _json(200, json_format.MessageToDict(config, preserving_proto_field_name=True))
+
+    # -- inference -----------------------------------------------------------------------
+
+    def _infer(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        name = frontend.model_name(params["model"])
+        call = tensors.decode_request(request.body, request.header_length, name,
+                                      params.get("version", ""), self._shm)
+        result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
+        result = classify(result, call.classes, self._dp)
+        body, header_length = tensors.encode_response(result, call)
+        if header_length is None:
+            return HttpAnswer(200, body)
+        return HttpAnswer(200, body, BINARY,
+                          ((tensors.HEADER_LENGTH, str(header_length)),))
+
+    # -- statistics and repository -------------------------------------------------------
+
+    def _statistics(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        name, version = self._model(params) if "model" in params else (None, None)
+        stats = self._dp.statistics(name, version)
+        return _json(200, {"model_stats": [statistics_json(s) for s in stats]})
+
+    def _index(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        doc = _body_object(request.body, "repository index")
+        ready = doc.get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidInputError("repository index: 'ready' must be true or false")
+        return _json(200, [{"name": e.name, "version": str(e.version), "state": e.state,
+                            "reason": e.reason} for e in self._dp.repository_index(ready)])
+
+    def _load(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        return self._control_call("RepositoryModelLoad", request, params, ())
+
+    def _unload(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        return self._control_call("RepositoryModelUnload", request, params,
+                                  frontend.UNLOAD_PARAMETERS)
+
+    def _control_call(self, call: str, request: HttpRequest, params: dict[str, str],
+                      allowed: tuple[str, ...]) -> HttpAnswer:
+        name = params["model"]
+        try:
+            control = frontend.control_or_refuse(self._control, call)
+            doc = _body_object(request.body, call)
+            extra = doc.get("parameters", {})
+            if not isinstance(extra, dict):
+                raise InvalidInputError(f"{call}: 'parameters' must be a JSON object")
+            frontend.refuse_parameters(call, extra, allowed=allowed)
+            model = frontend.model_name(name)
+            summary = (control.load_model(model) if call == "RepositoryModelLoad"
+                       else control.unload_model(model))
+        except Exception as exc:
+            frontend.log_control(call, name, request.peer, exc)
+            raise
+        frontend.log_control(call, name, request.peer, summary)
+        return HttpAnswer(200, b"")
+
+    # -- system shared memory ------------------------------------------------------------
+
+    def _registry(self) -> SharedMemoryRegistry:
+        if self._shm is None:
+            raise InvalidInputError("system shared memory is not available on this system")
+        return self._shm
+
+    def _shm_status(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        regions = self._registry().status(params.get("region", ""))
+        return _json(200, [{"name": r.name, "key": r.key, "offset": r.offset,
+                            "byte_size": r.byte_size} for r in regions])
+
+    def _shm_register(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        doc = _body_object(request.body, "shared memory register")
+        key = doc.get("key")
+        if not isinstance(key, str):
+            raise InvalidInputError("shared memory register: 'key' must be a string")
+        offset, size = (_count(doc.get(k, 0 if k == "offset" else None), k)
+                        for k in ("offset", "byte_size"))
+        self._registry().register(params["region"], key, offset, size)
+        return HttpAnswer(200, b"")
+
+    def _shm_unregister(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        self._registry().unregister(params.get("region", ""))
+        return HttpAnswer(200, b"")
+
+    def _no_cuda(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        return _json(400, {"error": "CUDA shared memory is not served by this agent; use "
+                                    "system shared memory or send tensors in the request"})
+

@@ -1,9 +1,0 @@
-"""Generated KServe v2 stubs; regenerate: ``python -m edge_agent.protocol.regen``.
-
-DO NOT EDIT. grpcio-tools 1.71.2. The modules here register their descriptors in
-``POOL`` (a private pool), so they coexist with tritonclient's copies of the same messages.
-"""
-
-from google.protobuf import descriptor_pool
-
-POOL = descriptor_pool.DescriptorPool()
