@@ -67,7 +67,7 @@ def parse_address(text: str, *, where: str = "--agent") -> tuple[str, int]:
 
 
 @dataclass(frozen=True, slots=True)
-class TlsFiles:
+class ChannelTlsFiles:
     """TLS for a management channel: the agent's CA (None: pin the agent's certificate) and,
     for mTLS, a client cert and key."""
 
@@ -85,7 +85,7 @@ class StaticAgent:
     port: int
     name: str = ""
     token: str | None = None
-    tls: TlsFiles | None = None
+    tls: ChannelTlsFiles | None = None
 
     @property
     def address(self) -> str:
@@ -106,7 +106,7 @@ class ConsoleSettings:
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
     canary_soak_s: float = DEFAULT_CANARY_SOAK_S
     bundle_dir: Path | None = None  # where the deploy file picker starts
-    tls: TlsFiles | None = None  # for every agent without TLS settings of its own
+    tls: ChannelTlsFiles | None = None  # for every agent without TLS settings of its own
     insecure: bool = False  # plaintext to every agent (--insecure)
     accept_new: bool = False  # pin an agent's certificate at first contact without asking
     known_agents: Path | None = None  # the pins; None: known_agents beside the config file
@@ -114,7 +114,7 @@ class ConsoleSettings:
     # asked at a first contact when accept_new is off: (address, fingerprint, file) -> trust?
     ask_new: Callable[[str, str, Path], bool] | None = field(default=None, compare=False)
 
-    def tls_for(self, address: str) -> TlsFiles | None:
+    def tls_for(self, address: str) -> ChannelTlsFiles | None:
         """TLS settings for the agent at ``address``: its own entry's, else the fleet's."""
         for agent in self.agents:
             if agent.address == address and agent.tls is not None:
@@ -179,7 +179,7 @@ def _read_token_file(raw: object, where: str, base: Path) -> str:
 
 
 def _tls_files(table: Mapping[str, object], prefix: str, where: str,
-               base: Path) -> TlsFiles | None:
+               base: Path) -> ChannelTlsFiles | None:
     """``ca``/``cert``/``key``/``server_name`` (each with ``prefix``) from a TOML table."""
     keys = {k: f"{prefix}{k}" for k in ("ca", "cert", "key", "server_name")}
     if not any(k in table for k in keys.values()):
@@ -210,7 +210,7 @@ def _tls_files(table: Mapping[str, object], prefix: str, where: str,
     server_name = table.get(keys["server_name"])
     if server_name is not None and not isinstance(server_name, str):
         raise ConsoleConfigError(f"{where}: {keys['server_name']} must be a host name")
-    return TlsFiles(ca=ca, cert=cert, key=key, server_name=server_name)
+    return ChannelTlsFiles(ca=ca, cert=cert, key=key, server_name=server_name)
 
 
 def _number(data: Mapping[str, object], key: str, default: float, path: Path) -> float:

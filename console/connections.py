@@ -44,7 +44,7 @@ def console_error(exc: Exception) -> ConsoleError:
     if isinstance(exc, mgmt.AuthenticationError):
         return AgentAuthError(f"{text} (set the agent's token in the console config [tokens] "
                               "or pass --token-file F)")
-    if isinstance(exc, mgmt.AgentUnreachableError | mgmt.InferencePortError):
+    if isinstance(exc, mgmt.ManagementUnreachableError | mgmt.InferencePortError):
         return AgentUnreachableError(text)
     if isinstance(exc, mgmt.ManagementError):
         if exc.status == "UNIMPLEMENTED":

@@ -35,6 +35,7 @@ from edge_agent.core.dataplane import DataPlane
 from edge_agent.deploy.manager import ModelManager
 from edge_agent.deploy.pause import hooks_from_environment
 from edge_agent.errors import AgentError
+from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.http.server import HttpFrontEnd
 from edge_agent.management.identity import AgentIdentity, load_or_create_agent_id
 from edge_agent.management.server import ManagementServer
@@ -164,13 +165,17 @@ def build_core(config: AgentConfig, state: StateParts) -> CoreParts:
 
 def start_frontends(config: AgentConfig, state: StateParts, core: CoreParts) -> FrontEnds:
     """Bind the gRPC listeners (health NOT_SERVING) and, when configured, the HTTP front end
-    (KServe REST and /metrics) over the same data plane and shared memory regions."""
+    (KServe REST and /metrics), both given one :class:`FrontendContext`: the same data plane,
+    repository control and shared memory regions."""
     if config.uds_path is not None:
         _socket_dir(config.uds_path.parent)
-    grpc = AgentServer(core.dataplane, config, model_control=core.manager)
+    # RepositoryModelLoad/Unload (gRPC and HTTP) go to the model manager only when allowed
+    context = FrontendContext(
+        core.dataplane, core.manager if config.grpc.repository_control else None)
+    grpc = AgentServer(core.dataplane, config, context=context)
     addresses = grpc.start()
     try:
-        http = _start_http(config, grpc, state, core)
+        http = _start_http(config, context, state, core)
     except BaseException:
         grpc.stop(0)
         raise
@@ -179,19 +184,19 @@ def start_frontends(config: AgentConfig, state: StateParts, core: CoreParts) -> 
     return FrontEnds(grpc=grpc, http=http, addresses=addresses)
 
 
-def _start_http(config: AgentConfig, grpc: AgentServer, state: StateParts,
+def _start_http(config: AgentConfig, context: FrontendContext, state: StateParts,
                 core: CoreParts) -> HttpFrontEnd | None:
     if config.http.listen is None:
         return None
     from edge_agent.frontends.http.routes import KServeRoutes
 
-    routes = KServeRoutes(grpc.dataplane, grpc.model_control, grpc.shared_memory)
+    routes = KServeRoutes(context)
     page = None
     if config.http.metrics:
         from edge_agent.frontends.http.prometheus import AgentCollector, MetricsPage
 
         page = MetricsPage(AgentCollector(
-            grpc.dataplane, versions=core.manager.versions, history=state.store,
+            core.dataplane, versions=core.manager.versions, history=state.store,
             recorder=state.recorder, cache=core.dataplane.response_cache is not None))
     front = HttpFrontEnd(config.http, routes, page)
     try:

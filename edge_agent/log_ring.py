@@ -21,7 +21,7 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True, slots=True)
-class LogLine:
+class RingEntry:
     """One log record as kept: ``seq`` increases by one per record since the agent started."""
 
     seq: int
@@ -50,7 +50,7 @@ class LogRing(logging.Handler):
         super().__init__()
         if capacity < 1:
             raise ValueError("a log ring needs room for at least one line")
-        self._lines: deque[LogLine] = deque(maxlen=capacity)
+        self._lines: deque[RingEntry] = deque(maxlen=capacity)
         self._seq = 0
         self._cond = threading.Condition()
         self.setFormatter(logging.Formatter("%(message)s"))
@@ -64,11 +64,11 @@ class LogRing(logging.Handler):
             text = text[:MAX_MESSAGE - 1] + "…"
         with self._cond:
             self._seq += 1
-            self._lines.append(LogLine(self._seq, record.created, record.levelname,
+            self._lines.append(RingEntry(self._seq, record.created, record.levelname,
                                        record.name, text))
             self._cond.notify_all()
 
-    def tail(self, count: int, min_level: int = 0) -> tuple[list[LogLine], int]:
+    def tail(self, count: int, min_level: int = 0) -> tuple[list[RingEntry], int]:
         """The newest ``count`` lines at or above ``min_level``, oldest first, and the cursor
         for :meth:`after`."""
         with self._cond:
@@ -77,7 +77,7 @@ class LogRing(logging.Handler):
         return (lines[-count:] if count > 0 else []), cursor
 
     def after(self, seq: int, min_level: int = 0,
-              timeout: float = 0.5) -> tuple[list[LogLine], int]:
+              timeout: float = 0.5) -> tuple[list[RingEntry], int]:
         """Lines newer than ``seq`` at or above ``min_level`` (waits up to ``timeout`` s for any
         line), and the cursor to pass next time (lines below the level move it too)."""
         deadline = time.monotonic() + timeout

@@ -35,11 +35,12 @@ from edge_agent.bind import add_port
 from edge_agent.config import AgentConfig
 from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
-from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.frontends.common.context import FrontendContext
+from edge_agent.frontends.common.control import RepositoryControl
 from edge_agent.frontends.grpc import handlers
 from edge_agent.frontends.grpc.admission import AdmissionPool, ResponseBudget, WatchedPool
 from edge_agent.frontends.grpc.health import NOT_SERVING, SERVING, HealthServicer
-from edge_agent.frontends.grpc.servicer import InferenceServicer, RepositoryControl
+from edge_agent.frontends.grpc.servicer import InferenceServicer
 from edge_agent.frontends.grpc.streams import StreamLimits, StreamSessions
 
 log = logging.getLogger(__name__)
@@ -122,14 +123,16 @@ class AgentServer:
     """One gRPC server over one data plane: ``start()``, then ``stop(grace)`` in a finally."""
 
     def __init__(self, dataplane: DataPlaneAPI, config: AgentConfig, *,
-                 model_control: RepositoryControl | None = None) -> None:
+                 model_control: RepositoryControl | None = None,
+                 context: FrontendContext | None = None) -> None:
+        # what every front end (gRPC and HTTP) serves from: the HTTP front end is given this
+        # same context, not this server. RepositoryModelLoad/Unload go to the model manager
+        # only when the config allows it; one set of system shared memory regions for both.
+        self.context = context or FrontendContext(
+            dataplane, model_control if config.grpc.repository_control else None)
         self.dataplane = dataplane
-        # RepositoryModelLoad/Unload go to the model manager, only when the config allows it
-        self.model_control = model_control if config.grpc.repository_control else None
         self.config = config
         self.health = HealthServicer()
-        # one set of system shared memory regions for every front end (gRPC and HTTP)
-        self.shared_memory = SharedMemoryRegistry()
         self._server: grpc.Server | None = None
         self._uds: Path | None = None
         self._pools: list[futures.ThreadPoolExecutor] = []
@@ -164,9 +167,8 @@ class AgentServer:
             max_streams=cfg.max_streams, max_streams_per_peer=cfg.max_streams_per_peer,
             stream_first_message_s=cfg.stream_first_message_s,
             stream_idle_s=cfg.stream_idle_s))
-        servicer = InferenceServicer(self.dataplane, self.model_control, streams=self.streams,
-                                     budget=ResponseBudget(cfg.max_response_bytes),
-                                     shared_memory=self.shared_memory)
+        servicer = InferenceServicer(self.context, streams=self.streams,
+                                     budget=ResponseBudget(cfg.max_response_bytes))
         handlers.register(server, INFERENCE_SERVICE,
                           handlers.inference_handlers(servicer, stream_pool, health_pool))
         handlers.register(server, handlers.HEALTH_SERVICE,

@@ -32,6 +32,7 @@ from typing import Any
 
 import grpc
 
+from edge_agent.client import convert
 from edge_agent.client.types import (
     AgentInfo,
     DeployCheck,
@@ -48,7 +49,6 @@ from edge_agent.client.types import (
     VersionInfo,
 )
 from edge_agent.errors import AgentError, ErrorCode
-from edge_agent.management import convert
 from edge_agent.management.auth import bearer
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
@@ -71,11 +71,11 @@ class AuthenticationError(ManagementError):
     """The agent refused the token (or the client certificate)."""
 
 
-class AgentUnreachableError(ManagementError):
+class ManagementUnreachableError(ManagementError):
     """No agent answered at the address (down, wrong port, firewall, TLS mismatch)."""
 
 
-class TransportMismatchError(AgentUnreachableError):
+class TransportMismatchError(ManagementUnreachableError):
     """One side speaks TLS and the other plaintext (``--insecure`` on one side only)."""
 
 
@@ -127,7 +127,7 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
     """The PEM certificate the agent at ``target`` presents (not verified: compare its
     :func:`~edge_agent.management.tls.fingerprint` with a pin before trusting it).
 
-    Raises AgentUnreachableError (nothing answers) or TransportMismatchError (it answers in
+    Raises ManagementUnreachableError (nothing answers) or TransportMismatchError (it answers in
     plaintext: an agent started with ``--insecure``).
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -152,14 +152,14 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
                     "(started with --insecure?); use --insecure on the console too, or "
                     "restart the agent without --insecure", "UNAVAILABLE") from None
     except TimeoutError:
-        raise AgentUnreachableError(f"cannot reach an agent at {target}: no answer within "
+        raise ManagementUnreachableError(f"cannot reach an agent at {target}: no answer within "
                                     f"{timeout_s:g} s", "UNAVAILABLE") from None
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise AgentUnreachableError(f"cannot reach an agent at {target}: {why}",
+        raise ManagementUnreachableError(f"cannot reach an agent at {target}: {why}",
                                     "UNAVAILABLE") from None
     if not der:
-        raise AgentUnreachableError(f"agent {target} presented no certificate", "UNAVAILABLE")
+        raise ManagementUnreachableError(f"agent {target} presented no certificate", "UNAVAILABLE")
     return ssl.DER_cert_to_PEM_cert(der)
 
 
@@ -301,10 +301,10 @@ class AgentClient:
         if code is grpc.StatusCode.UNAVAILABLE and ("connect" in details.lower()
                                                    or "dns" in details.lower()
                                                    or "handshake" in details.lower()):
-            return AgentUnreachableError(f"cannot reach an agent at {self.target}: {details}",
+            return ManagementUnreachableError(f"cannot reach an agent at {self.target}: {details}",
                                          name)
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            return AgentUnreachableError(f"agent {self.target} did not answer {what} in time",
+            return ManagementUnreachableError(f"agent {self.target} did not answer {what} in time",
                                          name)
         if code is grpc.StatusCode.UNIMPLEMENTED and self._is_inference_port():
             return InferencePortError(inference_port_message(self.target), name)
@@ -343,7 +343,7 @@ class AgentClient:
             if presented != pinned:
                 return CertificateChangedError(changed_message(self.target, pinned, presented),
                                                pinned=pinned, presented=presented)
-            return AgentUnreachableError(
+            return ManagementUnreachableError(
                 f"agent {self.target} presents the pinned certificate, but it cannot be its own "
                 f"trust anchor (signed by a CA, or not naming '{SERVER_NAME}'): an agent with "
                 "its own tls_cert needs that CA in the console config ([tls] ca or tls_ca)",

@@ -13,7 +13,7 @@ from edge_agent.deploy.compat import check_fits
 from edge_agent.deploy.device import DeviceInfo, detect_device
 from edge_agent.deploy.errors import (
     DeploymentBusyError,
-    DeploymentFailedError,
+    DeployStepFailedError,
     IncompatibleBundleError,
     InvalidBundleError,
     ManagerError,
@@ -22,7 +22,17 @@ from edge_agent.deploy.errors import (
 from edge_agent.deploy.outcome import DeployOutcome, StepEvent, VersionView
 
 __all__ = [
-    "DeployOutcome", "DeploymentBusyError", "DeploymentFailedError", "DeviceInfo",
-    "IncompatibleBundleError", "InvalidBundleError", "ManagerError", "ManagerSettings",
-    "StepEvent", "VersionInUseError", "VersionView", "check_fits", "detect_device",
+    "DeployOutcome",
+    "DeployStepFailedError",
+    "DeploymentBusyError",
+    "DeviceInfo",
+    "IncompatibleBundleError",
+    "InvalidBundleError",
+    "ManagerError",
+    "ManagerSettings",
+    "StepEvent",
+    "VersionInUseError",
+    "VersionView",
+    "check_fits",
+    "detect_device",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent.core.repository import LoadedVersion
-from edge_agent.deploy.errors import DeploymentFailedError
+from edge_agent.deploy.errors import DeployStepFailedError
 from edge_agent.errors import AgentError
 from packager.bundle.errors import PackagerError
 from packager.bundle.manifest import Manifest
@@ -48,14 +48,14 @@ def tolerance_of(manifest: Manifest) -> ParityTolerance:
                                float(t.get("min_top1_agreement", 1.0)),
                                bool(t.get("top1_only", False)))
     except (KeyError, TypeError, ValueError):
-        raise DeploymentFailedError(f"{manifest.name} version {manifest.version}: the manifest's "
+        raise DeployStepFailedError(f"{manifest.name} version {manifest.version}: the manifest's "
                                     "parity.tolerance is missing or malformed") from None
 
 
 def run_reference(model_dir: Path, manifest: Manifest, run: Runner,
                   backend: str) -> ParityResult:
     """Check ``run`` (one version's model, as served here) against the reference data in
-    ``model_dir``. Raises DeploymentFailedError when the data is unreadable or a run fails."""
+    ``model_dir``. Raises DeployStepFailedError when the data is unreadable or a run fails."""
     ref = manifest.parity.get("reference") or {}
     path = model_dir / str(ref.get("file", REFERENCE_FILE))
     if "file" not in ref:
@@ -68,7 +68,7 @@ def run_reference(model_dir: Path, manifest: Manifest, run: Runner,
         origin, cases = load_reference(path)
         report = check_reference(run, cases, tol)
     except (PackagerError, AgentError, OSError) as exc:
-        raise DeploymentFailedError(f"parity check of {where} could not run: {exc}") from exc
+        raise DeployStepFailedError(f"parity check of {where} could not run: {exc}") from exc
     figures = summary(report, tol)
     if report["passed"]:
         return ParityResult(True, f"{backend} agrees with the source model on {origin} "
@@ -87,7 +87,7 @@ def batcher_runner(mv: LoadedVersion, timeout_s: float) -> Runner:
         try:
             result = batcher.submit(feeds, rows, request_id="parity-check").result(timeout_s)
         except concurrent.futures.TimeoutError:
-            raise DeploymentFailedError(f"parity check of {mv.name} version {mv.version} got "
+            raise DeployStepFailedError(f"parity check of {mv.name} version {mv.version} got "
                                         f"no answer within {timeout_s:.0f} s") from None
         return dict(result.outputs)
 
@@ -96,9 +96,9 @@ def batcher_runner(mv: LoadedVersion, timeout_s: float) -> Runner:
 
 def check_loaded_version(mv: LoadedVersion, timeout_s: float = 30.0) -> str:
     """The deploy step: check a loaded, warmed version; its one-line figures, or
-    DeploymentFailedError carrying them when the version disagrees."""
+    DeployStepFailedError carrying them when the version disagrees."""
     result = run_reference(mv.path, mv.manifest, batcher_runner(mv, timeout_s),
                            mv.backend_name or mv.manifest.backend)
     if result.passed is False:
-        raise DeploymentFailedError(result.message)
+        raise DeployStepFailedError(result.message)
     return result.message

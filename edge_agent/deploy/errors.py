@@ -40,7 +40,7 @@ class VersionInUseError(ManagerError):
     code = ErrorCode.FAILED_PRECONDITION
 
 
-class DeploymentFailedError(ManagerError):
+class DeployStepFailedError(ManagerError):
     """A step of a deployment failed; the previous version keeps serving."""
 
     code = ErrorCode.FAILED_PRECONDITION
@@ -63,12 +63,6 @@ class DiskFullError(ManagerError):
     """The state dir's file system ran out of space (or quota) while writing a version."""
 
     code = ErrorCode.RESOURCE_EXHAUSTED
-
-
-class RepositoryControlDisabledError(ManagerError):
-    """Model load/unload over the inference protocol is turned off (the default)."""
-
-    code = ErrorCode.UNAVAILABLE
 
 
 class StateDirReadOnlyError(ManagerError):

@@ -8,7 +8,7 @@ import numpy as np
 
 from edge_agent.core.repository import LoadedVersion
 from edge_agent.core.warmup import warmup_inputs
-from edge_agent.deploy.errors import DeploymentFailedError
+from edge_agent.deploy.errors import DeployStepFailedError
 from edge_agent.errors import AgentError
 
 
@@ -16,7 +16,7 @@ def probe_version(mv: LoadedVersion, timeout_s: float = 30.0) -> str:
     """Run one request (batch 1, seeded inputs) through exactly this version's batcher and
     check every output is there, with one row, and finite.
 
-    Returns a one-line summary; raises DeploymentFailedError naming what was wrong.
+    Returns a one-line summary; raises DeployStepFailedError naming what was wrong.
     """
     manifest, batcher = mv.manifest, mv.batcher
     if not manifest.warmup:
@@ -28,19 +28,19 @@ def probe_version(mv: LoadedVersion, timeout_s: float = 30.0) -> str:
     try:
         result = batcher.submit(inputs, 1, request_id="health-probe").result(timeout_s)
     except AgentError as exc:
-        raise DeploymentFailedError(f"{where} failed: {exc}") from exc
+        raise DeployStepFailedError(f"{where} failed: {exc}") from exc
     except concurrent.futures.TimeoutError:
-        raise DeploymentFailedError(f"{where} got no answer within {timeout_s:.0f} s") from None
+        raise DeployStepFailedError(f"{where} got no answer within {timeout_s:.0f} s") from None
     parts = []
     for spec in manifest.outputs:
         array = result.outputs.get(spec.name)
         if array is None:
-            raise DeploymentFailedError(f"{where}: output {spec.name!r} is missing")
+            raise DeployStepFailedError(f"{where}: output {spec.name!r} is missing")
         if batched and (array.ndim == 0 or array.shape[0] != 1):
-            raise DeploymentFailedError(f"{where}: output {spec.name!r} has shape "
+            raise DeployStepFailedError(f"{where}: output {spec.name!r} has shape "
                                         f"{list(array.shape)}, expected one row")
         if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
-            raise DeploymentFailedError(f"{where}: output {spec.name!r} holds NaN or "
+            raise DeployStepFailedError(f"{where}: output {spec.name!r} holds NaN or "
                                         "infinite values")
         parts.append(f"{spec.name} {list(array.shape)}")
     return "one real inference ok: " + ", ".join(parts)

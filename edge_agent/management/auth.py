@@ -18,13 +18,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
 from edge_agent import grpc_internals
 from edge_agent.config.management import TlsFiles
-from edge_agent.errors import ConfigError
+from edge_agent.errors import ConfigError, InvalidInputError
 from edge_agent.frontends.common.undecodable import Undecodable, safe_deserializer
 from edge_agent.logthrottle import LogThrottle
 from edge_agent.state.token import tokens_equal
@@ -189,7 +189,7 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  #
             if handler.request_streaming:
                 request = _checked_requests(request, still_valid, context)
             elif isinstance(request, Undecodable):
-                _refuse_undecodable(request, method, context)
+                _refuse(context, request.refused(method, context.peer()))
             result = behavior(request, context)
             if handler.response_streaming:
                 return _checked_responses(result, still_valid, context)
@@ -228,11 +228,10 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  #
         return grpc.stream_stream_rpc_method_handler(deny)
 
 
-def _refuse_undecodable(request: Undecodable, method: str,
-                        context: grpc.ServicerContext) -> None:
-    _throttle.warning("undecodable", "refused an undecodable %s call from %s: %s", method,
-                      context.peer(), request.reason[:200])
-    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(request.error()))
+def _refuse(context: grpc.ServicerContext, error: InvalidInputError) -> NoReturn:
+    # not frontends.grpc.status: clients import this module (bearer) and load no front end
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
 
 def _checked_requests(requests: Iterator[Any], valid: Callable[[], bool],
@@ -241,7 +240,7 @@ def _checked_requests(requests: Iterator[Any], valid: Callable[[], bool],
         if not valid():
             context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
         if isinstance(item, Undecodable):
-            _refuse_undecodable(item, "stream", context)
+            _refuse(context, item.refused("stream", context.peer()))
         yield item
     if not valid():
         context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)

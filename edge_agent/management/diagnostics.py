@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from edge_agent.errors import InvalidInputError
-from edge_agent.log_ring import LogLine, LogRing, level_number
+from edge_agent.log_ring import LogRing, RingEntry, level_number
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.metrics.store import MetricsStore
 
@@ -91,6 +91,6 @@ class Diagnostics:
                            disk_free_bytes=p.disk_free_bytes or 0) for p in points])
 
 
-def _line_pb(line: LogLine) -> pb.LogLine:
+def _line_pb(line: RingEntry) -> pb.LogLine:
     return pb.LogLine(seq=line.seq, ts=line.ts, level=line.level, logger=line.logger,
                       message=line.message)

@@ -27,22 +27,25 @@ from edge_agent.deploy.manager import ModelManager
 from edge_agent.deploy.outcome import DeployOutcome, StepEvent
 from edge_agent.discovery import MANAGEMENT_API_VERSION
 from edge_agent.errors import (
-    AgentError,
     InvalidInputError,
     QueueFullError,
     RequestTimeoutError,
     StateStoreError,
 )
-from edge_agent.frontends.grpc.status import abort
+from edge_agent.frontends.grpc.status import abort, rpc_errors, rpc_stream_errors
 from edge_agent.management import convert
 from edge_agent.management.diagnostics import Diagnostics
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.identity import AgentIdentity
+from edge_agent.management.wire import NO_TEMP
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore
 
 log = logging.getLogger(__name__)
+_errors = rpc_errors(log, "management service")
+_stream_errors = rpc_stream_errors(log, "management service")
+"""Every handler's one error path (unary, streaming): the agent's errors to their codes."""
 
 PROGRESS_EVERY_BYTES = 1 << 20
 UPLOAD_IDLE_S = 60.0
@@ -101,12 +104,10 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                             memory_budget_bytes=self.manager.plane.budget_bytes or 0,
                             memory_used_bytes=self.manager.plane.used_bytes())
 
+    @_errors
     def ListModels(self, request: pb.ListModelsRequest,
                    context: grpc.ServicerContext) -> pb.ListModelsResponse:
-        try:
-            views = self.manager.versions(request.model or None)
-        except AgentError as exc:
-            abort(context, exc)
+        views = self.manager.versions(request.model or None)
         return pb.ListModelsResponse(versions=[convert.version_pb(v) for v in views])
 
     def ListDeployments(self, request: pb.ListDeploymentsRequest,
@@ -115,12 +116,13 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         return pb.ListDeploymentsResponse(deployments=[convert.deployment_pb(d) for d in deps])
 
     # -- changes -------------------------------------------------------------------------------
+    @_stream_errors
     def Deploy(self, request_iterator: Iterator[pb.DeployRequest],
                context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
         if not self._deploys.acquire(blocking=False):
-            abort(context, QueueFullError(
+            raise QueueFullError(
                 f"this agent already receives {self.max_deploys} deploys; retry when one "
-                "has finished"))
+                "has finished")
         try:
             yield from self._deploy(_timed(request_iterator, context, self.upload_idle_s,
                                            self.upload_total_s), context)
@@ -131,17 +133,15 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("part") != "header":
-            abort(context, InvalidInputError("the first Deploy message must be the header "
-                                             "(file name, size)"))
+            raise InvalidInputError("the first Deploy message must be the header "
+                                    "(file name, size)")
         header = first.header
         if header.size_bytes <= 0:
-            abort(context, InvalidInputError(f"the Deploy header declares {header.size_bytes} "
-                                             "bytes; declare the bundle's size in bytes"))
-        try:
-            compat.check_upload_size(header.size_bytes)
-            path = self.manager.new_upload_path()
-        except AgentError as exc:  # too big, a full disk or a read-only state dir: at once
-            abort(context, exc)
+            raise InvalidInputError(f"the Deploy header declares {header.size_bytes} "
+                                    "bytes; declare the bundle's size in bytes")
+        # too big, a full disk or a read-only state dir: refused at once
+        compat.check_upload_size(header.size_bytes)
+        path = self.manager.new_upload_path()
         try:
             yield from self._receive(request_iterator, path, header, context)
         except BaseException:
@@ -151,6 +151,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         # From here the deploy thread owns the file (and deletes it when done).
         yield from self._run_deploy(path, header.force, context, header.filename)
 
+    @_stream_errors
     def DeployReference(self, request: pb.DeployReferenceRequest,
                         context: grpc.ServicerContext) -> Iterator[pb.DeployEvent]:
         """Pull the bundle for this device from the registry (the agent's own [registry]
@@ -158,19 +159,13 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         from edge_agent.deploy.registry_source import check_reference
 
         registry = self.registry  # one deploy, one set of settings (SIGHUP may replace them)
-        try:
-            check_reference(request.reference, registry)  # refused before any pull
-        except AgentError as exc:
-            abort(context, exc)
+        check_reference(request.reference, registry)  # refused before any pull
         if not self._deploys.acquire(blocking=False):
-            abort(context, QueueFullError(
+            raise QueueFullError(
                 f"this agent already receives {self.max_deploys} deploys; retry when one "
-                "has finished"))
+                "has finished")
         try:
-            try:
-                path = self.manager.new_upload_path()
-            except AgentError as exc:
-                abort(context, exc)
+            path = self.manager.new_upload_path()
             resumed = yield from self._pull(request.reference, registry, path, context)
             origin = request.reference + (f" (a cut pull resumed after {resumed} bytes)"
                                           if resumed else "")
@@ -247,12 +242,12 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         try:
             for req in requests:
                 if req.WhichOneof("part") != "chunk":
-                    abort(context, InvalidInputError("only data chunks may follow the header"))
+                    raise InvalidInputError("only data chunks may follow the header")
                 received += len(req.chunk)
                 if received > header.size_bytes:
-                    abort(context, InvalidInputError(
+                    raise InvalidInputError(
                         f"the upload sent more than the {header.size_bytes} bytes its header "
-                        "declared; declare the bundle's real size"))
+                        "declared; declare the bundle's real size")
                 out.write(req.chunk)
                 if received - reported >= PROGRESS_EVERY_BYTES:
                     reported = received
@@ -262,16 +257,16 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             os.fsync(out.fileno())
         except OSError as exc:
             if is_disk_full(exc):
-                abort(context, disk_full(f"store the upload ({received} of "
-                                         f"{header.size_bytes} bytes received)", path.parent))
-            abort(context, StateStoreError(f"cannot store the upload in {path.parent}: "
-                                           f"{exc.strerror or exc}"))
+                raise disk_full(f"store the upload ({received} of "
+                                f"{header.size_bytes} bytes received)", path.parent) from exc
+            raise StateStoreError(f"cannot store the upload in {path.parent}: "
+                                  f"{exc.strerror or exc}") from exc
         finally:
             with contextlib.suppress(OSError):  # closing flushes: a full disk fails here too
                 out.close()
         if received != header.size_bytes:
-            abort(context, InvalidInputError(f"the upload ended after {received} of the "
-                                             f"{header.size_bytes} bytes its header declared"))
+            raise InvalidInputError(f"the upload ended after {received} of the "
+                                    f"{header.size_bytes} bytes its header declared")
         yield pb.DeployEvent(progress=pb.UploadProgress(received_bytes=received,
                                                         total_bytes=header.size_bytes))
 
@@ -304,72 +299,60 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             else:
                 abort(context, item)
 
+    @_errors
     def Activate(self, request: pb.ActivateRequest,
                  context: grpc.ServicerContext) -> pb.DeploymentResult:
-        try:
-            outcome = self.manager.activate(request.model, int(request.version),
-                                            force=request.force)
-        except AgentError as exc:
-            abort(context, exc)
+        outcome = self.manager.activate(request.model, int(request.version),
+                                        force=request.force)
         self._changed()
         return convert.result_pb(outcome)
 
+    @_errors
     def Rollback(self, request: pb.RollbackRequest,
                  context: grpc.ServicerContext) -> pb.DeploymentResult:
-        try:
-            outcome = self.manager.rollback(request.model, int(request.to_version) or None)
-        except AgentError as exc:
-            abort(context, exc)
+        outcome = self.manager.rollback(request.model, int(request.to_version) or None)
         self._changed()
         return convert.result_pb(outcome)
 
+    @_errors
     def RemoveVersion(self, request: pb.RemoveVersionRequest,
                       context: grpc.ServicerContext) -> pb.DeploymentResult:
-        try:
-            outcome = self.manager.remove(request.model, int(request.version))
-        except AgentError as exc:
-            abort(context, exc)
+        outcome = self.manager.remove(request.model, int(request.version))
         self._changed()
         return convert.result_pb(outcome)
 
     # -- live settings and tuning --------------------------------------------------------------
+    @_errors
     def GetModelSettings(self, request: pb.GetModelSettingsRequest,
                          context: grpc.ServicerContext) -> pb.ModelSettings:
-        try:
-            views = self.manager.model_settings(request.model)
-        except AgentError as exc:
-            abort(context, exc)
+        views = self.manager.model_settings(request.model)
         return pb.ModelSettings(model=request.model, settings=[
             pb.ModelSetting(key=v.key, value=v.value, source=v.source) for v in views])
 
+    @_errors
     def SetModelSettings(self, request: pb.SetModelSettingsRequest,
                          context: grpc.ServicerContext) -> pb.DeploymentResult:
-        try:
-            if request.revert:
-                outcome = self.manager.revert_settings(request.model)
-            else:
-                values = {k: parse_value(v) for k, v in request.set.items()}
-                outcome = self.manager.change_settings(request.model, values,
-                                                       list(request.unset),
-                                                       replace=request.replace)
-        except AgentError as exc:
-            abort(context, exc)
+        if request.revert:
+            outcome = self.manager.revert_settings(request.model)
+        else:
+            values = {k: parse_value(v) for k, v in request.set.items()}
+            outcome = self.manager.change_settings(request.model, values,
+                                                   list(request.unset),
+                                                   replace=request.replace)
         self._changed()
         return convert.result_pb(outcome)
 
+    @_errors
     def RecordTuning(self, request: pb.TuningResult,
                      context: grpc.ServicerContext) -> pb.TuningResult:
         try:
             json.loads(request.data_json or "{}")
         except ValueError:
-            abort(context, InvalidInputError("RecordTuning data_json is not JSON"))
+            raise InvalidInputError("RecordTuning data_json is not JSON") from None
         if not request.model:
-            abort(context, InvalidInputError("RecordTuning needs a model name"))
-        try:
-            run_id = self.manager.store.add_tuning_result(request.model, request.summary,
-                                                          request.data_json or "{}")
-        except StateStoreError as exc:
-            abort(context, exc)
+            raise InvalidInputError("RecordTuning needs a model name")
+        run_id = self.manager.store.add_tuning_result(request.model, request.summary,
+                                                      request.data_json or "{}")
         return pb.TuningResult(id=run_id, model=request.model, at=time.time(),
                                summary=request.summary, data_json=request.data_json)
 
@@ -383,20 +366,21 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                             data_json=r.data) for r in runs])
 
     # -- metrics -------------------------------------------------------------------------------
+    @_errors
     def QueryMetrics(self, request: pb.QueryMetricsRequest,
                      context: grpc.ServicerContext) -> pb.QueryMetricsResponse:
         if self.metrics is None:
             return pb.QueryMetricsResponse()
         if not request.model:
-            abort(context, InvalidInputError("QueryMetrics needs a model name"))
+            raise InvalidInputError("QueryMetrics needs a model name")
         for label, value in (("start", request.start), ("end", request.end)):
             if not math.isfinite(value) or not 0 <= value < _MAX_UNIX_S:
-                abort(context, InvalidInputError(
+                raise InvalidInputError(
                     f"QueryMetrics {label} must be unix seconds (0 or a positive number below "
-                    f"{_MAX_UNIX_S:.0f}), got {value!r}"))
+                    f"{_MAX_UNIX_S:.0f}), got {value!r}")
         if request.step_s < 0:
-            abort(context, InvalidInputError(f"QueryMetrics step_s must be >= 0 (0: 60 s), got "
-                                             f"{request.step_s}"))
+            raise InvalidInputError(f"QueryMetrics step_s must be >= 0 (0: 60 s), got "
+                                    f"{request.step_s}")
         end = request.end or time.time()
         start = request.start or end - 3600
         step = request.step_s or 60
@@ -408,14 +392,15 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             points = self.metrics.query(request.model, start, end, step)
         return pb.QueryMetricsResponse(points=[convert.point_pb(p) for p in points])
 
+    @_stream_errors
     def WatchMetrics(self, request: pb.WatchMetricsRequest,
                      context: grpc.ServicerContext) -> Iterator[pb.MetricsSample]:
         if self.recorder is None:
             return
         if not self._watchers.acquire(blocking=False):
-            abort(context, QueueFullError(
+            raise QueueFullError(
                 f"this agent already streams metrics to {self.max_watchers} watchers; close "
-                "one (or use QueryMetrics)"))
+                "one (or use QueryMetrics)")
         samples, unsubscribe = self.recorder.subscribe_queue(maxsize=30)
         try:
             while context.is_active():
@@ -433,29 +418,23 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                   context: grpc.ServicerContext) -> pb.DoctorReport:
         return self.diagnostics.doctor()
 
+    @_errors
     def QuerySystemMetrics(self, request: pb.QuerySystemMetricsRequest,
                            context: grpc.ServicerContext) -> pb.QuerySystemMetricsResponse:
-        try:
-            return self.diagnostics.system(request, _MAX_UNIX_S)
-        except AgentError as exc:
-            abort(context, exc)
+        return self.diagnostics.system(request, _MAX_UNIX_S)
 
+    @_stream_errors
     def StreamLogs(self, request: pb.StreamLogsRequest,
                    context: grpc.ServicerContext) -> Iterator[pb.LogLine]:
         if not request.follow:
-            try:
-                yield from self.diagnostics.log_lines(request, context.is_active)
-            except AgentError as exc:
-                abort(context, exc)
+            yield from self.diagnostics.log_lines(request, context.is_active)
             return
         if not self._watchers.acquire(blocking=False):
-            abort(context, QueueFullError(
+            raise QueueFullError(
                 f"this agent already streams to {self.max_watchers} watchers; close one (or "
-                "read the log without --follow)"))
+                "read the log without --follow)")
         try:
             yield from self.diagnostics.log_lines(request, context.is_active)
-        except AgentError as exc:
-            abort(context, exc)
         finally:
             self._watchers.release()
 
@@ -519,6 +498,6 @@ def _sample_pb(sample: LiveSample, model: str) -> pb.MetricsSample:
     if s is not None:
         msg.system.CopyFrom(pb.SystemSample(
             cpu_percent=s.cpu_percent, mem_percent=s.mem_percent, rss_bytes=s.rss_bytes,
-            temp_c=convert.NO_TEMP if s.temp_c is None else s.temp_c,
+            temp_c=NO_TEMP if s.temp_c is None else s.temp_c,
             disk_free_bytes=s.disk_free_bytes))
     return msg

@@ -4,15 +4,24 @@ from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import (
     DB_NAME,
     MaintenanceReport,
-    MetricPoint,
     MetricsStore,
     SecondRow,
-    SystemPoint,
+    StoredMetricPoint,
+    StoredSystemPoint,
 )
 from edge_agent.metrics.summary import render_summary
 from edge_agent.metrics.system import SystemSample, SystemSampler
 
 __all__ = [
-    "DB_NAME", "LiveSample", "MaintenanceReport", "MetricPoint", "MetricsRecorder",
-    "MetricsStore", "SecondRow", "SystemPoint", "SystemSample", "SystemSampler", "render_summary",
+    "DB_NAME",
+    "LiveSample",
+    "MaintenanceReport",
+    "MetricsRecorder",
+    "MetricsStore",
+    "SecondRow",
+    "StoredMetricPoint",
+    "StoredSystemPoint",
+    "SystemSample",
+    "SystemSampler",
+    "render_summary",
 ]

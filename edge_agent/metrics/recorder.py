@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from edge_agent.metrics.aggregate import CACHE_HIT, REQUEST_FIELDS, aggregate
-from edge_agent.metrics.store import MetricPoint, MetricsStore, SecondRow, make_point
+from edge_agent.metrics.store import MetricsStore, SecondRow, StoredMetricPoint, make_point
 from edge_agent.metrics.system import SystemSample, SystemSampler
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class LiveSample:
     """What subscribers receive once a second: per model version points and a system sample."""
 
     ts: int
-    points: tuple[MetricPoint, ...]
+    points: tuple[StoredMetricPoint, ...]
     system: SystemSample | None
 
 
@@ -239,7 +239,7 @@ def _take(current: dict[_Key, array[int]], previous: dict[_Key, tuple[array[int]
     return taken, new_previous
 
 
-def _point(ts: int, r: SecondRow) -> MetricPoint:
+def _point(ts: int, r: SecondRow) -> StoredMetricPoint:
     counters = {"requests": r.requests, "errors": r.errors, "rows": r.rows,
                 "batches": r.batches, "batch_rows": r.batch_rows,
                 "queue_ns_sum": r.queue_ns_sum, "compute_ns_sum": r.compute_ns_sum,

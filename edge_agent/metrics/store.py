@@ -85,7 +85,7 @@ class SecondRow:
 
 
 @dataclass(frozen=True, slots=True)
-class MetricPoint:
+class StoredMetricPoint:
     """Metrics of one model (one version, or all when ``version`` is None) over one step.
 
     Latencies are in milliseconds, None when there were no requests.
@@ -113,7 +113,7 @@ class MetricPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class SystemPoint:
+class StoredSystemPoint:
     """Averaged system samples over one step (``temp_c`` None where not reported)."""
 
     ts: int
@@ -137,14 +137,14 @@ class MaintenanceReport:
 
 
 def make_point(ts: int, step_s: int, model: str, version: int | None, c: dict[str, int],
-               h_queue: list[int], h_total: list[int]) -> MetricPoint:
-    """A :class:`MetricPoint` from summed counters and merged histograms."""
+               h_queue: list[int], h_total: list[int]) -> StoredMetricPoint:
+    """A :class:`StoredMetricPoint` from summed counters and merged histograms."""
     req = c["requests"]
 
     def ms(ns: float | None) -> float | None:
         return None if ns is None else ns / 1e6
 
-    return MetricPoint(
+    return StoredMetricPoint(
         ts=ts, step_s=step_s, model=model, version=version, requests=req, errors=c["errors"],
         rows=c["rows"], batches=c["batches"], requests_per_s=req / step_s,
         error_rate=c["errors"] / req if req else 0.0,
@@ -379,7 +379,7 @@ class MetricsStore:
     # -- queries -------------------------------------------------------------------------------
 
     def query(self, model: str, start: float, end: float, step_s: int = 60,
-              version: int | None = None) -> list[MetricPoint]:
+              version: int | None = None) -> list[StoredMetricPoint]:
         """Metrics of ``model`` in ``[start, end)`` rolled up into ``step_s`` buckets.
 
         ``version`` None merges all versions. The step is raised to the coarsest stored
@@ -406,7 +406,7 @@ class MetricsStore:
                            hist.decode(r[1 + k]), hist.decode(r[2 + k])) for r in rows]
 
     def latest(self, model: str | None = None, within_s: int = 10,
-               now: float | None = None) -> list[MetricPoint]:
+               now: float | None = None) -> list[StoredMetricPoint]:
         """The newest per-second row of each model version seen in the last ``within_s``."""
         now = time.time() if now is None else now
         where = "res = 1 AND ts >= ?"
@@ -425,7 +425,7 @@ class MetricsStore:
         return [make_point(r[2], 1, r[0], r[1], dict(zip(_COUNTERS, r[3:3 + k], strict=True)),
                            hist.decode(r[3 + k]), hist.decode(r[4 + k])) for r in rows]
 
-    def summary(self, window_s: int = 60, now: float | None = None) -> list[MetricPoint]:
+    def summary(self, window_s: int = 60, now: float | None = None) -> list[StoredMetricPoint]:
         """One point per model version over the last ``window_s`` seconds (for the CLI)."""
         now = time.time() if now is None else now
         start = int(now) - window_s
@@ -441,7 +441,7 @@ class MetricsStore:
                                                                   strict=True)),
                            hist.decode(r[2 + k]), hist.decode(r[3 + k])) for r in rows]
 
-    def system(self, start: float, end: float, step_s: int = 60) -> list[SystemPoint]:
+    def system(self, start: float, end: float, step_s: int = 60) -> list[StoredSystemPoint]:
         """System samples in ``[start, end)`` averaged into ``step_s`` buckets."""
         with self._lock:
             coarsest = self._conn.execute("SELECT MAX(res) FROM system WHERE ts >= ? AND ts < ?",
@@ -454,15 +454,15 @@ class MetricsStore:
                 "CAST(AVG(rss_bytes) AS INTEGER), AVG(temp_c), MIN(disk_free_bytes) "
                 "FROM system WHERE ts >= ? AND ts < ? GROUP BY b ORDER BY b",
                 (int(start), int(end))).fetchall()
-        return [SystemPoint(r[0], step, r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        return [StoredSystemPoint(r[0], step, r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
-    def latest_system(self) -> SystemPoint | None:
+    def latest_system(self) -> StoredSystemPoint | None:
         """The newest system sample, or None."""
         with self._lock:
             r = self._conn.execute(
                 "SELECT ts, res, cpu_percent, mem_percent, rss_bytes, temp_c, disk_free_bytes "
                 "FROM system ORDER BY ts DESC LIMIT 1").fetchone()
-        return SystemPoint(*r) if r else None
+        return StoredSystemPoint(*r) if r else None
 
     def row_count(self) -> int:
         """Rows in the samples table."""

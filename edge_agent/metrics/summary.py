@@ -11,14 +11,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from edge_agent.metrics.store import DB_NAME, MetricPoint, MetricsStore, SystemPoint
+from edge_agent.metrics.store import DB_NAME, MetricsStore, StoredMetricPoint, StoredSystemPoint
 
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def build_summary_table(points: list[MetricPoint], system: SystemPoint | None,
+def build_summary_table(points: list[StoredMetricPoint], system: StoredSystemPoint | None,
                         window_s: int) -> Table:
     """The per model version table (and a system line in the caption)."""
     table = Table(title=f"edge-agent metrics, last {window_s} s", title_justify="left")
@@ -81,8 +81,8 @@ def build_residency_table(data: dict[str, Any]) -> Table:
     return table
 
 
-def load_summary(state_dir: str | os.PathLike[str], window_s: int = 60,
-                 now: float | None = None) -> tuple[list[MetricPoint], SystemPoint | None]:
+def load_summary(state_dir: str | os.PathLike[str], window_s: int = 60, now: float | None = None
+                 ) -> tuple[list[StoredMetricPoint], StoredSystemPoint | None]:
     """Per model version points over the last ``window_s`` seconds and the latest system
     sample. Opens the database read-only (safe while the agent runs); StateStoreError when
     there is no metrics database in ``state_dir``."""

@@ -24,7 +24,7 @@ from packager.bundle.datatypes import FIXED_SIZE, datatype_of
 
 
 @dataclass(frozen=True)
-class TensorSpec:
+class ServedTensor:
     """One input or output as the server describes it (batch dimension included)."""
 
     name: str
@@ -33,12 +33,12 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ServedModel:
     """A model's tensors and whether its first dimension is the batch."""
 
     name: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
+    inputs: tuple[ServedTensor, ...]
+    outputs: tuple[ServedTensor, ...]
     max_batch_size: int
 
 
@@ -59,7 +59,7 @@ def parse_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
 
 
 def describe_model(target: str, model: str, version: str = "",
-                   timeout_s: float = 30.0) -> ModelSpec:
+                   timeout_s: float = 30.0) -> ServedModel:
     """ModelMetadata and ModelConfig of ``model`` at ``target`` (KServe v2 gRPC)."""
     with grpc.insecure_channel(target) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
@@ -72,14 +72,14 @@ def describe_model(target: str, model: str, version: str = "",
             raise InvalidInputError(f"{target}: model {model!r}: {exc.code().name}: "
                                     f"{exc.details()}") from None
 
-    def spec(t: pb.ModelMetadataResponse.TensorMetadata) -> TensorSpec:
-        return TensorSpec(t.name, t.datatype, tuple(int(d) for d in t.shape))
+    def spec(t: pb.ModelMetadataResponse.TensorMetadata) -> ServedTensor:
+        return ServedTensor(t.name, t.datatype, tuple(int(d) for d in t.shape))
 
-    return ModelSpec(model, tuple(spec(t) for t in meta.inputs),
+    return ServedModel(model, tuple(spec(t) for t in meta.inputs),
                      tuple(spec(t) for t in meta.outputs), int(config.max_batch_size))
 
 
-def _dims(t: TensorSpec, model: ModelSpec, batch: int,
+def _dims(t: ServedTensor, model: ServedModel, batch: int,
           shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
     """The full shape of ``t`` for a request of ``batch`` (--shape gives the non-batch dims)."""
     batched = model.max_batch_size > 0
@@ -93,7 +93,7 @@ def _dims(t: TensorSpec, model: ModelSpec, batch: int,
     return ((batch,) if batched else ()) + tuple(inner)
 
 
-def make_inputs(model: ModelSpec, *, batch: int = 1,
+def make_inputs(model: ServedModel, *, batch: int = 1,
                 shapes: Mapping[str, tuple[int, ...]] | None = None,
                 data_file: Path | None = None, seed: int = 0) -> dict[str, np.ndarray]:
     """One request's inputs: from ``data_file`` (an .npz keyed by input name; a leading
@@ -139,7 +139,7 @@ def make_inputs(model: ModelSpec, *, batch: int = 1,
     return out
 
 
-def _from_file(t: TensorSpec, array: np.ndarray, model: ModelSpec, batch: int,
+def _from_file(t: ServedTensor, array: np.ndarray, model: ServedModel, batch: int,
                dtype: np.dtype) -> np.ndarray:
     array = np.asarray(array).astype(dtype, copy=False)
     if model.max_batch_size > 0:
@@ -194,7 +194,7 @@ class SystemSharedMemory:
     registered: bool = False
     path: Path | None = None
 
-    def place(self, model: ModelSpec, inputs: Mapping[str, np.ndarray],
+    def place(self, model: ServedModel, inputs: Mapping[str, np.ndarray],
               batch: int) -> tuple[dict[str, tuple[str, int, int]],
                                    dict[str, tuple[str, int, int]]]:
         """Write the inputs, register the region; returns (input regions, output regions).

@@ -24,7 +24,7 @@ import numpy as np
 from edge_agent.errors import InvalidInputError
 from edge_agent.frontends.common.shared_memory import BYTE_SIZE, OFFSET, REGION
 from edge_agent.frontends.http.tensors import BINARY_SIZE, HEADER_LENGTH
-from edge_agent.perf.inputs import ModelSpec, TensorSpec
+from edge_agent.perf.inputs import ServedModel, ServedTensor
 from packager.bundle.datatypes import datatype_of
 
 DEFAULT_HTTP_URL = "localhost:8000"
@@ -106,7 +106,7 @@ def error_text(body: bytes) -> str:
     return body[:200].decode("utf-8", "replace") or "(no body)"
 
 
-def describe_model_http(target: HttpTarget, model: str, version: str = "") -> ModelSpec:
+def describe_model_http(target: HttpTarget, model: str, version: str = "") -> ServedModel:
     """The model's metadata and configuration over KServe v2 REST."""
     path = model_path(model, version)
     meta = get_json(target, path)
@@ -114,11 +114,11 @@ def describe_model_http(target: HttpTarget, model: str, version: str = "") -> Mo
     if isinstance(config, dict) and isinstance(config.get("config"), dict):
         config = config["config"]  # some servers wrap it
 
-    def spec(t: dict[str, Any]) -> TensorSpec:
-        return TensorSpec(str(t["name"]), str(t["datatype"]), tuple(int(d) for d in t["shape"]))
+    def spec(t: dict[str, Any]) -> ServedTensor:
+        return ServedTensor(str(t["name"]), str(t["datatype"]), tuple(int(d) for d in t["shape"]))
 
     try:
-        return ModelSpec(model, tuple(spec(t) for t in meta.get("inputs", [])),
+        return ServedModel(model, tuple(spec(t) for t in meta.get("inputs", [])),
                          tuple(spec(t) for t in meta.get("outputs", [])),
                          int(config.get("max_batch_size", 0) or 0))
     except (AttributeError, KeyError, TypeError, ValueError) as exc:

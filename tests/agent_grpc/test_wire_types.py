@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from edge_agent.errors import InvalidInputError
+from edge_agent.frontends.common.tensors import datatype_of, wire_dtype
 from edge_agent.frontends.grpc.generated import model_config_pb2
-from edge_agent.frontends.grpc.wire_types import config_data_type, datatype_of, wire_dtype
+from edge_agent.frontends.grpc.wire_types import config_data_type
 from packager.bundle import datatypes
 from packager.bundle.datatypes import BYTES_UNSUPPORTED, NUMPY_DTYPES, numpy_dtype
 from packager.bundle.errors import BundleError

@@ -171,11 +171,12 @@ def test_connections_beyond_the_cap_get_503(http_agent: HttpAgent) -> None:
 
 def test_repository_control_off_is_refused_naming_the_setting(tmp_path) -> None:
     from edge_agent.core.dataplane import DataPlane
+    from edge_agent.frontends.common.context import FrontendContext
     from edge_agent.frontends.http.routes import HttpRequest, KServeRoutes
 
     plane = DataPlane(tmp_path)
     try:
-        routes = KServeRoutes(plane, control=None)
+        routes = KServeRoutes(FrontendContext(plane, control=None))
         answer = routes.handle(HttpRequest("POST", "/v2/repository/models/mlp/unload", b"",
                                            None, "test"))
         assert answer.status == 503

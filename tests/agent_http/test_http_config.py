@@ -60,6 +60,7 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
 
     from edge_agent.config.http import HttpConfig
     from edge_agent.core.dataplane import DataPlane
+    from edge_agent.frontends.common.context import FrontendContext
     from edge_agent.frontends.http.routes import KServeRoutes
     from edge_agent.frontends.http.server import HttpFrontEnd
 
@@ -68,7 +69,8 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        front = HttpFrontEnd(HttpConfig(listen=f"127.0.0.1:{port}"), KServeRoutes(plane))
+        front = HttpFrontEnd(HttpConfig(listen=f"127.0.0.1:{port}"),
+                             KServeRoutes(FrontendContext(plane)))
         try:
             with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
                 front.start()

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from edge_agent.errors import QueueFullError
+from edge_agent.frontends.common.tensors import MAX_PARAMETERS, MAX_REQUEST_ID_BYTES
 from edge_agent.frontends.grpc.admission import ResponseBudget
-from edge_agent.frontends.grpc.converters import MAX_PARAMETERS, MAX_REQUEST_ID_BYTES
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.security.abuse import limited_agent

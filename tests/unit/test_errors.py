@@ -7,8 +7,8 @@ import pytest
 
 from edge_agent import errors
 from edge_agent.errors import AgentError, ErrorCode
-from edge_agent.frontends.grpc.status import GRPC_CODES, error_message, grpc_code
-from edge_agent.frontends.http.routes import HTTP_STATUS
+from edge_agent.frontends.common.errors import STATUS, error_message, http_status
+from edge_agent.frontends.grpc.status import GRPC_CODES, grpc_code
 
 EXPECTED = [
     (errors.InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT, 400),
@@ -30,17 +30,18 @@ def test_each_error_maps_to_its_grpc_and_http_status(error: type[AgentError],
                                                      http: int) -> None:
     exc = error("why it failed")
     assert grpc_code(exc) is status
-    assert HTTP_STATUS[exc.code] == http
+    assert http_status(exc) == http
     assert error_message(exc) == "why it failed"
 
 
 def test_every_code_has_a_grpc_and_an_http_status() -> None:
-    assert set(GRPC_CODES) == set(ErrorCode) == set(HTTP_STATUS)
+    assert set(GRPC_CODES) == set(ErrorCode) == set(STATUS)
 
 
 def test_a_bug_is_internal_and_says_so() -> None:
     exc = KeyError("slot")
     assert grpc_code(exc) is grpc.StatusCode.INTERNAL
+    assert http_status(exc) == 500
     assert error_message(exc) == "internal error: KeyError: 'slot'"
 
 

@@ -1,9 +1,5 @@
-"""What the gRPC and HTTP front ends share: no gRPC or HTTP here.
-
-Both serve the KServe v2 protocol from one :class:`~edge_agent.core.api.DataPlaneAPI`; the
-rules that are not about a wire format live here once: the text a caller sees for an error,
-the model-name check, repository control (who may load and unload, which parameters are
-refused, the log line), and the protocol extensions a front end lists in its metadata.
+"""Repository control over the inference port, the same on both front ends: who may load and
+unload, which parameters are refused, and the log line every such call leaves.
 """
 
 from __future__ import annotations
@@ -12,10 +8,16 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from edge_agent.deploy.errors import RepositoryControlDisabledError
-from edge_agent.errors import AgentError, InvalidInputError
+from edge_agent.errors import AgentError, ErrorCode, InvalidInputError
+from edge_agent.frontends.common.errors import error_message
 
 log = logging.getLogger("edge_agent.frontends.grpc.servicer")  # one logger for model control
+
+
+class RepositoryControlDisabledError(AgentError):
+    """Model load/unload over the inference protocol is turned off (the default)."""
+
+    code = ErrorCode.UNAVAILABLE
 
 
 class RepositoryControl(Protocol):
@@ -29,33 +31,6 @@ class RepositoryControl(Protocol):
     def unload_model(self, name: str) -> str:
         """Unload every version of ``name``; returns a one-line summary for the log."""
         ...
-
-
-def error_message(exc: BaseException) -> str:
-    """The text a caller sees: the agent error's message, or a generic line for a bug."""
-    if isinstance(exc, AgentError):
-        return str(exc) or type(exc).__name__
-    return f"internal error: {type(exc).__name__}: {exc}"
-
-
-def model_name(name: str) -> str:
-    """``name`` when given; InvalidInputError for an empty one."""
-    if not name:
-        raise InvalidInputError("empty request: model name is missing")
-    return name
-
-
-def extensions(control: RepositoryControl | None, shared_memory: bool,
-               binary_tensor_data: bool = False) -> tuple[str, ...]:
-    """The KServe/Triton protocol extensions a front end serves, by Triton's names, and only
-    those: classification, schedule policy (the request parameters priority and timeout),
-    model configuration and statistics always; the model repository when model control is
-    on; system shared memory where the system has it; binary tensor data on HTTP. Not
-    sequence, trace, logging, parameters or cuda_shared_memory (not served)."""
-    return ("classification", "schedule_policy", "model_configuration", "statistics") + (
-        ("model_repository",) if control is not None else ()) + (
-        ("system_shared_memory",) if shared_memory else ()) + (
-        ("binary_tensor_data",) if binary_tensor_data else ())
 
 
 def control_or_refuse(control: RepositoryControl | None, call: str) -> RepositoryControl:

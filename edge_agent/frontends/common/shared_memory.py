@@ -26,14 +26,13 @@ import re
 import stat
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from edge_agent.errors import AgentError, ErrorCode, InvalidInputError
-from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 
 SHM_DIR = "/dev/shm"
 MAX_REGIONS = 64
@@ -128,36 +127,6 @@ class Placement:
     region: Region
     offset: int
     byte_size: int
-
-
-def _int_param(params: Mapping[str, pb.InferParameter], key: str, what: str,
-               default: int | None = None) -> int:
-    if key not in params:
-        if default is None:
-            raise InvalidInputError(f"{what}: parameter '{key}' is missing; a tensor in shared "
-                                    f"memory needs '{REGION}' and '{BYTE_SIZE}'")
-        return default
-    p = params[key]
-    kind = p.WhichOneof("parameter_choice")
-    if kind not in ("int64_param", "uint64_param"):
-        raise InvalidInputError(f"{what}: parameter '{key}' must be an integer")
-    value = int(getattr(p, kind))
-    if value < 0:
-        raise InvalidInputError(f"{what}: parameter '{key}' must be >= 0, got {value}")
-    return value
-
-
-def region_reference(params: Mapping[str, pb.InferParameter],
-                     what: str) -> tuple[str, int, int] | None:
-    """(region name, offset, byte size) named by a tensor's parameters, or None when the
-    tensor is not in shared memory."""
-    if REGION not in params:
-        return None
-    p = params[REGION]
-    if p.WhichOneof("parameter_choice") != "string_param" or not p.string_param:
-        raise InvalidInputError(f"{what}: parameter '{REGION}' must be a region name (string)")
-    return (p.string_param, _int_param(params, OFFSET, what, default=0),
-            _int_param(params, BYTE_SIZE, what))
 
 
 class SharedMemoryRegistry:

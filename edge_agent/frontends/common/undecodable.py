@@ -1,17 +1,24 @@
-"""A request that could not be decoded, as the servers' safe deserializers hand it on.
+"""A request that could not be decoded, as the servers' safe deserializers hand it on, and the
+one check that refuses it.
 
-A leaf module (no protocol or gRPC imports): both the inference server and the management
-API's authentication layer use it, and clients import the latter.
+No protocol or gRPC imports: the inference server's handlers and converters and the management
+API's authentication layer all refuse through :meth:`Undecodable.refused` (one log line per
+burst, never a traceback; the caller gets INVALID_ARGUMENT with the reason).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from edge_agent.errors import InvalidInputError
+from edge_agent.logthrottle import LogThrottle
 
 __all__ = ["Undecodable", "safe_deserializer"]
+
+log = logging.getLogger(__name__)
+_throttle = LogThrottle(log)
 
 
 class Undecodable:
@@ -28,6 +35,12 @@ class Undecodable:
         """The error the caller gets."""
         return InvalidInputError(f"the request is not a valid {self.message_type} message "
                                  f"({self.reason[:200]})")
+
+    def refused(self, method: str, peer: str) -> InvalidInputError:
+        """Log the refusal (rate-limited, no traceback) and return the error the caller gets."""
+        _throttle.warning("undecodable", "refused an undecodable %s call from %s: %s", method,
+                          peer, self.reason[:200])
+        return self.error()
 
 
 def safe_deserializer(deserialize: Callable[[bytes], Any] | None

@@ -3,7 +3,8 @@
 Per-request work is parsing plus at most one copy: raw input bytes are viewed in place with
 ``numpy.frombuffer`` (the core copies when it batches); outputs are written once as raw bytes.
 Tensors in system shared memory (``shared_memory_region`` parameters) are read from and written
-to their regions through :mod:`edge_agent.frontends.common.shared_memory`.
+to their regions through :mod:`edge_agent.frontends.common.shared_memory`; what both wires
+share (limits, shapes, raw bytes, version parsing) is :mod:`edge_agent.frontends.common`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from edge_agent.core.types import (
 )
 from edge_agent.errors import InvalidInputError
 from edge_agent.frontends.common.classification import classify
+from edge_agent.frontends.common.names import parse_version
 from edge_agent.frontends.common.request_options import (
     CLASSIFICATION,
     DEFAULTS,
@@ -37,42 +39,26 @@ from edge_agent.frontends.common.request_options import (
     parse_request,
 )
 from edge_agent.frontends.common.shared_memory import (
+    BYTE_SIZE,
+    OFFSET,
+    REGION,
     Placement,
     SharedMemoryRegistry,
-    region_reference,
+)
+from edge_agent.frontends.common.tensors import (
+    MAX_PARAMETER_BYTES,
+    MAX_PARAMETERS,
+    MAX_REQUEST_ID_BYTES,
+    check_shape,
+    datatype_of,
+    tensor_from_bytes,
+    wire_dtype,
 )
 from edge_agent.frontends.common.undecodable import Undecodable
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import model_config_pb2 as mc
-from edge_agent.frontends.grpc.wire_types import (
-    CONTENTS_FIELDS,
-    config_data_type,
-    datatype_of,
-    wire_dtype,
-)
+from edge_agent.frontends.grpc.wire_types import CONTENTS_FIELDS, config_data_type
 from packager.bundle.manifest import TensorSpec, label_file
-
-MAX_REQUEST_ID_BYTES = 256
-"""A request id longer than this is refused (the id is echoed in the response)."""
-MAX_PARAMETERS = 32
-"""Parameters per request, and per input or output tensor, at most."""
-MAX_PARAMETER_BYTES = 1024
-"""Bytes of one parameter's key, or of its string value, at most."""
-
-
-def parse_version(version: str, model: str) -> int | None:
-    """A request's version string: "" means the active version; otherwise a positive integer."""
-    if not version:
-        return None
-    try:
-        value = int(version)
-    except ValueError:
-        value = -1
-    if value < 1:
-        raise InvalidInputError(
-            f"model '{model}': version {version!r} is not a version number; "
-            "use a positive integer or leave it empty for the active version")
-    return value
 
 
 def _options(msg: pb.ModelInferRequest) -> RequestOptions:
@@ -138,43 +124,38 @@ def _check_bounds(msg: pb.ModelInferRequest) -> None:
 REGION_PARAM = "shared_memory_region"
 
 
-MAX_DIMS = 32  # numpy's limit is 64
-MAX_ELEMENTS = 1 << 40  # far past any message size; keeps byte counts inside numpy's intp
+def _int_param(params: Mapping[str, pb.InferParameter], key: str, what: str,
+               default: int | None = None) -> int:
+    if key not in params:
+        if default is None:
+            raise InvalidInputError(f"{what}: parameter '{key}' is missing; a tensor in shared "
+                                    f"memory needs '{REGION}' and '{BYTE_SIZE}'")
+        return default
+    p = params[key]
+    kind = p.WhichOneof("parameter_choice")
+    if kind not in ("int64_param", "uint64_param"):
+        raise InvalidInputError(f"{what}: parameter '{key}' must be an integer")
+    value = int(getattr(p, kind))
+    if value < 0:
+        raise InvalidInputError(f"{what}: parameter '{key}' must be >= 0, got {value}")
+    return value
 
 
-def check_shape(name: str, shape: list[int]) -> list[int]:
-    """``shape`` of input ``name`` when it is a tensor this agent can hold (both protocols)."""
-    if shape and min(shape) < 0:
-        raise InvalidInputError(
-            f"input '{name}': shape {list(shape)} has a negative dimension; "
-            "a request must give concrete sizes")
-    if len(shape) > MAX_DIMS or (0 in shape and math.prod(d for d in shape if d) > MAX_ELEMENTS):
-        # a non-empty tensor is bounded by its bytes; an empty one passes that check whatever
-        # its other dims, and numpy cannot shape it
-        raise InvalidInputError(
-            f"input '{name}': shape {list(shape)[:8]}{'...' if len(shape) > 8 else ''} "
-            f"is not a tensor this agent can hold (at most {MAX_DIMS} dimensions and "
-            f"{MAX_ELEMENTS} elements)")
-    return shape
+def region_reference(params: Mapping[str, pb.InferParameter],
+                     what: str) -> tuple[str, int, int] | None:
+    """(region name, offset, byte size) named by a tensor's parameters, or None when the
+    tensor is not in shared memory."""
+    if REGION not in params:
+        return None
+    p = params[REGION]
+    if p.WhichOneof("parameter_choice") != "string_param" or not p.string_param:
+        raise InvalidInputError(f"{what}: parameter '{REGION}' must be a region name (string)")
+    return (p.string_param, _int_param(params, OFFSET, what, default=0),
+            _int_param(params, BYTE_SIZE, what))
 
 
 def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> list[int]:
     return check_shape(tensor.name, tensor.shape[:])  # slicing a repeated field is cheap
-
-
-def tensor_from_bytes(name: str, datatype: str, shape: list[int], raw: bytes | memoryview,
-                      source: str = "raw contents") -> np.ndarray:
-    """An input tensor from its wire bytes (KServe raw contents, or HTTP binary data): BYTES
-    length-prefixed, others little-endian of exactly the shape's size."""
-    if datatype == "BYTES":
-        return bytes_tensors.decode(raw, shape, name)
-    dtype = wire_dtype(datatype, name)
-    expected = math.prod(shape) * dtype.itemsize
-    if len(raw) != expected:
-        raise InvalidInputError(
-            f"input '{name}': {source} hold {len(raw)} bytes but shape "
-            f"{list(shape)} of {datatype} needs {expected} bytes")
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
 
 def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.ndarray:
@@ -249,7 +230,7 @@ def to_infer_request(msg: pb.ModelInferRequest,
 
     Inputs naming a shared memory region are read from ``shm`` (refused when None)."""
     if isinstance(msg, Undecodable):
-        raise msg.error()
+        raise msg.refused("ModelStreamInfer", "a stream")  # unary calls never get here
     if not msg.model_name:
         raise InvalidInputError("empty request: model_name is missing")
     if not msg.inputs:

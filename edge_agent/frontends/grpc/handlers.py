@@ -27,12 +27,11 @@ from edge_agent.frontends.grpc.admission import CLOSING, refused, request_arrive
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.frontends.grpc.generated import health_pb2, health_pb2_grpc
-from edge_agent.logthrottle import LogThrottle
+from edge_agent.frontends.grpc.status import abort
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 log = logging.getLogger(__name__)
-throttle = LogThrottle(log)
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
@@ -54,9 +53,7 @@ def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method:
                 context.abort(grpc.StatusCode.UNAVAILABLE, CLOSING_MESSAGE)
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED)
         if isinstance(request, Undecodable):
-            throttle.warning("undecodable", "refused an undecodable %s call from %s: %s",
-                             method, context.peer(), request.reason[:200])
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(request.error()))
+            abort(context, request.refused(method, context.peer()))
         return behavior(request, context)
 
     return handle

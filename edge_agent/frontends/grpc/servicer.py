@@ -7,7 +7,6 @@ every error goes through :mod:`edge_agent.frontends.grpc.status`.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import queue
@@ -18,11 +17,12 @@ from typing import Any, NoReturn, TypeAlias
 
 import grpc
 
-from edge_agent.core.api import DataPlaneAPI
 from edge_agent.core.types import InferRequest, InferResult
 from edge_agent.errors import AgentError, DecoupledModelError
-from edge_agent.frontends.common import control as frontend
-from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.frontends.common import control as repository
+from edge_agent.frontends.common.context import FrontendContext
+from edge_agent.frontends.common.control import RepositoryControl
+from edge_agent.frontends.common.names import model_name, parse_version
 from edge_agent.frontends.grpc import converters, status
 from edge_agent.frontends.grpc.admission import ResponseBudget
 from edge_agent.frontends.grpc.decoupled import DecoupledCall
@@ -47,12 +47,12 @@ def _response_bytes(result: InferResult, order: list[str] | None) -> int:
     return sum(result.outputs[n].nbytes for n in names if n in result.outputs)
 
 
-_model_name = frontend.model_name
-RepositoryControl = frontend.RepositoryControl
+_errors = status.rpc_errors(log, "inference service")
+"""Every unary handler's one error path: the agent's errors to their status codes."""
 
 
 def _log_control(call: str, name: str, context: _Ctx, result: str | BaseException) -> None:
-    frontend.log_control(call, name, context.peer(), result)
+    repository.log_control(call, name, context.peer(), result)
 
 
 def _no_cuda_shm(context: _Ctx) -> NoReturn:
@@ -63,24 +63,22 @@ def _no_cuda_shm(context: _Ctx) -> NoReturn:
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """Serves the inference protocol from one data plane (thread-safe, stateless itself).
+    """Serves the inference protocol from one front-end context (thread-safe, stateless itself).
 
-    ``control`` handles RepositoryModelLoad/Unload; None (the default, and the agent's unless
-    ``[grpc] repository_control = true``) answers them UNAVAILABLE, naming the setting.
+    The context's ``control`` handles RepositoryModelLoad/Unload; None (the agent's unless
+    ``[grpc] repository_control = true``) answers them UNAVAILABLE, naming the setting. Its
+    shared memory regions are the HTTP front end's too.
     """
 
-    def __init__(self, dataplane: DataPlaneAPI, control: RepositoryControl | None = None, *,
-                 streams: StreamSessions | None = None,
-                 budget: ResponseBudget | None = None,
-                 shared_memory: SharedMemoryRegistry | None = None) -> None:
-        self._dp = dataplane
-        self._control = control
+    def __init__(self, context: FrontendContext, *, streams: StreamSessions | None = None,
+                 budget: ResponseBudget | None = None) -> None:
+        self._context = context
+        self._dp = context.dataplane
+        self._control = context.control
         self._streams = streams or StreamSessions()
         self._budget = budget or ResponseBudget(DEFAULT_MAX_RESPONSE_BYTES)
         self._budget_from = min(UNARY_BUDGET_FROM, self._budget.max_bytes // 64)
-        # regions live as long as this servicer, or as the server that shares them with HTTP
-        self._shm = shared_memory or SharedMemoryRegistry()
-        self._extensions = frontend.extensions(control, self._shm.available)
+        self._shm = context.shared_memory
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -92,53 +90,44 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ServerMetadata(self, request: pb.ServerMetadataRequest,
                        context: _Ctx) -> pb.ServerMetadataResponse:
-        meta = dataclasses.replace(self._dp.server_metadata(), extensions=self._extensions)
-        return converters.to_server_metadata(meta)
+        return converters.to_server_metadata(self._context.server_metadata())
 
+    @_errors
     def ModelReady(self, request: pb.ModelReadyRequest, context: _Ctx) -> pb.ModelReadyResponse:
-        try:
-            name = _model_name(request.name)
-            version = converters.parse_version(request.version, name)
-            return pb.ModelReadyResponse(ready=self._dp.model_ready(name, version))
-        except Exception as exc:
-            self._fail(context, exc)
+        name = model_name(request.name)
+        version = parse_version(request.version, name)
+        return pb.ModelReadyResponse(ready=self._dp.model_ready(name, version))
 
+    @_errors
     def ModelMetadata(self, request: pb.ModelMetadataRequest,
                       context: _Ctx) -> pb.ModelMetadataResponse:
-        try:
-            name = _model_name(request.name)
-            version = converters.parse_version(request.version, name)
-            return converters.to_model_metadata(self._dp.model_metadata(name, version))
-        except Exception as exc:
-            self._fail(context, exc)
+        name = model_name(request.name)
+        version = parse_version(request.version, name)
+        return converters.to_model_metadata(self._dp.model_metadata(name, version))
 
+    @_errors
     def ModelConfig(self, request: pb.ModelConfigRequest, context: _Ctx) -> pb.ModelConfigResponse:
-        try:
-            name = _model_name(request.name)
-            version = converters.parse_version(request.version, name)
-            info = self._dp.model_config(name, version)
-            return pb.ModelConfigResponse(config=converters.to_model_config(info))
-        except Exception as exc:
-            self._fail(context, exc)
+        name = model_name(request.name)
+        version = parse_version(request.version, name)
+        info = self._dp.model_config(name, version)
+        return pb.ModelConfigResponse(config=converters.to_model_config(info))
 
     # -- inference -----------------------------------------------------------------------
 
+    @_errors
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
-        try:
-            infer_request, _ = converters.to_infer_request(request, self._shm)
-            placed = converters.output_placements(request, self._shm)  # shared memory outputs
-            result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
-            result = converters.classified(result, request, self._dp)
-            nbytes = _response_bytes(result, infer_request.outputs)
-            if nbytes >= self._budget_from:  # smaller ones are bounded by unary admission
-                self._budget.acquire(nbytes)
-                if not context.add_callback(lambda: self._budget.release(nbytes)):
-                    self._budget.release(nbytes)  # the call already ended
-            # raw_output_contents whatever form the inputs came in, as Triton answers
-            return converters.to_infer_response(result, order=infer_request.outputs,
-                                                placed=placed)
-        except Exception as exc:
-            self._fail(context, exc)
+        infer_request, _ = converters.to_infer_request(request, self._shm)
+        placed = converters.output_placements(request, self._shm)  # shared memory outputs
+        result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
+        result = converters.classified(result, request, self._dp)
+        nbytes = _response_bytes(result, infer_request.outputs)
+        if nbytes >= self._budget_from:  # smaller ones are bounded by unary admission
+            self._budget.acquire(nbytes)
+            if not context.add_callback(lambda: self._budget.release(nbytes)):
+                self._budget.release(nbytes)  # the call already ended
+        # raw_output_contents whatever form the inputs came in, as Triton answers
+        return converters.to_infer_response(result, order=infer_request.outputs,
+                                            placed=placed)
 
     def ModelStreamInfer(self, request_iterator: Iterator[pb.ModelInferRequest], context: _Ctx,
                          send_response_callback: Callable[[Any], None] | None = None
@@ -248,81 +237,73 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- statistics and repository -------------------------------------------------------
 
+    @_errors
     def ModelStatistics(self, request: pb.ModelStatisticsRequest,
                         context: _Ctx) -> pb.ModelStatisticsResponse:
-        try:
-            name = request.name or None
-            version = converters.parse_version(request.version, request.name) if name else None
-            stats = self._dp.statistics(name, version)
-            return pb.ModelStatisticsResponse(
-                model_stats=[converters.to_model_statistics(s) for s in stats])
-        except Exception as exc:
-            self._fail(context, exc)
+        name = request.name or None
+        version = parse_version(request.version, request.name) if name else None
+        stats = self._dp.statistics(name, version)
+        return pb.ModelStatisticsResponse(
+            model_stats=[converters.to_model_statistics(s) for s in stats])
 
+    @_errors
     def RepositoryIndex(self, request: pb.RepositoryIndexRequest,
                         context: _Ctx) -> pb.RepositoryIndexResponse:
-        try:
-            return converters.to_repository_index(self._dp.repository_index(request.ready))
-        except Exception as exc:
-            self._fail(context, exc)
+        return converters.to_repository_index(self._dp.repository_index(request.ready))
 
+    @_errors
     def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
                             context: _Ctx) -> pb.RepositoryModelLoadResponse:
         """Load the model's ACTIVE version again (the manager decides which; off by default)."""
         try:
             control = self._control_or_refuse("RepositoryModelLoad")
-            frontend.refuse_parameters("RepositoryModelLoad", request.parameters, allowed=())
-            summary = control.load_model(_model_name(request.model_name))
+            repository.refuse_parameters("RepositoryModelLoad", request.parameters, allowed=())
+            summary = control.load_model(model_name(request.model_name))
         except Exception as exc:
             _log_control("RepositoryModelLoad", request.model_name, context, exc)
-            self._fail(context, exc)
+            raise
         _log_control("RepositoryModelLoad", request.model_name, context, summary)
         return pb.RepositoryModelLoadResponse()
 
+    @_errors
     def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest,
                               context: _Ctx) -> pb.RepositoryModelUnloadResponse:
         """Unload every version of the model, through the manager (off by default)."""
         try:
             control = self._control_or_refuse("RepositoryModelUnload")
-            frontend.refuse_parameters("RepositoryModelUnload", request.parameters,
-                                       allowed=frontend.UNLOAD_PARAMETERS)
-            summary = control.unload_model(_model_name(request.model_name))
+            repository.refuse_parameters("RepositoryModelUnload", request.parameters,
+                                       allowed=repository.UNLOAD_PARAMETERS)
+            summary = control.unload_model(model_name(request.model_name))
         except Exception as exc:
             _log_control("RepositoryModelUnload", request.model_name, context, exc)
-            self._fail(context, exc)
+            raise
         _log_control("RepositoryModelUnload", request.model_name, context, summary)
         return pb.RepositoryModelUnloadResponse()
 
-    # -- shared memory (the KServe/Triton extension; protocol/shared_memory.py) ---------------
+    # -- shared memory (the KServe/Triton extension; frontends/common/shared_memory.py) ------
 
+    @_errors
     def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest,
                                  context: _Ctx) -> pb.SystemSharedMemoryStatusResponse:
-        try:
-            response = pb.SystemSharedMemoryStatusResponse()
-            for region in self._shm.status(request.name):
-                response.regions[region.name].CopyFrom(
-                    pb.SystemSharedMemoryStatusResponse.RegionStatus(
-                        name=region.name, key=region.key, offset=region.offset,
-                        byte_size=region.byte_size))
-            return response
-        except Exception as exc:
-            self._fail(context, exc)
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self._shm.status(request.name):
+            response.regions[region.name].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                    name=region.name, key=region.key, offset=region.offset,
+                    byte_size=region.byte_size))
+        return response
 
+    @_errors
     def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest,
                                    context: _Ctx) -> pb.SystemSharedMemoryRegisterResponse:
-        try:
-            self._shm.register(request.name, request.key, request.offset, request.byte_size)
-            return pb.SystemSharedMemoryRegisterResponse()
-        except Exception as exc:
-            self._fail(context, exc)
+        self._shm.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
 
+    @_errors
     def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest,
                                      context: _Ctx) -> pb.SystemSharedMemoryUnregisterResponse:
-        try:
-            self._shm.unregister(request.name)
-            return pb.SystemSharedMemoryUnregisterResponse()
-        except Exception as exc:
-            self._fail(context, exc)
+        self._shm.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
 
     def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest,
                                context: _Ctx) -> pb.CudaSharedMemoryStatusResponse:
@@ -337,10 +318,4 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         _no_cuda_shm(context)
 
     def _control_or_refuse(self, call: str) -> RepositoryControl:
-        return frontend.control_or_refuse(self._control, call)
-
-    @staticmethod
-    def _fail(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
-        if not isinstance(exc, AgentError):
-            log.exception("unexpected error in the inference service", exc_info=exc)
-        status.abort(context, exc)
+        return repository.control_or_refuse(self._control, call)

@@ -1,23 +1,15 @@
-"""KServe v2 wire datatypes: numpy dtypes (little-endian), typed-contents fields, config enums.
+"""What the gRPC wire adds to the KServe v2 datatypes: typed-contents fields and config enums.
 
-The datatype table and the BYTES policy are :mod:`packager.bundle.datatypes`; this module adds
-what is the wire's, with the agent's errors.
+The datatype table and the BYTES policy are :mod:`packager.bundle.datatypes`; the numpy dtype of
+raw contents (the same on both wires) is :mod:`edge_agent.frontends.common.tensors`.
 """
 
 from __future__ import annotations
 
 from typing import cast
 
-import numpy as np
-
-from edge_agent.errors import InvalidInputError
 from edge_agent.frontends.grpc.generated import model_config_pb2
-from packager.bundle import datatypes
-from packager.bundle.datatypes import BYTES_UNSUPPORTED, FIXED_SIZE, NUMPY_DTYPES
-
-WIRE_DTYPES = FIXED_SIZE
-"""KServe datatype -> the little-endian numpy dtype of its raw contents (BYTES has none)."""
-
+from packager.bundle.datatypes import NUMPY_DTYPES
 
 # KServe datatype -> the InferTensorContents field that carries it in typed form (FP16: raw only).
 CONTENTS_FIELDS: dict[str, str] = {
@@ -39,27 +31,6 @@ _CONFIG_ENUM = {
     name: model_config_pb2.DataType.Value("TYPE_STRING" if name == "BYTES" else f"TYPE_{name}")
     for name in NUMPY_DTYPES
 }
-
-
-def wire_dtype(datatype: str, tensor: str) -> np.dtype:
-    """The numpy dtype of tensor ``tensor`` declared as ``datatype``; BYTES is refused."""
-    dt = WIRE_DTYPES.get(datatype)
-    if dt is not None:
-        return dt
-    if datatype == "BYTES":
-        raise InvalidInputError(f"input '{tensor}': {BYTES_UNSUPPORTED}")
-    raise InvalidInputError(
-        f"input '{tensor}': datatype {datatype!r} is not a KServe v2 datatype; expected one of "
-        f"{', '.join(WIRE_DTYPES)}")
-
-
-def datatype_of(dtype: np.dtype) -> str:
-    """The KServe datatype name of numpy ``dtype`` in any byte order (str/bytes arrays map to
-    BYTES); InvalidInputError if it has none."""
-    name = datatypes.datatype_of(dtype)
-    if name is None:
-        raise InvalidInputError(f"numpy dtype {dtype} has no KServe v2 datatype")
-    return name
 
 
 def config_data_type(datatype: str) -> model_config_pb2.DataType:

@@ -2,15 +2,14 @@
 
 Wire-free: :meth:`KServeRoutes.handle` takes a method, a path and a body and returns an
 :class:`HttpAnswer`; the server (:mod:`edge_agent.frontends.http.server`) owns sockets and
-headers. Errors become ``{"error": "..."}`` with the status :data:`HTTP_STATUS` maps the
-agent's error code to (the one place for HTTP, as ``frontends/grpc/status.py`` is for gRPC).
+headers. Errors become ``{"error": "..."}`` with the status the one error mapping
+(:mod:`edge_agent.frontends.common.errors`) gives the agent's error code.
 Metadata and statistics are Triton's JSON; the model configuration is the protobuf JSON of the
 gRPC ModelConfig (as Triton prints it), built by the same converter.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
@@ -21,31 +20,19 @@ from urllib.parse import unquote
 
 from google.protobuf import json_format
 
-from edge_agent.core.api import DataPlaneAPI
 from edge_agent.core.types import DurationStat, ModelStats
-from edge_agent.errors import AgentError, ErrorCode, InvalidInputError
-from edge_agent.frontends.common import control as frontend
+from edge_agent.errors import AgentError, InvalidInputError
+from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.classification import classify
-from edge_agent.frontends.common.control import RepositoryControl
+from edge_agent.frontends.common.context import FrontendContext
+from edge_agent.frontends.common.errors import error_message, http_status
+from edge_agent.frontends.common.names import model_name, parse_version
 from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
-from edge_agent.frontends.grpc import converters
+from edge_agent.frontends.grpc import converters  # Triton's config JSON is the protobuf's
 from edge_agent.frontends.http import tensors
 from packager.bundle.manifest import TensorSpec
 
 log = logging.getLogger(__name__)
-
-HTTP_STATUS: dict[ErrorCode, int] = {
-    ErrorCode.INVALID_ARGUMENT: 400,
-    ErrorCode.NOT_FOUND: 404,
-    ErrorCode.RESOURCE_EXHAUSTED: 429,
-    ErrorCode.UNAVAILABLE: 503,
-    ErrorCode.DEADLINE_EXCEEDED: 504,
-    ErrorCode.FAILED_PRECONDITION: 400,
-    ErrorCode.UNAUTHENTICATED: 401,
-    ErrorCode.ALREADY_EXISTS: 409,
-    ErrorCode.INTERNAL: 500,
-}
-"""The agent's error codes -> HTTP status (the one place for the HTTP front end)."""
 
 JSON = "application/json"
 BINARY = "application/octet-stream"
@@ -67,8 +54,7 @@ def _json(status: int, doc: Any) -> HttpAnswer:
 
 def error_answer(exc: BaseException) -> HttpAnswer:
     """``{"error": message}`` with the status ``exc`` maps to (500 for a bug)."""
-    status = HTTP_STATUS.get(exc.code, 500) if isinstance(exc, AgentError) else 500
-    return _json(status, {"error": frontend.error_message(exc)})
+    return _json(http_status(exc), {"error": error_message(exc)})
 
 
 def not_found(method: str, path: str) -> HttpAnswer:
@@ -140,17 +126,16 @@ def _body_object(body: bytes, what: str) -> dict[str, Any]:
 class KServeRoutes:
     """Every KServe v2 REST endpoint this agent serves. Thread-safe (stateless itself).
 
-    ``control`` handles repository load/unload (None: refused, naming the setting);
-    ``shm`` is the system shared memory registry shared with the gRPC front end.
+    ``context`` is the one the gRPC front end is given too: its repository control handles
+    load/unload (None: refused, naming the setting), its shared memory regions are shared.
     """
 
-    def __init__(self, dataplane: DataPlaneAPI, control: RepositoryControl | None = None,
-                 shm: SharedMemoryRegistry | None = None) -> None:
-        self._dp = dataplane
-        self._control = control
-        self._shm = shm if shm is not None and shm.available else None
-        self._extensions = frontend.extensions(control, self._shm is not None,
-                                               binary_tensor_data=True)
+    def __init__(self, context: FrontendContext) -> None:
+        self._context = context
+        self._dp = context.dataplane
+        self._control = context.control
+        shm = context.shared_memory
+        self._shm = shm if shm.available else None
         self._routes: list[tuple[str, re.Pattern[str], _Handler]] = [
             ("POST", re.compile(_M + "/infer"), self._infer),
             ("GET", re.compile(r"/v2/health/live"), self._live),
@@ -203,14 +188,14 @@ class KServeRoutes:
         return HttpAnswer(200 if self._dp.ready() else 503, b"")
 
     def _server_metadata(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
-        meta = dataclasses.replace(self._dp.server_metadata(), extensions=self._extensions)
+        meta = self._context.server_metadata(binary_tensor_data=True)
         return _json(200, {"name": meta.name, "version": meta.version,
                            "extensions": list(meta.extensions)})
 
     @staticmethod
     def _model(params: dict[str, str]) -> tuple[str, int | None]:
-        name = frontend.model_name(params["model"])
-        return name, converters.parse_version(params.get("version", ""), name)
+        name = model_name(params["model"])
+        return name, parse_version(params.get("version", ""), name)
 
     def _model_ready(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
         return HttpAnswer(200 if self._dp.model_ready(*self._model(params)) else 400, b"")
@@ -229,7 +214,7 @@ class KServeRoutes:
     # -- inference -----------------------------------------------------------------------
 
     def _infer(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
-        name = frontend.model_name(params["model"])
+        name = model_name(params["model"])
         call = tensors.decode_request(request.body, request.header_length, name,
                                       params.get("version", ""), self._shm)
         result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
@@ -260,25 +245,25 @@ class KServeRoutes:
 
     def _unload(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
         return self._control_call("RepositoryModelUnload", request, params,
-                                  frontend.UNLOAD_PARAMETERS)
+                                  repository.UNLOAD_PARAMETERS)
 
     def _control_call(self, call: str, request: HttpRequest, params: dict[str, str],
                       allowed: tuple[str, ...]) -> HttpAnswer:
         name = params["model"]
         try:
-            control = frontend.control_or_refuse(self._control, call)
+            control = repository.control_or_refuse(self._control, call)
             doc = _body_object(request.body, call)
             extra = doc.get("parameters", {})
             if not isinstance(extra, dict):
                 raise InvalidInputError(f"{call}: 'parameters' must be a JSON object")
-            frontend.refuse_parameters(call, extra, allowed=allowed)
-            model = frontend.model_name(name)
+            repository.refuse_parameters(call, extra, allowed=allowed)
+            model = model_name(name)
             summary = (control.load_model(model) if call == "RepositoryModelLoad"
                        else control.unload_model(model))
         except Exception as exc:
-            frontend.log_control(call, name, request.peer, exc)
+            repository.log_control(call, name, request.peer, exc)
             raise
-        frontend.log_control(call, name, request.peer, summary)
+        repository.log_control(call, name, request.peer, summary)
         return HttpAnswer(200, b"")
 
     # -- system shared memory ------------------------------------------------------------

@@ -23,6 +23,7 @@ import numpy as np
 from edge_agent import bytes_tensors
 from edge_agent.core.types import InferRequest, InferResult
 from edge_agent.errors import InvalidInputError
+from edge_agent.frontends.common.names import parse_version
 from edge_agent.frontends.common.request_options import check_input, check_output, parse_request
 from edge_agent.frontends.common.shared_memory import (
     BYTE_SIZE,
@@ -31,15 +32,15 @@ from edge_agent.frontends.common.shared_memory import (
     Placement,
     SharedMemoryRegistry,
 )
-from edge_agent.frontends.grpc.converters import (
+from edge_agent.frontends.common.tensors import (
     MAX_PARAMETER_BYTES,
     MAX_PARAMETERS,
     MAX_REQUEST_ID_BYTES,
     check_shape,
-    parse_version,
+    datatype_of,
     tensor_from_bytes,
+    wire_dtype,
 )
-from edge_agent.frontends.grpc.wire_types import datatype_of, wire_dtype
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_SIZE = "binary_data_size"

@@ -1,0 +1,20 @@
+"""The edge.agent.v1 wire conventions both directions share: sentinels for absent values.
+
+proto3 scalars have no "unset"; the API sends ``NONE`` for an absent version or number and
+``NO_TEMP`` for an absent temperature.
+"""
+
+from __future__ import annotations
+
+NONE = -1
+NO_TEMP = -1000.0
+
+
+def opt(v: float | None, none: float = NONE) -> float:
+    """``v``, or the sentinel ``none`` when absent (agent -> message)."""
+    return none if v is None else v
+
+
+def back(v: float, none: float = NONE) -> float | None:
+    """``v``, or None when it is the sentinel ``none`` (message -> client value)."""
+    return None if v == none else v
