@@ -109,7 +109,7 @@ def test_the_model_manager_reaches_the_data_plane_only_through_its_port() -> Non
     # edge_agent.core.deploy_port.DeployPort lists every call the deploy lifecycle makes
     internals = {"ModelRepository", "Orchestrator", "DataPlane", "ResponseCache"}
     reached = []
-    for path in sorted((ROOT / "edge_agent" / "manager").rglob("*.py")):
+    for path in sorted((ROOT / "edge_agent" / "deploy").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
@@ -119,5 +119,5 @@ def test_the_model_manager_reaches_the_data_plane_only_through_its_port() -> Non
             elif isinstance(node, ast.Attribute) and node.attr in {
                     "repository", "orchestrator", "response_cache"}:
                 reached.append(f"{path.name}:{node.lineno}: .{node.attr}")
-    assert (ROOT / "edge_agent" / "manager" / "manager.py").is_file()
+    assert (ROOT / "edge_agent" / "deploy" / "manager.py").is_file()
     assert not reached, reached
