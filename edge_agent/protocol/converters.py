@@ -18,6 +18,7 @@ from edge_agent import bytes_tensors
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.decoupled import is_decoupled
 from edge_agent.core.gate import MAX_PRIORITY_VALUE
+from edge_agent.core.triton_wording import bad_version_string, contents_with_raw
 from edge_agent.core.types import (
     DurationStat,
     InferRequest,
@@ -57,7 +58,8 @@ def parse_version(version: str, model: str) -> int | None:
         value = -1
     if value < 1:
         raise InvalidInputError(
-            f"model '{model}': version {version!r} is not a version number; "
+            f"{bad_version_string(version)}; model '{model}': version {version!r} is not a "
+            "version number; "
             "use a positive integer or leave it empty for the active version")
     return value
 
@@ -228,6 +230,9 @@ def _shm_inputs(msg: pb.ModelInferRequest, shm: SharedMemoryRegistry | None,
             raise InvalidInputError(f"input '{tensor.name}' is given more than once")
         ref = region_reference(tensor.parameters, f"input '{tensor.name}'")
         if ref is None:
+            if raws and tensor.HasField("contents"):
+                raise InvalidInputError(f"{contents_with_raw(tensor.name, msg.model_name)}; "
+                                        "use one form for every input")
             inputs[tensor.name] = _from_raw(tensor, next(next_raw)) if raws else \
                 _from_typed(tensor)
             continue
@@ -261,15 +266,16 @@ def to_infer_request(msg: pb.ModelInferRequest,
         inputs = _shm_inputs(msg, shm, raws)
         raws = raws or [b""]  # outputs come back raw
     elif raws:
+        typed = next((t.name for t in msg.inputs if t.HasField("contents")), None)
+        if typed is not None:  # checked first, as Triton does
+            raise InvalidInputError(
+                f"{contents_with_raw(typed, msg.model_name)}; input '{typed}': typed "
+                "contents given together with raw_input_contents; use one form for every input")
         if len(raws) != len(msg.inputs):
             raise InvalidInputError(
                 f"request for model '{msg.model_name}' has {len(msg.inputs)} inputs but "
                 f"{len(raws)} raw_input_contents entries; send one per input, in order")
         for tensor, raw in zip(msg.inputs, raws, strict=True):
-            if tensor.HasField("contents"):
-                raise InvalidInputError(
-                    f"input '{tensor.name}': typed contents given together with "
-                    "raw_input_contents; use one form for every input")
             if tensor.name in inputs:
                 raise InvalidInputError(f"input '{tensor.name}' is given more than once")
             inputs[tensor.name] = _from_raw(tensor, raw)

@@ -8,8 +8,11 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import tritonclient.grpc as tg
+import tritonclient.http as th
 
 from edge_agent.cli import main as agent_cli
 from edge_agent.config import load_config
@@ -75,3 +78,16 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
         addresses = served.addresses
         assert addresses is not None and addresses.tcp and addresses.http
         yield Agent(grpc=addresses.tcp, http=addresses.http)
+
+
+@pytest.fixture(params=["grpc", "http"])
+def client(request: pytest.FixtureRequest, agent: Agent) -> Iterator[Any]:
+    """The unmodified tritonclient of each protocol; no system shared memory region is left
+    registered afterwards."""
+    c: Any = (tg.InferenceServerClient(agent.grpc) if request.param == "grpc"
+              else th.InferenceServerClient(agent.http))
+    try:
+        yield c
+    finally:
+        c.unregister_system_shared_memory()
+        c.close()

@@ -18,8 +18,6 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
-from tests.shmwords.conftest import Agent
-
 Region = tuple[str, Any, int]
 """(registered name, tritonclient handle, byte size)."""
 
@@ -27,17 +25,6 @@ Region = tuple[str, Any, int]
 def _strings(values: np.ndarray) -> np.ndarray:
     return np.array([str(int(v)).encode() for v in values.reshape(-1)],
                     dtype=object).reshape(values.shape)
-
-
-@pytest.fixture(params=["grpc", "http"])
-def client(request: pytest.FixtureRequest, agent: Agent) -> Iterator[Any]:
-    c: Any = (tg.InferenceServerClient(agent.grpc) if request.param == "grpc"
-              else th.InferenceServerClient(agent.http))
-    try:
-        yield c
-    finally:
-        c.unregister_system_shared_memory()
-        c.close()
 
 
 @pytest.fixture
