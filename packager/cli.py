@@ -96,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="the model opts into the agent's response cache by default (agents "
                    "with a [response_cache] budget answer repeated requests from it; "
                    "[models.NAME] response_cache in agent.toml overrides)")
+    b.add_argument("--input-format", action="append", default=[], dest="input_formats",
+                   metavar="NAME=NCHW|NHWC",
+                   help="the layout of image input NAME (three dims besides the batch dim), "
+                        "reported in ModelConfig as Triton's FORMAT_NCHW/FORMAT_NHWC; "
+                        "repeatable; a spec sets input_formats itself")
     b.add_argument("--allow-parity-failure", action="store_true",
                    help="write bundles even when parity is past the profile's tolerance")
     b.add_argument("--member", action="append", default=[], type=Path, metavar="BUNDLE",
@@ -154,6 +159,16 @@ def _positive_int(text: str | None, what: str) -> int | None:
     return value
 
 
+def _input_format_flags(flags: list[str]) -> dict[str, str]:
+    from packager.bundle.errors import BundleError, UsageError
+    from packager.bundle.input_format import parse_input_format_flags
+
+    try:
+        return parse_input_format_flags(flags)
+    except BundleError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from packager.bundle.signing import generate_keypair
 
@@ -177,7 +192,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
                   allow_parity_failure=args.allow_parity_failure,
                   reference_data=args.reference_data,
                   calibration_data=args.calibration_data, response_cache=args.response_cache,
-                  overwrite=args.overwrite)
+                  overwrite=args.overwrite,
+                  input_formats=_input_format_flags(args.input_formats))
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -190,13 +206,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
         if (args.dynamic_batch or max_batch is not None or args.allow_parity_failure
                 or args.reference_data is not None or args.calibration_data is not None
-                or args.response_cache):
+                or args.response_cache or args.input_formats):
             from packager.bundle.errors import UsageError
 
             raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
-                             "--reference-data, --calibration-data and --response-cache apply "
-                             "to ONNX models; a spec sets max_batch_size itself and has no "
-                             "parity check")
+                             "--reference-data, --calibration-data, --response-cache and "
+                             "--input-format apply to ONNX models; a spec sets max_batch_size "
+                             "itself (and input_formats) and has no parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
                                    members=args.member, overwrite=args.overwrite)

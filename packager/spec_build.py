@@ -87,7 +87,7 @@ def _build_one(spec: ModelSpec, profile: DeviceProfile, version: int, stage: Pat
         parity={"passed": True, "artifacts": {}, "allowed_failure": False,
                 "skipped": {spec.kind: "no reference: the model is code, not a graph"}},
         toolchain={"edge-pack": __version__, "python": platform.python_version()},
-        created=created,
+        created=created, input_formats=spec.input_formats,
     )
     out = stage / bundle_filename(spec.name, version, profile.name)
     write_bundle(out, root, manifest, key, mtime)

@@ -36,6 +36,7 @@ from edge_agent.protocol.datatypes import (
 )
 from edge_agent.protocol.generated import grpc_service_pb2 as pb
 from edge_agent.protocol.generated import model_config_pb2 as mc
+from edge_agent.protocol.input_format import input_format
 from edge_agent.protocol.shared_memory import Placement, SharedMemoryRegistry, region_reference
 from edge_agent.undecodable import Undecodable
 from packager.bundle.manifest import TensorSpec
@@ -400,7 +401,8 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
         backend=info.backend,
         max_batch_size=b.max_batch_size,
         input=[mc.ModelInput(name=s.name, data_type=config_data_type(s.datatype),
-                             dims=_dims(s, batched)) for s in m.inputs],
+                             format=input_format(m, s.name), dims=_dims(s, batched))
+               for s in m.inputs],
         output=[mc.ModelOutput(name=s.name, data_type=config_data_type(s.datatype),
                                dims=_dims(s, batched)) for s in m.outputs],
         instance_group=[_instance_group(m.name, info)],

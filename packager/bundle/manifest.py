@@ -81,6 +81,24 @@ def _flag(value: Any, key: str) -> bool:
     return value
 
 
+def input_shapes(inputs: tuple[TensorSpec, ...], batched: bool) -> dict[str, tuple[int, ...]]:
+    """Input name -> its shape without the batch dim (the manifest's shapes include it)."""
+    return {t.name: t.shape[1:] if batched else t.shape for t in inputs}
+
+
+def _input_formats(d: dict[str, Any], name: str) -> dict[str, str]:
+    if "input_formats" not in d:
+        return {}
+    from packager.bundle.input_format import check_input_formats
+
+    inputs = tuple(TensorSpec.from_dict(x) for x in d["inputs"])
+    batched = int(dict(d.get("batching", {})).get("max_batch_size", 0)) > 0
+    try:
+        return check_input_formats(d["input_formats"], input_shapes(inputs, batched))
+    except BundleError as exc:
+        raise BundleError(f"manifest of {name!r}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class Manifest:
     """Everything the agent needs to know about one model version for one device profile."""
@@ -110,11 +128,15 @@ class Manifest:
     # the model opts into the agent's response cache by default (edge-pack build
     # --response-cache); written only when True, so older bundles keep their bytes
     response_cache: bool = False
+    # input name -> "NCHW" | "NHWC" (packager/bundle/input_format.py); written only when set
+    input_formats: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if not self.response_cache:
             del d["response_cache"]
+        if not self.input_formats:
+            del d["input_formats"]
         return d
 
     def canonical_bytes(self) -> bytes:
@@ -152,6 +174,7 @@ class Manifest:
                 created=str(d.get("created", "")),
                 format_version=fv,
                 response_cache=_flag(d.get("response_cache", False), "response_cache"),
+                input_formats=_input_formats(d, str(d.get("name", ""))),
             )
         except BundleError:
             raise

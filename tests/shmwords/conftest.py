@@ -4,6 +4,7 @@ repository control on, for the Triton-compatibility tests here."""
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,9 +73,17 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
                       str(bundle)]) == 0
     toml = root / "agent.toml"
     toml.write_text("[grpc]\nrepository_control = true\n")
+    with serving(state, toml, "shmwords-agent") as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serving(state: Path, toml: Path | None, name: str) -> Iterator[Agent]:
+    """An in-process agent on ``state`` with gRPC and HTTP on 127.0.0.1 port 0 (no Unix
+    socket), stopped on exit."""
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True,
                          http_address="127.0.0.1:0")
-    with running(config, timeout_s=180, name="shmwords-agent") as served:
+    with running(config, timeout_s=180, name=name) as served:
         addresses = served.addresses
         assert addresses is not None and addresses.tcp and addresses.http
         yield Agent(grpc=addresses.tcp, http=addresses.http)
