@@ -281,9 +281,10 @@ class SharedMemoryRegistry:
                    shape: list[int]) -> np.ndarray:
         """Input ``tensor`` (``shape`` of ``dtype``) read from the region ``ref`` names; an
         object dtype is BYTES, held serialized (each element length-prefixed) in its byte size."""
-        name, _, byte_size = ref
+        name, offset, byte_size = ref
         what = f"input '{tensor}'"
         if dtype.kind == "O":
+            self.get(name).window(offset, byte_size, what)  # in bounds before allocating
             raw = self._read(ref, what, np.empty(byte_size, dtype=np.uint8))
             return bytes_tensors.decode(raw.data, shape, tensor)
         expected = math.prod(shape) * dtype.itemsize

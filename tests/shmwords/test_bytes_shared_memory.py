@@ -125,3 +125,16 @@ def test_a_bytes_output_too_big_for_its_region_is_refused(
         client.infer("simple_string", inputs, outputs=[out])
     assert f"do not fit in the 16 bytes given in shared memory region '{name}'" \
         in err.value.message()
+
+
+def test_a_bytes_input_larger_than_its_region_is_refused_before_reading(
+        client: Any, region: Callable[[int], Region]) -> None:
+    name, _, _ = region(64)
+    mod = _module(client)
+    inputs = [mod.InferInput(f"INPUT{i}", [1, 16], "BYTES") for i in (0, 1)]
+    for inp in inputs:
+        inp.set_shared_memory(name, 1 << 50)
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("simple_string", inputs)
+    assert f"do not fit in shared memory region '{name}' (64 bytes registered)" \
+        in err.value.message()
