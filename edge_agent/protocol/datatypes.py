@@ -13,7 +13,7 @@ import numpy as np
 from edge_agent.errors import InvalidInputError
 from edge_agent.protocol.generated import model_config_pb2
 from packager.bundle import datatypes
-from packager.bundle.datatypes import BYTES_UNSUPPORTED, FIXED_SIZE, NUMPY_DTYPES
+from packager.bundle.datatypes import FIXED_SIZE, NUMPY_DTYPES
 
 WIRE_DTYPES = FIXED_SIZE
 """KServe datatype -> the little-endian numpy dtype of its raw contents (BYTES has none)."""
@@ -42,15 +42,14 @@ _CONFIG_ENUM = {
 
 
 def wire_dtype(datatype: str, tensor: str) -> np.dtype:
-    """The numpy dtype of tensor ``tensor`` declared as ``datatype``; BYTES is refused."""
-    dt = WIRE_DTYPES.get(datatype)
+    """The numpy dtype of tensor ``tensor`` declared as ``datatype`` (BYTES: object, its
+    elements length-prefixed on the wire, see :mod:`edge_agent.bytes_tensors`)."""
+    dt = NUMPY_DTYPES.get(datatype)
     if dt is not None:
         return dt
-    if datatype == "BYTES":
-        raise InvalidInputError(f"input '{tensor}': {BYTES_UNSUPPORTED}")
     raise InvalidInputError(
         f"input '{tensor}': datatype {datatype!r} is not a KServe v2 datatype; expected one of "
-        f"{', '.join(WIRE_DTYPES)}")
+        f"{', '.join(NUMPY_DTYPES)}")
 
 
 def datatype_of(dtype: np.dtype) -> str:
