@@ -24,7 +24,14 @@ from packager import __version__
 from packager.artifact import Artifact
 from packager.bundle.errors import BundleError, ModelError, ParityError, UsageError
 from packager.bundle.format import bundle_filename, check_model_name, sha256_file
-from packager.bundle.manifest import LOAD_COST_KEY, BatchingConfig, Manifest, TensorSpec
+from packager.bundle.input_format import check_input_formats
+from packager.bundle.manifest import (
+    LOAD_COST_KEY,
+    BatchingConfig,
+    Manifest,
+    TensorSpec,
+    input_shapes,
+)
 from packager.bundle.parity import (
     REFERENCE_FILE,
     GivenInputs,
@@ -234,7 +241,8 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
                steps: Steps, reference_inputs: GivenInputs | None = None,
                calibrated: Calibrated | None = None,
                response_cache: bool = False,
-               labels: Mapping[str, tuple[str, ...]] | None = None) -> Path:
+               labels: Mapping[str, tuple[str, ...]] | None = None,
+               input_formats: dict[str, str] | None = None) -> Path:
     root = stage / profile.name
     root.mkdir()
     batching = _batching(profile, prepared.batched, max_batch)
@@ -337,12 +345,24 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         source_sha256=prepared.source_sha256, source_name=prepared.source_name,
         parity=parity, toolchain=toolchain, created=created,
         response_cache=response_cache, labels=dict(labels or {}),
+        input_formats=input_formats or {},
     )
     write_label_files(root, manifest.labels)
     out = stage / bundle_filename(name, version, profile.name)
     write_bundle(out, root, manifest, key, mtime)
     steps.advance(f"{profile.name}: bundle written")
     return out
+
+
+def _checked_formats(formats: Mapping[str, str] | None,
+                     prepared: PreparedModel) -> dict[str, str]:
+    """``--input-format`` values checked against the model's inputs (UsageError if wrong)."""
+    if not formats:
+        return {}
+    try:
+        return check_input_formats(formats, input_shapes(prepared.inputs, prepared.batched))
+    except BundleError as exc:
+        raise UsageError(f"--input-format: {exc}") from None
 
 
 def _prepare_any(model_path: Path, stage: Path, dynamic_batch: bool) -> PreparedModel:
@@ -389,6 +409,7 @@ def build_bundles(
     response_cache: bool = False,
     overwrite: bool = False,
     labels: Mapping[str, Path | str] | None = None,
+    input_formats: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` for each profile; return their paths.
 
@@ -400,6 +421,8 @@ def build_bundles(
     ``response_cache`` records that the model opts into the agent's response cache by default.
     ``labels`` maps output names ("" for a single-output model's) to label files, one label per
     line (packager/labels.py), answered by the agent's classification extension.
+    ``input_formats`` ({input: "NCHW" | "NHWC"}) declares image inputs' layout
+    (packager/bundle/input_format.py); a spec declares its own.
     ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
     Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure, a
     bundle in ``out_dir`` with the same name built from another model included (checked
@@ -411,10 +434,11 @@ def build_bundles(
         from packager.spec_build import build_spec_bundles
 
         if (dynamic_batch or max_batch is not None or allow_parity_failure
-                or calibration_data is not None or response_cache or labels):
+                or calibration_data is not None or response_cache or labels or input_formats):
             raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
-                             "--calibration-data, --response-cache and --labels apply to ONNX "
-                             "models; a spec sets max_batch_size itself")
+                             "--calibration-data, --response-cache, --labels and --input-format "
+                             "apply to ONNX models; a spec sets max_batch_size itself (and "
+                             "input_formats)")
         return build_spec_bundles(model_path, name=name or None, version=check_version(version),
                                   profiles=profiles, out_dir=out_dir, key_path=key_path,
                                   overwrite=overwrite)
@@ -441,6 +465,7 @@ def build_bundles(
     try:
         steps.start(f"validate {Path(model_path).name}")
         prepared = _prepare_any(Path(model_path), stage, dynamic_batch)
+        formats = _checked_formats(input_formats, prepared)
         reference_inputs: GivenInputs | None = None
         if reference_data is not None:
             reference_inputs = (load_given_inputs(Path(reference_data), prepared.inputs,
@@ -468,7 +493,7 @@ def build_bundles(
             _build_one(prepared, p, name=name, version=version, max_batch=max_batch,
                        allow_parity_failure=allow_parity_failure, stage=stage, key=key,
                        steps=steps, reference_inputs=reference_inputs, calibrated=calibrated,
-                       response_cache=response_cache, labels=label_lists)
+                       response_cache=response_cache, labels=label_lists, input_formats=formats)
             for p in loaded
         ]
         return publish(built, out, overwrite=overwrite)

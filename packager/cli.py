@@ -100,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="class labels of an output, one per line (repeat per output; FILE "
                    "alone for a single-output model): the agent answers classification "
                    "requests with them and ModelConfig shows them as label_filename")
+    b.add_argument("--input-format", action="append", default=[], dest="input_formats",
+                   metavar="NAME=NCHW|NHWC",
+                   help="the layout of image input NAME (three dims besides the batch dim), "
+                        "reported in ModelConfig as Triton's FORMAT_NCHW/FORMAT_NHWC; "
+                        "repeatable; a spec sets input_formats itself")
     b.add_argument("--allow-parity-failure", action="store_true",
                    help="write bundles even when parity is past the profile's tolerance")
     b.add_argument("--member", action="append", default=[], type=Path, metavar="BUNDLE",
@@ -158,6 +163,16 @@ def _positive_int(text: str | None, what: str) -> int | None:
     return value
 
 
+def _input_format_flags(flags: list[str]) -> dict[str, str]:
+    from packager.bundle.errors import BundleError, UsageError
+    from packager.bundle.input_format import parse_input_format_flags
+
+    try:
+        return parse_input_format_flags(flags)
+    except BundleError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from packager.bundle.signing import generate_keypair
 
@@ -182,7 +197,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
                   allow_parity_failure=args.allow_parity_failure,
                   reference_data=args.reference_data,
                   calibration_data=args.calibration_data, response_cache=args.response_cache,
-                  overwrite=args.overwrite, labels=parse_label_args(args.labels))
+                  overwrite=args.overwrite, labels=parse_label_args(args.labels),
+                  input_formats=_input_format_flags(args.input_formats))
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -195,13 +211,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
         if (args.dynamic_batch or max_batch is not None or args.allow_parity_failure
                 or args.reference_data is not None or args.calibration_data is not None
-                or args.response_cache or args.labels):
+                or args.response_cache or args.labels or args.input_formats):
             from packager.bundle.errors import UsageError
 
             raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
                              "--reference-data, --calibration-data, --response-cache and "
-                             "--labels apply to ONNX models; a spec sets max_batch_size "
-                             "itself and has no parity check")
+                             "--labels and --input-format apply to ONNX models; a spec sets "
+                             "max_batch_size itself (and input_formats) and has no parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
                                    members=args.member, overwrite=args.overwrite)

@@ -11,18 +11,19 @@ from __future__ import annotations
 import re
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packager.bundle.errors import BundleError, UsageError
 from packager.bundle.format import check_member_path, check_model_name
+from packager.bundle.input_format import check_input_formats
 from packager.bundle.manifest import DATATYPES, TensorSpec
 from packager.bundle.pipeline import Step
 
 KINDS = ("python", "pipeline")
 _COMMON_KEYS = {"name", "kind", "max_batch_size", "inputs", "outputs", "description",
-                "instances"}
+                "instances", "input_formats"}
 _PYTHON_KEYS = _COMMON_KEYS | {"source", "entry", "requires", "decoupled", "warmup"}
 _PIPELINE_KEYS = _COMMON_KEYS | {"steps"}
 _TENSOR_KEYS = {"name", "datatype", "shape"}
@@ -51,6 +52,7 @@ class ModelSpec:
     warmup: bool = False
     instances: int = 0
     steps: tuple[Step, ...] = ()
+    input_formats: dict[str, str] = field(default_factory=dict)
 
     def manifest_tensors(self, specs: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
         """The manifest form: a leading -1 batch dim when ``max_batch_size > 0``."""
@@ -243,10 +245,15 @@ def load_spec(path: Path | str, name: str | None = None) -> ModelSpec:
     inputs = _tensors(spec, "inputs", data.get("inputs"))
     outputs = _tensors(spec, "outputs", data.get("outputs"))
     instances = _int(spec, "instances", data.get("instances", 0), 0, 64)
+    try:
+        formats = check_input_formats(data.get("input_formats", {}),
+                                      {t.name: t.shape for t in inputs})
+    except BundleError as exc:
+        raise _fail(spec, f"input_formats: {exc}") from None
     if kind == "python":
         extra = _python(spec, data)
         return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
-                         **extra)
+                         input_formats=formats, **extra)
     steps = _pipeline(spec, data, inputs, outputs, str(model))
     return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
-                     steps=steps)
+                     steps=steps, input_formats=formats)

@@ -86,7 +86,7 @@ def _build_one(spec: ModelSpec, profile: DeviceProfile, version: int, stage: Pat
         parity={"passed": True, "artifacts": {}, "allowed_failure": False,
                 "skipped": {spec.kind: "no reference: the model is code, not a graph"}},
         toolchain={"edge-pack": __version__, "python": platform.python_version()},
-        created=created,
+        created=created, input_formats=spec.input_formats,
         warmup=spec.kind == "python" and spec.warmup,  # a pipeline is never warmed up
         decoupled=spec.kind == "python" and spec.decoupled,
     )

@@ -29,6 +29,7 @@ from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, nice_for
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.overrides import effective_batching
+from edge_agent.core.triton_wording import unknown_model
 from edge_agent.core.validation import Signature
 from edge_agent.core.warmup import run_warmup
 from edge_agent.errors import AgentError, BackendError, ModelNotFoundError, ModelUnavailableError
@@ -177,7 +178,7 @@ class ModelRepository:
         model = self._models.get(name)
         if model is None:
             raise ModelNotFoundError(
-                f"model {name!r} is not in the repository (models: "
+                f"{unknown_model(name)}; model {name!r} is not in the repository (models: "
                 f"{', '.join(sorted(self._models)) or 'none'})")
         if version is None:
             mv = model.default
@@ -188,7 +189,8 @@ class ModelRepository:
         slot = model.versions.get(version)
         if slot is None:
             raise ModelNotFoundError(
-                f"model {name!r} has no version {version} (versions: "
+                f"{unknown_model(name, version)}; model {name!r} has no version {version} "
+                f"(versions: "
                 f"{sorted(model.versions) or 'none'})")
         loaded = slot.loaded
         if slot.state is not ServingState.READY or loaded is None:
@@ -201,7 +203,8 @@ class ModelRepository:
         """Like ``resolve`` but any state; version None: the default, else the highest known."""
         model = self._models.get(name)
         if model is None:
-            raise ModelNotFoundError(f"model {name!r} is not in the repository")
+            raise ModelNotFoundError(f"{unknown_model(name)}; model {name!r} is not in the "
+                                     "repository")
         if version is None:
             if model.default is not None:
                 return model.default.slot
@@ -210,7 +213,8 @@ class ModelRepository:
             return model.versions[max(model.versions)]
         mv = model.versions.get(version)
         if mv is None:
-            raise ModelNotFoundError(f"model {name!r} has no version {version}")
+            raise ModelNotFoundError(f"{unknown_model(name, version)}; model {name!r} has no "
+                                     f"version {version}")
         return mv
 
     def versions(self, name: str | None = None) -> list[VersionSlot]:

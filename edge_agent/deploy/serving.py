@@ -14,6 +14,7 @@ from collections.abc import Callable
 from edge_agent.config.deploy import ManagerSettings
 from edge_agent.core.deploy_port import DeployPort
 from edge_agent.core.overrides import policy_versions
+from edge_agent.core.triton_wording import failed_to_load
 from edge_agent.deploy.errors import ManagerError, VersionInUseError
 from edge_agent.deploy.journal import DeploymentJournal
 from edge_agent.deploy.locks import ModelLocks
@@ -45,7 +46,8 @@ class ServingControl:
                 if self.store.versions(name):
                     raise ManagerError(f"{name} has no active version; activate one through "
                                        "the management API (edge-console)")
-                raise ModelNotFoundError(f"model {name!r} is not on this device")
+                raise ModelNotFoundError(f"{failed_to_load(name)}: model {name!r} is not on "
+                                         "this device; deploy it with edge-console first")
             others = self._policy_versions(name, active)
             summary = self._load_active(name, active)
             for v in others:

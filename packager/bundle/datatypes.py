@@ -5,9 +5,9 @@ The agent's wire edge (``edge_agent.frontends.grpc.wire_types``) adds only what 
 typed-contents fields, the model_config enum and its refusals as the agent's errors.
 
 Dtypes are little-endian, the byte order of KServe's raw tensor contents. BYTES (ONNX STRING)
-is a manifest datatype carried in memory as numpy object arrays, but it has no fixed size:
-it is not fed to parity checks, not accepted over the wire and cannot cross into a runtime
-process (see :data:`BYTES_UNSUPPORTED`).
+is a manifest datatype carried in memory as numpy object arrays; it has no fixed size, so it
+is not fed to parity checks, and on the wire its elements are length-prefixed
+(``edge_agent.bytes_tensors``).
 """
 
 from __future__ import annotations
@@ -36,10 +36,6 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
 
 FIXED_SIZE: dict[str, np.dtype] = {k: v for k, v in NUMPY_DTYPES.items() if k != "BYTES"}
 """The datatypes with a fixed item size: every one but BYTES."""
-
-BYTES_UNSUPPORTED = ("BYTES tensors are not supported by this agent; send numeric tensors "
-                     "(e.g. UINT8 for raw bytes)")
-"""What a caller is told when it sends a BYTES tensor."""
 
 _BY_KIND_SIZE = {(dt.kind, dt.itemsize): name for name, dt in FIXED_SIZE.items()}
 _BY_DTYPE = {dt: name for name, dt in FIXED_SIZE.items()}  # fast path for native dtypes

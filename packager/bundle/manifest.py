@@ -105,6 +105,24 @@ def _legacy_flag(options: Any, backend: str, key: str, default: bool) -> bool:
     return _flag(value, f"backend_options.{backend}.{key}")
 
 
+def input_shapes(inputs: tuple[TensorSpec, ...], batched: bool) -> dict[str, tuple[int, ...]]:
+    """Input name -> its shape without the batch dim (the manifest's shapes include it)."""
+    return {t.name: t.shape[1:] if batched else t.shape for t in inputs}
+
+
+def _input_formats(d: dict[str, Any], name: str) -> dict[str, str]:
+    if "input_formats" not in d:
+        return {}
+    from packager.bundle.input_format import check_input_formats
+
+    inputs = tuple(TensorSpec.from_dict(x) for x in d["inputs"])
+    batched = int(dict(d.get("batching", {})).get("max_batch_size", 0)) > 0
+    try:
+        return check_input_formats(d["input_formats"], input_shapes(inputs, batched))
+    except BundleError as exc:
+        raise BundleError(f"manifest of {name!r}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class Manifest:
     """Everything the agent needs to know about one model version for one device profile."""
@@ -142,6 +160,9 @@ class Manifest:
     # every request may answer with several responses (ModelStreamInfer only)
     decoupled: bool = False
 
+    # input name -> "NCHW" | "NHWC" (packager/bundle/input_format.py); written only when set
+    input_formats: dict[str, str] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
         for key, default in LEGACY_FLAGS.items():
             legacy = _legacy_flag(self.backend_options, self.backend, key, default)
@@ -162,6 +183,8 @@ class Manifest:
             # their signatures, stay as they were
             if d[key] == _legacy_flag(self.backend_options, self.backend, key, default):
                 del d[key]
+        if not self.input_formats:
+            del d["input_formats"]
         return d
 
     def canonical_bytes(self) -> bytes:
@@ -201,6 +224,7 @@ class Manifest:
                 response_cache=_flag(d.get("response_cache", False), "response_cache"),
                 labels=_labels(d.get("labels", {})),
                 **{key: _flag(d[key], key) for key in LEGACY_FLAGS if key in d},
+                input_formats=_input_formats(d, str(d.get("name", ""))),
             )
         except BundleError:
             raise

@@ -10,7 +10,7 @@ from edge_agent.frontends.common.tensors import datatype_of, wire_dtype
 from edge_agent.frontends.grpc.generated import model_config_pb2
 from edge_agent.frontends.grpc.wire_types import config_data_type
 from packager.bundle import datatypes
-from packager.bundle.datatypes import BYTES_UNSUPPORTED, NUMPY_DTYPES, numpy_dtype
+from packager.bundle.datatypes import NUMPY_DTYPES, numpy_dtype
 from packager.bundle.errors import BundleError
 from packager.bundle.manifest import DATATYPES
 from packager.onnx_tools import _ONNX_TO_KSERVE
@@ -31,12 +31,9 @@ def test_core_and_wire_agree_on_every_fixed_size_datatype(name: str) -> None:
     assert datatypes.datatype_of(swapped) == datatype_of(swapped) == name  # any byte order
 
 
-def test_bytes_is_carried_in_the_core_and_refused_on_the_wire() -> None:
-    assert numpy_dtype("BYTES") == np.dtype(object)
+def test_bytes_is_an_object_array_in_the_core_and_on_the_wire() -> None:
+    assert numpy_dtype("BYTES") == wire_dtype("BYTES", "text") == np.dtype(object)
     assert datatype_of(np.array(["a"]).dtype) == "BYTES"
-    with pytest.raises(InvalidInputError, match="input 'text': BYTES tensors are not supported"):
-        wire_dtype("BYTES", "text")
-    assert BYTES_UNSUPPORTED.startswith("BYTES tensors are not supported")
 
 
 def test_an_unknown_manifest_datatype_is_a_bundle_error() -> None:

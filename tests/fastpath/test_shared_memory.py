@@ -218,7 +218,7 @@ def test_cuda_shared_memory_says_it_is_not_served(served: Served) -> None:
     with grpc.insecure_channel(served.tcp) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         with pytest.raises(grpc.RpcError) as err:
-            stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest())
+            stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(name="gpu0"))
     assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
     assert "CUDA shared memory is not served" in (err.value.details() or "")
 

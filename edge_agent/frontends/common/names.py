@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from edge_agent.core.triton_wording import bad_version_string
 from edge_agent.errors import InvalidInputError
 
 
@@ -22,6 +23,7 @@ def parse_version(version: str, model: str) -> int | None:
         value = -1
     if value < 1:
         raise InvalidInputError(
-            f"model '{model}': version {version!r} is not a version number; "
+            f"{bad_version_string(version)}; model '{model}': version {version!r} is not a "
+            "version number; "
             "use a positive integer or leave it empty for the active version")
     return value

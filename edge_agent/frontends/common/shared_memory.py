@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge_agent import bytes_tensors
 from edge_agent.errors import AgentError, ErrorCode, InvalidInputError
 
 SHM_DIR = "/dev/shm"
@@ -247,17 +248,27 @@ class SharedMemoryRegistry:
     # -- tensors -----------------------------------------------------------------------
     def read_input(self, ref: tuple[str, int, int], tensor: str, dtype: np.dtype,
                    shape: list[int]) -> np.ndarray:
-        """Input ``tensor`` (``shape`` of ``dtype``) read from the region ``ref`` names."""
+        """Input ``tensor`` (``shape`` of ``dtype``) read from the region ``ref`` names; an
+        object dtype is BYTES, held serialized (each element length-prefixed) in its byte size."""
         name, offset, byte_size = ref
         what = f"input '{tensor}'"
+        if dtype.kind == "O":
+            self.get(name).window(offset, byte_size, what)  # in bounds before allocating
+            raw = self._read(ref, what, np.empty(byte_size, dtype=np.uint8))
+            return bytes_tensors.decode(raw.data, shape, tensor)
         expected = math.prod(shape) * dtype.itemsize
         if byte_size != expected:
             raise InvalidInputError(
                 f"{what}: shared memory byte size {byte_size} of region '{name}' does not "
                 f"match shape {list(shape)} of {dtype} ({expected} bytes)")
+        return self._read(ref, what, np.empty(shape, dtype=dtype))
+
+    def _read(self, ref: tuple[str, int, int], what: str, out: np.ndarray) -> np.ndarray:
+        """``out`` filled with its size in bytes from the window ``ref`` names."""
+        name, offset, byte_size = ref
+        expected = out.nbytes
         region = self.get(name)
         start = region.window(offset, byte_size, what)
-        out = np.empty(shape, dtype=dtype)
         with region.open() as fd:
             region.check_current_size(fd, region.offset + region.byte_size)
             got = os.preadv(fd, [out.data.cast("B")], start) if expected else 0
@@ -275,9 +286,13 @@ class SharedMemoryRegistry:
 
     @staticmethod
     def write_output(placement: Placement, tensor: str, array: np.ndarray) -> None:
-        """Write ``array`` (little-endian, C order) into its placement."""
+        """Write ``array`` (little-endian, C order; BYTES serialized, each element
+        length-prefixed) into its placement."""
         region = placement.region
-        data = np.ascontiguousarray(array)
+        if array.dtype.kind in "OSU":
+            data = np.frombuffer(bytes_tensors.encode(array, tensor), dtype=np.uint8)
+        else:
+            data = np.ascontiguousarray(array)
         if data.dtype.byteorder == ">":
             data = data.astype(data.dtype.newbyteorder("<"))
         if data.nbytes > placement.byte_size:

@@ -14,7 +14,7 @@ import numpy as np
 from edge_agent import bytes_tensors
 from edge_agent.errors import InvalidInputError
 from packager.bundle import datatypes
-from packager.bundle.datatypes import BYTES_UNSUPPORTED, FIXED_SIZE
+from packager.bundle.datatypes import FIXED_SIZE, NUMPY_DTYPES
 
 MAX_REQUEST_ID_BYTES = 256
 """A request id longer than this is refused (the id is echoed in the response)."""
@@ -47,15 +47,14 @@ def check_shape(name: str, shape: list[int]) -> list[int]:
 
 
 def wire_dtype(datatype: str, tensor: str) -> np.dtype:
-    """The numpy dtype of tensor ``tensor`` declared as ``datatype``; BYTES is refused."""
-    dt = WIRE_DTYPES.get(datatype)
+    """The numpy dtype of tensor ``tensor`` declared as ``datatype`` (BYTES: object, its
+    elements length-prefixed on the wire, see :mod:`edge_agent.bytes_tensors`)."""
+    dt = NUMPY_DTYPES.get(datatype)
     if dt is not None:
         return dt
-    if datatype == "BYTES":
-        raise InvalidInputError(f"input '{tensor}': {BYTES_UNSUPPORTED}")
     raise InvalidInputError(
         f"input '{tensor}': datatype {datatype!r} is not a KServe v2 datatype; expected one of "
-        f"{', '.join(WIRE_DTYPES)}")
+        f"{', '.join(NUMPY_DTYPES)}")
 
 
 def datatype_of(dtype: np.dtype) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 from edge_agent import bytes_tensors
 from edge_agent.core.api import DataPlaneAPI, ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.decoupled import is_decoupled
+from edge_agent.core.triton_wording import contents_with_raw
 from edge_agent.core.types import (
     DurationStat,
     InferRequest,
@@ -57,6 +58,7 @@ from edge_agent.frontends.common.tensors import (
 from edge_agent.frontends.common.undecodable import Undecodable
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import model_config_pb2 as mc
+from edge_agent.frontends.grpc.input_format import input_format
 from edge_agent.frontends.grpc.wire_types import CONTENTS_FIELDS, config_data_type
 from packager.bundle.manifest import TensorSpec, label_file
 
@@ -210,6 +212,9 @@ def _shm_inputs(msg: pb.ModelInferRequest, shm: SharedMemoryRegistry | None,
             raise InvalidInputError(f"input '{tensor.name}' is given more than once")
         ref = region_reference(tensor.parameters, f"input '{tensor.name}'")
         if ref is None:
+            if raws and tensor.HasField("contents"):
+                raise InvalidInputError(f"{contents_with_raw(tensor.name, msg.model_name)}; "
+                                        "use one form for every input")
             inputs[tensor.name] = _from_raw(tensor, next(next_raw)) if raws else \
                 _from_typed(tensor)
             continue
@@ -244,15 +249,16 @@ def to_infer_request(msg: pb.ModelInferRequest,
         inputs = _shm_inputs(msg, shm, raws)
         raws = raws or [b""]  # outputs come back raw
     elif raws:
+        typed = next((t.name for t in msg.inputs if t.HasField("contents")), None)
+        if typed is not None:  # checked first, as Triton does
+            raise InvalidInputError(
+                f"{contents_with_raw(typed, msg.model_name)}; input '{typed}': typed "
+                "contents given together with raw_input_contents; use one form for every input")
         if len(raws) != len(msg.inputs):
             raise InvalidInputError(
                 f"request for model '{msg.model_name}' has {len(msg.inputs)} inputs but "
                 f"{len(raws)} raw_input_contents entries; send one per input, in order")
         for tensor, raw in zip(msg.inputs, raws, strict=True):
-            if tensor.HasField("contents"):
-                raise InvalidInputError(
-                    f"input '{tensor.name}': typed contents given together with "
-                    "raw_input_contents; use one form for every input")
             if tensor.name in inputs:
                 raise InvalidInputError(f"input '{tensor.name}' is given more than once")
             inputs[tensor.name] = _from_raw(tensor, raw)
@@ -392,7 +398,8 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
         backend=info.backend,
         max_batch_size=b.max_batch_size,
         input=[mc.ModelInput(name=s.name, data_type=config_data_type(s.datatype),
-                             dims=_dims(s, batched)) for s in m.inputs],
+                             format=input_format(m, s.name), dims=_dims(s, batched))
+               for s in m.inputs],
         output=[mc.ModelOutput(name=s.name, data_type=config_data_type(s.datatype),
                                dims=_dims(s, batched),
                                label_filename=label_file(s.name) if s.name in m.labels else "")

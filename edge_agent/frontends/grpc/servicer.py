@@ -307,7 +307,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest,
                                context: _Ctx) -> pb.CudaSharedMemoryStatusResponse:
-        _no_cuda_shm(context)
+        return pb.CudaSharedMemoryStatusResponse()  # CPU-only: never a region, as Triton
 
     def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest,
                                  context: _Ctx) -> pb.CudaSharedMemoryRegisterResponse:
@@ -315,7 +315,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest,
                                    context: _Ctx) -> pb.CudaSharedMemoryUnregisterResponse:
-        _no_cuda_shm(context)
+        return pb.CudaSharedMemoryUnregisterResponse()  # nothing registered: nothing to drop
 
     def _control_or_refuse(self, call: str) -> RepositoryControl:
         return repository.control_or_refuse(self._control, call)

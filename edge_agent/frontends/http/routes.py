@@ -157,6 +157,10 @@ class KServeRoutes:
             ("POST", re.compile(
                 r"/v2/systemsharedmemory(?:/region/(?P<region>[^/]+))?/unregister"),
              self._shm_unregister),
+            ("GET", re.compile(r"/v2/cudasharedmemory(?:/region/[^/]+)?/status"),
+             self._no_cuda_regions),
+            ("POST", re.compile(r"/v2/cudasharedmemory(?:/region/[^/]+)?/unregister"),
+             self._no_cuda_regions),
             ("*", re.compile(r"/v2/cudasharedmemory.*"), self._no_cuda),
         ]
 
@@ -291,6 +295,10 @@ class KServeRoutes:
     def _shm_unregister(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
         self._registry().unregister(params.get("region", ""))
         return HttpAnswer(200, b"")
+
+    def _no_cuda_regions(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        """CUDA shared memory status/unregister on a CPU-only agent: no region, as Triton."""
+        return _json(200, []) if request.method == "GET" else HttpAnswer(200, b"")
 
     def _no_cuda(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
         return _json(400, {"error": "CUDA shared memory is not served by this agent; use "
