@@ -18,9 +18,9 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from edge_agent.client import convert
 from edge_agent.client.agent_client import AgentClient
 from edge_agent.client.types import DeployResult
-from edge_agent.management import convert
 from edge_agent.management.auth import bearer
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc

@@ -38,8 +38,10 @@ class Undecodable:
 
     def refused(self, method: str, peer: str) -> InvalidInputError:
         """Log the refusal (rate-limited, no traceback) and return the error the caller gets."""
-        _throttle.warning("undecodable", "refused an undecodable %s call from %s: %s", method,
-                          peer, self.reason[:200])
+        # one budget per method: a flood on one (say the management API's) never hides
+        # another's first lines
+        _throttle.warning(f"undecodable {method}", "refused an undecodable %s call from %s: %s",
+                          method, peer, self.reason[:200])
         return self.error()
 
 
