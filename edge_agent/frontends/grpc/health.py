@@ -73,20 +73,24 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         if send_response_callback is None:  # grpcio without the non_blocking hook
             return self._watch_blocking(request.service, context)
         service, send = request.service, send_response_callback
+        self._subscribe(service, send)
+        context.add_callback(lambda: self._forget(service, send))
+        return None
+
+    def _subscribe(self, service: str, send: Send) -> None:
+        """Send ``service``'s status now, and each change after, through ``send``."""
         with self._lock:
             _tell([send], self._status.get(service, SERVICE_UNKNOWN))
             self._watchers.setdefault(service, set()).add(send)
 
-        def forget() -> None:
-            with self._lock:
-                watchers = self._watchers.get(service)
-                if watchers is not None:
-                    watchers.discard(send)
-                    if not watchers:
-                        del self._watchers[service]
-
-        context.add_callback(forget)
-        return None
+    def _forget(self, service: str, send: Send) -> None:
+        """Stop sending to ``send`` (its stream ended)."""
+        with self._lock:
+            watchers = self._watchers.get(service)
+            if watchers is not None:
+                watchers.discard(send)
+                if not watchers:
+                    del self._watchers[service]
 
     def _watch_blocking(self, service: str, context: grpc.ServicerContext
                         ) -> Iterator[health_pb2.HealthCheckResponse]:
@@ -94,9 +98,7 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         then each change, until the client goes away."""
         changes: queue.Queue[health_pb2.HealthCheckResponse] = queue.Queue()
         send = changes.put
-        with self._lock:
-            _tell([send], self._status.get(service, SERVICE_UNKNOWN))
-            self._watchers.setdefault(service, set()).add(send)
+        self._subscribe(service, send)
         try:
             while context.is_active():
                 try:
@@ -104,12 +106,7 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
                 except queue.Empty:
                     continue
         finally:
-            with self._lock:
-                watchers = self._watchers.get(service)
-                if watchers is not None:
-                    watchers.discard(send)
-                    if not watchers:
-                        del self._watchers[service]
+            self._forget(service, send)
 
 
 grpc_internals.non_blocking(HealthServicer.Watch)  # Watch sends through grpc's callback
