@@ -3,6 +3,7 @@
     python -m benchmarks.bench_soak                  # 10 minutes, a swap every 30 s, c=8
     python -m benchmarks.bench_soak --minutes 1 --swap-every 10
     python -m benchmarks.bench_soak --idle-streams 32 --amplifiers 1   # issue 19: under abuse
+    python -m benchmarks.bench_soak --concurrency 4 --attacks all --baseline  # issue 27
 
 An ``edge-agent serve`` subprocess (127.0.0.1, mDNS off) serves the sample MLP; ``concurrency``
 closed-loop callers (one gRPC channel each) send ModelInfer without pause while a swapper
@@ -13,8 +14,12 @@ end (target: growth < 5 %), the sizes of metrics.db and state.db (with their WAL
 metrics cap, and p99 latency per window over time. ``--idle-streams N`` holds N
 ModelStreamInfer streams that never send (reopened whenever the agent closes them) and
 ``--amplifiers K`` runs K callers asking for one output 20,000 times (refused) alongside: the
-legitimate callers must still see 0 failures and the RSS must stay bounded. ``soak()`` is the
-library entry the test suite runs for ~30 s (tests/reliability/test_soak.py).
+legitimate callers must still see 0 failures and the RSS must stay bounded. ``--attacks``
+runs the hostile callers registered in ``benchmarks/attacks`` (issue 27) alongside, against
+every port the agent opens (gRPC over TCP and its Unix socket, HTTP, management);
+``--baseline`` first runs the same soak without them on a fresh agent and reports the ratio of
+the legitimate p99s. ``soak()`` is the library entry the test suite runs for ~30 s
+(tests/reliability/test_soak.py).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +45,9 @@ if str(ROOT) not in sys.path:
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+from benchmarks.attacks import ATTACKS, Tally, Target  # noqa: E402
+from benchmarks.attacks import load as load_attack  # noqa: E402
+
 METRICS_CAP_BYTES = 256 * 1024 * 1024  # MetricsStore's default max_bytes
 
 
@@ -62,6 +70,17 @@ class SoakReport:
     idle_stream_closes: int = 0  # times the agent closed one (idle timeout, caps)
     amplified: int = 0  # amplification requests sent
     amplified_refused: int = 0  # ... answered INVALID_ARGUMENT
+    attacks: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> its tally
+
+    def p99_overall_ms(self) -> float:
+        """The median of the per-window p99s after warm-up (ms)."""
+        p99s = [p for t, p, n in self.p99_ms if n and t >= self.warmup_s]
+        return statistics.median(p99s) if p99s else float("nan")
+
+    def rss_at_start(self) -> float:
+        """Median RSS over the first 5 s of the run, before any attack has grown it (MiB)."""
+        head = [m for t, m in self.rss_mib if t < 5.0] or [m for _, m in self.rss_mib[:1]]
+        return statistics.median(head) if head else float("nan")
 
     def rss_after_warmup(self) -> float:
         """Median RSS over the first 20 % of the time after warm-up (MiB)."""
@@ -156,10 +175,12 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
          state_dir: Path, *, seconds: float, swap_every_s: float, concurrency: int = 8,
          warmup_s: float = 10.0, window_s: float = 10.0,
          on_window: Callable[[float, float, float, int], None] | None = None,
-         idle_streams: int = 0, amplifiers: int = 0) -> SoakReport:
+         idle_streams: int = 0, amplifiers: int = 0,
+         attacks: Sequence[str] = (), target: Target | None = None) -> SoakReport:
     """Load ``grpc_address`` for ``seconds`` while ``deploy(version)`` swaps every
     ``swap_every_s`` (versions 2, 1, 2, ...); sample the agent's RSS once a second.
-    ``idle_streams`` and ``amplifiers``: abusers alongside (see the module docstring)."""
+    ``idle_streams`` and ``amplifiers``: abusers alongside (see the module docstring);
+    ``attacks``: names registered in ``benchmarks.attacks``, run against ``target``."""
     report = SoakReport(seconds=seconds, warmup_s=warmup_s, idle_streams=idle_streams)
     payload = _payload()
     stop = threading.Event()
@@ -206,6 +227,14 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
     threads += [threading.Thread(target=_amplifier, daemon=True,
                                  args=(grpc_address, stop, report, lock))
                 for _ in range(amplifiers)]
+    tallies: dict[str, Tally] = {}
+    for name in attacks:
+        if target is None:
+            raise ValueError("attacks need a target")
+        tallies[name] = Tally()
+        threads.append(threading.Thread(target=load_attack(name), daemon=True,
+                                        name=f"attack-{name}",
+                                        args=(target, stop, tallies[name])))
     for t in threads:
         t.start()
     proc = psutil.Process(agent_pid)
@@ -226,6 +255,7 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
         stop.set()
         for t in threads:
             t.join(60)
+    report.attacks = {name: dict(t.counts) for name, t in tallies.items()}
     report.metrics_db_bytes = _db_bytes(state_dir, "metrics.db")
     report.state_db_bytes = _db_bytes(state_dir, "state.db")
     return report
@@ -247,28 +277,31 @@ def print_report(r: SoakReport) -> None:
         print(f"  abuse alongside            {r.idle_streams} idle streams held (closed by the "
               f"agent {r.idle_stream_closes} times, reopened at once); {r.amplified} amplified "
               f"requests, {r.amplified_refused} refused INVALID_ARGUMENT")
+    for name, counts in r.attacks.items():
+        shown = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing counted"
+        print(f"  attack {name}: {shown}")
+    if r.attacks:
+        print(f"  RSS at start / end         {r.rss_at_start():.1f} / {r.rss_at_end():.1f} MiB = "
+              f"{(r.rss_at_end() / r.rss_at_start() - 1) * 100:+.1f} %  (target within 10 %)")
     p99s = [p for _, p, n in r.p99_ms if n]
     if p99s:
         print(f"  p99 per window             first {p99s[0]:.1f} ms, last {p99s[-1]:.1f} ms, "
               f"median {statistics.median(p99s):.1f} ms, max {max(p99s):.1f} ms")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=10.0, help="how long to run (10)")
-    parser.add_argument("--swap-every", type=float, default=30.0,
-                        help="seconds between hot swaps (30)")
-    parser.add_argument("--concurrency", type=int, default=8, help="closed-loop callers (8)")
-    parser.add_argument("--warmup", type=float, default=60.0,
-                        help="seconds before the RSS baseline is taken (60)")
-    parser.add_argument("--window", type=float, default=30.0,
-                        help="seconds per p99 window (30)")
-    parser.add_argument("--idle-streams", type=int, default=0,
-                        help="streams that never send, held alongside (issue 19: 32)")
-    parser.add_argument("--amplifiers", type=int, default=0,
-                        help="callers asking for one output 20,000 times, alongside")
-    args = parser.parse_args()
+def _attack_names(spec: str) -> list[str]:
+    if not spec:
+        return []
+    names = sorted(ATTACKS) if spec == "all" else [n.strip() for n in spec.split(",") if n]
+    unknown = [n for n in names if n not in ATTACKS]
+    if unknown:
+        raise SystemExit(f"unknown attack(s) {', '.join(unknown)}; registered: "
+                         f"{', '.join(sorted(ATTACKS)) or 'none'}")
+    return names
 
+
+def run_once(args: argparse.Namespace, attacks: Sequence[str], label: str) -> SoakReport:
+    """One soak on a fresh agent (its own state directory, keys and bundles)."""
     from benchmarks.bench_swap import Agent
     from edge_agent.deploy.device import detect_device
     from packager.build import build_bundles
@@ -285,7 +318,15 @@ def main() -> int:
             (bundles[v],) = build_bundles(src, name="mlp", version=v, profiles=[profile],
                                           out_dir=work / "b", key_path=private,
                                           dynamic_batch=True)
-        agent = Agent(work / "state", public)
+        extra: list[str] = []
+        uds = work / "infer.sock"
+        if attacks:  # every port open, so that every front end is attacked
+            extra = ["--http", "127.0.0.1:0", "--uds", str(uds)]
+            if args.config:
+                extra += ["--config", str(args.config)]
+        agent = Agent(work / "state", public, *extra)
+        if attacks:
+            agent.args.remove("--no-uds")
         agent.start()
         try:
             with agent.client() as client:
@@ -297,21 +338,62 @@ def main() -> int:
                     result = client.deploy(bundles[version])
                     return result.ok, result.message
 
-                print(f"soaking {args.minutes:g} min, c={args.concurrency}, a swap every "
-                      f"{args.swap_every:g} s (profile {profile})")
+                print(f"{label}: soaking {args.minutes:g} min, c={args.concurrency}, a swap "
+                      f"every {args.swap_every:g} s (profile {profile})"
+                      + (f", attacks: {', '.join(attacks)}" if attacks else ""))
                 assert agent.proc is not None
+                target = Target(grpc=agent.grpc, http=agent.http or None,
+                                management=agent.mgmt, uds=uds if attacks else None,
+                                state_dir=agent.state)
                 report = soak(agent.grpc, deploy, agent.proc.pid, agent.state,
                               seconds=args.minutes * 60, swap_every_s=args.swap_every,
                               concurrency=args.concurrency, warmup_s=args.warmup,
                               window_s=args.window, idle_streams=args.idle_streams,
-                              amplifiers=args.amplifiers,
+                              amplifiers=args.amplifiers, attacks=attacks, target=target,
                               on_window=lambda t, p, m, f: print(
                                   f"  t={t:6.0f} s  p99 {p:6.1f} ms  RSS {m:6.1f} MiB  "
                                   f"failed {f}", flush=True))
         finally:
             agent.stop()
         print_report(report)
-    return 0 if report.failed == 0 and not report.swap_failures else 1
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long to run (10)")
+    parser.add_argument("--swap-every", type=float, default=30.0,
+                        help="seconds between hot swaps (30)")
+    parser.add_argument("--concurrency", type=int, default=8, help="closed-loop callers (8)")
+    parser.add_argument("--warmup", type=float, default=60.0,
+                        help="seconds before the RSS baseline is taken (60)")
+    parser.add_argument("--window", type=float, default=30.0,
+                        help="seconds per p99 window (30)")
+    parser.add_argument("--idle-streams", type=int, default=0,
+                        help="streams that never send, held alongside (issue 19: 32)")
+    parser.add_argument("--amplifiers", type=int, default=0,
+                        help="callers asking for one output 20,000 times, alongside")
+    parser.add_argument("--attacks", default="", metavar="all|NAME,...",
+                        help="hostile callers of benchmarks/attacks to run alongside "
+                             f"(registered: {', '.join(sorted(ATTACKS)) or 'none'})")
+    parser.add_argument("--baseline", action="store_true",
+                        help="first run the same soak without attacks, and compare p99s")
+    parser.add_argument("--config", type=Path, help="agent.toml for the attacked agent")
+    args = parser.parse_args()
+    attacks = _attack_names(args.attacks)
+
+    base = run_once(args, [], "baseline") if args.baseline and attacks else None
+    report = run_once(args, attacks, "under attack" if attacks else "soak")
+    ok = report.failed == 0 and not report.swap_failures
+    if attacks:
+        growth = report.rss_at_end() / report.rss_at_start() - 1
+        ok = ok and abs(growth) <= 0.10
+        if base is not None:
+            ratio = report.p99_overall_ms() / base.p99_overall_ms()
+            print(f"legitimate p99 under attack / without: {report.p99_overall_ms():.1f} / "
+                  f"{base.p99_overall_ms():.1f} ms = {ratio:.2f}x  (target <= 3x)")
+            ok = ok and ratio <= 3.0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

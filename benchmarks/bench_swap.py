@@ -51,7 +51,7 @@ class Agent:
                      "--grpc", "127.0.0.1:0", "--no-uds", "--management", "127.0.0.1:0",
                      "--trust", str(public), "--no-mdns", *extra]
         self.proc: subprocess.Popen[str] | None = None
-        self.grpc = self.mgmt = ""
+        self.grpc = self.mgmt = self.http = ""
 
     def start(self) -> float:
         self.state.mkdir(parents=True, exist_ok=True)
@@ -66,6 +66,8 @@ class Agent:
                 self.grpc = next(t for t in match["listen"].split(", ")
                              if not t.startswith("unix:"))
                 self.mgmt = match["mgmt"]
+                http = re.search(r"HTTP on (\S+?);", line)
+                self.http = http[1] if http else ""
                 threading.Thread(target=self.proc.stdout.read, daemon=True).start()
                 return took
         raise SystemExit("the agent exited before it was ready")

@@ -46,7 +46,9 @@ class Tally:
 Attack = Callable[[Target, threading.Event, Tally], None]
 
 # name -> module (under benchmarks.attacks) defining ``attack``.
-ATTACKS: dict[str, str] = {}
+ATTACKS: dict[str, str] = {
+    "grpc_idle_and_amplify": "grpc_idle_and_amplify",
+}
 
 
 def load(name: str) -> Attack:
