@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
     from edge_agent.discovery import AgentAdvert, BackgroundAdvertiser
 
 log = logging.getLogger(__name__)
+
+STOP_DEADLINE_S = 25.0
+"""Seconds from a stop signal to the exit, at most (under systemd's TimeoutStopSec=30s)."""
 # what ModelManager.start reports when it takes in versions installed offline (add-bundle)
 _ROUTINE_NOTES = ("registered ", "activated ")
 
@@ -308,6 +313,7 @@ class Agent:
         self._core: CoreParts | None = None
         self._ends: FrontEnds | None = None
         self._mgmt: ManagementParts | None = None
+        self._stopping = ""  # what _stop is doing (for the stop deadline's message)
 
     # -- the parts (after on_ready) ---------------------------------------------------------
     @property
@@ -404,6 +410,9 @@ class Agent:
             log.info("shutting down: draining in-flight requests")
         finally:
             notifier.stop_watchdog()
+            if previous:  # a real process (signals are ours): never outlive the stop deadline
+                threading.Thread(target=self._exit_if_stuck, daemon=True,
+                                 name="stop-deadline").start()
             self._stop()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -412,17 +421,38 @@ class Agent:
     def _stop(self) -> None:
         """Stop whatever started, in reverse order (safe after a partial start)."""
         if self._mgmt is not None:
+            self._stopping = "stopping the management API"
             self._mgmt.stop()
             self._mgmt = None
         if self._ends is not None:
+            self._stopping = "draining the front ends"
             self._ends.stop(self.grace)
             self._ends = None
         if self._core is not None:
+            self._stopping = "stopping deployments and unloading models"
             self._core.close()
             self._core = None
         if self._state is not None:
+            self._stopping = "closing the state"
             self._state.close()
             self._state = None
+        self._stopping = ""
+
+    def _exit_if_stuck(self) -> None:
+        """``STOP_DEADLINE_S`` after the stop signal, exit if the process is still here: a
+        deployment stuck in native code (a load that never returns) must not keep the agent
+        alive past its stop. Every step is journaled, so the next start treats it as it treats
+        a crash mid-deploy: the deployment recorded as interrupted, the committed version
+        served. (A daemon thread: it runs on while the interpreter waits for other threads.)"""
+        time.sleep(STOP_DEADLINE_S)
+        busy = [t.name for t in threading.enumerate()
+                if not t.daemon and t is not threading.main_thread()]
+        doing = self._stopping or (f"waiting for threads {', '.join(busy)}" if busy else
+                                   "waiting for a worker thread (a deployment step)")
+        log.error("still %s %g s after the stop signal; exiting now (an unfinished deployment "
+                  "is recorded as interrupted at the next start)", doing, STOP_DEADLINE_S)
+        logging.shutdown()
+        os._exit(1)
 
     def apply_live_settings(self, config: AgentConfig) -> None:
         """Apply what a reload (SIGHUP) may change: trust, retention, watch settings and

@@ -60,7 +60,8 @@ class BackendOptions:
     best present. ``state_dir`` is where a backend may cache compiled engines. ``nice`` is the
     OS nice value of the runtime processes of an isolated backend (0: the agent's). ``host``
     is the agent serving the model, for backends that call other models (None: loaded alone,
-    e.g. by ``edge-agent check``).
+    e.g. by ``edge-agent check``). ``memory_limit_bytes`` bounds the resident memory of each
+    runtime process of an isolated backend, its children included (0: no limit).
     """
 
     threads: int = 0
@@ -68,6 +69,7 @@ class BackendOptions:
     device: str | None = None
     state_dir: Path | None = None
     nice: int = 0
+    memory_limit_bytes: int = 0
     host: Host | None = field(default=None, compare=False, repr=False)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.backends import memory_watch
 from edge_agent.backends.base import (
     BackendOptions,
     Cancellation,
@@ -101,6 +102,8 @@ class _RuntimeProcess:
         self._restarting: threading.Thread | None = None
         self._restart_error: BaseException | None = None
         self.info: dict[str, Any] = {}
+        self._over_limit = ""  # why the memory watch killed the process ("" when it did not)
+        self._watch_stop = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -115,9 +118,10 @@ class _RuntimeProcess:
         if mem is not None:
             fds.append(memfd)
         try:
+            # a process group of its own: a stop or kill takes whatever it started with it
             proc = subprocess.Popen(
                 [sys.executable, "-m", "edge_agent.backends.runtime_process", *args],
-                pass_fds=fds, stdin=subprocess.DEVNULL)
+                pass_fds=fds, stdin=subprocess.DEVNULL, process_group=0)
         except OSError as exc:
             parent.close()
             if mem is not None:
@@ -144,6 +148,19 @@ class _RuntimeProcess:
             raise
         self.info = reply
         self.proc, self._conn, self._mem = proc, conn, mem
+        self._over_limit = ""
+        self._watch_stop = threading.Event()
+        memory_watch.watch(proc.pid, owner.memory_limit_bytes, self._exceeded,
+                           self._watch_stop, name=f"{owner.model}:{owner.version}#{self.instance}")
+
+    def _exceeded(self, rss: int) -> None:
+        owner = self._owner
+        self._over_limit = (f"its resident memory reached {rss / 2**20:.0f} MiB, over the "
+                            f"limit of {owner.memory_limit_bytes / 2**20:.0f} MiB "
+                            f"([models.{owner.model}] memory_limit_mib, default the "
+                            "[agent] memory budget)")
+        log.error("model %s: the runtime process of instance %d is killed: %s", owner.label,
+                  self.instance, self._over_limit)
 
     def _load(self, conn: Channel, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
         """Send the load request; the process's reply, or the load's error raised."""
@@ -182,6 +199,7 @@ class _RuntimeProcess:
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:
+        memory_watch.kill_group(proc.pid)  # and whatever it started
         if proc.poll() is None:
             proc.kill()
         try:
@@ -297,6 +315,8 @@ class _RuntimeProcess:
         happened."""
         proc, conn, mem = self.proc, self._conn, self._mem
         self.proc = self._conn = self._mem = None
+        self._watch_stop.set()
+        over_limit, self._over_limit = self._over_limit, ""
         if conn is not None:
             _close_channel(conn, mem)
         reason = "gone"
@@ -318,6 +338,10 @@ class _RuntimeProcess:
             return BackendError(f"model {owner.label}: the execution on instance "
                                 f"{self.instance} was cancelled (runtime process killed); a new "
                                 "process replaces it")
+        if over_limit:
+            return BackendError(f"model {owner.label}: the runtime process of instance "
+                                f"{self.instance} was killed during the inference: {over_limit}; "
+                                "a new process replaces it")
         log.error("model %s: the runtime process of instance %d died during an inference "
                   "(%s); restarting it", owner.label, self.instance, reason)
         return BackendCrashedError(
@@ -329,13 +353,14 @@ class _RuntimeProcess:
         """Kill the process (from another thread); a blocked ``infer`` raises."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
-            proc.kill()
+            memory_watch.kill_group(proc.pid)
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self._restarting is not None:
             self._restarting.join(timeout=LOAD_TIMEOUT_S)
         proc, conn, mem = self.proc, self._conn, self._mem
         self.proc = self._conn = self._mem = None
+        self._watch_stop.set()
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.send({"op": "close"})
@@ -346,7 +371,7 @@ class _RuntimeProcess:
             except subprocess.TimeoutExpired:
                 log.warning("runtime process %d of model %s did not exit; killing it",
                             proc.pid, self._owner.label)
-                self._kill(proc)
+            self._kill(proc)  # and the processes it started, which may outlive it
 
 
 class IsolatedBackend:
@@ -364,6 +389,7 @@ class IsolatedBackend:
         self.closed = False
         self.load_timeout_s = load_timeout_s
         self.nice = options.nice  # of every runtime process (a background model's: above 0)
+        self.memory_limit_bytes = options.memory_limit_bytes  # of each process (0: none)
         self._host: Host | None = options.host  # answers the processes' nested calls
         instances = max(1, options.instances)
         self.load_request = load_request(model_dir, manifest, options, preferred)

@@ -27,6 +27,13 @@ if TYPE_CHECKING:
     from edge_agent.backends.base import Backend, Host, HostedModel
 
 
+def _end_group() -> None:
+    """Exit with every process this one started (it leads a process group of its own)."""
+    if os.getpgid(0) == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+    os._exit(1)
+
+
 def _die_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
     """Exit as soon as the agent is gone, even in the middle of a hung inference.
 
@@ -37,10 +44,10 @@ def _die_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(period_s)
-        os._exit(1)
+        _end_group()
 
     if os.getppid() != parent_pid:
-        os._exit(1)
+        _end_group()
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 

@@ -52,6 +52,10 @@ Example ``agent.toml``::
     pinned = false                    # true: never unloaded (idle or to make room)
     version_policy = "active"         # KServe RepositoryModelLoad loads: "active", "all",
                                       # "latest N", "specific V,V"
+    memory_limit_mib = 512            # a runtime process (with what it starts) is killed past
+                                      # this RSS (default: the memory budget, else half the RAM)
+    # threads <= the usable cores; instances, openvino_streams and instances x threads <= 8 per
+    # core (edge_agent/config/device_bounds.py): more is refused, in agent.toml and live
 
     [agent]
     memory_budget_mib = 2048          # loaded versions' memory stays within it (default: none)

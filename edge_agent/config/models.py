@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from edge_agent.config.device_bounds import check_model_bounds
 from edge_agent.config.fields import (
     Key,
     at_least_one,
@@ -69,7 +70,9 @@ class ModelOverrides:
     ``load_timeout_ms``), ``idle_unload_s`` (unload after that long unused; None: never),
     ``pinned`` (never unloaded to make room or when idle) and ``version_policy`` (which versions
     a KServe RepositoryModelLoad loads: "active", "all", "latest N", "specific V,V") are the
-    orchestration settings (core/orchestrator.py).
+    orchestration settings (core/orchestrator.py). ``memory_limit_mib`` bounds the
+    resident memory of each runtime process of the model (with its children); None: the
+    ``[agent] memory_budget_mib``, else half the device's memory.
     """
 
     max_batch_size: int | None = None
@@ -95,6 +98,7 @@ class ModelOverrides:
     idle_unload_s: float | None = None
     pinned: bool = False
     version_policy: str = "active"
+    memory_limit_mib: int | None = None
 
     def execution_timeout_s(self) -> float:
         """Seconds one backend execution may run before it is cancelled (0: no limit)."""
@@ -159,13 +163,17 @@ MODEL_KEYS = (
     Key("openvino_hint", one_of(OPENVINO_HINTS, upper=True)),
     Key("load", one_of(LOAD_MODES)),
     Key("version_policy", _version_policy),
+    Key("memory_limit_mib", at_least_one),
 )
 assert {k.name for k in MODEL_KEYS} == {f.name for f in dataclasses.fields(ModelOverrides)}
 
 
 def model_overrides(name: str, data: Mapping[str, Any]) -> ModelOverrides:
-    """One ``[models.NAME]`` section checked exactly as agent.toml is (live settings use it)."""
-    return ModelOverrides(**parse_table(f"models.{name}", data, MODEL_KEYS))
+    """One ``[models.NAME]`` section checked exactly as agent.toml is (live settings use it),
+    including the device's bounds (config/device_bounds.py)."""
+    overrides = ModelOverrides(**parse_table(f"models.{name}", data, MODEL_KEYS))
+    check_model_bounds(f"models.{name}", dataclasses.asdict(overrides))
+    return overrides
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from edge_agent.core.repository import (
     ModelRepository,
     ServingState,
     VersionSlot,
+    default_runtime_memory_limit,
 )
 from edge_agent.core.types import (
     InferRequest,
@@ -145,6 +146,8 @@ class DataPlane(DeployOperations):
                                           default_overrides=default_overrides,
                                           drain_timeout_s=drain_timeout_s, gate=self.gate)
         self.repository.host = PlaneHost(self)  # pipelines and Python models call models here
+        self.repository.runtime_memory_limit_bytes = default_runtime_memory_limit(
+            memory_budget_bytes)
         self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
                                          drain_timeout_s=drain_timeout_s)
         self.repository.load_guard = self.orchestrator.loading

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -121,6 +122,17 @@ def load_manifest(model_dir: Path) -> Manifest:
     return load_extracted(model_dir)
 
 
+def default_runtime_memory_limit(budget_bytes: int | None) -> int:
+    """A runtime process's memory limit when its model sets none: the agent's memory budget,
+    else half of the device's memory."""
+    if budget_bytes:
+        return budget_bytes
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError):  # pragma: no cover - every Linux has both
+        return 0
+
+
 class ModelRepository:
     """Loads, serves and unloads model versions found under ``<state_dir>/models``.
 
@@ -142,6 +154,9 @@ class ModelRepository:
         self._lock = threading.RLock()
         self.host: Host | None = None
         """Given to every backend loaded here (the data plane: nested requests run on it)."""
+        self.runtime_memory_limit_bytes = default_runtime_memory_limit(None)
+        """Each runtime process's resident-memory limit when a model sets none (the data
+        plane sets it from the memory budget)."""
         self.load_guard: LoadGuard | None = None
         """Entered around every load (the orchestrator: make room in the budget, measure)."""
         self.on_change: Callable[[], None] | None = None
@@ -322,9 +337,12 @@ class ModelRepository:
         manifest = _with_openvino_overrides(manifest, ov)
         batching = effective_batching(manifest.batching, ov)
         priority = ov.priority or DEFAULT_PRIORITY
+        limit = (ov.memory_limit_mib << 20 if ov.memory_limit_mib
+                 else self.runtime_memory_limit_bytes)
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
                                  device=ov.device, state_dir=self.state_dir,
-                                 nice=nice_for(priority), host=self.host)
+                                 nice=nice_for(priority), memory_limit_bytes=limit,
+                                 host=self.host)
         backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
                                isolation=ov.isolation)
         try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_agent.config import model_overrides
+from edge_agent.config.device_bounds import check_model_bounds
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.deploy_port import DeployPort
 from edge_agent.deploy.errors import InvalidSettingsError
@@ -103,8 +104,13 @@ class LiveSettings:
             checked = model_overrides(model, dict(live))
         except AgentError as exc:
             raise InvalidSettingsError(str(exc).replace("config key", "setting")) from None
-        return dataclasses.replace(self.base(model),
-                                   **{k: getattr(checked, k) for k in live})
+        merged = dataclasses.replace(self.base(model),
+                                     **{k: getattr(checked, k) for k in live})
+        try:  # bounds across keys: the live ones together with agent.toml's
+            check_model_bounds(f"models.{model}", dataclasses.asdict(merged))
+        except AgentError as exc:
+            raise InvalidSettingsError(str(exc).replace("config key", "setting")) from None
+        return merged
 
     def plan(self, model: str, set_values: Mapping[str, Any], unset: Sequence[str],
              replace: bool) -> tuple[dict[str, Any], dict[str, Any], ModelOverrides]:
