@@ -28,7 +28,7 @@ from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, nice_for
 from edge_agent.core.observer import InferenceObserver, NullObserver
-from edge_agent.core.overrides import effective_batching
+from edge_agent.core.overrides import batch_ceiling, effective_batching
 from edge_agent.core.triton_wording import unknown_model
 from edge_agent.core.validation import Signature
 from edge_agent.core.warmup import run_warmup
@@ -320,7 +320,9 @@ class ModelRepository:
                 f"models/NAME/VERSION/")
         ov = overrides if overrides is not None else self.overrides_for(mv.name)
         manifest = _with_openvino_overrides(manifest, ov)
-        batching = effective_batching(manifest.batching, ov)
+        batching = effective_batching(manifest.batching, ov, batch_ceiling(manifest))
+        # the backend sizes what depends on the batch (a TensorRT engine) for the served one
+        manifest = dataclasses.replace(manifest, batching=batching)
         priority = ov.priority or DEFAULT_PRIORITY
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
                                  device=ov.device, state_dir=self.state_dir,
@@ -350,7 +352,7 @@ class ModelRepository:
             raise
         return LoadedVersion(
             name=mv.name, version=mv.version, path=mv.path,
-            manifest=dataclasses.replace(manifest, batching=batching),
+            manifest=manifest,
             backend_name=backend.name, device=backend.device, batching=batching,
             signature=signature, batcher=batcher, streamer=streamer,
             # agent.toml's [models.NAME] response_cache when set, else the bundle's opt-in
