@@ -107,6 +107,8 @@ def _refusals(load: object, status: dict[str, str]) -> None:
         ("simple", {"config": '{"name": "other"}'}, "invalid", ("'name'",)),
         ("simple", {"config": '{"max_batch_size": 0}'}, "invalid", ("at least 1",)),
         ("simple", {"config": '{"max_batch_size": "lots"}'}, "invalid", ("'max_batch_size'",)),
+        ("simple", {"config": '{"instance_group": [{"count": 65}]}'}, "invalid",
+         ("'instance_group[0].count' = 65", "from 1 to 64")),
         ("simple", {"config": '{"instance_group": [{"count": 1}, {"count": 1}]}'}, "invalid",
          ("exactly one group",)),
         ("absent", {"config": '{"max_batch_size": 4}'}, "not_found",

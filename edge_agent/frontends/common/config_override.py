@@ -3,16 +3,13 @@
 A RepositoryModelLoad (gRPC) or ``POST /v2/repository/models/NAME/load`` (HTTP) may carry
 ``config``: a model configuration as Triton's ModelConfig JSON. The agent serves signed bundles,
 so of that configuration it applies only what it can change on a loaded model, through the live
-settings path (edge_agent/deploy/live_settings.py), and refuses every other field by name:
+settings path (edge_agent/deploy/live_settings.py), and refuses every other field by name
+(ModelConfig field -> live setting):
 
-==============================================  =======================
-ModelConfig field                               live setting
-==============================================  =======================
-``max_batch_size``                              ``max_batch_size``
-``dynamic_batching.preferred_batch_size``       ``preferred_batch_sizes``
-``dynamic_batching.max_queue_delay_microseconds`` ``max_queue_delay_us``
-``instance_group[0].count`` (one group)         ``instances``
-==============================================  =======================
+- ``max_batch_size`` -> ``max_batch_size``
+- ``dynamic_batching.preferred_batch_size`` -> ``preferred_batch_sizes``
+- ``dynamic_batching.max_queue_delay_microseconds`` -> ``max_queue_delay_us``
+- ``instance_group[0].count`` (one group; at most :data:`MAX_INSTANCES`) -> ``instances``
 
 ``name`` is accepted when it is the model's own, and an instance group's ``kind`` when it is
 ``KIND_AUTO``. Field names may be written as in the protobuf (``max_batch_size``) or in its
@@ -35,6 +32,10 @@ APPLIED = ("max_batch_size", "dynamic_batching.preferred_batch_size",
            "dynamic_batching.max_queue_delay_microseconds", "instance_group[0].count")
 """The ModelConfig fields a load's ``config`` may change (each is a live setting)."""
 
+MAX_INSTANCES = 64
+"""The most instances a load's ``config`` may ask for (a model spec's limit too): the inference
+port is unauthenticated, and each instance may be a runtime process."""
+
 _CAMEL = re.compile(r"(?<!^)([A-Z])")
 _INT32_MAX = (1 << 31) - 1
 
@@ -48,17 +49,17 @@ def _fields(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {_snake(k): v for k, v in doc.items()}
 
 
-def _integer(field: str, value: Any, low: int) -> int:
-    """A ModelConfig integer: a JSON number or a decimal string, at least ``low``."""
+def _integer(field: str, value: Any, low: int, high: int = _INT32_MAX) -> int:
+    """A ModelConfig integer: a JSON number or a decimal string, from ``low`` to ``high``."""
     number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
     elif ((isinstance(value, float) and value.is_integer())
           or (isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()))):
         number = int(value)
-    if number is None or not low <= number <= _INT32_MAX:
+    if number is None or not low <= number <= high:
         raise InvalidInputError(f"config field '{field}' = {json.dumps(value)}: must be an "
-                                f"integer from {low} to {_INT32_MAX}")
+                                f"integer from {low} to {high}")
     return number
 
 
@@ -104,7 +105,8 @@ def _instance_group(value: Any, settings: dict[str, Any], refused: list[str]) ->
                                 "(this agent runs a model's instances on one device)")
     for key, item in _fields(value[0]).items():
         if key == "count":
-            settings["instances"] = _integer("instance_group[0].count", item, 1)
+            settings["instances"] = _integer("instance_group[0].count", item, 1,
+                                             MAX_INSTANCES)
         elif key == "kind" and item == "KIND_AUTO":
             continue
         else:
