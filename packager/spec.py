@@ -20,10 +20,11 @@ from packager.bundle.format import check_member_path, check_model_name
 from packager.bundle.input_format import check_input_formats
 from packager.bundle.manifest import DATATYPES, TensorSpec
 from packager.bundle.pipeline import Step
+from packager.labels import load_labels
 
 KINDS = ("python", "pipeline")
 _COMMON_KEYS = {"name", "kind", "max_batch_size", "inputs", "outputs", "description",
-                "instances", "input_formats"}
+                "instances", "input_formats", "labels"}
 _PYTHON_KEYS = _COMMON_KEYS | {"source", "entry", "requires", "decoupled", "warmup"}
 _PIPELINE_KEYS = _COMMON_KEYS | {"steps"}
 _TENSOR_KEYS = {"name", "datatype", "shape"}
@@ -53,10 +54,17 @@ class ModelSpec:
     instances: int = 0
     steps: tuple[Step, ...] = ()
     input_formats: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def manifest_tensors(self, specs: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
         """The manifest form: a leading -1 batch dim when ``max_batch_size > 0``."""
-        if self.max_batch_size <= 0:
+        return self.manifest_tensors_of(specs, self.max_batch_size > 0)
+
+    @staticmethod
+    def manifest_tensors_of(specs: tuple[TensorSpec, ...],
+                            batched: bool) -> tuple[TensorSpec, ...]:
+        """``specs`` with a leading -1 batch dim when ``batched``."""
+        if not batched:
             return specs
         return tuple(TensorSpec(t.name, t.datatype, (-1, *t.shape)) for t in specs)
 
@@ -250,10 +258,26 @@ def load_spec(path: Path | str, name: str | None = None) -> ModelSpec:
                                       {t.name: t.shape for t in inputs})
     except BundleError as exc:
         raise _fail(spec, f"input_formats: {exc}") from None
+    labels = _labels(spec, data.get("labels", {}), outputs, mbs > 0)
     if kind == "python":
         extra = _python(spec, data)
         return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
-                         input_formats=formats, **extra)
+                         input_formats=formats, labels=labels, **extra)
     steps = _pipeline(spec, data, inputs, outputs, str(model))
     return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
-                     steps=steps, input_formats=formats)
+                     steps=steps, input_formats=formats, labels=labels)
+
+
+def _labels(spec: Path, value: Any, outputs: tuple[TensorSpec, ...],
+            batched: bool) -> dict[str, tuple[str, ...]]:
+    """``labels = { OUTPUT = "FILE" }``: each output's class labels, one per line of FILE
+    (relative to the spec's directory), checked as ``edge-pack build --labels`` checks them."""
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()):
+        raise _fail(spec, "labels must be a table of output name -> label file, e.g. "
+                          'labels = { SCORES = "labels.txt" }')
+    try:
+        return load_labels({k: spec.parent / v for k, v in value.items()},
+                           ModelSpec.manifest_tensors_of(outputs, batched), batched)
+    except UsageError as exc:
+        raise _fail(spec, f"labels: {exc}") from None

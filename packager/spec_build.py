@@ -29,6 +29,7 @@ from packager.bundle.pipeline import Step, check_wiring
 from packager.bundle.profiles import DeviceProfile
 from packager.bundle.signing import load_private_key
 from packager.bundle.writer import write_bundle
+from packager.labels import write_label_files
 from packager.spec import ModelSpec, load_spec
 from packager.staging import load_profiles, open_stage, publish
 
@@ -86,10 +87,11 @@ def _build_one(spec: ModelSpec, profile: DeviceProfile, version: int, stage: Pat
         parity={"passed": True, "artifacts": {}, "allowed_failure": False,
                 "skipped": {spec.kind: "no reference: the model is code, not a graph"}},
         toolchain={"edge-pack": __version__, "python": platform.python_version()},
-        created=created, input_formats=spec.input_formats,
+        created=created, input_formats=spec.input_formats, labels=spec.labels,
         warmup=spec.kind == "python" and spec.warmup,  # a pipeline is never warmed up
         decoupled=spec.kind == "python" and spec.decoupled,
     )
+    write_label_files(root, manifest.labels)
     out = stage / bundle_filename(spec.name, version, profile.name)
     write_bundle(out, root, manifest, key, mtime)
     return out

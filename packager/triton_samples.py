@@ -9,6 +9,7 @@ against an agent (``benchmarks/triton_examples.py`` does; docs/compatibility.md 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,15 +22,23 @@ from packager.samples import _save
 SIMPLE_WIDTH = 16
 
 
+STAGES = ("base", "late", "ensemble")
+"""When the harness deploys a model (benchmarks/triton_examples.py): ``base`` first; ``late``
+after the HTTP model control example, which counts 7 models in the repository (the gRPC one
+counts 8); ``ensemble`` (the ensemble example's three models) last, after both."""
+
+
 @dataclass(frozen=True)
 class ExampleModel:
-    """One ONNX source for a Triton example model and how ``edge-pack build`` should build it."""
+    """One source (an ONNX model or a spec) for a Triton example model and how ``edge-pack
+    build`` should build it; ``stage``: one of :data:`STAGES`."""
 
     name: str
     source: Path
     max_batch: int | None = 8
     labels: Path | None = None
     build_args: tuple[str, ...] = field(default_factory=tuple)
+    stage: str = "base"
 
 
 def make_add_sub(path: Path | str, *, dtype: int = TensorProto.INT32, width: int = SIMPLE_WIDTH,
@@ -108,6 +117,27 @@ def make_densenet_onnx(path: Path | str) -> Path:
     return path
 
 
+def make_densenet_batched(path: Path | str) -> Path:
+    """Write onnx's light DenseNet-121 with a batch dimension: ``data_0`` FP32
+    [batch, 3, 224, 224] -> ``fc6_1`` FP32 [batch, 1000] (flattened), the CNN step of
+    :func:`write_ensemble_models` (Triton's ensemble example runs an Inception there)."""
+    model = onnx.load(light_onnx_model("densenet121"))
+    graph = model.graph
+    for node in graph.node:
+        node.output[:] = ["fc6_1_4d" if n == "fc6_1" else n for n in node.output]
+    graph.node.append(helper.make_node("Flatten", ["fc6_1_4d"], ["fc6_1"], axis=1))
+    (data,) = [i for i in graph.input if i.name == "data_0"]
+    data.CopyFrom(helper.make_tensor_value_info("data_0", TensorProto.FLOAT,
+                                                ["batch", 3, 224, 224]))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("fc6_1", TensorProto.FLOAT,
+                                                      ["batch", 1000]))
+    onnx.checker.check_model(model)
+    path = Path(path)
+    onnx.save(model, path)
+    return path
+
+
 def write_labels(path: Path, count: int) -> Path:
     """Write ``count`` class labels, one per line (``class_0`` ...), to ``path``."""
     path.write_text("".join(f"class_{i}\n" for i in range(count)))
@@ -143,19 +173,44 @@ def repeat(inputs, ctx):
 """
 
 
+_IMAGE_CODE = """\
+import io
+
+import numpy as np
+from PIL import Image
+
+
+def preprocess(inputs, ctx):
+    \"\"\"Each row's encoded image file (JPEG, PNG, ...) -> RGB (or grey), resized, scaled to
+    [-1, 1] (Inception's scaling), channels first.\"\"\"
+    rows = inputs["INPUT"]
+    out = np.empty((len(rows), CHANNELS, SIZE, SIZE), dtype=np.float32)
+    for i, row in enumerate(rows):
+        with Image.open(io.BytesIO(bytes(row[0]))) as image:
+            resized = image.convert(MODE).resize((SIZE, SIZE), Image.Resampling.BILINEAR)
+        pixels = np.asarray(resized, dtype=np.float32).reshape(SIZE, SIZE, CHANNELS)
+        out[i] = (pixels / 127.5 - 1.0).transpose(2, 0, 1)
+    return {"OUTPUT": out}
+"""
+
+ENSEMBLE = "preprocess_inception_ensemble"
+"""The model Triton's ``ensemble_image_client.py`` asks for."""
+
+
 def _io(kind: str, name: str, datatype: str, shape: list[int]) -> str:
     return f'[[{kind}]]\nname = "{name}"\ndatatype = "{datatype}"\nshape = {shape}\n'
 
 
 def write_python_spec(out_dir: Path, name: str, *, module: str, code: str, entry: str,
-                      io: list[str], max_batch_size: int = 0, decoupled: bool = False) -> Path:
+                      io: list[str], max_batch_size: int = 0, decoupled: bool = False,
+                      requires: tuple[str, ...] = ()) -> Path:
     """Write a Python model spec ``out_dir/name/spec.toml`` with its code (see bundle-format)."""
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{module}.py").write_text(code)
     head = (f'name = "{name}"\nkind = "python"\nmax_batch_size = {max_batch_size}\n'
             f'source = ["{module}.py"]\nentry = "{module}:{entry}"\n'
-            f'decoupled = {str(decoupled).lower()}\n\n')
+            f'decoupled = {str(decoupled).lower()}\nrequires = {json.dumps(list(requires))}\n\n')
     spec = d / "spec.toml"
     spec.write_text(head + "\n".join(io))
     return spec
@@ -183,6 +238,45 @@ def write_python_example_models(out_dir: Path) -> list[ExampleModel]:
             (("simple_string", adds), ("simple_identity", ident), ("repeat_int32", repeat))]
 
 
+def write_ensemble_models(out_dir: Path, *, cnn: Path, cnn_input: str, cnn_output: str,
+                          classes: int, size: int = 224, channels: int = 3,
+                          max_batch_size: int = 8) -> list[ExampleModel]:
+    """Write ``preprocess_inception_ensemble`` as an agent pipeline, with the signature
+    Triton's ``ensemble_image_client.py`` expects: ``INPUT`` BYTES [1] (an image file's bytes
+    per row) -> ``OUTPUT`` FP32 [classes] with labels (the example asks for classification).
+
+    Its steps: ``image_preprocess`` (a Python model: Pillow decodes, converts to RGB, or grey
+    when ``channels`` is 1, resizes to ``size``, scales to [-1, 1], NCHW), then ``cnn`` (an
+    ONNX model with a batch dimension, input ``cnn_input`` [channels, size, size], output
+    ``cnn_output`` [classes]) deployed as ``ensemble_cnn``. Returned in deploy order (members
+    first)."""
+    if channels not in (1, 3):
+        raise ValueError(f"channels must be 1 (grey) or 3 (RGB), not {channels}")
+    code = (_IMAGE_CODE.replace("SIZE", str(size)).replace("CHANNELS", str(channels))
+            .replace("MODE", '"RGB"' if channels == 3 else '"L"'))
+    prep = write_python_spec(
+        out_dir, "image_preprocess", module="image_preprocess", code=code, entry="preprocess",
+        max_batch_size=max_batch_size, requires=("pillow",),
+        io=[_io("inputs", "INPUT", "BYTES", [1]),
+            _io("outputs", "OUTPUT", "FP32", [channels, size, size])])
+    d = out_dir / ENSEMBLE
+    d.mkdir(parents=True, exist_ok=True)
+    write_labels(d / "labels.txt", classes)
+    spec = d / "spec.toml"
+    spec.write_text(
+        f'name = "{ENSEMBLE}"\nkind = "pipeline"\nmax_batch_size = {max_batch_size}\n'
+        'labels = { OUTPUT = "labels.txt" }\n\n'
+        + _io("inputs", "INPUT", "BYTES", [1]) + "\n"
+        + _io("outputs", "OUTPUT", "FP32", [classes]) + "\n"
+        + '[[steps]]\nmodel = "image_preprocess"\ninputs = { INPUT = "INPUT" }\n'
+          'outputs = { OUTPUT = "image" }\n\n'
+        + f'[[steps]]\nmodel = "ensemble_cnn"\ninputs = {{ {cnn_input} = "image" }}\n'
+          f'outputs = {{ {cnn_output} = "OUTPUT" }}\n')
+    return [ExampleModel("image_preprocess", prep, max_batch=None, stage="ensemble"),
+            ExampleModel("ensemble_cnn", cnn, max_batch=max_batch_size, stage="ensemble"),
+            ExampleModel(ENSEMBLE, spec, max_batch=None, stage="ensemble")]
+
+
 def write_triton_example_models(out_dir: Path) -> list[ExampleModel]:
     """Write every Triton example model this toolkit can build into ``out_dir``.
 
@@ -202,8 +296,10 @@ def write_triton_example_models(out_dir: Path) -> list[ExampleModel]:
                                    outputs="OUTPUT", width=1)),
         ExampleModel("simple_dyna_sequence",
                      make_identity(out_dir / "simple_dyna_sequence.onnx", dtype=i32,
-                                   inputs="INPUT", outputs="OUTPUT", width=1)),
+                                   inputs="INPUT", outputs="OUTPUT", width=1), stage="late"),
         ExampleModel("densenet_onnx", densenet, max_batch=None,
                      labels=write_labels(out_dir / "densenet_labels.txt", 1000)),
         *write_python_example_models(out_dir),
+        *write_ensemble_models(out_dir, cnn=make_densenet_batched(out_dir / "ensemble_cnn.onnx"),
+                               cnn_input="data_0", cnn_output="fc6_1", classes=1000),
     ]

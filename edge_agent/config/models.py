@@ -57,7 +57,8 @@ RESPONSE_CACHE_UNIT = 1 << 20
 class ModelOverrides:
     """Agent-config overrides for one model; None keeps the manifest's value.
 
-    ``max_batch_size`` may only lower the manifest's value (the artifact fixes the upper bound).
+    ``max_batch_size`` may lower or raise the manifest's value up to what the artifact's batch
+    dimension allows (core/overrides.py ``batch_ceiling``: any size when dim 0 is dynamic).
     ``default_version`` pins the version served when a request names none. ``backend`` and
     ``device`` replace the manifest's backend choice and the runtime's default device.
     ``response_cache`` serves repeated requests from the agent's response cache (core/cache.py);

@@ -34,7 +34,7 @@ from edge_agent.core.gate import ExecutionGate
 from edge_agent.core.hosting import PlaneHost
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.orchestrator import Orchestrator
-from edge_agent.core.overrides import effective_batching, policy_versions
+from edge_agent.core.overrides import batch_ceiling, effective_batching, policy_versions
 from edge_agent.core.repository import (
     LoadedVersion,
     ModelRepository,
@@ -237,7 +237,8 @@ class DataPlane(DeployOperations):
             manifest = load_extracted(path, verify_hashes=False)
         except (PackagerError, OSError):
             return None
-        batching = effective_batching(manifest.batching, self.repository.overrides_for(name))
+        batching = effective_batching(manifest.batching, self.repository.overrides_for(name),
+                                      batch_ceiling(manifest))
         return _Description(v, dataclasses.replace(manifest, batching=batching),
                             manifest.backend, batching, "")
 

@@ -29,7 +29,7 @@ from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, nice_for
 from edge_agent.core.observer import InferenceObserver, NullObserver
-from edge_agent.core.overrides import effective_batching
+from edge_agent.core.overrides import batch_ceiling, effective_batching
 from edge_agent.core.triton_wording import unknown_model
 from edge_agent.core.validation import Signature
 from edge_agent.core.warmup import run_warmup
@@ -335,7 +335,9 @@ class ModelRepository:
                 f"models/NAME/VERSION/")
         ov = overrides if overrides is not None else self.overrides_for(mv.name)
         manifest = _with_openvino_overrides(manifest, ov)
-        batching = effective_batching(manifest.batching, ov)
+        batching = effective_batching(manifest.batching, ov, batch_ceiling(manifest))
+        # the backend sizes what depends on the batch (a TensorRT engine) for the served one
+        manifest = dataclasses.replace(manifest, batching=batching)
         priority = ov.priority or DEFAULT_PRIORITY
         limit = (ov.memory_limit_mib << 20 if ov.memory_limit_mib
                  else self.runtime_memory_limit_bytes)
@@ -368,7 +370,7 @@ class ModelRepository:
             raise
         return LoadedVersion(
             name=mv.name, version=mv.version, path=mv.path,
-            manifest=dataclasses.replace(manifest, batching=batching),
+            manifest=manifest,
             backend_name=backend.name, device=backend.device, batching=batching,
             signature=signature, batcher=batcher, streamer=streamer,
             # agent.toml's [models.NAME] response_cache when set, else the bundle's opt-in

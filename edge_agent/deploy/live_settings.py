@@ -28,6 +28,7 @@ from edge_agent.config import model_overrides
 from edge_agent.config.device_bounds import check_model_bounds
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.deploy_port import DeployPort
+from edge_agent.core.overrides import max_batch_problem
 from edge_agent.deploy.errors import InvalidSettingsError
 from edge_agent.errors import AgentError
 from edge_agent.state import StateStore
@@ -124,7 +125,21 @@ class LiveSettings:
                                            f"{', '.join(known)}")
             after.pop(key, None)
         after.update(set_values)
-        return before, after, self.merged(model, after)
+        merged = self.merged(model, after)
+        if "max_batch_size" in set_values and merged.max_batch_size is not None:
+            self._check_max_batch(model, merged.max_batch_size)
+        return before, after, merged
+
+    def _check_max_batch(self, model: str, value: int) -> None:
+        """InvalidSettingsError when the loaded model's batch dimension does not allow
+        ``value`` (a model not loaded is checked at its load, where the value is bounded)."""
+        try:
+            manifest = self.plane.resolve(model).manifest
+        except AgentError:
+            return
+        problem = max_batch_problem(manifest, value)
+        if problem is not None:
+            raise InvalidSettingsError(f"setting 'max_batch_size' = {value}: {problem}")
 
     def apply_stored(self, notify: Callable[[str], None]) -> None:
         """At start-up, before any load: lay every model's committed live settings over its

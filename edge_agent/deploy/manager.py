@@ -28,6 +28,7 @@ from typing import Any
 from edge_agent.config.deploy import ManagerSettings
 from edge_agent.core.deploy_port import DeployPort
 from edge_agent.core.repository import VersionSlot
+from edge_agent.core.triton_wording import failed_to_load
 from edge_agent.deploy.compat import display_name
 from edge_agent.deploy.device import DeviceInfo, detect_device
 from edge_agent.deploy.errors import InvalidBundleError, ManagerError, VersionInUseError
@@ -273,9 +274,22 @@ class ModelManager:
                                                 on_event=on_event)
         raise ManagerError(f"{model} has no committed settings change to revert")
 
-    def load_model(self, name: str) -> str:
-        """Load the active version of ``name`` again (never another); returns a summary."""
-        return self.serving.load(name)
+    def load_model(self, name: str, settings: Mapping[str, Any] | None = None) -> str:
+        """Load the active version of ``name`` again (never another); returns a summary.
+
+        ``settings`` (a KServe load's ``config``, as live settings keys) are applied first as
+        a live settings change (:meth:`change_settings`; InvalidSettingsError before anything
+        is recorded); a change that fails leaves the model as it was and raises ManagerError
+        in Triton's "failed to load" words."""
+        if not settings:
+            return self.serving.load(name)
+        if name not in self.plane.model_names() and not self.store.versions(name):
+            raise ModelNotFoundError(f"{failed_to_load(name)}: model {name!r} is not on this "
+                                     "device; deploy it with edge-console first")
+        outcome = self.change_settings(name, settings)
+        if not outcome.ok:
+            raise ManagerError(f"{failed_to_load(name)}: {outcome.message}")
+        return f"{outcome.message}; {self.serving.load(name)}"
 
     def unload_model(self, name: str) -> str:
         """Take every version of ``name`` out of memory (files stay); returns a summary."""

@@ -26,13 +26,11 @@ import tritonclient.grpc as tg
 import tritonclient.http as th
 from tritonclient.utils import InferenceServerException
 
-from edge_agent.cli import main as agent_cli
-from edge_agent.config import load_config
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from packager.build import build_bundles
 from packager.samples import make_mlp
-from tests.support.harness import running
+from tests.support.harness import serving_bundles
 
 ORT = "x86_64-cpu-onnxruntime"
 X = np.random.default_rng(5).random((2, 64), dtype=np.float32)
@@ -53,20 +51,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """A real agent in-process: gRPC and HTTP on 127.0.0.1:0, the MLP as ``mlp``."""
     root = tmp_path_factory.mktemp("request-options")
     mlp = make_mlp(root / "mlp.onnx", seed=9)
-    state = root / "state"
     labels = root / "labels.txt"
     labels.write_text("".join(f"{x}\n" for x in LABELS))
     bundles = build_bundles(mlp, name="mlp", version=1, profiles=[ORT], out_dir=root,
                             labels={"": labels})
     bundles += build_bundles(mlp, name="plain", version=1, profiles=[ORT], out_dir=root)
-    for bundle in bundles:
-        assert agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned",
-                          str(bundle)]) == 0
-    toml = root / "agent.toml"
-    toml.write_text("")
-    config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True,
-                         http_address="127.0.0.1:0")
-    with running(config, timeout_s=180, name="request-options-agent") as agent:
+    with serving_bundles(root, bundles, name="request-options-agent") as agent:
         assert agent.addresses is not None and agent.addresses.http
         yield Served(grpc=agent.tcp, http=agent.addresses.http, root=root)
 

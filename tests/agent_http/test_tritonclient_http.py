@@ -130,10 +130,11 @@ def test_unload_and_load(triton_http, sources: Sources) -> None:
     np.testing.assert_allclose(out, sources.reference("squeezenet", x), atol=1e-4)
 
 
-def test_load_with_a_config_override_is_refused(triton_http) -> None:
+def test_load_with_a_config_field_the_agent_cannot_change_is_refused(triton_http) -> None:
     with pytest.raises(InferenceServerException) as err:
-        triton_http.load_model("mlp", config='{"max_batch_size": 1}')
+        triton_http.load_model("mlp", config='{"backend": "python"}')
     assert err.value.status() == "400" and "'config'" in str(err.value)
+    assert "'backend'" in str(err.value)
     assert triton_http.is_model_ready("mlp")
 
 

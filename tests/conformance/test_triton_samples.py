@@ -8,7 +8,13 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto
 
-from packager.triton_samples import make_add_sub, make_densenet_onnx, write_triton_example_models
+from packager.triton_samples import (
+    STAGES,
+    make_add_sub,
+    make_densenet_batched,
+    make_densenet_onnx,
+    write_triton_example_models,
+)
 
 
 def _run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -41,11 +47,25 @@ def test_densenet_onnx_has_tritons_signature(tmp_path: Path) -> None:
     assert scores.shape == (1000,)
 
 
+def test_the_ensembles_cnn_batches(tmp_path: Path) -> None:
+    session = ort.InferenceSession(str(make_densenet_batched(tmp_path / "d.onnx")),
+                                   providers=["CPUExecutionProvider"])
+    (scores,) = session.run(None, {"data_0": np.zeros((2, 3, 224, 224), np.float32)})
+    assert scores.shape == (2, 1000)
+
+
 def test_every_example_model_is_written(tmp_path: Path) -> None:
     models = {m.name: m for m in write_triton_example_models(tmp_path)}
     assert set(models) == {"simple", "simple_int8", "simple_string", "simple_identity",
                            "custom_identity_int32", "simple_sequence", "simple_dyna_sequence",
-                           "densenet_onnx", "repeat_int32"}
+                           "densenet_onnx", "repeat_int32", "image_preprocess", "ensemble_cnn",
+                           "preprocess_inception_ensemble"}
+    # the model control examples count 7 (HTTP) and 8 (gRPC) models: the stages give them that
+    stages = {stage: {n for n, m in models.items() if m.stage == stage
+                      and n != "custom_identity_int32"} for stage in STAGES}
+    assert (len(stages["base"]), len(stages["late"]), len(stages["ensemble"])) == (7, 1, 3)
+    ensemble = models["preprocess_inception_ensemble"].source.read_text()
+    assert 'labels = { OUTPUT = "labels.txt" }' in ensemble
     assert all(m.source.is_file() for m in models.values())
     spec = models["repeat_int32"].source.read_text()
     assert 'entry = "repeat:repeat"' in spec and "decoupled = true" in spec

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.config import AgentConfig, GrpcConfig, ModelsConfig
+from edge_agent.config import AgentConfig, GrpcConfig, HttpConfig, ModelsConfig
 from edge_agent.config.models import ModelOverrides
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
@@ -125,13 +125,15 @@ Agent = InProcessAgent
 @contextlib.contextmanager
 def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: bool = False,
                   models: dict[str, ModelOverrides] | None = None, keep_versions: int = 3,
-                  repository_control: bool = False) -> Iterator[Agent]:
-    """An in-process agent (TCP on port 0 and a Unix socket) trusting ``public_key``."""
+                  repository_control: bool = False, http: bool = False) -> Iterator[Agent]:
+    """An in-process agent (TCP on port 0 and a Unix socket; HTTP on port 0 with ``http``)
+    trusting ``public_key``."""
     options = sections("pipeline-agent", *([public_key] if public_key else []), insecure=True,
                        allow_unsigned=allow_unsigned, keep_versions=keep_versions)
     uds = state_dir / "run" / "i.sock"
     config = AgentConfig(state_dir=state_dir, models=ModelsConfig(overrides=models or {}),
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds,
-                                         workers=24, repository_control=repository_control))
+                                         workers=24, repository_control=repository_control),
+                         http=HttpConfig(listen="127.0.0.1:0" if http else None))
     with running(config, options, name="pipeline-agent") as agent:
         yield agent

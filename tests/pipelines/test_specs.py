@@ -89,6 +89,10 @@ BAD = [
      "unknown key(s) ['size']"),
     ("[[steps]]\nmodel = \"x\"\n", "unknown key(s) ['steps']"),
     ("this is not toml", "not valid TOML"),
+    ('labels = "labels.txt"\n', "labels must be a table of output name -> label file"),
+    ('labels = { NOPE = "prep.py" }\n', "the model has no output 'NOPE'"),
+    ('labels = { FEATURES = "prep.py" }\n', "has 64 classes per row"),
+    ('labels = { FEATURES = "missing.txt" }\n', "cannot read"),
 ]
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.agent import Agent
+from edge_agent.cli import main as agent_cli
 from edge_agent.client.agent_client import AgentClient, PinnedTls
 from edge_agent.config import (
     AgentConfig,
@@ -42,6 +43,7 @@ from edge_agent.config import (
     ManagerSettings,
     MetricsConfig,
     ModelsConfig,
+    load_config,
     with_management,
 )
 from edge_agent.core.dataplane import DataPlane
@@ -195,6 +197,26 @@ def running(config: AgentConfig, options: ManagementSections | None = None, *,
         yield agent
     finally:
         agent.stop()
+
+
+@contextlib.contextmanager
+def serving_bundles(root: Path, bundles: list[Path], agent_toml: str = "", *,
+                    options: ManagementSections | None = None,
+                    name: str = "agent-under-test") -> Iterator[InProcessAgent]:
+    """A running agent on ``root/state`` serving ``bundles`` (added unsigned, as
+    ``edge-agent add-bundle --allow-unsigned`` does) with ``agent_toml``, gRPC and HTTP on
+    127.0.0.1 port 0, no Unix socket; stopped on exit."""
+    state = root / "state"
+    for bundle in bundles:
+        assert agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned",
+                          str(bundle)]) == 0
+    toml = root / "agent.toml"
+    toml.write_text(agent_toml)
+    config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True,
+                         http_address="127.0.0.1:0")
+    with running(config, options, timeout_s=180, name=name) as agent:
+        assert agent.addresses is not None and agent.addresses.http
+        yield agent
 
 
 @contextlib.contextmanager

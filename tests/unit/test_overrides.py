@@ -7,11 +7,13 @@ import pytest
 from edge_agent.core.overrides import (
     DEFAULT_MAX_QUEUE_SIZE,
     ModelOverrides,
+    batch_ceiling,
     effective_batching,
+    max_batch_problem,
     parse_version_policy,
     policy_versions,
 )
-from packager.bundle.manifest import BatchingConfig
+from packager.bundle.manifest import BatchingConfig, Manifest, TensorSpec
 
 MANIFEST = BatchingConfig(max_batch_size=16, preferred_batch_sizes=(4, 8, 16),
                           max_queue_delay_us=500, instances=2, threads=1)
@@ -28,10 +30,34 @@ def test_a_smaller_max_batch_drops_preferred_sizes_above_it() -> None:
     assert b.max_batch_size == 6 and b.preferred_batch_sizes == (4,)
 
 
-def test_max_batch_can_only_shrink_what_the_model_was_built_for() -> None:
-    assert effective_batching(MANIFEST, ModelOverrides(max_batch_size=64)).max_batch_size == 16
+def test_max_batch_goes_as_high_as_the_batch_dimension_allows() -> None:
+    assert effective_batching(MANIFEST, ModelOverrides(max_batch_size=64)).max_batch_size == 64
+    assert effective_batching(MANIFEST, ModelOverrides(max_batch_size=64),
+                              ceiling=24).max_batch_size == 24
     unbatched = BatchingConfig(max_batch_size=0)
-    assert effective_batching(unbatched, ModelOverrides(max_batch_size=8)).max_batch_size == 0
+    assert effective_batching(unbatched, ModelOverrides(max_batch_size=8),
+                              ceiling=0).max_batch_size == 0
+
+
+def _manifest(batch_dim: int, max_batch: int, **options: dict[str, object]) -> Manifest:
+    t = TensorSpec("x", "FP32", (batch_dim, 4))
+    return Manifest(name="m", version=1, profile="", arch="", backend="onnxruntime",
+                    precision="fp32", inputs=(t,), outputs=(t,),
+                    batching=BatchingConfig(max_batch_size=max_batch), artifacts={},
+                    backend_options=dict(options))
+
+
+def test_the_batch_ceiling_comes_from_the_artifact() -> None:
+    assert batch_ceiling(_manifest(-1, 8)) is None  # dynamic dim 0: any size
+    assert batch_ceiling(_manifest(8, 4)) == 8
+    assert batch_ceiling(_manifest(-1, 8, tensorrt={"max_batch": 8})) == 8  # the engine's
+    assert batch_ceiling(_manifest(4, 0)) == 0
+    assert max_batch_problem(_manifest(-1, 8), 1024) is None
+    assert max_batch_problem(_manifest(8, 4), 8) is None
+    assert "at most 8" in str(max_batch_problem(_manifest(8, 4), 9))
+    assert "at least 1" in str(max_batch_problem(_manifest(-1, 8), 0))
+    assert "no batch dimension" in str(max_batch_problem(_manifest(4, 0), 2))
+    assert max_batch_problem(_manifest(4, 0), 0) is None
 
 
 def test_out_of_range_values_are_clamped() -> None:

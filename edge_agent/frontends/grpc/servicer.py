@@ -254,11 +254,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @_errors
     def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
                             context: _Ctx) -> pb.RepositoryModelLoadResponse:
-        """Load the model's ACTIVE version again (the manager decides which; off by default)."""
+        """Load the model's ACTIVE version again (the manager decides which; off by default),
+        with a ``config`` parameter's live settings applied first."""
         try:
             control = self._control_or_refuse("RepositoryModelLoad")
-            repository.refuse_parameters("RepositoryModelLoad", request.parameters, allowed=())
-            summary = control.load_model(model_name(request.model_name))
+            name = model_name(request.model_name)
+            settings = repository.load_settings(name, {
+                key: getattr(value, value.WhichOneof("parameter_choice") or "string_param")
+                for key, value in request.parameters.items()})
+            summary = control.load_model(name, settings)
         except Exception as exc:
             _log_control("RepositoryModelLoad", request.model_name, context, exc)
             raise

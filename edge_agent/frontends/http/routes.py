@@ -245,7 +245,8 @@ class KServeRoutes:
                             "reason": e.reason} for e in self._dp.repository_index(ready)])
 
     def _load(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
-        return self._control_call("RepositoryModelLoad", request, params, ())
+        return self._control_call("RepositoryModelLoad", request, params,
+                                  repository.LOAD_PARAMETERS)
 
     def _unload(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
         return self._control_call("RepositoryModelUnload", request, params,
@@ -260,10 +261,12 @@ class KServeRoutes:
             extra = doc.get("parameters", {})
             if not isinstance(extra, dict):
                 raise InvalidInputError(f"{call}: 'parameters' must be a JSON object")
-            repository.refuse_parameters(call, extra, allowed=allowed)
             model = model_name(name)
-            summary = (control.load_model(model) if call == "RepositoryModelLoad"
-                       else control.unload_model(model))
+            if call == "RepositoryModelLoad":
+                summary = control.load_model(model, repository.load_settings(model, extra))
+            else:
+                repository.refuse_parameters(call, extra, allowed=allowed)
+                summary = control.unload_model(model)
         except Exception as exc:
             repository.log_control(call, name, request.peer, exc)
             raise
