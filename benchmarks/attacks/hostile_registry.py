@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 
 from benchmarks.attacks import Tally, Target
 from packager.bundle.format import MAX_TOTAL_BYTES
@@ -35,6 +36,8 @@ REPOSITORY = "hostile/mlp"
 AGENT_ARGS = ["--registry-allow", f"127.0.0.1:{PORT}/hostile", "--registry-insecure"]
 """``edge-agent serve`` flags that let the agent pull from this attack's registry."""
 PAUSE_S = 0.5
+CALL_S = 3.0  # a deploy by reference the attacker waits for at most
+CLEANUP_S = 10.0  # how long a file of a failed pull may outlive its call
 
 
 def _incoming(target: Target) -> set[str]:
@@ -54,14 +57,19 @@ def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
     token = (target.state_dir / "management.token").read_text().strip()
     with HostileRegistry(port=PORT) as reg, HostileRegistry("127.0.0.2") as elsewhere:
         info = labels("mlp", 90, "x86_64-cpu-onnxruntime")
+        # past the free space when the disk is small enough (refused before a byte); on a
+        # bigger disk 1 GiB trickled at 8 MiB/s, and the caller gives up after CALL_S: the
+        # agent must drop what it pulled
         free = shutil.disk_usage(target.state_dir).free
-        huge = min(free + (1 << 30), MAX_TOTAL_BYTES)
+        huge, rate = free + (1 << 30), 0
+        if huge > MAX_TOTAL_BYTES:
+            huge, rate = 1 << 30, 8 << 20
         data = os.urandom(256 << 10)
         digest = L.digest_of(data)
         lies = {
             "huge": reg.put_bundle("huge", L.Descriptor(L.BUNDLE_MEDIA_TYPE, L.digest_of(b"x"),
                                                         huge, {}), info,
-                                   Blob(length=huge, endless=True)),
+                                   Blob(length=huge, endless=True, rate=rate)),
             "reset": reg.put_bundle("reset", L.Descriptor(L.BUNDLE_MEDIA_TYPE, digest,
                                                           len(data), {}), info,
                                     Blob(data, behaviour="reset", cut=len(data) // 2)),
@@ -76,7 +84,7 @@ def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
             "schemaVersion": 2, "mediaType": L.INDEX_MEDIA_TYPE, "manifests": [
                 {"mediaType": L.MANIFEST_MEDIA_TYPE, "digest": inner, "size": 10,
                  "annotations": info.annotations()}]}), L.INDEX_MEDIA_TYPE)
-        with AgentClient(target.management, token=token) as client:
+        with AgentClient(target.management, token=token, deploy_timeout_s=CALL_S) as client:
             while not stop.is_set():
                 for name, index in lies.items():
                     if stop.is_set():
@@ -89,8 +97,11 @@ def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
                     except ManagementError as exc:
                         tally.add(f"{name}: {exc.status}")
                     new = _incoming(target) - before
-                    stop.wait(PAUSE_S)  # a legitimate upload beside us is gone by then
+                    deadline = time.monotonic() + CLEANUP_S  # a legitimate upload's too
+                    while new & _incoming(target) and time.monotonic() < deadline:
+                        time.sleep(0.1)
                     if new & _incoming(target):
                         tally.add("partial-left")
+                    stop.wait(PAUSE_S)
         tally.add("huge-layer bytes sent", reg.blob_bytes_sent)
         tally.add("redirects followed", len(elsewhere.requests))

@@ -207,6 +207,9 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         reported = [0]
         gone = threading.Event()  # the caller went away: stop pulling (the file is removed)
         guard = pull_guard(registry)
+        # the RPC ended (cancelled, past its deadline): end the pull at once, not at its next
+        # byte (a no-op once the pull is over)
+        context.add_callback(lambda: guard.stop("the caller cancelled the deploy"))
 
         def progress(got: int, total: int) -> None:
             if gone.is_set():

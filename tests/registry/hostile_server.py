@@ -37,6 +37,7 @@ class Blob:
     location: str = ""
     length: int | None = None
     endless: bool = False  # stream zeros for as long as the client reads (a huge layer)
+    rate: int = 0  # endless: at most this many bytes per second (0: as fast as read)
 
 
 class HostileRegistry:
@@ -139,7 +140,7 @@ class HostileRegistry:
         if head:
             return
         if blob.endless:
-            return self._endless(h, length)
+            return self._endless(h, length, blob.rate)
         cut = max(0, blob.cut - start) if blob.behaviour in ("reset", "stall") else len(body)
         self._write(h, body[:cut])
         if blob.behaviour == "reset":
@@ -149,7 +150,7 @@ class HostileRegistry:
             self.stop.wait()
             self._reset(h)
 
-    def _endless(self, h: BaseHTTPRequestHandler, length: int) -> None:
+    def _endless(self, h: BaseHTTPRequestHandler, length: int, rate: int) -> None:
         zeros = bytes(1 << 16)
         sent = 0
         with contextlib.suppress(OSError):
@@ -159,6 +160,8 @@ class HostileRegistry:
                 sent += n
                 with self._lock:
                     self.blob_bytes_sent += n
+                if rate:
+                    self.stop.wait(n / rate)
 
     def _write(self, h: BaseHTTPRequestHandler, data: bytes) -> None:
         with contextlib.suppress(OSError):

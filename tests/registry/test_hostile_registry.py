@@ -182,7 +182,7 @@ def test_a_layer_larger_than_the_free_space_is_refused_before_a_byte(
         assert _left(agent) == []
 
 
-def test_sigterm_ends_a_pull_promptly_and_leaves_no_partial_file(
+def test_a_caller_leaving_or_sigterm_ends_a_pull_and_leaves_no_partial_file(
         bundles: Bundles, tmp_path: Path) -> None:
     with hostile_registry() as reg:
         agent = _agent(tmp_path, bundles, [reg.address], pull_timeout_s=600).start()
@@ -190,6 +190,13 @@ def test_sigterm_ends_a_pull_promptly_and_leaves_no_partial_file(
             data = bundles.mlp[3].read_bytes()
             ref = _real(reg, "3", bundles.mlp[3], Blob(data, behaviour="stall",
                                                       cut=len(data) // 2))
+            # the caller gives up (its deadline) while the registry is silent
+            with agent.client(deploy_timeout_s=3.0) as c, \
+                    pytest.raises(ManagementError, match="in time"):
+                c.deploy_reference(ref)
+            eventually(lambda: reg.blob_bytes_sent > 0 and not _left(agent), timeout=20,
+                       message=lambda: f"left after the caller went away: {_left(agent)}")
+            sent = reg.blob_bytes_sent
             errors: list[BaseException] = []
 
             def deploy() -> None:
@@ -201,7 +208,7 @@ def test_sigterm_ends_a_pull_promptly_and_leaves_no_partial_file(
 
             caller = threading.Thread(target=deploy)
             caller.start()
-            eventually(lambda: reg.blob_bytes_sent > 0 and _left(agent), timeout=60,
+            eventually(lambda: reg.blob_bytes_sent > sent and _left(agent), timeout=60,
                        message="the pull never started")
             assert agent.proc is not None
             agent.proc.terminate()
