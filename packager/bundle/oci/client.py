@@ -547,8 +547,8 @@ class RegistryClient:
                 if self.options.guard is not None:
                     self.options.guard.check()  # the deadline, not the registry
                 raise RegistryUnavailableError(
-                    f"{what}: the registry went away after {have} of {size} bytes; deploy "
-                    "again to resume") from None
+                    f"{what}: the registry went away after {have} of {size} bytes; try "
+                    "again") from None
             try:
                 if r.status_code == 200 and have:  # no range support: start again
                     hasher, have = hashlib.sha256(), 0
@@ -571,8 +571,7 @@ class RegistryClient:
                 if failures > self.options.retries:
                     raise RegistryUnavailableError(
                         f"{what}: the transfer was cut after {have} of {size} bytes "
-                        f"({exc.__class__.__name__}) {failures} times; deploy again to "
-                        "resume") from None
+                        f"({exc.__class__.__name__}) {failures} times; try again") from None
                 self._pause(failures)
                 continue
             finally:
