@@ -122,9 +122,11 @@ class ManagementParts:
     advert: BackgroundAdvertiser | None  # None: mDNS off, or the advert failed
 
     def stop(self) -> None:
-        """Withdraw the advert (goodbye packets), then stop the server."""
+        """Withdraw the advert (goodbye packets), end the pulls under way (their partial
+        files removed), then stop the server."""
         if self.advert is not None:
             self.advert.stop()
+        self.server.servicer.stop_pulls()
         self.server.stop()
 
 

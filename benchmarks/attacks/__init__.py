@@ -48,6 +48,7 @@ Attack = Callable[[Target, threading.Event, Tally], None]
 # name -> module (under benchmarks.attacks) defining ``attack``.
 ATTACKS: dict[str, str] = {
     "grpc_idle_and_amplify": "grpc_idle_and_amplify",
+    "hostile-registry": "hostile_registry",
 }
 
 

@@ -40,6 +40,7 @@ ManagerSettings`: trust, retention, the watch after a deploy, the profile), disc
     auth_file = "registry-auth.json"        # --registry-auth-file; docker-style config.json
     ca_file = "factory-ca.pem"              # --registry-ca-file; a private CA (PEM)
     retries = 4                     # per failed request / cut download (resumed)
+    pull_timeout_s = 600            # a whole pull (manifests and layer) ends by then: refused
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ class RegistrySettings:
     ca_file: Path | None = None  # trust this CA bundle (PEM) for registries' TLS certificates
     retries: int = 4
     """How often a failed registry request or a cut download is tried again (resumed)."""
+    pull_timeout_s: float = 600.0
+    """The whole pull of one deploy by reference (manifests and the layer, retries
+    included) ends by then, refused; besides the 30 s per connect and per read."""
 
 
 @dataclass(frozen=True)
@@ -225,7 +229,8 @@ def _registry(data: Any, path: Callable[[str, Any], Path]) -> RegistrySettings:
 
     kw = parse_table("registry", data, (
         Key("allow", strings), Key("insecure", strings), Key("auth_file", path),
-        Key("ca_file", path), Key("retries", in_range(int, 0, 20))))
+        Key("ca_file", path), Key("retries", in_range(int, 0, 20)),
+        Key("pull_timeout_s", in_range((int, float), 1, 86400))))
     settings = RegistrySettings(**kw)
     try:
         RegistryPolicy.parse(settings.allow, settings.insecure)

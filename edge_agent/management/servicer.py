@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -41,6 +42,9 @@ from edge_agent.management.identity import AgentIdentity
 from edge_agent.management.wire import NO_TEMP
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore
+
+if TYPE_CHECKING:
+    from packager.bundle.oci.client import TransferGuard
 
 log = logging.getLogger(__name__)
 _errors = rpc_errors(log, "management service")
@@ -84,6 +88,10 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         self.metrics = metrics
         self.recorder = recorder
         self._on_change = on_change
+        # deploys by reference being pulled: their guards (stopped when the agent stops)
+        self._pulls: dict[TransferGuard, tuple[threading.Thread, Path]] = {}
+        self._pulls_lock = threading.Lock()
+        self._stopping = False
 
     def _changed(self) -> None:
         if self._on_change is not None:
@@ -166,22 +174,42 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 "has finished")
         try:
             path = self.manager.new_upload_path()
-            resumed = yield from self._pull(request.reference, registry, path, context)
-            origin = request.reference + (f" (a cut pull resumed after {resumed} bytes)"
-                                          if resumed else "")
-            yield from self._run_deploy(path, request.force, context, "bundle", origin=origin)
+            yield from self._pull(request.reference, registry, path, context)
+            yield from self._run_deploy(path, request.force, context, "bundle",
+                                        origin=request.reference)
         finally:
             self._deploys.release()
 
+    def stop_pulls(self, wait_s: float = 5.0) -> None:
+        """End every pull under way (the agent is stopping): each one's socket is shut down,
+        its partial file removed and its caller told; wait up to ``wait_s`` for them."""
+        with self._pulls_lock:
+            self._stopping = True
+            pulls = dict(self._pulls)
+        for guard in pulls:
+            guard.stop("the agent is stopping; deploy again once it is back")
+        deadline = time.monotonic() + wait_s
+        for thread, path in pulls.values():
+            thread.join(max(0.0, deadline - time.monotonic()))
+            with contextlib.suppress(OSError):  # still blocked: its file goes anyway
+                path.unlink()
+
     def _pull(self, reference: str, registry: RegistrySettings, path: Path,
-              context: grpc.ServicerContext) -> Generator[pb.DeployEvent, None, int]:
-        """Pull on a worker thread, yielding progress every MiB; abort on failure. Returns
-        how many bytes of an earlier cut pull were reused."""
-        from edge_agent.deploy.registry_source import pull_for_device
+              context: grpc.ServicerContext) -> Generator[pb.DeployEvent, None, None]:
+        """Pull on a worker thread, yielding progress every MiB; abort on failure."""
+        from edge_agent.deploy.registry_source import (
+            PullStoppedError,
+            pull_for_device,
+            pull_guard,
+        )
 
         events: queue.Queue[tuple[int, int] | BaseException | None] = queue.Queue()
-        reported, resumed = [0], [0]
+        reported = [0]
         gone = threading.Event()  # the caller went away: stop pulling (the file is removed)
+        guard = pull_guard(registry)
+        # the RPC ended (cancelled, past its deadline): end the pull at once, not at its next
+        # byte (a no-op once the pull is over)
+        context.add_callback(lambda: guard.stop("the caller cancelled the deploy"))
 
         def progress(got: int, total: int) -> None:
             if gone.is_set():
@@ -192,20 +220,28 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
 
         def run() -> None:
             try:
-                pulled = pull_for_device(reference, registry, self.manager.device, path,
-                                         on_progress=progress)
+                pull_for_device(reference, registry, self.manager.device, path,
+                                on_progress=progress, guard=guard)
             except BaseException as exc:  # handed to the RPC thread below
                 events.put(exc)
                 return
-            resumed[0] = pulled.resumed_bytes
+            finally:
+                with self._pulls_lock:
+                    self._pulls.pop(guard, None)
             events.put(None)
 
-        threading.Thread(target=run, name="edge-pull", daemon=True).start()
+        thread = threading.Thread(target=run, name="edge-pull", daemon=True)
+        with self._pulls_lock:
+            if self._stopping:
+                abort(context, PullStoppedError("the agent is stopping; deploy again once "
+                                                "it is back"))
+            self._pulls[guard] = (thread, path)
+        thread.start()
         try:
             while True:
                 item = events.get()
                 if item is None:
-                    return resumed[0]
+                    return
                 if isinstance(item, BaseException):
                     with contextlib.suppress(OSError):
                         path.unlink()
@@ -214,6 +250,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                                                                 total_bytes=item[1]))
         except GeneratorExit:
             gone.set()
+            guard.stop("the caller cancelled the deploy")
             raise
 
     def CheckDeploy(self, request: pb.CheckDeployRequest,

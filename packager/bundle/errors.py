@@ -124,6 +124,12 @@ class RegistryUnavailableError(RegistryError):
     code = ErrorCode.REGISTRY_UNAVAILABLE
 
 
+class TransferStoppedError(RegistryError):
+    """A transfer was ended from our side before it finished (an agent shutting down)."""
+
+    code = ErrorCode.REGISTRY_UNAVAILABLE
+
+
 class RegistryAuthError(RegistryError):
     """The registry wants credentials we do not have, or refused the ones we sent."""
 

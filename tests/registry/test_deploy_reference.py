@@ -148,13 +148,9 @@ def test_a_registry_that_goes_away_mid_pull_leaves_the_previous_version(
     assert site.active(site.a) == before  # still serving, READY
     with site.a.client() as c:
         assert 8 not in {v.version for v in c.models("mlp")}
-    # the registry is back (here: reached directly): the next pull resumes the cut one
+    assert not list((site.a.state_dir / "incoming").glob("*"))  # the cut pull is gone
+    # the registry is back (here: reached directly): the next pull starts afresh
     reports = site.deploy(f"oci://{site.registry.address}/edge/mlp:8", site.a)
     assert reports[0].ok, reports
     assert site.active(site.a) == 8
-    with site.a.client() as c:
-        (dep,) = [d for d in c.deployments("mlp") if d.to_version == 8 and d.status ==
-                  "committed"]
-    received = next(s for s in dep.steps if s.step == "received")
-    assert "a cut pull resumed after" in received.message, received.message
     assert not list((site.a.state_dir / "incoming").glob("*"))

@@ -131,6 +131,8 @@ def test_registry_config_section(tmp_path: Path) -> None:
                        ('insecure = ["h:5000/x"]', "no path"),
                        ("allow = [1]", "not a string"),
                        ("retries = 99", "out of range"),
+                       ("pull_timeout_s = 0", "out of range"),
+                       ('pull_timeout_s = "10m"', "expected"),
                        ('ca_file = "missing.pem"', "is not a file"),
                        ("pull = true", "unknown")):
         toml.write_text(f"[registry]\n{body}\n")

@@ -73,3 +73,21 @@ def test_allow_list() -> None:
         with pytest.raises(OciReferenceError, match=r"\[registry\] allow"):
             parse_allow_entry(bad)
     assert str(parse_allow_entry("host:5000")) == "host:5000"
+
+
+def test_redirects_go_only_to_allowed_hosts() -> None:
+    policy = RegistryPolicy.parse(["ghcr.io/acme", "pkg-containers.githubusercontent.com",
+                                   "registry.local:5000/models"], ["registry.local:5000"])
+    for ok in ("https://pkg-containers.githubusercontent.com/ghcr1/blobs/sha256:ab?x=1",
+               "https://pkg-containers.githubusercontent.com:443/b",  # the default port
+               "https://ghcr.io/v2/other/blobs/x",  # a registry's own host: any path
+               "http://registry.local:5000/storage/x"):  # plain HTTP where insecure says so
+        policy.check_redirect(ok)
+    for refused, says in (("https://evil.example/x", "evil.example, which is not in"),
+                          ("https://ghcr.io:8443/x", "ghcr.io:8443"),
+                          ("http://pkg-containers.githubusercontent.com/x", "plain HTTP"),
+                          ("ftp://ghcr.io/x", "ghcr.io"),
+                          ("https://ghcr.io:99999/x", "not a URL")):
+        with pytest.raises(RegistryNotAllowedError, match=says) as err:
+            policy.check_redirect(refused)
+        assert "\n" not in str(err.value)

@@ -30,6 +30,7 @@ from packager.build import build_bundles
 from packager.samples import make_mlp
 from tests.support.bundles import PROFILE, Bundles
 from tests.support.harness import sections, start_agent
+from tests.support.small_disk import tmpfs
 from tests.support.traffic import integrity, served_version
 
 SIZE = 24 << 20
@@ -39,17 +40,8 @@ X = np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 24 MiB tmpfs mounted on ``tmp_path/state``, unmounted afterwards."""
-    mount = tmp_path / "state"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE},mode=0700", "tmpfs",
-                           str(mount)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root/CAP_SYS_ADMIN): "
-                    f"{done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "state", SIZE) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(mount: Path, leave: int) -> Path:

@@ -5,6 +5,11 @@ of a cut transfer. ``oras`` is imported here only, when a registry is used.
 Retries: a failed request (no answer, a reset, a 5xx, 429) is tried again ``retries`` times
 with a doubling pause; a download that was cut resumes from the bytes already written with an
 HTTP Range request (the attempt count starts again whenever bytes arrived).
+
+A :class:`TransferGuard` ends a transfer from another thread: at its overall deadline or when
+stopped (an agent shutting down). The socket of the response being read is shut down, so a
+blocked read returns at once instead of after the per-read timeout. Redirects are followed
+only where ``RegistryOptions.redirect_check`` allows (an agent: its ``[registry] allow``).
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +33,7 @@ from packager.bundle.errors import (
     RegistryAuthError,
     RegistryError,
     RegistryUnavailableError,
+    TransferStoppedError,
 )
 from packager.bundle.oci.layout import MAX_MANIFEST_BYTES, digest_of
 from packager.bundle.oci.ref import OciReference
@@ -35,7 +43,10 @@ ACCEPT = ", ".join(("application/vnd.oci.image.index.v1+json",
 CHUNK = 1 << 20
 DOWNLOAD_CHUNK = 16 << 10  # small reads: a cut transfer keeps all but the last one
 UPLOAD_CHUNK = 16 << 20
+MAX_REDIRECTS = 5
 Progress = Callable[[int, int], None]
+RedirectCheck = Callable[[str], None]
+"""Called with each redirect's absolute URL before it is followed; raises to refuse it."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +113,119 @@ class RegistryOptions:
     ca_file: Path | None = None  # a CA bundle (PEM) to trust instead of the system's
     retries: int = 4
     backoff_s: float = 0.5
-    timeout_s: float = 30.0
+    timeout_s: float = 30.0  # per connect / per read
+    redirect_check: RedirectCheck | None = None  # None: follow any redirect (edge-pack)
+    guard: TransferGuard | None = None  # overall deadline, stop from another thread
+
+
+class TransferGuard:
+    """Ends the transfers of one pull from another thread: when ``deadline_s`` has passed
+    since :meth:`start`, or on :meth:`stop`. The response being read has its socket shut
+    down, so a read blocked on a silent registry returns at once; every later step raises
+    (RegistryUnavailableError past the deadline, TransferStoppedError when stopped)."""
+
+    def __init__(self, deadline_s: float | None = None, *,
+                 deadline_hint: str = "") -> None:
+        self.deadline_s = deadline_s
+        self._hint = deadline_hint  # how to change the deadline, for its message
+        self._stopped = threading.Event()
+        self._error: Exception | None = None
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+        self._timer: threading.Timer | None = None
+        self._started: float | None = None
+
+    def start(self) -> TransferGuard:
+        """Start the deadline's clock (no-op without a deadline)."""
+        if self.deadline_s is not None and self._timer is None:
+            self._started = time.monotonic()
+            hint = f" ({self._hint})" if self._hint else ""
+            self._timer = threading.Timer(self.deadline_s, self._end, args=(
+                RegistryUnavailableError(f"the pull did not finish within its deadline of "
+                                         f"{self.deadline_s:g} s{hint}; refused"),))
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def close(self) -> None:
+        """Cancel the deadline's clock (the transfer is over)."""
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def __enter__(self) -> TransferGuard:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stop(self, reason: str) -> None:
+        """End the transfer now with TransferStoppedError(``reason``)."""
+        self._end(TransferStoppedError(reason))
+
+    @property
+    def stopped(self) -> bool:
+        """True once the deadline passed or :meth:`stop` was called."""
+        return self._stopped.is_set()
+
+    def _end(self, error: Exception) -> None:
+        with self._lock:
+            if self._error is None:
+                self._error = error
+            self._stopped.set()
+            socks = list(self._socks)
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def check(self) -> None:
+        """Raise the reason the transfer was ended, if it was."""
+        if self._stopped.is_set():
+            assert self._error is not None
+            raise self._error
+
+    def sleep(self, seconds: float) -> None:
+        """Pause ``seconds`` (a retry's back-off), or less when ended; then :meth:`check`."""
+        self._stopped.wait(seconds)
+        self.check()
+
+    def remaining(self, cap: float) -> float:
+        """``cap``, or less when the deadline comes first (at least 0.1 s)."""
+        if self.deadline_s is None or self._started is None:
+            return cap
+        left = self.deadline_s - (time.monotonic() - self._started)
+        return max(0.1, min(cap, left))
+
+    @contextlib.contextmanager
+    def reading(self, response: Any) -> Iterator[None]:
+        """While reading ``response``'s body: shut its socket down if the transfer ends."""
+        sock = _socket_of(response)
+        if sock is not None:
+            with self._lock:
+                self._socks.add(sock)
+        try:
+            self.check()
+            yield
+        except Exception:
+            self.check()  # a read cut by the guard: its reason, not "connection reset"
+            raise
+        finally:
+            if sock is not None:
+                with self._lock:
+                    self._socks.discard(sock)
+
+
+def _socket_of(response: Any) -> socket.socket | None:
+    """The socket under a streamed requests response (None when it cannot be found)."""
+    raw: Any = getattr(response, "raw", None)
+    conn = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
+    sock = getattr(conn, "sock", None)
+    if isinstance(sock, socket.socket):
+        return sock
+    with contextlib.suppress(AttributeError):
+        found = raw._fp.fp.raw._sock  # http.client's reader under urllib3
+        if isinstance(found, socket.socket):
+            return found
+    return None
 
 
 def _registry_class() -> Any:
@@ -138,14 +261,34 @@ def _tls_reason(exc: BaseException) -> str:
 
 
 class _TimeoutSession:
-    """Wraps a requests.Session so that every call has a timeout."""
+    """Wraps a requests.Session so that every call has a timeout (cut to what is left of
+    the guard's deadline), and redirects are checked before they are followed."""
 
-    def __init__(self, session: Any, timeout_s: float) -> None:
+    def __init__(self, session: Any, options: RegistryOptions) -> None:
         self._session = session
-        self._timeout = (min(10.0, timeout_s), timeout_s)
+        self._timeout_s = options.timeout_s
+        self._guard = options.guard
+        session.max_redirects = MAX_REDIRECTS
+        if options.redirect_check is not None:
+            check = options.redirect_check
+            plain = session.get_redirect_target
+
+            def redirect_target(response: Any) -> str | None:
+                from urllib.parse import urljoin
+
+                target: str | None = plain(response)
+                if target is not None:
+                    check(urljoin(response.url, target))
+                return target
+
+            session.get_redirect_target = redirect_target
 
     def request(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("timeout", self._timeout)
+        read = self._timeout_s
+        if self._guard is not None:
+            self._guard.check()
+            read = self._guard.remaining(read)
+        kwargs.setdefault("timeout", (min(10.0, read), read))
         return self._session.request(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -182,7 +325,7 @@ class RegistryClient:
         reg = _registry_class()(hostname=self.ref.registry, insecure=self.options.insecure,
                                 tls_verify=verify, auth_backend=backend)
         reg.preemptive = {}
-        timed = _TimeoutSession(reg.session, self.options.timeout_s)
+        timed = _TimeoutSession(reg.session, self.options)
         reg.session = timed
         reg.auth.session = timed
         if self.options.credentials is not None:
@@ -203,6 +346,20 @@ class RegistryClient:
         return str(r.headers.get("Www-Authenticate", "")) if r.status_code == 401 else ""
 
     # -- requests --------------------------------------------------------------------------
+    def _pause(self, attempt: int) -> None:
+        """The back-off before retry ``attempt`` (1, 2, ...); cut short by the guard."""
+        seconds = self.options.backoff_s * 2 ** (attempt - 1)
+        if self.options.guard is None:
+            time.sleep(seconds)
+        else:
+            self.options.guard.sleep(seconds)
+
+    def _reading(self, response: Any) -> contextlib.AbstractContextManager[None]:
+        """The guard's watch over ``response``'s body (nothing without a guard)."""
+        if self.options.guard is None:
+            return contextlib.nullcontext()
+        return self.options.guard.reading(response)
+
     def _where(self) -> str:
         return f"{self.ref.registry}/{self.ref.repository}"
 
@@ -215,7 +372,7 @@ class RegistryClient:
         last = ""
         for attempt in range(self.options.retries + 1):
             if attempt:
-                time.sleep(self.options.backoff_s * 2 ** (attempt - 1))
+                self._pause(attempt)
             try:
                 r = self._oras.do_request(url, method, data=data, headers=dict(headers or {}),
                                           stream=stream)
@@ -227,6 +384,9 @@ class RegistryClient:
             except self._transient as exc:
                 last = f"{exc.__class__.__name__}"
                 continue
+            except requests.TooManyRedirects:
+                raise RegistryError(f"{what}: {self.ref.registry} redirected more than "
+                                    f"{MAX_REDIRECTS} times; refused") from None
             except ValueError as exc:  # oras: "Cannot respond to request for authentication"
                 raise RegistryAuthError(f"{what}: {self.ref.registry} wants credentials we do "
                                         f"not have ({exc}); log in (docker config.json) or "
@@ -268,11 +428,13 @@ class RegistryClient:
                 raise ArtifactRejectedError(f"{what}: {declared} bytes, more than the "
                                             f"{MAX_MANIFEST_BYTES} a manifest may have")
             data = bytearray()
-            for chunk in r.iter_content(65536):
-                data += chunk
-                if len(data) > MAX_MANIFEST_BYTES:
-                    raise ArtifactRejectedError(f"{what}: more than the {MAX_MANIFEST_BYTES} "
-                                                "bytes a manifest may have")
+            with self._reading(r):
+                for chunk in r.iter_content(65536):
+                    data += chunk
+                    if len(data) > MAX_MANIFEST_BYTES:
+                        raise ArtifactRejectedError(f"{what}: more than the "
+                                                    f"{MAX_MANIFEST_BYTES} bytes a manifest "
+                                                    "may have")
             media_type = r.headers.get("Content-Type", "").split(";")[0].strip()
         finally:
             r.close()
@@ -373,6 +535,7 @@ class RegistryClient:
             hasher, have = hashlib.sha256(), 0
         failures = 0
         resumed_from = have
+        check = self.options.guard.check if self.options.guard else lambda: None
         import requests
 
         while have < size:
@@ -381,15 +544,18 @@ class RegistryClient:
                 r = self._request("GET", url, what, headers=headers, stream=True,
                                   ok=(200, 206))
             except RegistryUnavailableError:
+                if self.options.guard is not None:
+                    self.options.guard.check()  # the deadline, not the registry
                 raise RegistryUnavailableError(
-                    f"{what}: the registry went away after {have} of {size} bytes; deploy "
-                    "again to resume") from None
+                    f"{what}: the registry went away after {have} of {size} bytes; try "
+                    "again") from None
             try:
                 if r.status_code == 200 and have:  # no range support: start again
                     hasher, have = hashlib.sha256(), 0
                     dest.write_bytes(b"")
-                with dest.open("ab") as out:
+                with self._reading(r), dest.open("ab") as out:
                     for chunk in r.iter_content(DOWNLOAD_CHUNK):
+                        check()
                         if have + len(chunk) > size:
                             raise ArtifactRejectedError(f"{what}: the registry sent more than "
                                                         f"the {size} bytes declared; refused")
@@ -405,9 +571,8 @@ class RegistryClient:
                 if failures > self.options.retries:
                     raise RegistryUnavailableError(
                         f"{what}: the transfer was cut after {have} of {size} bytes "
-                        f"({exc.__class__.__name__}) {failures} times; deploy again to "
-                        "resume") from None
-                time.sleep(self.options.backoff_s * 2 ** (failures - 1))
+                        f"({exc.__class__.__name__}) {failures} times; try again") from None
+                self._pause(failures)
                 continue
             finally:
                 r.close()
@@ -416,7 +581,7 @@ class RegistryClient:
                 if failures > self.options.retries:
                     raise RegistryUnavailableError(f"{what}: the transfer ended after {have} "
                                                    f"of {size} bytes")
-                time.sleep(self.options.backoff_s * 2 ** (failures - 1))
+                self._pause(failures)
         if "sha256:" + hasher.hexdigest() != digest and resumed_from:
             # the partial file came from elsewhere (another blob, an earlier run): once more
             # from the first byte

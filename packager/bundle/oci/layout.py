@@ -19,6 +19,10 @@ BUNDLE_MEDIA_TYPE = "application/vnd.edge-toolkit.bundle.v1.tar"
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
+DOCKER_LIST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST_TYPES = ("application/vnd.docker.distribution.manifest.v2+json",)
+INDEX_TYPES = (INDEX_MEDIA_TYPE, DOCKER_LIST_MEDIA_TYPE)
+"""Media types of an index (a list of manifests), OCI's and docker's."""
 EMPTY_CONFIG = b"{}"
 TITLE = "org.opencontainers.image.title"
 CREATED = "org.opencontainers.image.created"
@@ -133,6 +137,9 @@ def parse_json(data: bytes, where: str) -> dict[str, Any]:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         raise ArtifactRejectedError(f"{where}: not JSON") from None
+    except RecursionError:  # [[[[...]]]]: deeper than the parser's stack
+        raise ArtifactRejectedError(f"{where}: JSON nested too deeply to be a manifest; "
+                                    "refused") from None
     if not isinstance(obj, dict):
         raise ArtifactRejectedError(f"{where}: not a JSON object")
     return obj
@@ -166,12 +173,20 @@ def index_entries(index: Mapping[str, Any], where: str) -> list[Descriptor]:
 
 def bundle_layer(manifest: Mapping[str, Any], where: str) -> tuple[Descriptor, BundleInfo]:
     """The one bundle layer of a profile's manifest and what its annotations say."""
-    if manifest.get("mediaType") != MANIFEST_MEDIA_TYPE:
-        raise ArtifactRejectedError(f"{where}: not an OCI image manifest")
+    kind = manifest.get("mediaType")
+    if kind in INDEX_TYPES or "manifests" in manifest:
+        raise ArtifactRejectedError(f"{where}: an index where a bundle's image manifest is "
+                                    "expected (indexes nested in an index are not followed); "
+                                    "refused")
+    if kind != MANIFEST_MEDIA_TYPE:
+        raise ArtifactRejectedError(f"{where}: {kind!r} is not an OCI image manifest; refused")
     layers = manifest.get("layers")
     if not isinstance(layers, list) or len(layers) != 1:
         raise ArtifactRejectedError(f"{where}: a bundle manifest has exactly one layer")
     layer = _descriptor(layers[0], where)
+    if layer.media_type in (MANIFEST_MEDIA_TYPE, *INDEX_TYPES, *DOCKER_MANIFEST_TYPES):
+        raise ArtifactRejectedError(f"{where}: the layer is a manifest ({layer.media_type}) "
+                                    "nested in a manifest, not an edge-toolkit bundle; refused")
     if layer.media_type != BUNDLE_MEDIA_TYPE:
         raise ArtifactRejectedError(f"{where}: the layer is {layer.media_type!r}, not an "
                                     f"edge-toolkit bundle ({BUNDLE_MEDIA_TYPE})")

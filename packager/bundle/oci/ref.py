@@ -226,6 +226,34 @@ class RegistryPolicy:
                 f"'{ref.registry}/{ref.repository}' to allow it, then reload the agent "
                 "(SIGHUP)")
 
+    def check_redirect(self, url: str) -> None:
+        """RegistryNotAllowedError naming the host unless a registry's redirect to ``url``
+        may be followed: its ``host[:port]`` is the registry of an allow entry (a prefix
+        does not matter: storage hosts serve blobs, not repositories; an entry without a
+        prefix names such a host), over HTTPS, or plain HTTP where ``insecure`` lists it."""
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(url)
+            host, port = (parts.hostname or "").lower(), parts.port
+        except ValueError:
+            raise RegistryNotAllowedError(f"a registry redirected to {url[:200]!r}, which is "
+                                          "not a URL; refused") from None
+        names = {host if port is None else f"{host}:{port}"}
+        if port == {"https": 443, "http": 80}.get(parts.scheme):
+            names.add(host)
+        allowed = {e.registry.lower() for e in self.allow}
+        shown = next(iter(sorted(names, key=len, reverse=True)))
+        if parts.scheme not in ("https", "http") or not names & allowed:
+            raise RegistryNotAllowedError(
+                f"a registry redirected to {shown}, which is not in this agent's [registry] "
+                f"allow; refused. If {shown} is the registry's storage, add '{shown}' to "
+                "[registry] allow and reload the agent (SIGHUP)")
+        if parts.scheme == "http" and not names & {i.lower() for i in self.insecure}:
+            raise RegistryNotAllowedError(
+                f"a registry redirected to plain HTTP at {shown}; refused (list it in "
+                "[registry] insecure if it is a lab server)")
+
     def is_insecure(self, ref: OciReference) -> bool:
         """True when ``ref``'s registry is listed as plain HTTP."""
         return ref.registry.lower() in (i.lower() for i in self.insecure)

@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,82 +192,46 @@ class PulledBundle:
 
 def pull_bundle(client: RegistryClient, entry: L.Descriptor, dest: Path, *,
                 max_bytes: int = MAX_TOTAL_BYTES, on_progress: Progress | None = None,
-                partial_dir: Path | None = None) -> PulledBundle:
+                before_download: Callable[[L.Descriptor], None] | None = None,
+                keep_partial: bool = True) -> PulledBundle:
     """Download the bundle of one profile's manifest ``entry`` into ``dest``; every digest
     checked, and the bundle's own manifest must be the one the annotations name
     (ArtifactRejectedError otherwise, nothing left).
 
-    A cut download resumes from what ``dest`` holds; with ``partial_dir`` the download goes
-    to ``partial_dir/pull-HEX.part`` (HEX: the blob's digest) and is renamed to ``dest`` when
-    whole, so a later pull of the same blob resumes where a failed one stopped. At most one
-    such file is kept: others not in use are removed; one in use is refused."""
+    ``before_download(layer)`` runs once the layer's declared size is known and before any
+    byte of it is fetched (an agent checks its free space there). A cut download resumes
+    from what ``dest`` holds; a failure that could be resumed (the registry went away) leaves
+    ``dest`` for the next pull only with ``keep_partial`` (edge-pack); without it every
+    failure removes ``dest`` (an agent: no partial file outlives its pull)."""
     where = f"{client.ref.registry}/{client.ref.repository}@{entry.digest}"
     data, _, _ = client.get_manifest(entry.digest)
     layer, info = L.bundle_layer(L.parse_json(data, where), where)
-    with contextlib.ExitStack() as stack:
-        part = dest
-        if partial_dir is not None:
-            part = partial_dir / f"pull-{layer.digest.removeprefix('sha256:')}.part"
-            stack.enter_context(_exclusive(part, where))
-            _drop_other_partials(partial_dir, part)
-        try:
-            resumed = client.download_blob(layer.digest, layer.size, part, max_bytes=max_bytes,
-                                           on_progress=on_progress)
-            with open_bundle(part) as reader:
-                got = hashlib.sha256(reader.manifest_bytes).hexdigest()
-        except PackagerError as exc:
-            if not isinstance(exc, RegistryUnavailableError):  # that one is resumable
-                with contextlib.suppress(OSError):
-                    part.unlink()
-            if isinstance(exc, RegistryError):
-                raise
-            raise ArtifactRejectedError(f"{where}: the layer is not a readable bundle: {exc}"
-                                        ) from None
-        if got != info.manifest_sha256:
-            with contextlib.suppress(OSError):
-                part.unlink()
-            raise ArtifactRejectedError(f"{where}: the bundle's manifest.json is not the one "
-                                        "the OCI manifest names; refused")
-        if part != dest:
-            os.replace(part, dest)
-    return PulledBundle(info, resumed)
-
-
-@contextlib.contextmanager
-def _exclusive(part: Path, where: str) -> Iterator[None]:
-    """Hold an flock on ``part`` (created empty if absent) for one pull at a time."""
-    import fcntl
-
-    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    if before_download is not None:
+        before_download(layer)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(f"{where} is being pulled by another deploy here; wait for it"
-                             ) from None
-        yield
-    finally:
-        os.close(fd)
-
-
-def _drop_other_partials(directory: Path, keep: Path) -> None:
-    """Remove ``pull-*.part`` files other than ``keep`` that no pull holds."""
-    import fcntl
-
-    for other in directory.glob("pull-*.part"):
-        if other == keep:
-            continue
-        try:
-            fd = os.open(other, os.O_RDWR | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            other.unlink()
-        except OSError:  # in use by another pull (or gone): leave it
-            pass
-        finally:
-            os.close(fd)
+        resumed = client.download_blob(layer.digest, layer.size, dest, max_bytes=max_bytes,
+                                       on_progress=on_progress)
+        with open_bundle(dest) as reader:
+            got = hashlib.sha256(reader.manifest_bytes).hexdigest()
+    except PackagerError as exc:
+        if not (keep_partial and isinstance(exc, RegistryUnavailableError)):
+            with contextlib.suppress(OSError):
+                dest.unlink()
+        if isinstance(exc, (RegistryError, UsageError)):  # UsageError: a refused redirect
+            raise
+        raise ArtifactRejectedError(f"{where}: the layer is not a readable bundle: {exc}"
+                                    ) from None
+    except BaseException:
+        if not keep_partial:
+            with contextlib.suppress(OSError):
+                dest.unlink()
+        raise
+    if got != info.manifest_sha256:
+        with contextlib.suppress(OSError):
+            dest.unlink()
+        raise ArtifactRejectedError(f"{where}: the bundle's manifest.json is not the one "
+                                    "the OCI manifest names; refused")
+    return PulledBundle(info, resumed)
 
 
 def pull_bundles(ref: OciReference, out_dir: Path, options: RegistryOptions, *,
