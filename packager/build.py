@@ -57,7 +57,7 @@ from packager.onnx_tools import (
     make_batch_dynamic,
 )
 from packager.progress import Steps
-from packager.quantize import held_out_parity, quantize_static_int8
+from packager.quantize import has_quantizable_ops, held_out_parity, quantize_static_int8
 from packager.staging import check_replace, load_profiles, open_stage, publish
 from packager.trees import TreeModel, check_native, convert_tree_model, has_ml_ops, tree_kind
 
@@ -218,15 +218,19 @@ def _plan(prepared: PreparedModel, profile: DeviceProfile,
     ml_ops = has_ml_ops(prepared.model)
     if ml_ops:
         what = f"{prepared.source_name} uses ai.onnx.ml ops ({', '.join(ml_ops)})"
-        if profile.precision == "int8":
-            raise UsageError(f"{what}, which are not quantized: build it for an fp32 profile "
-                             f"(e.g. {profile.arch}-cpu-onnxruntime) instead of {profile.name}")
+        if profile.precision == "int8" and not has_quantizable_ops(prepared.model):
+            raise UsageError(f"{what} and nothing int8 quantization acts on (MatMul, Gemm, "
+                             f"Conv): build it for an fp32 profile (e.g. "
+                             f"{profile.arch}-cpu-onnxruntime) instead of {profile.name}")
         if profile.backend != "onnxruntime":
             if profile.backend != "openvino" and profile.fallback_backend != "onnxruntime":
                 raise UsageError(f"{what}, which {profile.backend} lacks and profile "
                                  f"{profile.name} has no ONNX Runtime fallback")
-            return [("onnxruntime", "fp32")], (f"{profile.backend} has no ai.onnx.ml ops "
-                                               f"({', '.join(ml_ops)}): ONNX Runtime serves it")
+            # a calibrated int8 profile keeps its int8: the same QDQ model on ONNX Runtime
+            precision = "int8" if static_int8 else "fp32"
+            return [("onnxruntime", precision)], (
+                f"{profile.backend} has no ai.onnx.ml ops ({', '.join(ml_ops)}): ONNX Runtime "
+                f"serves it ({precision})")
     plan = [(profile.backend, profile.precision)]
     if profile.fallback_backend:
         # a calibrated int8 profile falls back to the same calibrated model on ONNX Runtime

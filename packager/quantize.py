@@ -36,6 +36,32 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
+QUANTIZED_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
+
+
+def has_quantizable_ops(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` has a node int8 quantization turns into integer arithmetic (a tree
+    ensemble of ai.onnx.ml ops has none; an MLP classifier with a label lookup has)."""
+    return any(n.op_type in QUANTIZED_OPS and n.domain in ("", "ai.onnx")
+               for n in model.graph.node)
+
+
+def attention_scope(model: onnx.ModelProto) -> tuple[list[str], list[str]] | None:
+    """For a model with attention (a Softmax over a product of two activations), what to
+    quantize: (op types, nodes to exclude). Only the weight-bearing MatMul/Gemm/Conv become
+    int8; the activation x activation products (Q.K^T, P.V), Softmax, LayerNormalization and
+    the residual Adds stay float, where int8's error changes a transformer's answers (measured
+    on an encoder block: top-1 agreement 0.972 with every op quantized, 0.982 this way).
+    None for every other model (everything ONNX Runtime can quantize is)."""
+    constants = {i.name for i in model.graph.initializer}
+    constants |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    products = [n.name for n in model.graph.node if n.op_type == "MatMul"
+                and not any(i in constants for i in n.input)]
+    if not products or not any(n.op_type == "Softmax" for n in model.graph.node):
+        return None
+    return sorted(QUANTIZED_OPS), products
+
+
 def prepare_for_quantization(model: onnx.ModelProto, work: Path) -> Path:
     """The model at opset >= 13 with constants folded (ONNX Runtime basic rewrites): what both
     quantizers want as input. Written under ``work``; its path."""
@@ -43,6 +69,18 @@ def prepare_for_quantization(model: onnx.ModelProto, work: Path) -> Path:
     from onnx import version_converter
 
     m = model
+    unnamed = [n for n in m.graph.node if not n.name]
+    if unnamed:  # the quantizer selects and excludes nodes by name
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        taken = {n.name for n in m.graph.node}
+        for i, node in enumerate(m.graph.node):
+            if not node.name:
+                name = f"{node.op_type}_{i}"
+                while name in taken:
+                    name += "_"
+                node.name = name
+                taken.add(name)
     opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < QUANT_MIN_OPSET:
         m = version_converter.convert_version(m, QUANT_MIN_OPSET)
@@ -103,16 +141,38 @@ def quantize_static_int8(model: onnx.ModelProto, dst: Path, data: CalibrationDat
     )
 
     work.mkdir(parents=True, exist_ok=True)
+    adjusted = True
     try:
         src = prepare_for_quantization(model, work)
+        options = {"WeightSymmetric": True, "ActivationSymmetric": False}
+        scope = attention_scope(onnx.load(str(src)))
+        narrowed: dict[str, Any] = {}
+        if scope is not None:
+            narrowed = {"op_types_to_quantize": scope[0], "nodes_to_exclude": scope[1]}
         logging.disable(logging.WARNING)
         try:
-            quantize_static(
-                str(src), str(dst), _Reader(data.calibrate, batched),
-                quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                calibrate_method=CalibrationMethod.MinMax,
-                extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+            try:
+                quantize_static(
+                    str(src), str(dst), _Reader(data.calibrate, batched),
+                    quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax, extra_options=options,
+                    **narrowed)
+            except ValueError as exc:
+                if "truth value of an array" not in str(exc):
+                    raise
+                # ONNX Runtime's enlargement of per-channel weight scales for int32 biases
+                # fails on a MatMul + Add whose bias it reaches per channel (skl2onnx and
+                # PyTorch MLPs): quantize without that adjustment; the held-out parity check
+                # then says whether the biases kept their precision
+                adjusted = False
+                quantize_static(
+                    str(src), str(dst), _Reader(data.calibrate, batched),
+                    quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax,
+                    extra_options={**options, "QDQDisableWeightAdjustForInt32Bias": True},
+                    **narrowed)
         finally:
             logging.disable(logging.NOTSET)
     except ConversionError:
@@ -125,6 +185,9 @@ def quantize_static_int8(model: onnx.ModelProto, dst: Path, data: CalibrationDat
     return {
         "method": STATIC, "tool": "onnxruntime.quantization.quantize_static",
         "calibration": "minmax", "per_channel_weights": per_channel,
+        "int32_bias_weight_adjust": adjusted,
+        "scope": ("weight-bearing ops only (MatMul, Gemm, Conv); attention products, Softmax "
+                  "and normalization in float" if scope is not None else "every supported op"),
         "weights": "int8 symmetric", "activations": "uint8 asymmetric",
         "data": data.origin, "calibration_samples": n_cal, "held_out_samples": n_held,
     }
