@@ -73,3 +73,16 @@ def test_hits_and_misses_are_counted_per_version() -> None:
     one = cache.stats("m", 1)
     assert (one.hit.count, one.hit.ns, one.miss.count, one.miss.ns) == (1, 10, 1, 30)
     assert cache.stats("m", 2).hit.count == 1 and cache.stats("m", 2).miss.count == 0
+
+
+def test_a_model_calling_others_is_keyed_by_the_routing_generation() -> None:
+    cache = ResponseCache(1 << 20)
+    load = Load()
+    before = cache.key(load, "pipe", 1, X, None, routing=3)
+    assert cache.put(before, out(10), 3) and cache.put(b"plain", out(10))
+    after = cache.key(load, "pipe", 1, X, None, routing=4)  # a member switched
+    assert after != before
+    assert cache.get(before) is None, "entries of an older routing generation are dropped"
+    assert cache.get(b"plain") is not None  # a model calling no other keeps its entries
+    assert not cache.put(before, out(10), 3), "routed before the switch: not stored"
+    assert cache.put(after, out(10), 4) and cache.get(after) is not None
