@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -29,8 +30,14 @@ import numpy as np
 
 from edge_agent.core.types import DurationStat
 
-ENTRY_OVERHEAD_BYTES = 256
-"""Bytes charged per entry on top of its arrays (key, dict, bookkeeping)."""
+ENTRY_OVERHEAD_BYTES = 330
+"""Bytes charged per entry beyond the sizes of its own objects (its key, its dict, its arrays):
+the LRU map's slot and link (105 to 150 bytes measured with tracemalloc on CPython 3.11 as
+its table grows), the entry's tuple (64) and its size (28), and the allocators' slack that RSS
+shows and tracemalloc does not (~90 bytes: ``python -m benchmarks.bench_cache_memory``)."""
+ARRAY_OVERHEAD_BYTES = 16
+"""Charged per array on top of ``sys.getsizeof`` (its header, shape and owned data): malloc's
+header on the data buffer, which tracemalloc does not see but RSS does."""
 
 _Outputs = dict[str, np.ndarray]
 
@@ -44,9 +51,19 @@ class CacheStats:
 
 
 def _array_bytes(array: np.ndarray) -> int:
-    if array.dtype == object:  # BYTES tensors: the elements' own lengths
-        return int(sum(len(v) for v in array.ravel())) + array.size * 8
-    return int(array.nbytes)
+    """The memory ``array`` (a private copy owning its data) holds: the object and its data,
+    and for BYTES tensors the element objects it keeps alive."""
+    size = sys.getsizeof(array) + ARRAY_OVERHEAD_BYTES
+    if array.dtype == object:  # BYTES tensors: the elements are objects of their own
+        size += int(sum(sys.getsizeof(v) for v in array.ravel()))
+    return size
+
+
+def _entry_bytes(key: bytes, outputs: _Outputs) -> int:
+    """What one entry costs in memory (measured against tracemalloc: tests/unit/test_cache.py);
+    output names are the model's own strings, shared, and not charged."""
+    return (ENTRY_OVERHEAD_BYTES + sys.getsizeof(key) + sys.getsizeof(outputs)
+            + sum(_array_bytes(a) for a in outputs.values()))
 
 
 def _frozen_copy(array: np.ndarray) -> np.ndarray:
@@ -128,10 +145,12 @@ class ResponseCache:
         """Store a copy of ``outputs``, evicting least recently used entries to stay within
         the budget; False when the answer alone exceeds it (it is not stored). ``routing``:
         the generation ``key`` was made with (an older one than the newest: not stored)."""
-        size = ENTRY_OVERHEAD_BYTES + len(key) + sum(_array_bytes(a) for a in outputs.values())
+        if sum(a.nbytes for a in outputs.values()) > self.max_bytes:
+            return False  # too big whatever its overhead: not even copied
+        frozen = {name: _frozen_copy(a) for name, a in outputs.items()}
+        size = _entry_bytes(key, frozen)
         if size > self.max_bytes:
             return False
-        frozen = {name: _frozen_copy(a) for name, a in outputs.items()}
         with self._lock:
             if routing is not None and routing < self._routing:
                 return False  # routed before a switch: its answer may be the old member's
