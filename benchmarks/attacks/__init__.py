@@ -46,7 +46,9 @@ class Tally:
 Attack = Callable[[Target, threading.Event, Tally], None]
 
 # name -> module (under benchmarks.attacks) defining ``attack``.
-ATTACKS: dict[str, str] = {}
+ATTACKS: dict[str, str] = {
+    "shm_deputy": "shm_deputy",
+}
 
 
 def load(name: str) -> Attack:
