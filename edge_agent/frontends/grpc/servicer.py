@@ -68,6 +68,12 @@ def _over_uds(peer: str) -> bool:
     return peer.split(":", 1)[0] == "unix"
 
 
+def _has_tensor_parameters(request: pb.ModelInferRequest) -> bool:
+    """Whether any input or requested output of ``request`` carries parameters."""
+    return any(len(t.parameters) for t in request.inputs) or \
+        any(len(o.parameters) for o in request.outputs)
+
+
 def _no_cuda_shm(context: _Ctx) -> NoReturn:
     context.abort(grpc.StatusCode.UNIMPLEMENTED,
                   "CUDA shared memory is not served by this agent; use system shared memory "
@@ -132,7 +138,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_errors
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
-        shm = self._shm if self._tcp_shm else self._shm_for(context.peer())
+        # the peer (~3 us) only for a request with tensor parameters (it may name a region)
+        shm = self._shm if self._tcp_shm or not _has_tensor_parameters(request) \
+            else self._shm_for(context.peer())
         infer_request, _ = converters.to_infer_request(request, shm)
         placed = converters.output_placements(request, shm)  # shared memory outputs
         result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
