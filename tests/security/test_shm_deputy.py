@@ -86,6 +86,8 @@ def test_tcp_and_http_refuse_shared_memory_unless_configured(bundles: Bundles,
             tc.InferenceServerClient(f"unix:{sock}") as uds, \
             tc.InferenceServerClient(agent.tcp) as tcp:
         uds.register_system_shared_memory("frame", key, 64 * 4 + 40)  # the socket serves it
+        assert "system_shared_memory" in uds.get_server_metadata().extensions
+        assert "system_shared_memory" not in tcp.get_server_metadata().extensions
         for call in (lambda: tcp.register_system_shared_memory("t", key, 16),
                      lambda: tcp.get_system_shared_memory_status(),
                      lambda: tcp.unregister_system_shared_memory()):
@@ -111,6 +113,8 @@ def test_tcp_and_http_refuse_shared_memory_unless_configured(bundles: Bundles,
             urllib.request.urlopen(urllib.request.Request(http_url, data=body, method="POST"),
                                    timeout=60)
         assert "[http] shared_memory = true" in http_err.value.read().decode()
+        with urllib.request.urlopen(f"http://{agent.http}/v2", timeout=60) as meta:
+            assert "system_shared_memory" not in json.loads(meta.read())["extensions"]
         uds.unregister_system_shared_memory()
 
 

@@ -112,7 +112,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ServerMetadata(self, request: pb.ServerMetadataRequest,
                        context: _Ctx) -> pb.ServerMetadataResponse:
-        return converters.to_server_metadata(self._context.server_metadata())
+        return converters.to_server_metadata(self._context.server_metadata(
+            shared_memory=self._tcp_shm or _over_uds(context.peer())))
 
     @_errors
     def ModelReady(self, request: pb.ModelReadyRequest, context: _Ctx) -> pb.ModelReadyResponse:

@@ -198,7 +198,8 @@ class KServeRoutes:
         return HttpAnswer(200 if self._dp.ready() else 503, b"")
 
     def _server_metadata(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
-        meta = self._context.server_metadata(binary_tensor_data=True)
+        meta = self._context.server_metadata(binary_tensor_data=True,
+                                             shared_memory=self._shm_on)
         return _json(200, {"name": meta.name, "version": meta.version,
                            "extensions": list(meta.extensions)})
 
