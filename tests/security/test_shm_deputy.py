@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,20 +41,21 @@ def shm_agent(state_dir: Path, bundles: Bundles, **grpc_keys: object
     """An agent serving mlp v1 on TCP, HTTP and a Unix socket in a directory every user may
     traverse (/tmp/deputy-*, 0755); stopped and cleaned up on exit."""
     run_dir = Path(tempfile.mkdtemp(prefix="deputy-", dir="/tmp"))
-    run_dir.chmod(0o755)
-    sock = run_dir / "i.sock"
-    config = AgentConfig(state_dir=state_dir, http=HttpConfig(listen="127.0.0.1:0"),
-                         grpc=GrpcConfig(address="127.0.0.1:0", uds=sock, uds_enabled=True,
-                                         **grpc_keys))  # type: ignore[arg-type]
-    agent = run_configured(config, sections("deputy", bundles.public_key, insecure=True))
     try:
-        with AgentClient(agent.management, token=agent.token) as client:
-            assert client.deploy(bundles.mlp[1]).ok
-        yield agent, sock
+        run_dir.chmod(0o755)
+        sock = run_dir / "i.sock"
+        config = AgentConfig(state_dir=state_dir, http=HttpConfig(listen="127.0.0.1:0"),
+                             grpc=GrpcConfig(address="127.0.0.1:0", uds=sock, uds_enabled=True,
+                                             **grpc_keys))  # type: ignore[arg-type]
+        agent = run_configured(config, sections("deputy", bundles.public_key, insecure=True))
+        try:
+            with AgentClient(agent.management, token=agent.token) as client:
+                assert client.deploy(bundles.mlp[1]).ok
+            yield agent, sock
+        finally:
+            agent.stop()
     finally:
-        agent.stop()
-        sock.unlink(missing_ok=True)
-        run_dir.rmdir()
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager
