@@ -155,7 +155,8 @@ class Agent(LocalAgent):
             "127.0.0.1:0", "127.0.0.1:0")
         state_dir.mkdir(parents=True, exist_ok=True)
         config = state_dir.parent / "agent.toml"
-        config.write_text("[grpc]\nrepository_control = true\n")
+        config.write_text("[grpc]\nrepository_control = true\ntcp_shared_memory = true\n"
+                          "[http]\nshared_memory = true\n")  # Triton's shm examples use TCP
         self.args = [sys.executable, "-m", "edge_agent.cli", "serve", "--state-dir",
                      str(state_dir), "--config", str(config), "--grpc", grpc, "--no-uds",
                      "--http", http, "--management", "127.0.0.1:0", "--insecure", "--trust",

@@ -38,6 +38,7 @@ from edge_agent.deploy.manager import ModelManager
 from edge_agent.deploy.pause import hooks_from_environment
 from edge_agent.errors import AgentError
 from edge_agent.frontends.common.context import FrontendContext
+from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
 from edge_agent.frontends.http.server import HttpFrontEnd
 from edge_agent.management.identity import AgentIdentity, load_or_create_agent_id
 from edge_agent.management.server import ManagementServer
@@ -178,7 +179,8 @@ def start_frontends(config: AgentConfig, state: StateParts, core: CoreParts) -> 
         _socket_dir(config.uds_path.parent)
     # RepositoryModelLoad/Unload (gRPC and HTTP) go to the model manager only when allowed
     context = FrontendContext(
-        core.dataplane, core.manager if config.grpc.repository_control else None)
+        core.dataplane, core.manager if config.grpc.repository_control else None,
+        SharedMemoryRegistry(max_per_user=config.grpc.shared_memory_regions_per_user))
     grpc = AgentServer(core.dataplane, config, context=context)
     addresses = grpc.start()
     try:
@@ -197,7 +199,7 @@ def _start_http(config: AgentConfig, context: FrontendContext, state: StateParts
         return None
     from edge_agent.frontends.http.routes import KServeRoutes
 
-    routes = KServeRoutes(context)
+    routes = KServeRoutes(context, shared_memory=config.http.shared_memory)
     page = None
     if config.http.metrics:
         from edge_agent.frontends.http.prometheus import AgentCollector, MetricsPage

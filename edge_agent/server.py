@@ -168,7 +168,9 @@ class AgentServer:
             stream_first_message_s=cfg.stream_first_message_s,
             stream_idle_s=cfg.stream_idle_s))
         servicer = InferenceServicer(self.context, streams=self.streams,
-                                     budget=ResponseBudget(cfg.max_response_bytes))
+                                     budget=ResponseBudget(cfg.max_response_bytes),
+                                     uds=self.config.uds_path,
+                                     tcp_shared_memory=cfg.tcp_shared_memory)
         handlers.register(server, INFERENCE_SERVICE,
                           handlers.inference_handlers(servicer, stream_pool, health_pool))
         handlers.register(server, handlers.HEALTH_SERVICE,

@@ -24,6 +24,9 @@ ENTRY_POINT_GROUP = "edge_agent.backends"
 IN_AGENT_BACKENDS = frozenset({"pipeline"})
 """Backends that always run in the agent's process (a pipeline calls the other models through
 the data plane); their steps are isolated as their own models are."""
+CALLS_MODELS = IN_AGENT_BACKENDS | {"python"}
+"""Backends whose answers may depend on other models' answers (a pipeline's steps, a Python
+model's ``ctx.infer``): the response cache keys them by what serves those models too."""
 
 
 @functools.cache

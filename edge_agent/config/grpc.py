@@ -42,6 +42,8 @@ class GrpcConfig:
     connection_idle_s: float = 300.0
     handshake_timeout_s: float = 10.0
     request_arrival_s: float = 10.0
+    tcp_shared_memory: bool = False  # system shared memory over TCP (any local user may call)
+    shared_memory_regions_per_user: int = 32  # regions whose objects one user owns
 
 
 def _uds(key: str, value: Any) -> Path | None:
@@ -53,10 +55,11 @@ KEYS = (
     Key("uds", _uds),
     Key("uds_enabled", boolean),
     Key("repository_control", boolean),
+    Key("tcp_shared_memory", boolean),
     Key("uds_mode", non_negative_int),
     *(Key(name, positive_int) for name in (
         "max_message_bytes", "workers", "max_streams", "max_streams_per_peer",
-        "max_response_bytes", "max_connections")),
+        "max_response_bytes", "max_connections", "shared_memory_regions_per_user")),
     *(Key(name, seconds(allow_zero=False)) for name in (
         "stream_first_message_s", "stream_idle_s", "handshake_timeout_s",
         "request_arrival_s")),

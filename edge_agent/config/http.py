@@ -31,6 +31,8 @@ class HttpConfig:
     """A connection that sends nothing (between requests, or mid-request) this long is closed."""
     metrics: bool = True
     """Serve ``/metrics`` (Prometheus text format) on the same port."""
+    shared_memory: bool = False
+    """Serve system shared memory (any local user may call over TCP: off unless set)."""
 
 
 def listen_address(value: str, where: str) -> str | None:
@@ -53,6 +55,7 @@ KEYS = (
     Key("max_connections", positive_int),
     Key("idle_timeout_s", seconds(allow_zero=False)),
     Key("metrics", boolean),
+    Key("shared_memory", boolean),
 )
 
 

@@ -25,6 +25,9 @@ Example ``agent.toml``::
                                       # after a handler took it up is cancelled
     repository_control = false        # true: KServe RepositoryModelLoad/Unload are allowed on
                                       # the inference port, WITHOUT authentication (as Triton)
+    tcp_shared_memory = false         # true: system shared memory over TCP too (any local user
+                                      # may call there; callers taken as the agent's user)
+    shared_memory_regions_per_user = 32   # regions whose objects one user owns (64 in all)
 
     [models."*"]                      # every model (a model's own section wins key by key)
     isolation = "process"
@@ -72,6 +75,8 @@ Example ``agent.toml``::
     max_connections = 64              # beyond: 503 and the connection closed
     idle_timeout_s = 30               # a silent connection is closed
     metrics = true                    # /metrics on the same port
+    shared_memory = false             # true: system shared memory over HTTP (TCP: any local
+                                      # user may call; callers taken as the agent's user)
 
 Every section is one frozen dataclass, parsed by one table-driven validator
 (:mod:`edge_agent.config.fields`): [grpc] (:mod:`.grpc`), [http] (:mod:`.http`), [models],

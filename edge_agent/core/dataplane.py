@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple, TypeAlias, TypeVar
 
 from edge_agent import __version__
+from edge_agent.backends.registry import CALLS_MODELS
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
 from edge_agent.core.batcher import DynamicBatcher
@@ -69,6 +70,13 @@ _ROUTE_ATTEMPTS = 3
 
 _A = TypeVar("_A")
 _R = TypeVar("_R")
+class _CacheKey(NamedTuple):
+    """A request's response cache digest and the routing generation it was made with."""
+
+    digest: bytes
+    routing: int | None
+
+
 _Call: TypeAlias = Callable[[DynamicBatcher, InferRequest, int, int, _A], _R]
 """What a request is run with on its version: ``call(batcher, request, rows, timeout_us, arg)``."""
 
@@ -293,28 +301,34 @@ class DataPlane(DeployOperations):
 
     # ------------------------------------------------------------------ response cache
     def _lookup(self, batcher: DynamicBatcher, request: InferRequest,
-                rows: int) -> tuple[bytes, InferResult | None]:
+                rows: int) -> tuple[_CacheKey, InferResult | None]:
         """The request's cache key and, on a hit (counted), the cached answer."""
         cache = self.response_cache
         assert cache is not None
         model, version = batcher.model, batcher.version
         start = _now()
-        key = cache.key(batcher, model, version, request.inputs, request.outputs)
+        routing = self._routing(batcher)
+        key = cache.key(batcher, model, version, request.inputs, request.outputs, routing)
         outputs = cache.get(key)
         took = _now() - start
         cache.record(model, version, hit=outputs is not None, ns=took)
         if outputs is None:
-            return key, None
+            return _CacheKey(key, routing), None
         if self._observer is not None:
             self._observer.record_cache_hit(model, version, rows=rows, total_ns=took)
-        return key, InferResult(model=model, version=version, outputs=outputs, id=request.id)
+        return _CacheKey(key, routing), InferResult(model=model, version=version,
+                                                    outputs=outputs, id=request.id)
 
-    def _store(self, batcher: DynamicBatcher, key: bytes, result: InferResult) -> None:
+    def _store(self, batcher: DynamicBatcher, key: _CacheKey, result: InferResult) -> None:
         cache = self.response_cache
         assert cache is not None
         began = _now()
-        cache.put(key, result.outputs)
+        cache.put(key.digest, result.outputs, key.routing)
         cache.add_miss_time(batcher.model, batcher.version, _now() - began)
+
+    def _routing(self, batcher: DynamicBatcher) -> int | None:
+        """The repository's routing generation for a model that calls others, else None."""
+        return self.repository.generation if batcher.backend.name in CALLS_MODELS else None
 
     def _infer_cached(self, batcher: DynamicBatcher, request: InferRequest, rows: int,
                       timeout_us: int, wait_s: float | None) -> InferResult:

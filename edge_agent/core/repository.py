@@ -159,6 +159,9 @@ class ModelRepository:
         plane sets it from the memory budget)."""
         self.load_guard: LoadGuard | None = None
         """Entered around every load (the orchestrator: make room in the budget, measure)."""
+        self.generation = 0
+        """Counts routing changes (a default switched, a version became READY or left): a
+        response cached for a model that calls others is keyed by it (core/cache.py)."""
         self.on_change: Callable[[], None] | None = None
         """Called (outside the lock) after a version became READY or UNAVAILABLE, was unloaded
         or the default changed: what serves is then final (the orchestrator's snapshot)."""
@@ -526,6 +529,7 @@ class ModelRepository:
             model.default = ready[max(ready)]
         else:
             model.default = None
+        self.generation += 1  # after the switch: a reader of the new count routes anew
 
     @staticmethod
     def _states(model: _Model) -> str:

@@ -21,10 +21,12 @@ from tests.support.harness import running
 AGENT_TOML = """
 [grpc]
 repository_control = true
+tcp_shared_memory = true
 
 [http]
 max_body_bytes = {max_body}
 max_connections = 8
+shared_memory = true
 
 [response_cache]
 size_mib = 4

@@ -34,8 +34,10 @@ def edge_agent(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
 def agent(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[AgentProcess, str]]:
     run_dir = Path(tempfile.mkdtemp(prefix="perf-", dir="/tmp"))  # a short socket path
     sock = run_dir / "inf.sock"
+    toml = tmp_path / "agent.toml"  # shared memory over HTTP (TCP): turned on
+    toml.write_text("[http]\nshared_memory = true\n")
     proc = AgentProcess(tmp_path / "state", trust=bundles.public_key,
-                        extra=["--no-mdns", "--http", "127.0.0.1:0"])
+                        extra=["--no-mdns", "--http", "127.0.0.1:0", "--config", str(toml)])
     proc.args.remove("--no-uds")
     proc.args += ["--uds", str(sock)]
     try:

@@ -48,7 +48,9 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessAgent]:
                               out_dir=root / "bundles", max_batch=8)
     assert agent_cli(["add-bundle", "--state-dir", str(state), "--allow-unsigned",
                       str(bundle)]) == 0
-    config = load_config(None, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True,
+    toml = root / "agent.toml"  # perf_analyzer's shared memory goes over TCP: turned on
+    toml.write_text("[grpc]\ntcp_shared_memory = true\n[http]\nshared_memory = true\n")
+    config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True,
                          http_address="127.0.0.1:0")
     with running(config, timeout_s=180, name="perf-analyzer-agent") as served:
         yield served

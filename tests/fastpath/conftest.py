@@ -55,7 +55,8 @@ def served(mlp_bundles: MlpBundles, tmp_path_factory: pytest.TempPathFactory
     state = root / "state"
     install(mlp_bundles.v1, state)
     toml = root / "agent.toml"
-    toml.write_text("[response_cache]\nsize_mib = 4\n[models.mlp]\nresponse_cache = true\n")
+    toml.write_text("[grpc]\ntcp_shared_memory = true\n"  # the tests use TCP too
+                    "[response_cache]\nsize_mib = 4\n[models.mlp]\nresponse_cache = true\n")
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0",
                          uds=root / "infer.sock")
     with running(config, name="fastpath-agent") as agent:

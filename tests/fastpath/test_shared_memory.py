@@ -18,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from edge_agent.errors import AgentError, InvalidInputError
 from edge_agent.frontends.common.shared_memory import (
+    Callers,
     RegionNotFoundError,
     SharedMemoryRegistry,
     TooManyRegionsError,
@@ -27,6 +28,7 @@ from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.fastpath.conftest import MlpBundles, Served
 from tests.support.core_bundles import reference_outputs
 
+AGENT = Callers.agent("this test")
 ROW_BYTES = 64 * 4
 OUT_BYTES = 10 * 4
 
@@ -163,11 +165,14 @@ def test_hostile_registrations_are_refused(client: tc.InferenceServerClient,
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating another user's object needs root")
-def test_an_object_owned_by_another_user_is_refused(client: tc.InferenceServerClient,
-                                                    regions: Regions) -> None:
+def test_an_object_owned_by_another_user_is_refused_over_tcp(served: Served,
+                                                             regions: Regions) -> None:
+    """Over TCP (configured on) callers are taken as the agent's user; over the Unix socket
+    the rule is who may connect (tests/security/test_shm_deputy.py)."""
     name, key, _ = regions(256)
     os.chown(f"/dev/shm{key}", 65534, -1)
-    assert "belongs to uid 65534" in _register_error(client, name, key, 256).message()
+    with tc.InferenceServerClient(served.tcp) as client:
+        assert "belongs to uid 65534" in _register_error(client, name, key, 256).message()
 
 
 def _infer_error(client: tc.InferenceServerClient, inputs: list[tc.InferInput],
@@ -226,7 +231,7 @@ def test_cuda_shared_memory_says_it_is_not_served(served: Served) -> None:
 def test_a_region_unregistered_while_in_use_stays_open_until_done(regions: Regions) -> None:
     name, key, _ = regions(64)
     registry = SharedMemoryRegistry()
-    region = registry.register(name, key, 0, 64)
+    region = registry.register(name, key, 0, 64, AGENT)
     with region.open() as fd:
         registry.unregister(name)
         assert os.fstat(fd).st_size == 64  # still open: this request finishes its I/O
@@ -242,10 +247,10 @@ def test_too_many_regions_are_refused(regions: Regions) -> None:
     registry = SharedMemoryRegistry(max_regions=2)
     for i in range(2):
         _, key, _ = regions(16)
-        registry.register(f"r{i}", key, 0, 16)
+        registry.register(f"r{i}", key, 0, 16, AGENT)
     _, key, _ = regions(16)
     with pytest.raises(TooManyRegionsError, match="already holds 2 regions"):
-        registry.register("r2", key, 0, 16)
+        registry.register("r2", key, 0, 16, AGENT)
     registry.close()
     assert registry.status() == []
 
@@ -253,7 +258,7 @@ def test_too_many_regions_are_refused(regions: Regions) -> None:
 def test_registry_errors_are_agent_errors() -> None:
     registry = SharedMemoryRegistry()
     with pytest.raises(InvalidInputError):
-        registry.register("", "/x", 0, 1)
+        registry.register("", "/x", 0, 1, AGENT)
     with pytest.raises(AgentError):
         registry.read_input(("nope", 0, 4), "input", np.dtype(np.float32), [1])
 
@@ -338,4 +343,4 @@ def test_a_system_without_the_shared_memory_directory_says_so(tmp_path: Path) ->
     registry = SharedMemoryRegistry(shm_dir=str(tmp_path / "missing"))
     assert not registry.available
     with pytest.raises(InvalidInputError, match="this system has no"):
-        registry.register("r", "/x", 0, 16)
+        registry.register("r", "/x", 0, 16, AGENT)

@@ -72,7 +72,8 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     assert agent_cli(["add-bundle", "--state-dir", str(state), "--pubkey", str(public),
                       str(bundle)]) == 0
     toml = root / "agent.toml"
-    toml.write_text("[grpc]\nrepository_control = true\n")
+    toml.write_text("[grpc]\nrepository_control = true\ntcp_shared_memory = true\n"
+                    "[http]\nshared_memory = true\n")  # shared memory over TCP: configured
     with serving(state, toml, "shmwords-agent") as served:
         yield served
 

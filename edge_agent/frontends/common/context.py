@@ -25,13 +25,17 @@ class FrontendContext:
     control: RepositoryControl | None = None
     shared_memory: SharedMemoryRegistry = field(default_factory=SharedMemoryRegistry)
 
-    def extensions(self, *, binary_tensor_data: bool = False) -> tuple[str, ...]:
+    def extensions(self, *, binary_tensor_data: bool = False,
+                   shared_memory: bool = True) -> tuple[str, ...]:
         """The protocol extensions a front end lists in its server metadata (the same for
-        both, plus binary tensor data on HTTP)."""
-        return extensions(self.control is not None, self.shared_memory.available,
-                          binary_tensor_data)
+        both, plus binary tensor data on HTTP; system shared memory where it is served to the
+        caller: ``shared_memory`` False over TCP unless configured)."""
+        return extensions(self.control is not None,
+                          shared_memory and self.shared_memory.available, binary_tensor_data)
 
-    def server_metadata(self, *, binary_tensor_data: bool = False) -> ServerMetadata:
+    def server_metadata(self, *, binary_tensor_data: bool = False,
+                        shared_memory: bool = True) -> ServerMetadata:
         """The data plane's server metadata with this front end's extensions."""
         return replace(self.dataplane.server_metadata(),
-                       extensions=self.extensions(binary_tensor_data=binary_tensor_data))
+                       extensions=self.extensions(binary_tensor_data=binary_tensor_data,
+                                                  shared_memory=shared_memory))

@@ -7,21 +7,34 @@ in an input's or a requested output's parameters (``shared_memory_region``,
 numpy array; outputs are written into it and the response carries no tensor bytes. The serving
 core never learns where the bytes came from.
 
+The agent opens the object for its caller, so it must never open one its caller could not
+(a confused deputy, issue 27). grpcio does not tell a server the peer credentials of a Unix
+socket connection (no SO_PEERCRED in its auth context; grpc/grpc#15511, #28755), so the caller's
+user is not known: the agent takes every user who may connect to the Unix socket (from its
+mode, owner and group, the group's members read from the user database) as a possible caller,
+and registers an object only when EVERY one of them could open it read-write
+(:class:`Callers`). Over TCP, where any local user may call, system shared memory is refused
+unless configured (``[grpc] tcp_shared_memory``, ``[http] shared_memory``); those callers are
+then taken as the agent's own user, and an object must belong to it. Regions cannot be tied to
+the caller that registered them for the same reason: any caller may see and unregister every
+region; each object owner may hold at most ``[grpc] shared_memory_regions_per_user`` of them.
+
 Hostile input is refused, never followed: a key must name a regular file directly in /dev/shm
-(no path, no symlink: ``O_NOFOLLOW`` relative to the directory), owned by the agent's own user;
-offsets and sizes are checked against the registration and, at every use, against the object's
-current size. The object is never mapped: reads and writes go through ``pread``/``pwrite`` on
-the registered descriptor, so a client that truncates its object gets an error, not a SIGBUS
-in the agent. A region unregistered while a request uses it stays open until that request is
-done with it, and a later use gets NOT_FOUND. Regions live in memory only: a restarted agent
-starts with none.
+(no path, no symlink: ``O_NOFOLLOW`` relative to the directory); offsets and sizes are checked
+against the registration and, at every use, against the object's current size. The object is
+never mapped: reads and writes go through ``pread``/``pwrite`` on the registered descriptor, so
+a client that truncates its object gets an error, not a SIGBUS in the agent. A region
+unregistered while a request uses it stays open until that request is done with it, and a later
+use gets NOT_FOUND. Regions live in memory only: a restarted agent starts with none.
 """
 
 from __future__ import annotations
 
 import errno
+import grp
 import math
 import os
+import pwd
 import re
 import stat
 import threading
@@ -29,6 +42,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +52,10 @@ from edge_agent.errors import AgentError, ErrorCode, InvalidInputError
 SHM_DIR = "/dev/shm"
 MAX_REGIONS = 64
 """Regions one agent holds at most (each keeps a file descriptor open)."""
+MAX_REGIONS_PER_USER = 32
+"""Default of ``[grpc] shared_memory_regions_per_user``: regions whose objects one user owns."""
+TCP_SETTING = "[grpc] tcp_shared_memory = true"
+HTTP_SETTING = "[http] shared_memory = true"
 MAX_NAME_CHARS = 256
 _KEY = re.compile(r"/?([A-Za-z0-9_.-]{1,255})")
 
@@ -59,17 +77,113 @@ class RegionExistsError(AgentError):
 
 
 class TooManyRegionsError(AgentError):
-    """The agent already holds MAX_REGIONS regions."""
+    """The agent already holds MAX_REGIONS regions, or the object's owner its share."""
 
     code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class SharedMemoryRefusedError(AgentError):
+    """System shared memory is not served where the call came from (TCP, unless configured)."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+def refused_over_tcp(setting: str) -> SharedMemoryRefusedError:
+    """The refusal of system shared memory to a caller whose user is unknown (TCP)."""
+    return SharedMemoryRefusedError(
+        "system shared memory is not served over TCP: any local user may call there, and the "
+        "agent would open objects for callers who cannot open them; use the Unix socket "
+        f"(grpc.uds), send tensors in the request, or set {setting} to serve it to every "
+        "local user as the agent's own user")
+
+
+def _rw(info: os.stat_result, uid: int, gids: frozenset[int]) -> bool:
+    """Whether user ``uid`` in groups ``gids`` may open an object of ``info`` read-write."""
+    if uid == 0:
+        return True
+    shift = 6 if uid == info.st_uid else 3 if info.st_gid in gids else 0
+    return (info.st_mode >> shift) & 0o6 == 0o6
+
+
+def _groups_of(uid: int) -> frozenset[int]:
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return frozenset()
+    return frozenset(os.getgrouplist(pw.pw_name, pw.pw_gid))
+
+
+def _members(gid: int) -> dict[int, frozenset[int]]:
+    """The users of group ``gid`` (primary or listed) with all their groups."""
+    try:
+        names = set(grp.getgrgid(gid).gr_mem)
+    except KeyError:
+        names = set()
+    return {pw.pw_uid: frozenset(os.getgrouplist(pw.pw_name, pw.pw_gid))
+            for pw in pwd.getpwall() if pw.pw_gid == gid or pw.pw_name in names}
+
+
+@dataclass(frozen=True)
+class Callers:
+    """Who may be making a call: the users (with their groups) able to connect where it came
+    from, or ``anyone``; ``agent_only``: callers taken as the agent's own user (TCP, opted in),
+    whose objects must belong to it."""
+
+    users: tuple[tuple[int, frozenset[int]], ...] = ()
+    anyone: bool = False
+    agent_only: bool = False
+    where: str = ""
+
+    @classmethod
+    def of_socket(cls, path: Path) -> Callers:
+        """Every user who may connect to the Unix socket at ``path`` (its mode now: owner,
+        group members, or anyone; root always may)."""
+        info = os.stat(path)
+        mode = stat.S_IMODE(info.st_mode)
+        users: dict[int, frozenset[int]] = {}
+        if mode & 0o200:
+            users[info.st_uid] = _groups_of(info.st_uid)
+        if mode & 0o020:
+            users.update(_members(info.st_gid))
+        return cls(tuple(sorted(users.items())), anyone=bool(mode & 0o002),
+                   where=f"the Unix socket {path} (mode {mode:04o}, group {info.st_gid})")
+
+    @classmethod
+    def agent(cls, where: str) -> Callers:
+        """Callers taken as the agent's own user (TCP with shared memory configured)."""
+        return cls(((os.geteuid(), frozenset(os.getgroups()) | {os.getegid()}),),
+                   agent_only=True, where=where)
+
+    def refusal(self, info: os.stat_result) -> str | None:
+        """Why an object of ``info`` may not be opened for these callers; None if it may."""
+        mode = stat.S_IMODE(info.st_mode)
+        owner = f"(owner uid {info.st_uid}, group {info.st_gid}, mode {mode:04o})"
+        if self.agent_only and info.st_uid != os.geteuid():
+            return (f"belongs to uid {info.st_uid}, not to the agent's user (uid "
+                    f"{os.geteuid()}), and callers over {self.where} are taken as the agent's "
+                    "user; create it as the agent's user")
+        if self.anyone and mode & 0o666 != 0o666:
+            return (f"{owner} is not readable and writable by every user, and any local user "
+                    f"may call over {self.where}; the agent opens an object only for callers "
+                    "who could open it themselves: make it 0666 or the socket 0660")
+        denied = [uid for uid, gids in self.users if not _rw(info, uid, gids)]
+        if denied:
+            return (f"{owner} cannot be opened read-write by uid "
+                    f"{', '.join(map(str, denied))}, who may call over {self.where}; the agent "
+                    "opens an object only for callers who could open it themselves: give the "
+                    "socket's group read-write access to it (0660) or keep that user off the "
+                    "socket")
+        return None
 
 
 class Region:
     """One registered region: an open descriptor on the object and the window registered."""
 
-    def __init__(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
+    def __init__(self, name: str, key: str, offset: int, byte_size: int, fd: int,
+                 owner: int = -1) -> None:
         self.name = name
         self.key = key
+        self.owner = owner  # the object's owner uid (the per-user cap counts by it)
         self.offset = offset
         self.byte_size = byte_size
         self._fd = fd
@@ -133,9 +247,11 @@ class Placement:
 class SharedMemoryRegistry:
     """The system shared memory regions registered with one server. Thread-safe."""
 
-    def __init__(self, shm_dir: str = SHM_DIR, max_regions: int = MAX_REGIONS) -> None:
+    def __init__(self, shm_dir: str = SHM_DIR, max_regions: int = MAX_REGIONS,
+                 max_per_user: int = MAX_REGIONS_PER_USER) -> None:
         self._dir = shm_dir
         self._max = max_regions
+        self._max_per_user = max_per_user
         self._lock = threading.Lock()
         self._regions: dict[str, Region] = {}
 
@@ -145,8 +261,10 @@ class SharedMemoryRegistry:
         return os.path.isdir(self._dir)
 
     # -- the three RPCs ----------------------------------------------------------------
-    def register(self, name: str, key: str, offset: int, byte_size: int) -> Region:
-        """Open ``key`` in /dev/shm and register ``byte_size`` bytes of it at ``offset``."""
+    def register(self, name: str, key: str, offset: int, byte_size: int,
+                 callers: Callers) -> Region:
+        """Open ``key`` in /dev/shm and register ``byte_size`` bytes of it at ``offset``, when
+        every one of ``callers`` could open it read-write."""
         if not name or len(name) > MAX_NAME_CHARS:
             raise InvalidInputError(f"shared memory region name must be 1 to {MAX_NAME_CHARS} "
                                     "characters")
@@ -158,16 +276,15 @@ class SharedMemoryRegistry:
             if not stat.S_ISREG(info.st_mode):
                 raise InvalidInputError(f"shared memory region '{name}': key {key!r} is not a "
                                         "shared memory object (not a regular file)")
-            if info.st_uid != os.geteuid():
-                raise InvalidInputError(
-                    f"shared memory region '{name}': the object {key!r} belongs to uid "
-                    f"{info.st_uid}, not to the agent's user (uid {os.geteuid()}); create it "
-                    "as the agent's user")
+            refusal = callers.refusal(info)
+            if refusal is not None:
+                raise InvalidInputError(f"shared memory region '{name}': the object {key!r} "
+                                        f"{refusal}")
             if offset + byte_size > info.st_size:
                 raise InvalidInputError(
                     f"shared memory region '{name}': {byte_size} bytes at offset {offset} go "
                     f"past the end of {key!r} ({info.st_size} bytes)")
-            region = Region(name, key, offset, byte_size, fd)
+            region = Region(name, key, offset, byte_size, fd, info.st_uid)
         except BaseException:
             os.close(fd)
             raise
@@ -181,6 +298,13 @@ class SharedMemoryRegistry:
                 raise TooManyRegionsError(
                     f"shared memory region '{name}': this agent already holds {self._max} "
                     "regions; unregister some first")
+            held = sum(1 for r in self._regions.values() if r.owner == region.owner)
+            if held >= self._max_per_user:
+                region.remove()
+                raise TooManyRegionsError(
+                    f"shared memory region '{name}': uid {region.owner} already owns the "
+                    f"objects of {held} regions, the most one user may "
+                    "([grpc] shared_memory_regions_per_user); unregister some first")
             self._regions[name] = region
         return region
 

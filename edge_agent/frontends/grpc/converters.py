@@ -192,8 +192,9 @@ def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> np.ndarray:
 
 
 def _no_shm(what: str) -> InvalidInputError:
-    return InvalidInputError(f"{what}: shared memory is not served on this connection; "
-                             "send the tensor in the request")
+    return InvalidInputError(f"{what}: shared memory is not served on this connection (over "
+                             "TCP only with [grpc] tcp_shared_memory = true; the Unix socket "
+                             "serves it); send the tensor in the request")
 
 
 def _shm_inputs(msg: pb.ModelInferRequest, shm: SharedMemoryRegistry | None,

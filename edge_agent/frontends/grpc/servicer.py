@@ -13,6 +13,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, NoReturn, TypeAlias
 
 import grpc
@@ -23,6 +24,12 @@ from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.control import RepositoryControl
 from edge_agent.frontends.common.names import model_name, parse_version
+from edge_agent.frontends.common.shared_memory import (
+    TCP_SETTING,
+    Callers,
+    SharedMemoryRegistry,
+    refused_over_tcp,
+)
 from edge_agent.frontends.grpc import converters, status
 from edge_agent.frontends.grpc.admission import ResponseBudget
 from edge_agent.frontends.grpc.decoupled import DecoupledCall
@@ -55,6 +62,18 @@ def _log_control(call: str, name: str, context: _Ctx, result: str | BaseExceptio
     repository.log_control(call, name, context.peer(), result)
 
 
+def _over_uds(peer: str) -> bool:
+    """Whether a call from ``peer`` (grpc's peer string or its :func:`peer_key`) came over the
+    Unix socket."""
+    return peer.split(":", 1)[0] == "unix"
+
+
+def _has_tensor_parameters(request: pb.ModelInferRequest) -> bool:
+    """Whether any input or requested output of ``request`` carries parameters."""
+    return any(len(t.parameters) for t in request.inputs) or \
+        any(len(o.parameters) for o in request.outputs)
+
+
 def _no_cuda_shm(context: _Ctx) -> NoReturn:
     context.abort(grpc.StatusCode.UNIMPLEMENTED,
                   "CUDA shared memory is not served by this agent; use system shared memory "
@@ -71,7 +90,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """
 
     def __init__(self, context: FrontendContext, *, streams: StreamSessions | None = None,
-                 budget: ResponseBudget | None = None) -> None:
+                 budget: ResponseBudget | None = None, uds: Path | None = None,
+                 tcp_shared_memory: bool = False) -> None:
         self._context = context
         self._dp = context.dataplane
         self._control = context.control
@@ -79,6 +99,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._budget = budget or ResponseBudget(DEFAULT_MAX_RESPONSE_BYTES)
         self._budget_from = min(UNARY_BUDGET_FROM, self._budget.max_bytes // 64)
         self._shm = context.shared_memory
+        self._uds = uds  # the Unix socket: who may connect to it may call over it
+        self._tcp_shm = tcp_shared_memory  # [grpc] tcp_shared_memory
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -90,7 +112,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ServerMetadata(self, request: pb.ServerMetadataRequest,
                        context: _Ctx) -> pb.ServerMetadataResponse:
-        return converters.to_server_metadata(self._context.server_metadata())
+        return converters.to_server_metadata(self._context.server_metadata(
+            shared_memory=self._tcp_shm or _over_uds(context.peer())))
 
     @_errors
     def ModelReady(self, request: pb.ModelReadyRequest, context: _Ctx) -> pb.ModelReadyResponse:
@@ -116,8 +139,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_errors
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
-        infer_request, _ = converters.to_infer_request(request, self._shm)
-        placed = converters.output_placements(request, self._shm)  # shared memory outputs
+        # the peer (~3 us) only for a request with tensor parameters (it may name a region)
+        shm = self._shm if self._tcp_shm or not _has_tensor_parameters(request) \
+            else self._shm_for(context.peer())
+        infer_request, _ = converters.to_infer_request(request, shm)
+        placed = converters.output_placements(request, shm)  # shared memory outputs
         result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
         result = converters.classified(result, request, self._dp)
         nbytes = _response_bytes(result, infer_request.outputs)
@@ -163,11 +189,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def _read_stream(self, session: StreamSession,
                      requests: Iterator[pb.ModelInferRequest]) -> None:
         push, send = session.push, self._send_stream
+        shm = self._shm_for(session.peer)
         try:
             for msg in requests:
                 session.received_one()
                 try:
-                    req, _ = converters.to_infer_request(msg, self._shm)
+                    req, _ = converters.to_infer_request(msg, shm)
                     future = self._dp.submit(req, inline=False)
                 except DecoupledModelError:  # many responses: protocol/decoupled.py
                     push(DecoupledCall(self._dp, msg, req, True), send)
@@ -187,6 +214,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def _send_stream(self, session: StreamSession) -> None:
         answered, reading = 0, True
+        shm = self._shm_for(session.peer)
         while reading or answered < session.received:  # after END, received is final
             item = session.items.get()
             if item is END:
@@ -199,7 +227,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     session.answered_one()
                     answered += 1
                 continue
-            response, nbytes = self._stream_response(*item)
+            msg, req, done, exc = item
+            response, nbytes = self._stream_response(msg, req, done, exc, shm)
             try:
                 session.send(response)
             finally:
@@ -209,7 +238,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         session.finish()
 
     def _stream_response(self, msg: pb.ModelInferRequest, req: InferRequest | None,
-                         future: Future[InferResult] | None, exc: BaseException | None
+                         future: Future[InferResult] | None, exc: BaseException | None,
+                         shm: SharedMemoryRegistry | None
                          ) -> tuple[pb.ModelStreamInferResponse, int]:
         if exc is None and future is not None:
             try:
@@ -217,7 +247,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 nbytes = _response_bytes(result, req.outputs if req else None)
                 self._budget.acquire(nbytes)
                 try:
-                    placed = converters.output_placements(msg, self._shm)  # shared memory
+                    placed = converters.output_placements(msg, shm)  # shared memory
                     response = converters.to_infer_response(
                         result, order=req.outputs if req else None, placed=placed)
                 except BaseException:
@@ -286,9 +316,22 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- shared memory (the KServe/Triton extension; frontends/common/shared_memory.py) ------
 
+    def _shm_for(self, peer: str) -> SharedMemoryRegistry | None:
+        """The regions, for a caller at ``peer`` that may use them (None: over TCP, off)."""
+        return self._shm if self._tcp_shm or _over_uds(peer) else None
+
+    def _callers(self, context: _Ctx) -> Callers:
+        """Who may be calling (the Unix socket's possible users), or the refusal over TCP."""
+        if _over_uds(context.peer()) and self._uds is not None:
+            return Callers.of_socket(self._uds)
+        if not self._tcp_shm:
+            raise refused_over_tcp(TCP_SETTING)
+        return Callers.agent(f"TCP ({TCP_SETTING})")
+
     @_errors
     def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest,
                                  context: _Ctx) -> pb.SystemSharedMemoryStatusResponse:
+        self._callers(context)  # refused over TCP unless configured
         response = pb.SystemSharedMemoryStatusResponse()
         for region in self._shm.status(request.name):
             response.regions[region.name].CopyFrom(
@@ -300,12 +343,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @_errors
     def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest,
                                    context: _Ctx) -> pb.SystemSharedMemoryRegisterResponse:
-        self._shm.register(request.name, request.key, request.offset, request.byte_size)
+        self._shm.register(request.name, request.key, request.offset, request.byte_size,
+                           self._callers(context))
         return pb.SystemSharedMemoryRegisterResponse()
 
     @_errors
     def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest,
                                      context: _Ctx) -> pb.SystemSharedMemoryUnregisterResponse:
+        self._callers(context)  # refused over TCP unless configured
         self._shm.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 

@@ -27,7 +27,12 @@ from edge_agent.frontends.common.classification import classify
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.errors import error_message, http_status
 from edge_agent.frontends.common.names import model_name, parse_version
-from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.frontends.common.shared_memory import (
+    HTTP_SETTING,
+    Callers,
+    SharedMemoryRegistry,
+    refused_over_tcp,
+)
 from edge_agent.frontends.grpc import converters  # Triton's config JSON is the protobuf's
 from edge_agent.frontends.http import tensors
 from packager.bundle.manifest import TensorSpec
@@ -130,12 +135,13 @@ class KServeRoutes:
     load/unload (None: refused, naming the setting), its shared memory regions are shared.
     """
 
-    def __init__(self, context: FrontendContext) -> None:
+    def __init__(self, context: FrontendContext, *, shared_memory: bool = False) -> None:
         self._context = context
         self._dp = context.dataplane
         self._control = context.control
         shm = context.shared_memory
-        self._shm = shm if shm.available else None
+        self._shm_on = shared_memory  # [http] shared_memory: HTTP is TCP, any local user
+        self._shm = shm if shm.available and shared_memory else None
         self._routes: list[tuple[str, re.Pattern[str], _Handler]] = [
             ("POST", re.compile(_M + "/infer"), self._infer),
             ("GET", re.compile(r"/v2/health/live"), self._live),
@@ -192,7 +198,8 @@ class KServeRoutes:
         return HttpAnswer(200 if self._dp.ready() else 503, b"")
 
     def _server_metadata(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
-        meta = self._context.server_metadata(binary_tensor_data=True)
+        meta = self._context.server_metadata(binary_tensor_data=True,
+                                             shared_memory=self._shm_on)
         return _json(200, {"name": meta.name, "version": meta.version,
                            "extensions": list(meta.extensions)})
 
@@ -276,6 +283,8 @@ class KServeRoutes:
     # -- system shared memory ------------------------------------------------------------
 
     def _registry(self) -> SharedMemoryRegistry:
+        if not self._shm_on:
+            raise refused_over_tcp(HTTP_SETTING)
         if self._shm is None:
             raise InvalidInputError("system shared memory is not available on this system")
         return self._shm
@@ -292,7 +301,8 @@ class KServeRoutes:
             raise InvalidInputError("shared memory register: 'key' must be a string")
         offset, size = (_count(doc.get(k, 0 if k == "offset" else None), k)
                         for k in ("offset", "byte_size"))
-        self._registry().register(params["region"], key, offset, size)
+        self._registry().register(params["region"], key, offset, size,
+                                  Callers.agent(f"HTTP ({HTTP_SETTING})"))
         return HttpAnswer(200, b"")
 
     def _shm_unregister(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:

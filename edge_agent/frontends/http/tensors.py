@@ -198,7 +198,8 @@ def decode_request(body: bytes, header_length: int | None, model: str, version: 
                 f"(binary data after the JSON) and parameters.{REGION} (shared memory)")
         if ref is not None:
             if shm is None:
-                raise InvalidInputError(f"input '{name}': shared memory is not served here; "
+                raise InvalidInputError(f"input '{name}': shared memory is not served here "
+                                        "(over HTTP only with [http] shared_memory = true); "
                                         "send the tensor in the request")
             inputs[name] = shm.read_input(ref, name, wire_dtype(datatype, name), shape)
         elif size is not None:
@@ -244,7 +245,8 @@ def _decode_outputs(outputs: Any, call: InferCall, where: str,
         ref = _region(params, f"output '{name}'")
         if ref is not None:
             if shm is None:
-                raise InvalidInputError(f"output '{name}': shared memory is not served here")
+                raise InvalidInputError(f"output '{name}': shared memory is not served here "
+                                        "(over HTTP only with [http] shared_memory = true)")
             if call.placed is None:
                 call.placed = {}
             call.placed[name] = shm.placement(ref, name)
