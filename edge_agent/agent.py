@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from edge_agent import log_ring
+from edge_agent import __version__, log_ring
 from edge_agent.config import AgentConfig
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.deploy.manager import ModelManager
@@ -180,7 +180,8 @@ def start_frontends(config: AgentConfig, state: StateParts, core: CoreParts) -> 
     # RepositoryModelLoad/Unload (gRPC and HTTP) go to the model manager only when allowed
     context = FrontendContext(
         core.dataplane, core.manager if config.grpc.repository_control else None,
-        SharedMemoryRegistry(max_per_user=config.grpc.shared_memory_regions_per_user))
+        SharedMemoryRegistry(max_per_user=config.grpc.shared_memory_regions_per_user),
+        log_control=config.grpc.log_control)
     grpc = AgentServer(core.dataplane, config, context=context)
     addresses = grpc.start()
     try:
@@ -393,6 +394,8 @@ class Agent:
             notifier.status("starting: opening state and loading models")
             log_ring.install()  # from the start: `edge-console logs` shows the models loading
             config = self.config
+            log.info("starting (edge-agent %s, state directory %s)", __version__,
+                     config.state_dir)
             self._state = open_state(config)
             self._core = build_core(config, self._state)
             self._ends = start_frontends(config, self._state, self._core)
@@ -404,6 +407,8 @@ class Agent:
                 active = [f"{v.model}:{v.version}" for v in self._core.manager.versions()
                           if v.active]
                 notifier.ready(f"serving {len(active)} model(s): {', '.join(active) or 'none'}")
+                log.info("ready: serving %d model(s) (%s) on %s", len(active),
+                         ", ".join(active) or "none", ", ".join(self._ends.addresses.targets()))
                 if on_ready is not None:
                     on_ready(self)
             while not stop.wait(0.5):
@@ -440,6 +445,7 @@ class Agent:
             self._stopping = "closing the state"
             self._state.close()
             self._state = None
+            log.info("stopped")
         self._stopping = ""
 
     def _exit_if_stuck(self) -> None:

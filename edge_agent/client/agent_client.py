@@ -23,6 +23,7 @@ that disagree about TLS get a message that says which side to change.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import ssl
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -53,6 +54,7 @@ from edge_agent.management.auth import bearer
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.tls import SERVER_NAME, fingerprint, normalize_fingerprint
+from edge_agent.management.wire import CALLER_METADATA
 
 CHUNK_BYTES = 1 << 20
 _CODES = {c.name: c for c in ErrorCode}
@@ -237,17 +239,34 @@ def changed_message(target: str, pinned: str, presented: str) -> str:
             "--state-dir DIR`; only if it shows the new fingerprint, remove the old pin")
 
 
+def default_caller() -> str:
+    """``user@host (edge-console VERSION)``: how this client names itself to an agent."""
+    import getpass
+
+    from edge_agent import __version__
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        user = "uid-" + str(os.getuid())
+    return f"{user}@{socket.gethostname()} (edge-console {__version__})"
+
+
 class AgentClient:
     """A connection to one agent's management API. Thread-safe; close it (or use ``with``)."""
 
     def __init__(self, target: str, *, token: str | None = None,
                  tls: ClientTls | PinnedTls | None = None,
-                 timeout_s: float = 30.0, deploy_timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 30.0, deploy_timeout_s: float = 600.0,
+                 caller: str | None = None) -> None:
+        """``caller`` describes this client in the agent's log with each change it asks for
+        (default ``user@host (edge-console VERSION)``)."""
         self.target = target
         self.timeout_s = timeout_s
         self.deploy_timeout_s = deploy_timeout_s
         self.tls = tls
-        self._metadata = bearer(token) if token else ()
+        self._metadata: tuple[tuple[str, str], ...] = (
+            *(bearer(token) if token else ()), (CALLER_METADATA, caller or default_caller()))
         options: list[tuple[str, Any]] = [("grpc.max_send_message_length", 8 << 20),
                    ("grpc.max_receive_message_length", 8 << 20)]
         if isinstance(tls, PinnedTls):

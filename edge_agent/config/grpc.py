@@ -33,6 +33,7 @@ class GrpcConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     workers: int = 8  # handler threads; fewer cost less CPU per request (docs/performance.md)
     repository_control: bool = False  # KServe RepositoryModelLoad/Unload (unauthenticated)
+    log_control: bool = False  # the logging extension may change the log settings
     max_streams: int = 64
     max_streams_per_peer: int = 16
     stream_first_message_s: float = 10.0
@@ -56,6 +57,7 @@ KEYS = (
     Key("uds_enabled", boolean),
     Key("repository_control", boolean),
     Key("tcp_shared_memory", boolean),
+    Key("log_control", boolean),
     Key("uds_mode", non_negative_int),
     *(Key(name, positive_int) for name in (
         "max_message_bytes", "workers", "max_streams", "max_streams_per_peer",

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -297,6 +298,7 @@ class ModelRepository:
                 return existing
             mv = VersionSlot(name=name, version=version, path=path)
             model.versions[version] = mv
+        started = time.monotonic()
         try:
             loaded = self._guarded_bring_up(mv)
         except (AgentError, PackagerError, OSError) as exc:
@@ -315,6 +317,8 @@ class ModelRepository:
             mv.loaded = loaded
             mv.state = ServingState.READY
             self._refresh_default(model)
+        log.info("loaded %s version %s on %s (%s) in %.2f s", name, version,
+                 loaded.backend_name, loaded.device, time.monotonic() - started)
         self._changed()
         return mv
 
@@ -462,6 +466,8 @@ class ModelRepository:
             if mv.loaded is not None:
                 timeout = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
                 drained = mv.loaded.close(timeout)
+                log.info("unloaded %s version %s%s", name, version,
+                         "" if drained else " (requests still in flight at the drain timeout)")
         finally:
             with self._lock:
                 model.versions.pop(version, None)

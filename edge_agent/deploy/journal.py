@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from edge_agent.core.repository import ServingState, VersionSlot
+from edge_agent.deploy import caller
 from edge_agent.deploy.errors import (
     DeploymentBusyError,
     DiskFullError,
@@ -57,18 +58,32 @@ class DeploymentJournal:
         self._hooks = tuple(step_hooks)
         self._unfinished: dict[str, tuple[int, str, Step]] = {}
         self._guard = threading.Lock()
+        self._labels: dict[int, str] = {}  # deployment id -> "mlp v2" while it runs (for logs)
 
     def begin(self, model: str, kind: DeploymentKind, to_version: int | None,
               from_version: int | None) -> int:
         """Record the start of a deployment (the caller holds the model's lock)."""
         self._finish_unfinished(model)
         try:
-            return self.store.begin_deployment(model, kind, to_version=to_version,
-                                               from_version=from_version)
+            dep = self.store.begin_deployment(model, kind, to_version=to_version,
+                                              from_version=from_version)
         except StateStoreError as exc:
             if _write_failure(exc):
                 raise self.clean(exc, f"record a {kind} of {model}") from None
             raise DeploymentBusyError(str(exc)) from None
+        versions = (f"v{from_version} -> v{to_version}" if from_version and to_version
+                    and from_version != to_version
+                    else f"v{to_version or from_version}" if to_version or from_version else "")
+        with self._guard:
+            self._labels[dep] = f"{model} {versions}".strip()
+        log.info("deployment %d: %s of %s by %s", dep, kind.value,
+                 f"{model} {versions}".strip(), caller.current())
+        return dep
+
+    def _label(self, dep: int, *, done: bool = False) -> str:
+        with self._guard:
+            label = self._labels.pop(dep, "") if done else self._labels.get(dep, "")
+        return f"deployment {dep} ({label})" if label else f"deployment {dep}"
 
     def reached(self, dep: int, step: Step, message: str, on_event: EventSink | None) -> None:
         """Record that ``dep`` reached ``step``; then tell the event sink and the hooks."""
@@ -78,6 +93,7 @@ class DeploymentJournal:
                 self.store.record_parity(dep, True, message)
         except StateStoreError as exc:
             raise RecordingFailed(step, self.clean(exc, f"record step {step.value}")) from exc
+        log.info("%s: %s%s", self._label(dep), step.value, f": {message}" if message else "")
         if on_event is not None:
             on_event(StepEvent(dep, step.value, True, message))
         for hook in self._hooks:
@@ -90,6 +106,8 @@ class DeploymentJournal:
         except StateStoreError as exc:
             raise RecordingFailed(Step.COMMITTED,
                                   self.clean(exc, "commit the deployment")) from exc
+        log.info("%s: committed%s", self._label(dep, done=True),
+                 f": {message}" if message else "")
         if on_event is not None:
             on_event(StepEvent(dep, Step.COMMITTED.value, True, message))
         return done
@@ -115,7 +133,7 @@ class DeploymentJournal:
             raise RecordingFailed(step, clean) from err
         if on_event is not None:
             on_event(StepEvent(dep, step.value, False, text))
-        log.warning("deployment %d failed: %s", dep, reason)
+        log.warning("%s failed: %s", self._label(dep, done=True), reason)
         return DeployOutcome(done, False, reason, self.store.active_version(done.model))
 
     def abandon(self, dep: int, model: str, failure: RecordingFailed,
@@ -123,7 +141,7 @@ class DeploymentJournal:
         """End ``dep`` after a step could not be recorded: failed now if the store takes it,
         else remembered and failed before the model's next change (and the error raised)."""
         reason = f"{failure.step.value} failed: {failure.error}"
-        log.warning("deployment %d of %s: %s", dep, model, reason)
+        log.warning("%s: %s", self._label(dep, done=True), reason)
         if on_event is not None:
             on_event(StepEvent(dep, failure.step.value, False, str(failure.error)))
         try:

@@ -9,11 +9,14 @@ deploy pipeline, exactly as for an uploaded bundle. Protocol-free: no gRPC here.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from edge_agent.config.management import RegistrySettings
+from edge_agent.deploy import caller
 from edge_agent.deploy.compat import check_disk_space
 from edge_agent.deploy.device import DeviceInfo
 from edge_agent.deploy.errors import InvalidBundleError, ManagerError, storage_error
@@ -38,6 +41,8 @@ from packager.bundle.oci.ref import (
     RegistryPolicy,
     parse_reference,
 )
+
+log = logging.getLogger(__name__)
 
 
 class RegistryRefusedError(ManagerError):
@@ -147,6 +152,8 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
     ref = check_reference(text, settings)
     policy = RegistryPolicy.parse(settings.allow, settings.insecure)
     guard = guard or pull_guard(settings)
+    started = time.monotonic()
+    log.info("pulling %s for profile %s by %s", ref, device.profile, caller.current())
     try:
         with guard:
             creds = (credentials_from_config(settings.auth_file, ref.registry, required=True)
@@ -171,8 +178,13 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
         if error is None:
             raise
         raise error from None
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             dest.unlink()
+        log.warning("pull of %s stopped after %.1f s: %s", ref, time.monotonic() - started,
+                    exc)
         raise
-    return PullResult(ref, str(entry.annotations.get(PROFILE)), dest.stat().st_size)
+    result = PullResult(ref, str(entry.annotations.get(PROFILE)), dest.stat().st_size)
+    log.info("pulled %s: layer %s (%s), %d bytes in %.1f s", ref, entry.digest,
+             result.profile, result.size, time.monotonic() - started)
+    return result

@@ -6,6 +6,7 @@ Errors are mapped to status codes in one place (:func:`edge_agent.frontends.grpc
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import math
@@ -21,7 +22,7 @@ import grpc
 
 from edge_agent import __version__
 from edge_agent.config.management import RegistrySettings
-from edge_agent.deploy import compat
+from edge_agent.deploy import caller, compat
 from edge_agent.deploy.errors import disk_full, is_disk_full
 from edge_agent.deploy.live_settings import parse_value
 from edge_agent.deploy.manager import ModelManager
@@ -39,7 +40,7 @@ from edge_agent.management.diagnostics import Diagnostics
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.identity import AgentIdentity
-from edge_agent.management.wire import NO_TEMP
+from edge_agent.management.wire import CALLER_METADATA, NO_TEMP
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.store import MetricsStore
 
@@ -60,6 +61,13 @@ MAX_DEPLOYS = 4
 """Deploy streams served at once; more are refused (RESOURCE_EXHAUSTED)."""
 _QUEUED_CHUNKS = 4  # chunks read ahead of the disk at most (each <= the 8 MiB message cap)
 _MAX_UNIX_S = float(2**40)  # far past any real clock, far inside SQLite's int64
+
+
+def _caller_of(context: grpc.ServicerContext) -> str:
+    """The caller's own description (``x-edge-caller``) and its address, for the log."""
+    claimed = next((str(v) for k, v in (context.invocation_metadata() or ())
+                    if k == CALLER_METADATA), None)
+    return caller.describe(claimed, context.peer() or "an unknown address")
 
 
 class ManagementServicer(pb_grpc.AgentManagementServicer):
@@ -132,8 +140,9 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 f"this agent already receives {self.max_deploys} deploys; retry when one "
                 "has finished")
         try:
-            yield from self._deploy(_timed(request_iterator, context, self.upload_idle_s,
-                                           self.upload_total_s), context)
+            with caller.acting_as(_caller_of(context)):
+                yield from self._deploy(_timed(request_iterator, context, self.upload_idle_s,
+                                               self.upload_total_s), context)
         finally:
             self._deploys.release()
 
@@ -174,9 +183,10 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 "has finished")
         try:
             path = self.manager.new_upload_path()
-            yield from self._pull(request.reference, registry, path, context)
-            yield from self._run_deploy(path, request.force, context, "bundle",
-                                        origin=request.reference)
+            with caller.acting_as(_caller_of(context)):
+                yield from self._pull(request.reference, registry, path, context)
+                yield from self._run_deploy(path, request.force, context, "bundle",
+                                            origin=request.reference)
         finally:
             self._deploys.release()
 
@@ -230,7 +240,8 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                     self._pulls.pop(guard, None)
             events.put(None)
 
-        thread = threading.Thread(target=run, name="edge-pull", daemon=True)
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(run,),
+                                  name="edge-pull", daemon=True)
         with self._pulls_lock:
             if self._stopping:
                 abort(context, PullStoppedError("the agent is stopping; deploy again once "
@@ -323,7 +334,8 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
             events.put(result)
 
         # The deploy runs to its end even when the client goes away mid-way.
-        worker = threading.Thread(target=run, name="edge-deploy", daemon=True)
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(run,),
+                                  name="edge-deploy", daemon=True)
         worker.start()
         while True:
             item = events.get()
@@ -339,22 +351,25 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
     @_errors
     def Activate(self, request: pb.ActivateRequest,
                  context: grpc.ServicerContext) -> pb.DeploymentResult:
-        outcome = self.manager.activate(request.model, int(request.version),
-                                        force=request.force)
+        with caller.acting_as(_caller_of(context)):
+            outcome = self.manager.activate(request.model, int(request.version),
+                                            force=request.force)
         self._changed()
         return convert.result_pb(outcome)
 
     @_errors
     def Rollback(self, request: pb.RollbackRequest,
                  context: grpc.ServicerContext) -> pb.DeploymentResult:
-        outcome = self.manager.rollback(request.model, int(request.to_version) or None)
+        with caller.acting_as(_caller_of(context)):
+            outcome = self.manager.rollback(request.model, int(request.to_version) or None)
         self._changed()
         return convert.result_pb(outcome)
 
     @_errors
     def RemoveVersion(self, request: pb.RemoveVersionRequest,
                       context: grpc.ServicerContext) -> pb.DeploymentResult:
-        outcome = self.manager.remove(request.model, int(request.version))
+        with caller.acting_as(_caller_of(context)):
+            outcome = self.manager.remove(request.model, int(request.version))
         self._changed()
         return convert.result_pb(outcome)
 
@@ -369,13 +384,14 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
     @_errors
     def SetModelSettings(self, request: pb.SetModelSettingsRequest,
                          context: grpc.ServicerContext) -> pb.DeploymentResult:
-        if request.revert:
-            outcome = self.manager.revert_settings(request.model)
-        else:
-            values = {k: parse_value(v) for k, v in request.set.items()}
-            outcome = self.manager.change_settings(request.model, values,
-                                                   list(request.unset),
-                                                   replace=request.replace)
+        with caller.acting_as(_caller_of(context)):
+            if request.revert:
+                outcome = self.manager.revert_settings(request.model)
+            else:
+                values = {k: parse_value(v) for k, v in request.set.items()}
+                outcome = self.manager.change_settings(request.model, values,
+                                                       list(request.unset),
+                                                       replace=request.replace)
         self._changed()
         return convert.result_pb(outcome)
 

@@ -18,3 +18,7 @@ def opt(v: float | None, none: float = NONE) -> float:
 def back(v: float, none: float = NONE) -> float | None:
     """``v``, or None when it is the sentinel ``none`` (message -> client value)."""
     return None if v == none else v
+
+CALLER_METADATA = "x-edge-caller"
+"""Call metadata a management client describes itself in (``user@host (edge-console 1.4)``):
+named in the device log with each change; a claim, not an identity."""

@@ -113,7 +113,11 @@ class TokenFile:
             return self._token
         with self._lock:
             try:
-                self._token = _read(self.path)
+                token = _read(self.path)
+                if token != self._token:
+                    log.info("the management token was rotated (%s changed): calls with the "
+                             "old token are refused from now on", self.path)
+                self._token = token
             except (OSError, StateStoreError) as exc:
                 log.warning(
                     "cannot read the changed management token %s (%s); the previous token "

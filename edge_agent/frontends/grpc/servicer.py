@@ -23,6 +23,7 @@ from edge_agent.errors import AgentError, DecoupledModelError
 from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.control import RepositoryControl
+from edge_agent.frontends.common.logging_extension import log_settings_call
 from edge_agent.frontends.common.names import model_name, parse_version
 from edge_agent.frontends.common.shared_memory import (
     TCP_SETTING,
@@ -365,6 +366,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest,
                                    context: _Ctx) -> pb.CudaSharedMemoryUnregisterResponse:
         return pb.CudaSharedMemoryUnregisterResponse()  # nothing registered: nothing to drop
+
+    @_errors
+    def LogSettings(self, request: pb.LogSettingsRequest,
+                    context: _Ctx) -> pb.LogSettingsResponse:
+        """The logging extension: every setting, after applying the request's (if any)."""
+        changes = {key: getattr(value, value.WhichOneof("parameter_choice") or "string_param")
+                   for key, value in request.settings.items()}
+        current = log_settings_call(self._context.log_settings, changes,
+                                    allowed=self._context.log_control, peer=context.peer())
+        response = pb.LogSettingsResponse()
+        for key, value in current.items():
+            field = ("bool_param" if isinstance(value, bool) else
+                     "uint32_param" if isinstance(value, int) else "string_param")
+            setattr(response.settings[key], field, value)
+        return response
 
     def _control_or_refuse(self, call: str) -> RepositoryControl:
         return repository.control_or_refuse(self._control, call)

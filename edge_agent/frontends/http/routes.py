@@ -26,6 +26,7 @@ from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.classification import classify
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.errors import error_message, http_status
+from edge_agent.frontends.common.logging_extension import log_settings_call
 from edge_agent.frontends.common.names import model_name, parse_version
 from edge_agent.frontends.common.shared_memory import (
     HTTP_SETTING,
@@ -168,6 +169,8 @@ class KServeRoutes:
             ("POST", re.compile(r"/v2/cudasharedmemory(?:/region/[^/]+)?/unregister"),
              self._no_cuda_regions),
             ("*", re.compile(r"/v2/cudasharedmemory.*"), self._no_cuda),
+            ("GET", re.compile(r"/v2/logging"), self._logging),
+            ("POST", re.compile(r"/v2/logging"), self._logging),
         ]
 
     def handle(self, request: HttpRequest) -> HttpAnswer:
@@ -279,6 +282,14 @@ class KServeRoutes:
             raise
         repository.log_control(call, name, request.peer, summary)
         return HttpAnswer(200, b"")
+
+    def _logging(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        """The logging extension: GET reads every setting; POST changes those given."""
+        changes = _body_object(request.body, "log settings") if request.method == "POST" \
+            else {}
+        return _json(200, log_settings_call(self._context.log_settings, changes,
+                                            allowed=self._context.log_control,
+                                            peer=request.peer))
 
     # -- system shared memory ------------------------------------------------------------
 
