@@ -25,6 +25,8 @@ Example ``agent.toml``::
                                       # after a handler took it up is cancelled
     repository_control = false        # true: KServe RepositoryModelLoad/Unload are allowed on
                                       # the inference port, WITHOUT authentication (as Triton)
+    log_control = false               # true: the logging extension (LogSettings, /v2/logging)
+                                      # may change the log settings (reading them is open)
     tcp_shared_memory = false         # true: system shared memory over TCP too (any local user
                                       # may call there; callers taken as the agent's user)
     shared_memory_regions_per_user = 32   # regions whose objects one user owns (64 in all)
