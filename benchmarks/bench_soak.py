@@ -46,6 +46,7 @@ if str(ROOT) not in sys.path:
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 from benchmarks.attacks import ATTACKS, Tally, Target  # noqa: E402
+from benchmarks.attacks import agent_args as attack_args  # noqa: E402
 from benchmarks.attacks import load as load_attack  # noqa: E402
 
 METRICS_CAP_BYTES = 256 * 1024 * 1024  # MetricsStore's default max_bytes
@@ -321,7 +322,7 @@ def run_once(args: argparse.Namespace, attacks: Sequence[str], label: str) -> So
         extra: list[str] = []
         uds = work / "infer.sock"
         if attacks:  # every port open, so that every front end is attacked
-            extra = ["--http", "127.0.0.1:0", "--uds", str(uds)]
+            extra = ["--http", "127.0.0.1:0", "--uds", str(uds), *attack_args(list(attacks))]
             if args.config:
                 extra += ["--config", str(args.config)]
         agent = Agent(work / "state", public, *extra)

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,18 @@ class Target:
     uds: Path | None = None  # the inference Unix socket
     state_dir: Path | None = None
     model: str = "mlp"
+    management_tls: bool = True  # False: the agent runs its management API with --insecure
+
+    def management_client(self, **options: Any) -> Any:
+        """An AgentClient for the management API with the agent's token, pinning the agent's
+        TLS certificate (read from its state directory) unless it runs in plaintext."""
+        from edge_agent.client.agent_client import AgentClient, PinnedTls
+        from edge_agent.management.tls import fingerprint_of
+
+        assert self.management is not None and self.state_dir is not None
+        token = (self.state_dir / "management.token").read_text().strip()
+        tls = PinnedTls(fingerprint_of(self.state_dir)) if self.management_tls else None
+        return AgentClient(self.management, token=token, tls=tls, **options)
 
 
 @dataclass
@@ -51,6 +64,15 @@ ATTACKS: dict[str, str] = {
     "hostile-registry": "hostile_registry",
     "shm_deputy": "shm_deputy",
 }
+
+
+def agent_args(names: list[str]) -> list[str]:
+    """The ``edge-agent serve`` flags the attacks ``names`` need (their ``AGENT_ARGS``)."""
+    out: list[str] = []
+    for name in names:
+        module = importlib.import_module(f"benchmarks.attacks.{ATTACKS[name]}")
+        out += list(getattr(module, "AGENT_ARGS", []))
+    return out
 
 
 def load(name: str) -> Attack:

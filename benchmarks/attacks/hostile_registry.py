@@ -48,13 +48,12 @@ def _incoming(target: Target) -> set[str]:
 
 def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
     """Deploy the lies below by reference until ``stop``; count how each ended."""
-    from edge_agent.client.agent_client import AgentClient, ManagementError
+    from edge_agent.client.agent_client import ManagementError
     from tests.registry.hostile_server import Blob, HostileRegistry, labels
 
     if target.management is None or target.state_dir is None:
         tally.add("skipped: no management API")
         return
-    token = (target.state_dir / "management.token").read_text().strip()
     with HostileRegistry(port=PORT) as reg, HostileRegistry("127.0.0.2") as elsewhere:
         info = labels("mlp", 90, "x86_64-cpu-onnxruntime")
         # past the free space when the disk is small enough (refused before a byte); on a
@@ -84,7 +83,7 @@ def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
             "schemaVersion": 2, "mediaType": L.INDEX_MEDIA_TYPE, "manifests": [
                 {"mediaType": L.MANIFEST_MEDIA_TYPE, "digest": inner, "size": 10,
                  "annotations": info.annotations()}]}), L.INDEX_MEDIA_TYPE)
-        with AgentClient(target.management, token=token, deploy_timeout_s=CALL_S) as client:
+        with target.management_client(deploy_timeout_s=CALL_S) as client:
             while not stop.is_set():
                 for name, index in lies.items():
                     if stop.is_set():
