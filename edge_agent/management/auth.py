@@ -18,7 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import grpc
 
@@ -152,6 +152,33 @@ class DelayedAnswers:
                 log.debug("a delayed refusal could not be sent", exc_info=True)
 
 
+class Connections(Protocol):
+    """What the management port's accept loop knows of a call's connection
+    (:class:`~edge_agent.management.gate.ConnectionGate`), by ``context.peer()``."""
+
+    def peer(self, grpc_peer: str) -> str:
+        """The client's address behind ``grpc_peer``."""
+
+    def is_authenticated(self, grpc_peer: str) -> bool:
+        """Whether the connection has made an authenticated call."""
+
+    def authenticated(self, grpc_peer: str) -> None:
+        """Mark the connection as having made an authenticated call."""
+
+
+class _Direct:
+    """Calls that reach the server directly: ``context.peer()`` is the client."""
+
+    def peer(self, grpc_peer: str) -> str:
+        return grpc_peer
+
+    def is_authenticated(self, grpc_peer: str) -> bool:
+        return False
+
+    def authenticated(self, grpc_peer: str) -> None:
+        return None
+
+
 class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  # generic only in grpc-stubs
     """Refuses every call whose bearer token is not ``token`` (UNAUTHENTICATED).
 
@@ -159,13 +186,17 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  #
     opened with a token that is then rotated ends (UNAUTHENTICATED) at its next message.
     Failed attempts are logged (peer, method; rate-limited) and, past a few in a row, answered
     late (:class:`FailurePenalty`); the right token is never slowed.
+    ``connections``: the accept loop in front of the server (client addresses, and the
+    connections that have authenticated); by default calls come straight from their clients.
     """
 
     def __init__(self, token: str | Callable[[], str],
-                 penalty: FailurePenalty | None = None) -> None:
+                 penalty: FailurePenalty | None = None,
+                 connections: Connections | None = None) -> None:
         self._current = token if callable(token) else (lambda: token)
         self.penalty = penalty or FailurePenalty()
         self.delayed = DelayedAnswers()
+        self.connections: Connections = connections or _Direct()
 
     def intercept_service(self, continuation: Callable[[Any], Any],
                           handler_call_details: grpc.HandlerCallDetails) -> Any:
@@ -184,12 +215,17 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  #
         if not ok:
             return self._denial(method)
 
+        connections = self.connections
+
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-            self.penalty.succeeded(_peer_key(context.peer()))
+            via = context.peer()
+            connections.authenticated(via)
+            peer = connections.peer(via)
+            self.penalty.succeeded(_peer_key(peer))
             if handler.request_streaming:
-                request = _checked_requests(request, still_valid, context)
+                request = _checked_requests(request, still_valid, context, peer)
             elif isinstance(request, Undecodable):
-                _refuse(context, request.refused(method, context.peer()))
+                _refuse(context, request.refused(method, peer))
             result = behavior(request, context)
             if handler.response_streaming:
                 return _checked_responses(result, still_valid, context)
@@ -206,10 +242,11 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  #
 
         def deny(requests: Any, context: grpc.ServicerContext,
                  send: Callable[[Any], None] | None = None) -> Iterator[Any] | None:
-            peer = _peer_key(context.peer())
+            client = self.connections.peer(context.peer())
+            peer = _peer_key(client)
             fails, delay = self.penalty.failed(peer)
             _throttle.warning(peer, "refused management call %s from %s: missing or wrong "
-                              "token (%d in a row)", method, context.peer(), fails)
+                              "token (%d in a row)", method, client, fails)
             context.set_code(grpc.StatusCode.UNAUTHENTICATED)
             if send is None:  # a blocking handler after all: answer now, with no delay
                 context.set_details(DENIED)
@@ -235,12 +272,12 @@ def _refuse(context: grpc.ServicerContext, error: InvalidInputError) -> NoReturn
 
 
 def _checked_requests(requests: Iterator[Any], valid: Callable[[], bool],
-                      context: grpc.ServicerContext) -> Iterator[Any]:
+                      context: grpc.ServicerContext, peer: str) -> Iterator[Any]:
     for item in requests:
         if not valid():
             context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
         if isinstance(item, Undecodable):
-            _refuse(context, item.refused("stream", context.peer()))
+            _refuse(context, item.refused("stream", peer))
         yield item
     if not valid():
         context.abort(grpc.StatusCode.UNAUTHENTICATED, ROTATED)
