@@ -53,6 +53,7 @@ from edge_agent.management.auth import bearer
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.tls import SERVER_NAME, fingerprint, normalize_fingerprint
+from edge_agent.management.wire import REFUSED
 
 CHUNK_BYTES = 1 << 20
 _CODES = {c.name: c for c in ErrorCode}
@@ -144,6 +145,9 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
                     der = tls.getpeercert(binary_form=True)
             except (ssl.SSLError, ConnectionResetError, EOFError) as exc:
                 reason = getattr(exc, "reason", None) or str(exc)
+                refused = refusal(target)
+                if refused is not None:
+                    raise refused from None
                 port_error = _inference_port(target, min(timeout_s, 5.0))
                 if port_error is not None:
                     raise port_error from None
@@ -161,6 +165,29 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
     if not der:
         raise ManagementUnreachableError(f"agent {target} presented no certificate", "UNAVAILABLE")
     return ssl.DER_cert_to_PEM_cert(der)
+
+
+def refusal(target: str, *, timeout_s: float = 1.0) -> ManagementUnreachableError | None:
+    """The error to raise when the agent at ``target`` refuses connections from this address
+    (too many of them, or too many not yet authenticated: it says so in one line on connect);
+    None when it does not."""
+    try:
+        host, port = _host_port(target)
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            line = b""
+            while b"\n" not in line and len(line) < 1024:
+                chunk = sock.recv(1024)
+                if not chunk:
+                    break
+                line += chunk
+    except (OSError, ValueError):
+        return None
+    if not line.startswith(REFUSED):
+        return None
+    why = line.split(b"\n", 1)[0].decode(errors="replace")
+    return ManagementUnreachableError(
+        f"agent {target} is reachable but {why} (other clients from this address hold its "
+        "connections; --insecure and TLS settings are not the cause)", "UNAVAILABLE")
 
 
 def answers_kserve(target: str, *, timeout_s: float = 5.0) -> bool:
@@ -311,8 +338,14 @@ class AgentClient:
         return ManagementError(f"agent {self.target}: {what} failed: {details}", name)
 
     def _transport_mismatch(self, details: str) -> ManagementError | None:
-        """Why a call could not connect when TLS is the reason (asks the agent again)."""
+        """Why a call could not connect when TLS is the reason, or the agent refused the
+        connection (asks the agent again)."""
         low = details.lower()
+        if any(w in low for w in ("socket closed", "wrong_version_number", "handshake",
+                                  "connection reset", "eof")):
+            refused = refusal(self.target)
+            if refused is not None:
+                return refused
         if self.tls is None and "socket closed" in low:
             try:
                 pem = fetch_certificate(self.target, timeout_s=min(self.timeout_s, 5.0))

@@ -18,7 +18,7 @@ and ``max_connections_per_peer`` in all. When ``max_connections`` are held, a ne
 closes the oldest unauthenticated one of the address holding most of them (sshd's MaxStartups
 idea: strangers make room for each other, never at the operator's expense); it is refused only
 when every held connection is authenticated. A refused connection is sent one line,
-:data:`REFUSED` and the reason, then closed (clients show it; see
+:data:`~edge_agent.management.wire.REFUSED` and the reason, then closed (clients show it:
 :func:`edge_agent.client.agent_client.refusal`).
 """
 
@@ -43,12 +43,11 @@ from pathlib import Path
 from edge_agent.config.management import ConnectionLimits
 from edge_agent.errors import ConfigError
 from edge_agent.logthrottle import LogThrottle
+from edge_agent.management.wire import REFUSED
 
 log = logging.getLogger(__name__)
 _throttle = LogThrottle(log, interval_s=10.0, burst=3)
 
-REFUSED = b"edge-agent refused this connection: "
-"""What a refused connection reads first (then the reason and a newline)."""
 BUFFER_BYTES = 256 * 1024
 """Bytes read per recv, and buffered per direction before reading that side pauses."""
 TICK_S = 0.25

@@ -48,6 +48,7 @@ class ManagementServer:
         self.limits = limits or ConnectionLimits()
         self.port = 0
         self.gate: ConnectionGate | None = None
+        self.interceptor: TokenAuthInterceptor | None = None  # None with mTLS
         self._server: grpc.Server | None = None
 
     @property
@@ -60,8 +61,10 @@ class ManagementServer:
         grpc_internals.hooks()  # checked (and logged) once per process
         gate = ConnectionGate(self.address, self.limits, tls=self.tls is not None,
                               handshake_authenticates=self.mtls)
+        self.interceptor = (None if self.mtls
+                            else TokenAuthInterceptor(self.token, connections=gate))
         interceptors: list[grpc.ServerInterceptor[Any, Any]] = (
-            [] if self.mtls else [TokenAuthInterceptor(self.token, connections=gate)])
+            [self.interceptor] if self.interceptor is not None else [])
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="mgmt"),
             interceptors=interceptors,

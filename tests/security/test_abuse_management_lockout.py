@@ -4,14 +4,30 @@ calls from another address failed. A real in-process agent, TLS on 127.0.0.1."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import re
 from pathlib import Path
 
+import grpc
+import pytest
+
 from benchmarks.attacks.management_lockout import SilentConnections
-from edge_agent.client.agent_client import AgentClient, ManagementError, PinnedTls
+from edge_agent.client.agent_client import (
+    AgentClient,
+    ManagementError,
+    ManagementUnreachableError,
+    PinnedTls,
+)
+from edge_agent.config.management import ConnectionLimits
+from edge_agent.management.auth import FREE_FAILURES, bearer
+from edge_agent.management.generated import management_pb2 as pb
+from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.tls import fingerprint_of
+from tests.security.abuse import limited_agent
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually
-from tests.support.harness import sections, start_agent
+from tests.support.harness import InProcessAgent, sections, start_agent
 
 OPERATOR_CALLS = 20
 
@@ -37,3 +53,79 @@ def test_silent_connections_from_one_address_leave_the_operator_served(
             assert hostile.held > 0  # the attack was still going on
     finally:
         agent.stop()
+
+
+def test_a_refused_connection_says_why_and_does_not_blame_insecure(
+        bundles: Bundles, tmp_path: Path) -> None:
+    """An operator sharing the attacker's address is refused, with the cap named (it was told
+    the agent "serves plaintext (started with --insecure?)"). The attacker's connections are
+    given a long handshake deadline here, so that they keep their slots for the whole test."""
+    options = sections("lockout", bundles.public_key)
+    slow = ConnectionLimits(handshake_timeout_s=300, auth_timeout_s=300)
+    options = dataclasses.replace(
+        options, management=dataclasses.replace(options.management, limits=slow))
+    agent = start_agent(tmp_path / "state", options, tls=True)
+    try:
+        pin = PinnedTls(fingerprint_of(agent.state_dir))
+        with SilentConnections(agent.management, 64, source="127.0.0.1") as hostile:
+            eventually(lambda: hostile.closed >= 32, timeout=60,
+                       message=lambda: f"{hostile.closed} hostile connections refused")
+            with pytest.raises(ManagementUnreachableError) as info:
+                AgentClient(agent.management, token=agent.token, tls=pin, timeout_s=10)
+        message = str(info.value)
+        assert "max_unauthenticated_per_peer" in message, message
+        assert "plaintext" not in message and "started with --insecure" not in message
+        # once the connections are gone, the same address is served again
+        with AgentClient(agent.management, token=agent.token, tls=pin) as client:
+            assert client.info().agent_id
+    finally:
+        agent.stop()
+
+
+def _own_channel(target: str) -> grpc.Channel:
+    """A channel with a connection of its own (grpc shares them between channels)."""
+    return grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+def test_parallel_wrong_tokens_share_one_slow_line(bundles: Bundles, tmp_path: Path) -> None:
+    """Wrong-token calls in parallel from one address were each delayed on their own (1.9 ->
+    1,188 guesses/s): their answers now come one slot after the other, a right token on a new
+    connection from that address waits its turn too (a short deadline would otherwise tell it
+    apart), and an operator connection that had already authenticated is not slowed."""
+    with limited_agent(tmp_path / "state", bundles, deploy=False) as agent, \
+            _own_channel(agent.management) as operator, \
+            _own_channel(agent.management) as guesser, \
+            _own_channel(agent.management) as newcomer:
+        ops = pb_grpc.AgentManagementStub(operator)
+        assert ops.GetInfo(pb.GetInfoRequest(), metadata=bearer(agent.token), timeout=10)
+        guess = pb_grpc.AgentManagementStub(guesser).GetInfo
+        for i in range(FREE_FAILURES):  # the free ones, answered at once
+            with pytest.raises(grpc.RpcError):
+                guess(pb.GetInfoRequest(), metadata=bearer(f"guess-{i}"), timeout=30)
+        parallel = [guess.future(pb.GetInfoRequest(), metadata=bearer(f"p-{i}"), timeout=60)
+                    for i in range(12)]
+        eventually(lambda: agent_penalized(agent), timeout=30, message="no call waits")
+        # the operator's authenticated connection is not slowed (a generous deadline that the
+        # queue above would exceed: its twelve answers are spread over about 9 s)
+        assert ops.GetInfo(pb.GetInfoRequest(), metadata=bearer(agent.token), timeout=3)
+        right = pb_grpc.AgentManagementStub(newcomer).GetInfo
+        with pytest.raises(grpc.RpcError) as info:
+            right(pb.GetInfoRequest(), metadata=bearer(agent.token), timeout=0.5)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        details = []
+        for f in parallel:
+            exc = f.exception(timeout=120)
+            assert isinstance(exc, grpc.RpcError) and exc.code() == \
+                grpc.StatusCode.UNAUTHENTICATED, exc
+            details.append(exc.details() or "")
+        delays = sorted(float(re.search(r"answered ([\d.]+) s late", d)[1])  # type: ignore[index]
+                        for d in details)
+        assert all(b > a for a, b in itertools.pairwise(delays)), delays
+        assert delays[-1] >= 5.0, delays  # one line: each waits for those before it
+
+
+def agent_penalized(agent: InProcessAgent) -> bool:
+    """Whether calls of some address wait for their late answer."""
+    assert agent.runtime is not None and agent.runtime.management is not None
+    interceptor = agent.runtime.management.server.interceptor
+    return interceptor is not None and interceptor.penalty.waiting > 0
