@@ -167,22 +167,32 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
     return ssl.DER_cert_to_PEM_cert(der)
 
 
+def _first_bytes(target: str, send: bytes, end: bytes, limit: int,
+                 timeout_s: float) -> bytes | None:
+    """What ``target`` answers to ``send`` on a new connection, up to ``end`` or ``limit``
+    bytes (or until it closes); None when it cannot be reached."""
+    try:
+        host, port = _host_port(target)
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            if send:
+                sock.sendall(send)
+            head = b""
+            while end not in head and len(head) < limit:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+    except (OSError, ValueError):
+        return None
+    return head
+
+
 def refusal(target: str, *, timeout_s: float = 1.0) -> ManagementUnreachableError | None:
     """The error to raise when the agent at ``target`` refuses connections from this address
     (too many of them, or too many not yet authenticated: it says so in one line on connect);
     None when it does not."""
-    try:
-        host, port = _host_port(target)
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            line = b""
-            while b"\n" not in line and len(line) < 1024:
-                chunk = sock.recv(1024)
-                if not chunk:
-                    break
-                line += chunk
-    except (OSError, ValueError):
-        return None
-    if not line.startswith(REFUSED):
+    line = _first_bytes(target, b"", b"\n", 1024, timeout_s)
+    if line is None or not line.startswith(REFUSED):
         return None
     why = line.split(b"\n", 1)[0].decode(errors="replace")
     return ManagementUnreachableError(
@@ -206,20 +216,10 @@ def answers_kserve(target: str, *, timeout_s: float = 5.0) -> bool:
 def answers_http1(target: str, *, timeout_s: float = 5.0) -> str | None:
     """The ``Server`` header ("" when none) of an HTTP/1.1 server answering at ``target`` in
     plaintext (the agent's KServe REST port, ``serve --http``); None when none answers."""
-    try:
-        host, port = _host_port(target)
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(f"GET /v2/health/live HTTP/1.1\r\nHost: {target}\r\n"
-                         "Connection: close\r\n\r\n".encode("latin-1"))
-            head = b""
-            while b"\r\n\r\n" not in head and len(head) < 8192:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                head += chunk
-    except (OSError, ValueError):
-        return None
-    if not head.startswith(b"HTTP/1."):
+    head = _first_bytes(target, f"GET /v2/health/live HTTP/1.1\r\nHost: {target}\r\n"
+                        "Connection: close\r\n\r\n".encode("latin-1"), b"\r\n\r\n", 8192,
+                        timeout_s)
+    if head is None or not head.startswith(b"HTTP/1."):
         return None
     for line in head.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
         key, _, value = line.partition(b":")
