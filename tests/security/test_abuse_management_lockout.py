@@ -21,6 +21,7 @@ from edge_agent.client.agent_client import (
 )
 from edge_agent.config.management import ConnectionLimits
 from edge_agent.management.auth import FREE_FAILURES, bearer
+from edge_agent.management.gate import ConnectionGate
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.tls import fingerprint_of
@@ -129,3 +130,41 @@ def agent_penalized(agent: InProcessAgent) -> bool:
     assert agent.runtime is not None and agent.runtime.management is not None
     interceptor = agent.runtime.management.server.interceptor
     return interceptor is not None and interceptor.penalty.waiting > 0
+
+
+def test_a_full_port_makes_room_by_closing_a_stranger(bundles: Bundles, tmp_path: Path) -> None:
+    """Silent connections from two addresses fill ``max_connections``; a new connection from a
+    third closes the oldest unauthenticated one of the address holding most, so the operator
+    is served; its authenticated connection is never the one closed."""
+    options = sections("lockout", bundles.public_key)
+    small = ConnectionLimits(max_connections=16, max_connections_per_peer=8,
+                             max_unauthenticated_per_peer=8, handshake_timeout_s=300,
+                             auth_timeout_s=300)
+    options = dataclasses.replace(
+        options, management=dataclasses.replace(options.management, limits=small))
+    agent = start_agent(tmp_path / "state", options, tls=True)
+    try:
+        pin = PinnedTls(fingerprint_of(agent.state_dir))
+        with AgentClient(agent.management, token=agent.token, tls=pin) as operator:
+            assert operator.info().agent_id  # authenticated: 1 of the 16
+            with SilentConnections(agent.management, 8, source="127.0.0.2") as first, \
+                    SilentConnections(agent.management, 8, source="127.0.0.3") as second:
+                eventually(lambda: first.closed + second.closed >= 1, timeout=60,
+                           message="the port never filled up")
+                for _ in range(5):  # each new client makes room for itself
+                    with AgentClient(agent.management, token=agent.token, tls=pin,
+                                     timeout_s=10) as client:
+                        assert client.info().agent_id
+                assert operator.info().agent_id  # the first connection was kept
+                gate = agent_gate(agent)
+                assert gate.stats["evicted"] >= 2, gate.stats  # the fill, then the clients
+    finally:
+        agent.stop()
+
+
+def agent_gate(agent: InProcessAgent) -> ConnectionGate:
+    """The running agent's management accept loop."""
+    assert agent.runtime is not None and agent.runtime.management is not None
+    gate = agent.runtime.management.server.gate
+    assert gate is not None
+    return gate
