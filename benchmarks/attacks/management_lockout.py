@@ -8,7 +8,6 @@ and ``benchmarks/bench_management.py --lockout`` hold against an agent.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import selectors
 import socket
@@ -93,8 +92,8 @@ class SilentConnections:
         if self._thread.is_alive():
             self._thread.join(30)
         for key in list(self._selector.get_map().values()):
-            with contextlib.suppress(OSError):
-                key.fileobj.close()  # type: ignore[union-attr]
+            if isinstance(key.fileobj, socket.socket):
+                key.fileobj.close()
         self._selector.close()
 
     def __enter__(self) -> SilentConnections:

@@ -244,8 +244,8 @@ class ConnectionGate:
             self._thread.join(10)
             self._thread = None
         for key in list(self._selector.get_map().values()):
-            with contextlib.suppress(OSError):
-                key.fileobj.close()  # type: ignore[union-attr]
+            if isinstance(key.fileobj, socket.socket):
+                key.fileobj.close()
         self._selector.close()
         self._wake_w.close()
         shutil.rmtree(self._dir, ignore_errors=True)
@@ -278,8 +278,8 @@ class ConnectionGate:
                         self._accept()
                     elif key.data == "wake":
                         self._woken()
-                    else:
-                        self._ready(key.data, key.fileobj, events)  # type: ignore[arg-type]
+                    elif isinstance(key.fileobj, socket.socket):
+                        self._ready(key.data, key.fileobj, events)
                 except Exception:  # one connection's trouble never ends the loop
                     log.exception("management connection relay failed")
                     if isinstance(key.data, _Conn):
