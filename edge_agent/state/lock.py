@@ -102,9 +102,10 @@ def make_private_dirs(directory: Path) -> None:
 
 def tighten_dir(directory: Path) -> None:
     """Take the group's and others' bits off an existing ``directory`` (a pre-created 0755
-    state dir becomes 0700; the owner's bits are kept, so a 0555 one stays unwritable), with a
-    warning. A directory this process may not chmod (another owner, a read-only file system)
-    is left as it is: the writability check that follows reports what matters."""
+    state dir becomes 0700; the owner's bits are kept, so a 0555 one stays unwritable), logged
+    at INFO (a warning only when that fails). A directory this process may not chmod (another
+    owner, a read-only file system) is left as it is: the writability check that follows
+    reports what matters."""
     try:
         mode = stat.S_IMODE(directory.stat().st_mode)
     except OSError:
@@ -113,8 +114,8 @@ def tighten_dir(directory: Path) -> None:
         return
     try:
         os.chmod(directory, mode & PRIVATE_DIR_MODE)
-        log.warning("state directory %s was mode %04o (open to other users); made it %04o",
-                    directory, mode, mode & PRIVATE_DIR_MODE)
+        log.info("state directory %s was mode %04o (open to other users); made it %04o",
+                 directory, mode, mode & PRIVATE_DIR_MODE)
     except OSError as exc:
         if exc.errno == errno.EROFS:  # nothing can be written there: reported next
             return
