@@ -169,3 +169,37 @@ def agent_gate(agent: InProcessAgent) -> ConnectionGate:
     gate = agent.runtime.management.server.gate
     assert gate is not None
     return gate
+
+
+def test_deadlines_close_strangers_but_not_the_operator(bundles: Bundles, tmp_path: Path) -> None:
+    """A connection that never finishes its TLS handshake is closed after handshake_timeout_s;
+    one that finishes it but never authenticates, after auth_timeout_s; the operator's
+    authenticated connection outlives both deadlines and keeps serving."""
+    options = sections("lockout", bundles.public_key)
+    short = ConnectionLimits(handshake_timeout_s=1, auth_timeout_s=2)
+    options = dataclasses.replace(
+        options, management=dataclasses.replace(options.management, limits=short))
+    agent = start_agent(tmp_path / "state", options, tls=True)
+    try:
+        pin = PinnedTls(fingerprint_of(agent.state_dir))
+        gate = agent_gate(agent)
+        with AgentClient(agent.management, token=agent.token, tls=pin) as operator:
+            assert operator.info().agent_id
+            accepted = gate.stats["accepted"]
+            cert = (agent.state_dir / "tls" / "cert.pem").read_bytes()
+            stranger = grpc.secure_channel(  # connects (TLS, HTTP/2), never calls
+                agent.management, grpc.ssl_channel_credentials(root_certificates=cert),
+                options=[("grpc.ssl_target_name_override", "edge-agent"),
+                         ("grpc.use_local_subchannel_pool", 1)])
+            with SilentConnections(agent.management, 1, reopen_s=60) as silent, stranger:
+                grpc.channel_ready_future(stranger).result(timeout=30)
+                eventually(lambda: silent.closed >= 1, timeout=60,
+                           message="the silent connection was never closed")
+                eventually(lambda: gate.stats["authentication timeout"] >= 1, timeout=60,
+                           message=lambda: f"the stranger was never closed: {gate.stats}")
+            assert gate.stats["handshake timeout"] >= 1, gate.stats
+            assert gate.stats["authentication timeout"] >= 1, gate.stats
+            assert operator.info().agent_id
+            assert gate.stats["accepted"] == accepted + 2  # the operator did not reconnect
+    finally:
+        agent.stop()
