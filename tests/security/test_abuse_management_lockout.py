@@ -33,9 +33,19 @@ from tests.support.harness import InProcessAgent, sections, start_agent
 OPERATOR_CALLS = 20
 
 
+def _tls_agent(bundles: Bundles, tmp_path: Path,
+               limits: ConnectionLimits | None = None) -> InProcessAgent:
+    """A running agent with TLS management on 127.0.0.1 and these connection ``limits``."""
+    options = sections("lockout", bundles.public_key)
+    if limits is not None:
+        options = dataclasses.replace(
+            options, management=dataclasses.replace(options.management, limits=limits))
+    return start_agent(tmp_path / "state", options, tls=True)
+
+
 def test_silent_connections_from_one_address_leave_the_operator_served(
         bundles: Bundles, tmp_path: Path) -> None:
-    agent = start_agent(tmp_path / "state", sections("lockout", bundles.public_key), tls=True)
+    agent = _tls_agent(bundles, tmp_path)
     try:
         token = agent.token
         pin = PinnedTls(fingerprint_of(agent.state_dir))
@@ -61,11 +71,8 @@ def test_a_refused_connection_says_why_and_does_not_blame_insecure(
     """An operator sharing the attacker's address is refused, with the cap named (it was told
     the agent "serves plaintext (started with --insecure?)"). The attacker's connections are
     given a long handshake deadline here, so that they keep their slots for the whole test."""
-    options = sections("lockout", bundles.public_key)
-    slow = ConnectionLimits(handshake_timeout_s=300, auth_timeout_s=300)
-    options = dataclasses.replace(
-        options, management=dataclasses.replace(options.management, limits=slow))
-    agent = start_agent(tmp_path / "state", options, tls=True)
+    agent = _tls_agent(bundles, tmp_path,
+                       ConnectionLimits(handshake_timeout_s=300, auth_timeout_s=300))
     try:
         pin = PinnedTls(fingerprint_of(agent.state_dir))
         with SilentConnections(agent.management, 64, source="127.0.0.1") as hostile:
@@ -137,13 +144,9 @@ def test_a_full_port_makes_room_by_closing_a_stranger(bundles: Bundles, tmp_path
     """Silent connections from two addresses fill ``max_connections``; a new connection from a
     third closes the oldest unauthenticated one of the address holding most, so the operator
     is served; its authenticated connection is never the one closed."""
-    options = sections("lockout", bundles.public_key)
-    small = ConnectionLimits(max_connections=16, max_connections_per_peer=8,
-                             max_unauthenticated_per_peer=8, handshake_timeout_s=300,
-                             auth_timeout_s=300)
-    options = dataclasses.replace(
-        options, management=dataclasses.replace(options.management, limits=small))
-    agent = start_agent(tmp_path / "state", options, tls=True)
+    agent = _tls_agent(bundles, tmp_path, ConnectionLimits(
+        max_connections=16, max_connections_per_peer=8, max_unauthenticated_per_peer=8,
+        handshake_timeout_s=300, auth_timeout_s=300))
     try:
         pin = PinnedTls(fingerprint_of(agent.state_dir))
         with AgentClient(agent.management, token=agent.token, tls=pin) as operator:
@@ -175,11 +178,8 @@ def test_deadlines_close_strangers_but_not_the_operator(bundles: Bundles, tmp_pa
     """A connection that never finishes its TLS handshake is closed after handshake_timeout_s;
     one that finishes it but never authenticates, after auth_timeout_s; the operator's
     authenticated connection outlives both deadlines and keeps serving."""
-    options = sections("lockout", bundles.public_key)
-    short = ConnectionLimits(handshake_timeout_s=1, auth_timeout_s=2)
-    options = dataclasses.replace(
-        options, management=dataclasses.replace(options.management, limits=short))
-    agent = start_agent(tmp_path / "state", options, tls=True)
+    agent = _tls_agent(bundles, tmp_path,
+                       ConnectionLimits(handshake_timeout_s=1, auth_timeout_s=2))
     try:
         pin = PinnedTls(fingerprint_of(agent.state_dir))
         gate = agent_gate(agent)
