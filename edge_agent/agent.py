@@ -246,7 +246,7 @@ def start_management(config: AgentConfig, state: StateParts, core: CoreParts,
     tls = server_tls(options, config.discovery.interfaces, config.state_dir)
     server = ManagementServer(servicer, options.address, token=state.token.current, tls=tls,
                               connection_idle_s=options.connection_idle_s,
-                              handshake_timeout_s=options.handshake_timeout_s)
+                              limits=options.limits)
     address = server.start()
     fp = fingerprint(tls.cert.read_bytes()) if tls is not None else ""
     if not config.deploy.trusted_keys and not config.deploy.allow_unsigned:

@@ -62,6 +62,7 @@ Attack = Callable[[Target, threading.Event, Tally], None]
 ATTACKS: dict[str, str] = {
     "grpc_idle_and_amplify": "grpc_idle_and_amplify",
     "hostile-registry": "hostile_registry",
+    "management_lockout": "management_lockout",
     "shm_deputy": "shm_deputy",
 }
 

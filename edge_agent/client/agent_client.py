@@ -54,7 +54,7 @@ from edge_agent.management.auth import bearer
 from edge_agent.management.generated import management_pb2 as pb
 from edge_agent.management.generated import management_pb2_grpc as pb_grpc
 from edge_agent.management.tls import SERVER_NAME, fingerprint, normalize_fingerprint
-from edge_agent.management.wire import CALLER_METADATA
+from edge_agent.management.wire import CALLER_METADATA, REFUSED
 
 CHUNK_BYTES = 1 << 20
 _CODES = {c.name: c for c in ErrorCode}
@@ -146,6 +146,9 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
                     der = tls.getpeercert(binary_form=True)
             except (ssl.SSLError, ConnectionResetError, EOFError) as exc:
                 reason = getattr(exc, "reason", None) or str(exc)
+                refused = refusal(target)
+                if refused is not None:
+                    raise refused from None
                 port_error = _inference_port(target, min(timeout_s, 5.0))
                 if port_error is not None:
                     raise port_error from None
@@ -165,6 +168,39 @@ def fetch_certificate(target: str, *, timeout_s: float = 10.0, cert: Path | None
     return ssl.DER_cert_to_PEM_cert(der)
 
 
+def _first_bytes(target: str, send: bytes, end: bytes, limit: int,
+                 timeout_s: float) -> bytes | None:
+    """What ``target`` answers to ``send`` on a new connection, up to ``end`` or ``limit``
+    bytes (or until it closes); None when it cannot be reached."""
+    try:
+        host, port = _host_port(target)
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            if send:
+                sock.sendall(send)
+            head = b""
+            while end not in head and len(head) < limit:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+    except (OSError, ValueError):
+        return None
+    return head
+
+
+def refusal(target: str, *, timeout_s: float = 1.0) -> ManagementUnreachableError | None:
+    """The error to raise when the agent at ``target`` refuses connections from this address
+    (too many of them, or too many not yet authenticated: it says so in one line on connect);
+    None when it does not."""
+    line = _first_bytes(target, b"", b"\n", 1024, timeout_s)
+    if line is None or not line.startswith(REFUSED):
+        return None
+    why = line.split(b"\n", 1)[0].decode(errors="replace")
+    return ManagementUnreachableError(
+        f"agent {target} is reachable but {why} (other clients from this address hold its "
+        "connections; --insecure and TLS settings are not the cause)", "UNAVAILABLE")
+
+
 def answers_kserve(target: str, *, timeout_s: float = 5.0) -> bool:
     """Whether ``target`` answers KServe v2 ServerMetadata in plaintext (an inference port)."""
     with grpc.insecure_channel(target) as channel:
@@ -181,20 +217,10 @@ def answers_kserve(target: str, *, timeout_s: float = 5.0) -> bool:
 def answers_http1(target: str, *, timeout_s: float = 5.0) -> str | None:
     """The ``Server`` header ("" when none) of an HTTP/1.1 server answering at ``target`` in
     plaintext (the agent's KServe REST port, ``serve --http``); None when none answers."""
-    try:
-        host, port = _host_port(target)
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(f"GET /v2/health/live HTTP/1.1\r\nHost: {target}\r\n"
-                         "Connection: close\r\n\r\n".encode("latin-1"))
-            head = b""
-            while b"\r\n\r\n" not in head and len(head) < 8192:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                head += chunk
-    except (OSError, ValueError):
-        return None
-    if not head.startswith(b"HTTP/1."):
+    head = _first_bytes(target, f"GET /v2/health/live HTTP/1.1\r\nHost: {target}\r\n"
+                        "Connection: close\r\n\r\n".encode("latin-1"), b"\r\n\r\n", 8192,
+                        timeout_s)
+    if head is None or not head.startswith(b"HTTP/1."):
         return None
     for line in head.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
         key, _, value = line.partition(b":")
@@ -330,8 +356,14 @@ class AgentClient:
         return ManagementError(f"agent {self.target}: {what} failed: {details}", name)
 
     def _transport_mismatch(self, details: str) -> ManagementError | None:
-        """Why a call could not connect when TLS is the reason (asks the agent again)."""
+        """Why a call could not connect when TLS is the reason, or the agent refused the
+        connection (asks the agent again)."""
         low = details.lower()
+        if any(w in low for w in ("socket closed", "wrong_version_number", "handshake",
+                                  "connection reset", "eof")):
+            refused = refusal(self.target)
+            if refused is not None:
+                return refused
         if self.tls is None and "socket closed" in low:
             try:
                 pem = fetch_certificate(self.target, timeout_s=min(self.timeout_s, 5.0))

@@ -24,6 +24,15 @@ ManagerSettings`: trust, retention, the watch after a deploy, the profile), disc
     tls_key = "agent.key"
     tls_client_ca = "ca.pem"
     insecure = false                # --insecure: plaintext (trusted networks and tests only)
+    # The port's own accept loop (issue 27): a connection counts as authenticated from its
+    # first call with the right token (or client certificate); the others are capped per
+    # address and closed when late, and give way to new ones when the port is full.
+    max_connections = 256           # connections held at once
+    max_connections_per_peer = 32   # ... from one address (beyond: refused, saying why)
+    max_unauthenticated_per_peer = 8  # ... from one address without an authenticated call yet
+    handshake_timeout_s = 5         # to finish the TLS handshake (HTTP/2 preface: plaintext)
+    auth_timeout_s = 30             # to make a first authenticated call
+    connection_idle_s = 300         # an authenticated connection without calls (0: never)
 
     [mdns]
     enabled = true                  # --no-mdns
@@ -99,6 +108,23 @@ class RegistrySettings:
 
 
 @dataclass(frozen=True)
+class ConnectionLimits:
+    """What the management port's accept loop (:mod:`edge_agent.management.gate`) allows: a
+    connection is *unauthenticated* until its first call with the right token (with mTLS: until
+    its TLS handshake is done). Timeouts of 0 mean none."""
+
+    max_connections: int = 256
+    """Connections held at once; a new one beyond it closes the oldest unauthenticated
+    connection of the address holding most of them (refused when all are authenticated)."""
+    max_connections_per_peer: int = 32
+    max_unauthenticated_per_peer: int = 8
+    handshake_timeout_s: float = 5.0
+    """To finish the TLS handshake (plaintext: to send the HTTP/2 preface)."""
+    auth_timeout_s: float = 30.0
+    """From accept to the first authenticated call."""
+
+
+@dataclass(frozen=True)
 class ManagementConfig:
     """``[management]``'s API keys: where and how the management API listens."""
 
@@ -108,7 +134,7 @@ class ManagementConfig:
     client_ca: Path | None = None  # mTLS with the self-signed certificate
     insecure: bool = False  # plaintext management API (--insecure)
     connection_idle_s: float = 300.0  # a management connection without calls is closed (0: never)
-    handshake_timeout_s: float = 10.0  # one that does not finish TLS/HTTP/2 setup is closed
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
 
 @dataclass(frozen=True)
@@ -139,6 +165,7 @@ class ManagementSections:
 
 
 _DEPLOY_FIELDS = {f.name for f in dataclasses.fields(ManagerSettings)}
+_LIMIT_FIELDS = {f.name for f in dataclasses.fields(ConnectionLimits)}
 
 
 def _management_keys(path: Callable[[str, Any], Path]) -> tuple[Key, ...]:
@@ -155,6 +182,10 @@ def _management_keys(path: Callable[[str, Any], Path]) -> tuple[Key, ...]:
         Key("error_threshold", in_range(number, 0)),
         Key("connection_idle_s", in_range(number, 0)),
         Key("handshake_timeout_s", in_range(number, 0)),
+        Key("auth_timeout_s", in_range(number, 0)),
+        Key("max_connections", in_range(int, 1, 65536)),
+        Key("max_connections_per_peer", in_range(int, 1, 65536)),
+        Key("max_unauthenticated_per_peer", in_range(int, 1, 65536)),
         Key("tls_cert", path),
         Key("tls_key", path),
         Key("tls_client_ca", path),
@@ -191,7 +222,13 @@ def management_sections(data: Mapping[str, Any], base_dir: Path | None = None, *
         kw["tls"] = TlsFiles(cert=cert, key=key, client_ca=client_ca)
     elif client_ca is not None:  # client certificates, the agent's own self-signed cert
         kw["client_ca"] = client_ca
-    api = ManagementConfig(**kw)
+    limits = ConnectionLimits(**{k: kw.pop(k) for k in list(kw) if k in _LIMIT_FIELDS})
+    if limits.max_unauthenticated_per_peer > limits.max_connections_per_peer:
+        raise ConfigError("config key 'management.max_unauthenticated_per_peer' "
+                          f"({limits.max_unauthenticated_per_peer}) is more than "
+                          f"'management.max_connections_per_peer' "
+                          f"({limits.max_connections_per_peer}); lower it or raise the other")
+    api = ManagementConfig(**kw, limits=limits)
     discovery = DiscoveryConfig(**parse_table("mdns", data.get("mdns", {}), _MDNS_KEYS))
     metrics = MetricsConfig(**parse_table("metrics", data.get("metrics", {}), _METRICS_KEYS))
     registry = _registry(data["registry"], path) if data.get("registry") else RegistrySettings()

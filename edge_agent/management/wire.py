@@ -1,4 +1,5 @@
-"""The edge.agent.v1 wire conventions both directions share: sentinels for absent values.
+"""The edge.agent.v1 wire conventions both directions share: sentinels for absent values,
+and the line a refused connection reads.
 
 proto3 scalars have no "unset"; the API sends ``NONE`` for an absent version or number and
 ``NO_TEMP`` for an absent temperature.
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 NONE = -1
 NO_TEMP = -1000.0
+REFUSED = b"edge-agent refused this connection: "
+"""What a connection the management port refuses reads first (then the reason and a newline;
+:mod:`edge_agent.management.gate` writes it, clients show it)."""
 
 
 def opt(v: float | None, none: float = NONE) -> float:

@@ -18,12 +18,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from edge_agent.errors import StateStoreError
 
+log = logging.getLogger(__name__)
 LOCK_FILE = "agent.lock"
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -97,8 +100,32 @@ def make_private_dirs(directory: Path) -> None:
         os.chmod(d, PRIVATE_DIR_MODE)
 
 
+def tighten_dir(directory: Path) -> None:
+    """Take the group's and others' bits off an existing ``directory`` (a pre-created 0755
+    state dir becomes 0700; the owner's bits are kept, so a 0555 one stays unwritable), logged
+    at INFO (a warning only when that fails). A directory this process may not chmod (another
+    owner, a read-only file system) is left as it is: the writability check that follows
+    reports what matters."""
+    try:
+        mode = stat.S_IMODE(directory.stat().st_mode)
+    except OSError:
+        return
+    if not mode & 0o077:
+        return
+    try:
+        os.chmod(directory, mode & PRIVATE_DIR_MODE)
+        log.info("state directory %s was mode %04o (open to other users); made it %04o",
+                 directory, mode, mode & PRIVATE_DIR_MODE)
+    except OSError as exc:
+        if exc.errno == errno.EROFS:  # nothing can be written there: reported next
+            return
+        log.warning("state directory %s is open to other users (mode %04o) and could not be "
+                    "made private (%s); chmod 700 it", directory, mode, exc.strerror or exc)
+
+
 def claim_state_dir(state_dir: str | os.PathLike[str], role: str) -> StateLock:
-    """Create ``state_dir`` if needed (0700), check it is writable and lock it for ``role``.
+    """Create ``state_dir`` if needed (0700; an existing one loses its group and other
+    bits), check it is writable and lock it for ``role``.
 
     Raises :class:`StateDirInUseError` naming the holder's PID when another process holds it,
     :class:`StateDirNotWritableError` when it cannot be written, and StateStoreError when the
@@ -118,6 +145,7 @@ def claim_state_dir(state_dir: str | os.PathLike[str], role: str) -> StateLock:
                 "--state-dir") from None
         raise StateStoreError(f"cannot create the state directory {directory}: "
                               f"{exc.strerror or exc}") from None
+    tighten_dir(directory)
     path = directory / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)

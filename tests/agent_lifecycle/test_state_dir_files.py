@@ -117,3 +117,19 @@ def test_an_unwritable_state_dir_is_reported_as_not_writable(tmp_path: Path,
     assert line.startswith(f"edge-agent serve: error: state directory {state} is not writable")
     assert "corrupt" not in line and "chown" in line
     assert sorted((p.name, p.stat().st_size) for p in state.iterdir()) == before
+
+
+def test_a_pre_created_open_state_dir_is_made_private(bundles: Bundles, tmp_path: Path) -> None:
+    """A state dir created beforehand 0755 (``mkdir`` under umask 022, ``install -d``) is made
+    0700 at start (logged at INFO); what the agent writes in it is private (issue 27)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o755)
+    agent = AgentProcess(state, trust=bundles.public_key)
+    serve = agent.args.index("serve")
+    agent.args[serve:serve] = ["--log-level", "INFO"]  # a global option, before the command
+    with agent:
+        assert _mode(state) == 0o700
+        assert _mode(state / "management.token") == 0o600
+        out = "".join(agent.output)
+        assert f"state directory {state} was mode 0755" in out, out[-2000:]

@@ -38,3 +38,25 @@ def test_limits_are_read(tmp_path: Path) -> None:
 def test_bad_limits_are_refused(tmp_path: Path, line: str, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         _load(tmp_path, f"[grpc]\n{line}\n")
+
+
+def test_management_connection_limits_are_read(tmp_path: Path) -> None:
+    limits = _load(tmp_path, "[management]\nmax_connections = 64\n"
+                             "max_connections_per_peer = 8\nmax_unauthenticated_per_peer = 2\n"
+                             "handshake_timeout_s = 1.5\nauth_timeout_s = 0\n"
+                   ).management.limits
+    assert (limits.max_connections, limits.max_connections_per_peer,
+            limits.max_unauthenticated_per_peer, limits.handshake_timeout_s,
+            limits.auth_timeout_s) == (64, 8, 2, 1.5, 0)
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("max_connections = 0", r"'management.max_connections': 0 is out of range"),
+    ("max_connections_per_peer = -1", "out of range"),
+    ("auth_timeout_s = -1", r"'management.auth_timeout_s': -1 is out of range"),
+    ("max_unauthenticated_per_peer = 40", r"is more than 'management.max_connections_per_peer'"),
+    ("max_unauthenticated_per_peer = \"8\"", "expected int"),
+])
+def test_bad_management_limits_are_refused(tmp_path: Path, line: str, words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        _load(tmp_path, f"[management]\n{line}\n")
