@@ -80,6 +80,7 @@ class ManagementServer:
             gate.stop()
             raise
         self._server, self.gate, self.port = server, gate, port
+        self.servicer.peer_of = gate.peer  # the log names the client, not the relay
         return f"{self.address.rpartition(':')[0]}:{port}"
 
     def _options(self) -> list[tuple[str, int]]:

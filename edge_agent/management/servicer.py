@@ -63,11 +63,13 @@ _QUEUED_CHUNKS = 4  # chunks read ahead of the disk at most (each <= the 8 MiB m
 _MAX_UNIX_S = float(2**40)  # far past any real clock, far inside SQLite's int64
 
 
-def _caller_of(context: grpc.ServicerContext) -> str:
-    """The caller's own description (``x-edge-caller``) and its address, for the log."""
+def _caller_of(context: grpc.ServicerContext,
+               peer_of: Callable[[str], str] = lambda p: p) -> str:
+    """The caller's own description (``x-edge-caller``) and its address, for the log;
+    ``peer_of`` turns the relay's peer into the client's address (the connection gate's)."""
     claimed = next((str(v) for k, v in (context.invocation_metadata() or ())
                     if k == CALLER_METADATA), None)
-    return caller.describe(claimed, context.peer() or "an unknown address")
+    return caller.describe(claimed, peer_of(context.peer() or "an unknown address"))
 
 
 class ManagementServicer(pb_grpc.AgentManagementServicer):
@@ -100,6 +102,8 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
         self._pulls: dict[TransferGuard, tuple[threading.Thread, Path]] = {}
         self._pulls_lock = threading.Lock()
         self._stopping = False
+        self.peer_of: Callable[[str], str] = lambda peer: peer
+        """The client's address behind a call's peer (set by the server to its gate's)."""
 
     def _changed(self) -> None:
         if self._on_change is not None:
@@ -140,7 +144,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 f"this agent already receives {self.max_deploys} deploys; retry when one "
                 "has finished")
         try:
-            with caller.acting_as(_caller_of(context)):
+            with caller.acting_as(_caller_of(context, self.peer_of)):
                 yield from self._deploy(_timed(request_iterator, context, self.upload_idle_s,
                                                self.upload_total_s), context)
         finally:
@@ -183,7 +187,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
                 "has finished")
         try:
             path = self.manager.new_upload_path()
-            with caller.acting_as(_caller_of(context)):
+            with caller.acting_as(_caller_of(context, self.peer_of)):
                 yield from self._pull(request.reference, registry, path, context)
                 yield from self._run_deploy(path, request.force, context, "bundle",
                                             origin=request.reference)
@@ -351,7 +355,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
     @_errors
     def Activate(self, request: pb.ActivateRequest,
                  context: grpc.ServicerContext) -> pb.DeploymentResult:
-        with caller.acting_as(_caller_of(context)):
+        with caller.acting_as(_caller_of(context, self.peer_of)):
             outcome = self.manager.activate(request.model, int(request.version),
                                             force=request.force)
         self._changed()
@@ -360,7 +364,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
     @_errors
     def Rollback(self, request: pb.RollbackRequest,
                  context: grpc.ServicerContext) -> pb.DeploymentResult:
-        with caller.acting_as(_caller_of(context)):
+        with caller.acting_as(_caller_of(context, self.peer_of)):
             outcome = self.manager.rollback(request.model, int(request.to_version) or None)
         self._changed()
         return convert.result_pb(outcome)
@@ -368,7 +372,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
     @_errors
     def RemoveVersion(self, request: pb.RemoveVersionRequest,
                       context: grpc.ServicerContext) -> pb.DeploymentResult:
-        with caller.acting_as(_caller_of(context)):
+        with caller.acting_as(_caller_of(context, self.peer_of)):
             outcome = self.manager.remove(request.model, int(request.version))
         self._changed()
         return convert.result_pb(outcome)
@@ -384,7 +388,7 @@ class ManagementServicer(pb_grpc.AgentManagementServicer):
     @_errors
     def SetModelSettings(self, request: pb.SetModelSettingsRequest,
                          context: grpc.ServicerContext) -> pb.DeploymentResult:
-        with caller.acting_as(_caller_of(context)):
+        with caller.acting_as(_caller_of(context, self.peer_of)):
             if request.revert:
                 outcome = self.manager.revert_settings(request.model)
             else:
