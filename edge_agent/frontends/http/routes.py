@@ -10,9 +10,11 @@ gRPC ModelConfig (as Triton prints it), built by the same converter.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,8 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 BINARY = "application/octet-stream"
+LARGE_JSON = 64 * 1024
+"""Request JSON of at least this many bytes is decoded one request at a time (below)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +140,9 @@ class KServeRoutes:
         self._control = context.control
         shm = context.shared_memory
         self._shm = shm if shm.available else None
+        # json.loads and the lists' conversion hold the GIL for their whole length: large
+        # ones take turns, so that between two of them the gRPC handlers get the GIL
+        self._decoding = threading.Lock()
         self._routes: list[tuple[str, re.Pattern[str], _Handler]] = [
             ("POST", re.compile(_M + "/infer"), self._infer),
             ("GET", re.compile(r"/v2/health/live"), self._live),
@@ -219,8 +226,16 @@ class KServeRoutes:
 
     def _infer(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
         name = model_name(params["model"])
-        call = tensors.decode_request(request.body, request.header_length, name,
-                                      params.get("version", ""), self._shm)
+        version = params.get("version", "")
+
+        def output_count() -> int:
+            return len(self._dp.model_metadata(name, parse_version(version, name)).outputs)
+
+        json_bytes = len(request.body) if request.header_length is None \
+            else request.header_length
+        with self._decoding if json_bytes >= LARGE_JSON else contextlib.nullcontext():
+            call = tensors.decode_request(request.body, request.header_length, name, version,
+                                          self._shm, output_count)
         result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
         result = classify(result, call.classes, self._dp)
         body, header_length = tensors.encode_response(result, call)

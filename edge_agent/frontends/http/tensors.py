@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,8 +155,10 @@ def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndar
 
 
 def decode_request(body: bytes, header_length: int | None, model: str, version: str,
-                   shm: SharedMemoryRegistry | None) -> InferCall:
-    """Decode a ``POST v2/models/MODEL[/versions/V]/infer`` body."""
+                   shm: SharedMemoryRegistry | None,
+                   output_count: Callable[[], int] | None = None) -> InferCall:
+    """Decode a ``POST v2/models/MODEL[/versions/V]/infer`` body; ``output_count`` (the
+    model's, asked only when several outputs are named) bounds the outputs asked for."""
     if header_length is None:
         header_length = len(body)
     elif header_length > len(body):
@@ -219,23 +221,29 @@ def decode_request(body: bytes, header_length: int | None, model: str, version: 
                                   version=parse_version(version, model), id=request_id,
                                   timeout_us=options.timeout_us, priority=options.priority))
     call.all_binary = options.binary_data_output
-    _decode_outputs(doc.get("outputs"), call, where, shm)
+    _decode_outputs(doc.get("outputs"), call, where, shm, output_count)
     return call
 
 
 def _decode_outputs(outputs: Any, call: InferCall, where: str,
-                    shm: SharedMemoryRegistry | None) -> None:
+                    shm: SharedMemoryRegistry | None,
+                    output_count: Callable[[], int] | None) -> None:
     if outputs is None:
         return
     if not isinstance(outputs, list):
         raise InvalidInputError(f"{where}: 'outputs' must be a list")
+    if len(outputs) > 1 and output_count is not None and len(outputs) > output_count():
+        raise InvalidInputError(f"{where} asks for {len(outputs)} outputs; the model has "
+                                f"{output_count()}: name each output once")
     names: list[str] = []
+    seen: set[str] = set()
     for i, item in enumerate(outputs):
         out = _object(item, f"{where}: outputs[{i}]")
         name = _text(out.get("name"), f"{where}: outputs[{i}].name")
-        if name in names:
+        if name in seen:
             raise InvalidInputError(f"{where} asks for output '{name}' more than once; name "
                                     "each output once")
+        seen.add(name)
         names.append(name)
         params = _parameters(out, f"output '{name}'")
         count = check_output(params, "http", name)
