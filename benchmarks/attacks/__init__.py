@@ -46,7 +46,9 @@ class Tally:
 Attack = Callable[[Target, threading.Event, Tally], None]
 
 # name -> module (under benchmarks.attacks) defining ``attack``.
-ATTACKS: dict[str, str] = {}
+ATTACKS: dict[str, str] = {
+    "http_hostile": "http_hostile",
+}
 
 
 def load(name: str) -> Attack:
