@@ -8,18 +8,19 @@ from ``--tree`` (default: this checkout) and reports:
   * amplification: one gzip body inflating to ``max_body_bytes`` of JSON padded with empty
     arrays: its answer, time, and the agent's peak RSS growth (sampled every 5 ms);
   * the gRPC stall: a c=1 gRPC ModelInfer caller's p50/p99/max latency alone, then while
-    ``--flooders`` threads send such bodies back to back, then while they send the largest
+    ``--flooders`` processes send such bodies back to back, then while they send the largest
     body of dense JSON numbers the agent parses;
   * duplicate outputs: 40,000 output names in one request: answer and time;
   * slowloris: 64 connections trickling a byte every 2 s for ``--slow-s`` seconds, a
     ``/v2/health/live`` check every 0.5 s meanwhile: how many got 200;
   * ``Content-Length: ²``: the answer;
-  * /metrics flood: the gRPC caller's p50/p99 while 8 threads scrape back to back.
+  * /metrics flood: the gRPC caller's p50/p99 while 8 processes scrape back to back.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -47,6 +49,7 @@ from benchmarks.bench_serve import ROOT, stop_process
 from benchmarks.loadgen import INFER_METHOD, infer_request_bytes
 
 INFER = "/v2/models/mlp/versions/1/infer"
+DENSE_VALUES = 250_000
 
 
 @contextmanager
@@ -119,29 +122,40 @@ def summary(lat: list[float]) -> str:
             f"({len(ms)} calls, {sum(1 for x in ms if x >= 2000)} at the 2 s deadline)")
 
 
-def flooding(work: Callable[[], object], threads: int, stop: threading.Event
-             ) -> list[threading.Thread]:
-    """``threads`` threads calling ``work`` until ``stop``."""
-    def run() -> None:
-        while not stop.is_set():
-            work()
-    started = [threading.Thread(target=run, daemon=True) for _ in range(threads)]
-    for t in started:
-        t.start()
-    return started
+def _flood(kind: str, address: str, max_body: int, stop: Any) -> None:
+    """One flooder process: ``kind`` requests back to back until ``stop`` is set."""
+    work: Callable[[], object]
+    if kind == "bomb":
+        bomb = amplification_body(max_body)
+        work = lambda: post(address, INFER, bomb, {"Content-Encoding": "gzip"})  # noqa: E731
+    elif kind == "dense":
+        dense = dense_json(DENSE_VALUES)
+        work = lambda: post(address, INFER, dense, {})  # noqa: E731
+    else:
+        work = lambda: get(address, "/metrics")  # noqa: E731
+    while not stop.is_set():
+        work()
 
 
-def under(work: Callable[[], object], threads: int, target: str, seconds: float) -> str:
-    """The gRPC caller's latency summary while ``threads`` threads run ``work``."""
-    stop = threading.Event()
-    started = flooding(work, threads, stop)
+def under(kind: str, processes: int, address: str, max_body: int, target: str,
+          seconds: float) -> str:
+    """The gRPC caller's latency summary while ``processes`` flooder processes (not threads:
+    the caller keeps its own GIL) send ``kind`` requests."""
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    started = [ctx.Process(target=_flood, args=(kind, address, max_body, stop), daemon=True)
+               for _ in range(processes)]
+    for p in started:
+        p.start()
     try:
-        time.sleep(0.5)
+        time.sleep(2.0)  # the flooders import and start
         return summary(grpc_latencies(target, seconds))
     finally:
         stop.set()
-        for t in started:
-            t.join(300)
+        for p in started:
+            p.join(300)
+            if p.is_alive():
+                p.kill()
 
 
 def dense_json(values: int) -> bytes:
@@ -172,12 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gRPC c=1 alone:             {summary(grpc_latencies(target, args.seconds))}",
               flush=True)
         print(f"gRPC c=1, {args.flooders} amplification flooders: "
-              + under(lambda: post(address, INFER, bomb, {"Content-Encoding": "gzip"}),
-                      args.flooders, target, args.seconds), flush=True)
-        dense = dense_json(250_000)
-        print(f"gRPC c=1, {args.flooders} flooders of {len(dense) >> 10} KiB dense JSON: "
-              + under(lambda: post(address, INFER, dense, {}), args.flooders, target,
-                      args.seconds), flush=True)
+              + under("bomb", args.flooders, address, args.max_body, target, args.seconds),
+              flush=True)
+        print(f"gRPC c=1, {args.flooders} flooders of {len(dense_json(DENSE_VALUES)) >> 10} "
+              "KiB dense JSON: " + under("dense", args.flooders, address, args.max_body,
+                                         target, args.seconds), flush=True)
         body = duplicate_outputs_body()
         t0 = time.perf_counter()
         status = post(address, INFER, body, {})
@@ -206,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
               f"answers {dict(sorted(health.items()))}; {slow.closed} slow connections closed "
               "by the agent", flush=True)
         print("gRPC c=1, 8 /metrics scrapers:  "
-              + under(lambda: get(address, "/metrics"), 8, target, args.seconds), flush=True)
+              + under("metrics", 8, address, args.max_body, target, args.seconds), flush=True)
         print(f"gRPC c=1 alone (again):     {summary(grpc_latencies(target, args.seconds))}",
               flush=True)
         rss_now = psutil.Process(pid).memory_info().rss

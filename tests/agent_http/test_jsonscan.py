@@ -7,9 +7,16 @@ import json
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
-from edge_agent.frontends.http.jsonscan import CONTAINER_WEIGHT, JsonTooLarge, scan
+from edge_agent.frontends.http.jsonscan import (
+    CONTAINER_WEIGHT,
+    JsonTooLarge,
+    loads,
+    scan,
+    to_array,
+)
 
 _TRICKY = ['\\', '"', '\\"', '\\\\', '[', ']', '{', '}', ',', '"[,', 'a\\"]', 'é', '\u2028']
 
@@ -64,3 +71,42 @@ def test_bounds_are_refused_with_the_setting_named() -> None:
     # brackets and commas inside strings are not structure
     assert scan(json.dumps({"k": "[[[,,,{{{" * 1000}).encode(), 20, 2).values == \
         CONTAINER_WEIGHT
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_loads_in_pieces_is_json_loads(seed: int) -> None:
+    rng = random.Random(seed)
+    doc = {"inputs": [_doc(rng, 1) for _ in range(4)], "data": [[i, -i] for i in range(30)]}
+    for text in (json.dumps(doc), json.dumps(doc, ensure_ascii=False, indent=2)):
+        raw = text.encode()
+        for piece in (1, 2, 3, 7, 50):
+            for slice_bytes in (3, 1 << 20):
+                assert loads(raw, piece, slice_bytes) == doc, (piece, slice_bytes)
+
+
+@pytest.mark.parametrize("text", [
+    b"[1, 2", b"[1, 2]]", b"[1 2, 3, 4]", b"[1, 2,]", b'{"a": [1, 2] "b": 1}', b'{"a" [1, 2]}',
+    b"[[1, 2], [3, 4]] x", b"x [[1, 2], [3, 4]]", b"[[1, 2}, [3, 4]]", b'{1: [1, 2, 3]}',
+    b"[[1, 2], 3 [4, 5]]", b"[,[1, 2, 3]]",
+])
+def test_loads_in_pieces_refuses_what_json_loads_refuses(text: bytes) -> None:
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        loads(text, piece=1)
+
+
+@pytest.mark.parametrize("data", [
+    [[0.5, 1.5]] * 10, list(range(25)), [[True, False]] * 9, [["a", "bcd"]] * 7,
+    [[[1, 2], [3, 4]]] * 6, [1, 2.5] * 8, [[1, 2]] * 5 + [[3, 4, 5]], [1] * 9 + [[2]],
+])
+def test_to_array_in_pieces_is_np_array(data: list) -> None:
+    try:
+        expected = np.array(data)
+    except ValueError:
+        with pytest.raises(ValueError):
+            to_array(data, piece=2)
+        return
+    got = to_array(data, piece=2)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert (got == expected).all()

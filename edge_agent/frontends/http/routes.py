@@ -10,7 +10,6 @@ gRPC ModelConfig (as Triton prints it), built by the same converter.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
@@ -31,7 +30,7 @@ from edge_agent.frontends.common.errors import error_message, http_status
 from edge_agent.frontends.common.names import model_name, parse_version
 from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
 from edge_agent.frontends.grpc import converters  # Triton's config JSON is the protobuf's
-from edge_agent.frontends.http import tensors
+from edge_agent.frontends.http import jsonscan, tensors
 from packager.bundle.manifest import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -140,8 +139,8 @@ class KServeRoutes:
         self._control = context.control
         shm = context.shared_memory
         self._shm = shm if shm.available else None
-        # json.loads and the lists' conversion hold the GIL for their whole length: large
-        # ones take turns, so that between two of them the gRPC handlers get the GIL
+        # large JSON is parsed and converted in pieces (jsonscan.loads, to_array: a few ms of
+        # GIL each) and one request at a time, so that the gRPC handlers get the GIL between
         self._decoding = threading.Lock()
         self._routes: list[tuple[str, re.Pattern[str], _Handler]] = [
             ("POST", re.compile(_M + "/infer"), self._infer),
@@ -233,9 +232,13 @@ class KServeRoutes:
 
         json_bytes = len(request.body) if request.header_length is None \
             else request.header_length
-        with self._decoding if json_bytes >= LARGE_JSON else contextlib.nullcontext():
+        if json_bytes < LARGE_JSON:
             call = tensors.decode_request(request.body, request.header_length, name, version,
                                           self._shm, output_count)
+        else:
+            with self._decoding:
+                call = tensors.decode_request(request.body, request.header_length, name,
+                                              version, self._shm, output_count, jsonscan.loads)
         result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
         result = classify(result, call.classes, self._dp)
         body, header_length = tensors.encode_response(result, call)

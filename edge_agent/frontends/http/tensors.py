@@ -41,6 +41,7 @@ from edge_agent.frontends.common.tensors import (
     tensor_from_bytes,
     wire_dtype,
 )
+from edge_agent.frontends.http.jsonscan import to_array
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_SIZE = "binary_data_size"
@@ -126,7 +127,7 @@ def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndar
                                 f"tensor as binary data), got {type(data).__name__}")
     count = math.prod(shape)
     try:
-        array = np.array(data)
+        array = to_array(data)
     except (ValueError, RecursionError):  # ragged or too deep nesting
         raise InvalidInputError(f"input '{name}': 'data' is not a regular array of "
                                 f"{datatype} values") from None
@@ -156,17 +157,19 @@ def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndar
 
 def decode_request(body: bytes, header_length: int | None, model: str, version: str,
                    shm: SharedMemoryRegistry | None,
-                   output_count: Callable[[], int] | None = None) -> InferCall:
+                   output_count: Callable[[], int] | None = None,
+                   loads: Callable[[bytes], Any] = json.loads) -> InferCall:
     """Decode a ``POST v2/models/MODEL[/versions/V]/infer`` body; ``output_count`` (the
-    model's, asked only when several outputs are named) bounds the outputs asked for."""
+    model's, asked only when several outputs are named) bounds the outputs asked for;
+    ``loads`` parses the JSON."""
     if header_length is None:
         header_length = len(body)
     elif header_length > len(body):
         raise InvalidInputError(f"{HEADER_LENGTH} is {header_length} but the body holds only "
                                 f"{len(body)} bytes")
     try:
-        doc = json.loads(memoryview(body)[:header_length].tobytes() if header_length < len(body)
-                         else body)
+        doc = loads(memoryview(body)[:header_length].tobytes() if header_length < len(body)
+                    else body)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidInputError(f"the request body is not valid JSON: {exc}") from None
     doc = _object(doc, "the request body")
