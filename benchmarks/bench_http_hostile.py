@@ -9,7 +9,8 @@ from ``--tree`` (default: this checkout) and reports:
     arrays: its answer, time, and the agent's peak RSS growth (sampled every 5 ms);
   * the gRPC stall: a c=1 gRPC ModelInfer caller's p50/p99/max latency alone, then while
     ``--flooders`` processes send such bodies back to back, then while they send the largest
-    body of dense JSON numbers the agent parses;
+    body of dense JSON numbers the agent parses; and, as a control, while they send health
+    checks back to back (what any request flood costs on this machine);
   * duplicate outputs: 40,000 output names in one request: answer and time;
   * slowloris: 64 connections trickling a byte every 2 s for ``--slow-s`` seconds, a
     ``/v2/health/live`` check every 0.5 s meanwhile: how many got 200;
@@ -131,6 +132,8 @@ def _flood(kind: str, address: str, max_body: int, stop: Any) -> None:
     elif kind == "dense":
         dense = dense_json(DENSE_VALUES)
         work = lambda: post(address, INFER, dense, {})  # noqa: E731
+    elif kind == "health":
+        work = lambda: get(address, "/v2/health/live")  # noqa: E731
     else:
         work = lambda: get(address, "/metrics")  # noqa: E731
     while not stop.is_set():
@@ -184,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"amplification: HTTP {status} in {took:.2f} s, agent RSS "
               f"+{(rss.peak - rss.start) / 2**20:.1f} MiB at peak", flush=True)
         print(f"gRPC c=1 alone:             {summary(grpc_latencies(target, args.seconds))}",
+              flush=True)
+        print(f"gRPC c=1, {args.flooders} health-check flooders (control): "
+              + under("health", args.flooders, address, args.max_body, target, args.seconds),
               flush=True)
         print(f"gRPC c=1, {args.flooders} amplification flooders: "
               + under("bomb", args.flooders, address, args.max_body, target, args.seconds),

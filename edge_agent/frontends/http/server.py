@@ -52,7 +52,9 @@ DRAIN_S = 2.0
 DRAIN_BYTES = 64 * 1024 * 1024
 """After a refused body, at most this much of it is read and dropped, for at most DRAIN_S."""
 RESERVE_CONNECTIONS = 8
-"""Connections beyond the caps that may still send one health check (anything else: 503)."""
+"""Connections beyond the caps that may still send one health check (anything else: 503).
+When all are taken, a new one takes the place of the oldest still waiting for its request (a
+health check sends its request at once; a slow client never finishes its headers)."""
 RESERVE_S = 2.0
 """A reserve connection's request must arrive within this long."""
 HEALTH_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
@@ -354,6 +356,7 @@ class _Server(socketserver.ThreadingMixIn, HTTPServer):
         self._connections: dict[socket.socket, bool] = {}  # connection -> mid-request
         self._peers: dict[str, int] = {}  # client address -> connections served (not reserve)
         self._reserve: dict[socket.socket, str] = {}  # reserve connection -> its address
+        self._evicted: set[socket.socket] = set()  # reserve connections given up, ending
         self._scrape_lock = threading.Lock()
         self._scraped: tuple[float, bytes] | None = None
         super().__init__(address, _Handler)
@@ -368,8 +371,11 @@ class _Server(socketserver.ThreadingMixIn, HTTPServer):
         peer = _peer(client_address)
         config = self.config
         with self._lock:
-            full = (len(self._connections) - len(self._reserve) >= config.max_connections
+            served = len(self._connections) - len(self._reserve) - len(self._evicted)
+            full = (served >= config.max_connections
                     or self._peers.get(peer, 0) >= config.max_connections_per_peer)
+            if full and len(self._reserve) >= RESERVE_CONNECTIONS:
+                self._evict_waiting()
             refused = full and len(self._reserve) >= RESERVE_CONNECTIONS
             if not refused:
                 self._connections[request] = False
@@ -397,13 +403,25 @@ class _Server(socketserver.ThreadingMixIn, HTTPServer):
         finally:
             with self._lock:
                 self._connections.pop(request, None)
-                if self._reserve.pop(request, None) is None:
+                if request in self._evicted:
+                    self._evicted.discard(request)
+                elif self._reserve.pop(request, None) is None:
                     peer = _peer(client_address)
                     left = self._peers.get(peer, 0) - 1
                     if left > 0:
                         self._peers[peer] = left
                     else:
                         self._peers.pop(peer, None)
+
+    def _evict_waiting(self) -> None:
+        """Give up the oldest reserve connection still waiting for its request (lock held)."""
+        for conn in self._reserve:
+            if not self._connections.get(conn, False):
+                del self._reserve[conn]
+                self._evicted.add(conn)
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                return
 
     def is_reserve(self, request: Any) -> bool:
         """Whether ``request`` was taken beyond the caps (health checks only)."""
