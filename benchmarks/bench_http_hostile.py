@@ -167,6 +167,37 @@ def dense_json(values: int) -> bytes:
             + b"0.5," * (values - 1) + b"0.5]}]}")
 
 
+def slowloris(address: str, seconds: float) -> None:
+    """64 slow connections for ``seconds``, a health check every 0.5 s meanwhile."""
+    slow = Slowloris(address)
+    health: dict[int, int] = {}
+    stop_at = time.monotonic() + seconds
+    next_tick = 0.0
+    try:
+        while time.monotonic() < stop_at:
+            if time.monotonic() >= next_tick:
+                slow.tick()
+                next_tick = time.monotonic() + slow.every_s
+            code = get(address, "/v2/health/live", timeout=10)
+            health[code] = health.get(code, 0) + 1
+            time.sleep(0.5)
+    finally:
+        slow.close()
+    print(f"slowloris (64 connections, a byte every 2 s, {seconds:.0f} s): health "
+          f"answers {dict(sorted(health.items()))}; {slow.closed} slow connections closed "
+          "by the agent", flush=True)
+
+
+def amplification(address: str, bomb: bytes, pid: int) -> None:
+    """One amplification request: its answer, time and the agent's peak RSS growth."""
+    with RssPeak(pid) as rss:
+        t0 = time.perf_counter()
+        status = post(address, INFER, bomb, {"Content-Encoding": "gzip"})
+        took = time.perf_counter() - t0
+    print(f"amplification: HTTP {status} in {took:.2f} s, agent RSS "
+          f"+{(rss.peak - rss.start) / 2**20:.1f} MiB at peak", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the agent")
@@ -174,58 +205,46 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flooders", type=int, default=4)
     ap.add_argument("--slow-s", type=float, default=24.0)
     ap.add_argument("--max-body", type=int, default=64 * 1024 * 1024)
+    ap.add_argument("--skip", default="", help="comma-separated phases to skip: amplification, "
+                    "control, flood, dense, outputs, length, slowloris, metrics")
     args = ap.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
     bomb = amplification_body(args.max_body)
     with tempfile.TemporaryDirectory() as tmp, \
             agent(args.tree.resolve(), build_state(Path(tmp))) as (target, address, pid):
         print(f"agent from {args.tree}; gzip body {len(bomb)} bytes inflating to "
               f"~{args.max_body >> 20} MiB", flush=True)
-        with RssPeak(pid) as rss:
-            t0 = time.perf_counter()
-            status = post(address, INFER, bomb, {"Content-Encoding": "gzip"})
-            took = time.perf_counter() - t0
-        print(f"amplification: HTTP {status} in {took:.2f} s, agent RSS "
-              f"+{(rss.peak - rss.start) / 2**20:.1f} MiB at peak", flush=True)
+        if "amplification" not in skip:
+            amplification(address, bomb, pid)
         print(f"gRPC c=1 alone:             {summary(grpc_latencies(target, args.seconds))}",
               flush=True)
-        print(f"gRPC c=1, {args.flooders} health-check flooders (control): "
-              + under("health", args.flooders, address, args.max_body, target, args.seconds),
-              flush=True)
-        print(f"gRPC c=1, {args.flooders} amplification flooders: "
-              + under("bomb", args.flooders, address, args.max_body, target, args.seconds),
-              flush=True)
-        print(f"gRPC c=1, {args.flooders} flooders of {len(dense_json(DENSE_VALUES)) >> 10} "
-              "KiB dense JSON: " + under("dense", args.flooders, address, args.max_body,
-                                         target, args.seconds), flush=True)
-        body = duplicate_outputs_body()
-        t0 = time.perf_counter()
-        status = post(address, INFER, body, {})
-        print(f"duplicate outputs ({len(body) >> 10} KiB, 40,000 names): HTTP {status} in "
-              f"{time.perf_counter() - t0:.2f} s", flush=True)
-        answer = raw_exchange(address, f"POST {INFER} HTTP/1.1\r\nHost: x\r\n"
-                              "Content-Length: \u00b2\r\n\r\n".encode("latin-1"))
-        first = answer.split(b"\r\n", 1)[0].decode("latin-1")
-        print(f"Content-Length: \u00b2 -> {first or 'connection dropped, no answer'}",
-              flush=True)
-        slow = Slowloris(address)
-        health: dict[int, int] = {}
-        stop_at = time.monotonic() + args.slow_s
-        next_tick = 0.0
-        try:
-            while time.monotonic() < stop_at:
-                if time.monotonic() >= next_tick:
-                    slow.tick()
-                    next_tick = time.monotonic() + slow.every_s
-                code = get(address, "/v2/health/live", timeout=10)
-                health[code] = health.get(code, 0) + 1
-                time.sleep(0.5)
-        finally:
-            slow.close()
-        print(f"slowloris (64 connections, a byte every 2 s, {args.slow_s:.0f} s): health "
-              f"answers {dict(sorted(health.items()))}; {slow.closed} slow connections closed "
-              "by the agent", flush=True)
-        print("gRPC c=1, 8 /metrics scrapers:  "
-              + under("metrics", 8, address, args.max_body, target, args.seconds), flush=True)
+        floods = (("control", "health", "health-check flooders (control)"),
+                  ("flood", "bomb", "amplification flooders"),
+                  ("dense", "dense", f"flooders of {len(dense_json(DENSE_VALUES)) >> 10} KiB "
+                                     "dense JSON"))
+        for phase, kind, what in floods:
+            if phase not in skip:
+                print(f"gRPC c=1, {args.flooders} {what}: " + under(
+                    kind, args.flooders, address, args.max_body, target, args.seconds),
+                    flush=True)
+        if "outputs" not in skip:
+            body = duplicate_outputs_body()
+            t0 = time.perf_counter()
+            status = post(address, INFER, body, {})
+            print(f"duplicate outputs ({len(body) >> 10} KiB, 40,000 names): HTTP {status} in "
+                  f"{time.perf_counter() - t0:.2f} s", flush=True)
+        if "length" not in skip:
+            answer = raw_exchange(address, f"POST {INFER} HTTP/1.1\r\nHost: x\r\n"
+                                  "Content-Length: \u00b2\r\n\r\n".encode("latin-1"))
+            first = answer.split(b"\r\n", 1)[0].decode("latin-1")
+            print(f"Content-Length: \u00b2 -> {first or 'connection dropped, no answer'}",
+                  flush=True)
+        if "slowloris" not in skip:
+            slowloris(address, args.slow_s)
+        if "metrics" not in skip:
+            print("gRPC c=1, 8 /metrics scrapers:  "
+                  + under("metrics", 8, address, args.max_body, target, args.seconds),
+                  flush=True)
         print(f"gRPC c=1 alone (again):     {summary(grpc_latencies(target, args.seconds))}",
               flush=True)
         rss_now = psutil.Process(pid).memory_info().rss
