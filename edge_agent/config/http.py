@@ -26,7 +26,8 @@ class HttpConfig:
     max_body_bytes: int = 64 * 1024 * 1024
     """A request body larger than this is refused (413) before it is read."""
     max_connections: int = 64
-    """Connections served at once (a thread each); beyond it: 503 and the connection closed."""
+    """Connections served at once (a thread each); beyond it: health checks only (8 reserve
+    connections), else 503 and the connection closed."""
     idle_timeout_s: float = 30.0
     """A connection that sends nothing (between requests, or mid-request) this long is closed."""
     metrics: bool = True

@@ -144,15 +144,28 @@ def test_slowloris_is_cut_by_the_header_deadline_and_health_is_answered(
 def test_connections_beyond_the_per_peer_cap_get_503_but_health_is_answered(
         http_address: str) -> None:
     host, _, port = http_address.rpartition(":")
-    held = []
-    try:
-        for _ in range(PER_PEER):  # keep-alive connections, each holding a slot
+    held: list[http.client.HTTPConnection] = []
+
+    def hold_every_slot() -> bool:
+        # keep-alive connections, each holding a slot; connections of earlier tests may still
+        # be ending, then some of these are reserve ones (answered with Connection: close)
+        for conn in held:
+            conn.close()
+        held.clear()
+        for _ in range(PER_PEER):
             conn = http.client.HTTPConnection(host, int(port), timeout=60)
             conn.request("GET", "/v2/health/live")
             response = conn.getresponse()
             response.read()
             assert response.status == 200
             held.append(conn)
+            if response.getheader("Connection", "").lower() == "close":
+                return False
+        return True
+
+    try:
+        eventually(hold_every_slot, timeout=60, interval=0.5,
+                   message="the slots of earlier connections never came back")
         answer = raw_exchange(http_address, b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 503") and b"max_connections_per_peer" in answer
         for path in ("/v2/health/live", "/v2/health/ready"):

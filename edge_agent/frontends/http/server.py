@@ -175,6 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         path, _, _query = self.path.partition("?")
+        self.request.settimeout(self.idle_s)  # not what was left of the header deadline
         if self.reserve:
             self.close_connection = True  # one request per reserve connection
             if path not in HEALTH_PATHS or self.command != "GET":
@@ -244,6 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
                            close=True) from None
         finally:
             self.phase, self.deadline = "answer", None
+            self.request.settimeout(self.idle_s)  # writing the answer: the idle timeout
         if len(body) != length:
             raise _Refusal(400, f"the connection closed after {len(body)} of {length} body "
                                 "bytes", close=True)
