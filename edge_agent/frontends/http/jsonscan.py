@@ -68,7 +68,8 @@ def _slices(data: memoryview, slice_bytes: int) -> Iterator[tuple[int, np.ndarra
         yield offset, raw, ~inside & ~quotes
 
 
-def _levels(raw: np.ndarray, opens: np.ndarray, closes: np.ndarray, depth: int) -> np.ndarray:
+def _levels(opens: np.ndarray, closes: np.ndarray, depth: int) -> np.ndarray:
+    """The nesting after each byte of a slice that starts at ``depth``."""
     return np.cumsum(opens.astype(np.int32) - closes.astype(np.int32)) + depth
 
 
@@ -81,7 +82,7 @@ def scan(text: bytes | memoryview, max_values: int, max_depth: int,
         opens = ((raw == _OPENS[0]) | (raw == _OPENS[1])) & outside
         closes = ((raw == _CLOSES[0]) | (raw == _CLOSES[1])) & outside
         if opens.any():
-            level = _levels(raw, opens, closes, depth)
+            level = _levels(opens, closes, depth)
             deepest = max(deepest, int(level.max()))
             depth = int(level[-1])
         elif closes.any():
@@ -110,7 +111,7 @@ class _Structure:
         for offset, raw, outside in _slices(data, slice_bytes):
             opens = ((raw == _OPENS[0]) | (raw == _OPENS[1])) & outside
             closes = ((raw == _CLOSES[0]) | (raw == _CLOSES[1])) & outside
-            level = _levels(raw, opens, closes, depth)
+            level = _levels(opens, closes, depth)
             if len(level):
                 depth = int(level[-1])
             marks = opens | closes | (outside & ((raw == _COMMA) | (raw == _COLON)))
