@@ -154,6 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.deadline: float | None = None
         self.request.settimeout(self.idle_s)
         super().setup()
+        self.rfile.close()  # the plain socket file: reads go through the deadlines instead
         self.rfile = io.BufferedReader(_DeadlineSocket(self.request, self))
 
     @property
