@@ -61,6 +61,7 @@ Attack = Callable[[Target, threading.Event, Tally], None]
 # name -> module (under benchmarks.attacks) defining ``attack``.
 ATTACKS: dict[str, str] = {
     "grpc_idle_and_amplify": "grpc_idle_and_amplify",
+    "http_hostile": "http_hostile",
     "hostile-registry": "hostile_registry",
     "management_lockout": "management_lockout",
     "shm_deputy": "shm_deputy",

@@ -44,6 +44,13 @@ def test_the_file_and_the_flag_over_it(tmp_path: Path) -> None:
     ("[http]\nmax_body_bytes = 0\n", "http.max_body_bytes"),
     ("[http]\nidle_timeout_s = -1\n", "http.idle_timeout_s"),
     ("[http]\nmetrics = 'yes'\n", "http.metrics"),
+    ("[http]\nheader_timeout_s = 0\n", "http.header_timeout_s"),
+    ("[http]\nbody_timeout_s = 'soon'\n", "http.body_timeout_s"),
+    ("[http]\nmax_connections_per_peer = 0\n", "http.max_connections_per_peer"),
+    ("[http]\nmax_inflate_ratio = -2\n", "http.max_inflate_ratio"),
+    ("[http]\nmax_json_elements = 1.5\n", "http.max_json_elements"),
+    ("[http]\nmax_json_depth = 0\n", "http.max_json_depth"),
+    ("[http]\nmetrics_cache_s = -1\n", "http.metrics_cache_s"),
 ])
 def test_bad_settings_name_the_key(tmp_path: Path, text: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):

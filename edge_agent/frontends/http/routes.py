@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,13 +36,15 @@ from edge_agent.frontends.common.shared_memory import (
     refused_over_tcp,
 )
 from edge_agent.frontends.grpc import converters  # Triton's config JSON is the protobuf's
-from edge_agent.frontends.http import tensors
+from edge_agent.frontends.http import jsonscan, tensors
 from packager.bundle.manifest import TensorSpec
 
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
 BINARY = "application/octet-stream"
+LARGE_JSON = 64 * 1024
+"""Request JSON of at least this many bytes is decoded one request at a time (below)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,9 @@ class KServeRoutes:
         shm = context.shared_memory
         self._shm_on = shared_memory  # [http] shared_memory: HTTP is TCP, any local user
         self._shm = shm if shm.available and shared_memory else None
+        # large JSON is parsed and converted in pieces (jsonscan.loads, to_array: a few ms of
+        # GIL each) and one request at a time, so that the gRPC handlers get the GIL between
+        self._decoding = threading.Lock()
         self._routes: list[tuple[str, re.Pattern[str], _Handler]] = [
             ("POST", re.compile(_M + "/infer"), self._infer),
             ("GET", re.compile(r"/v2/health/live"), self._live),
@@ -229,8 +235,20 @@ class KServeRoutes:
 
     def _infer(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
         name = model_name(params["model"])
-        call = tensors.decode_request(request.body, request.header_length, name,
-                                      params.get("version", ""), self._shm)
+        version = params.get("version", "")
+
+        def output_count() -> int:
+            return len(self._dp.model_metadata(name, parse_version(version, name)).outputs)
+
+        json_bytes = len(request.body) if request.header_length is None \
+            else request.header_length
+        if json_bytes < LARGE_JSON:
+            call = tensors.decode_request(request.body, request.header_length, name, version,
+                                          self._shm, output_count)
+        else:
+            with self._decoding:
+                call = tensors.decode_request(request.body, request.header_length, name,
+                                              version, self._shm, output_count, jsonscan.loads)
         result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
         result = classify(result, call.classes, self._dp)
         body, header_length = tensors.encode_response(result, call)

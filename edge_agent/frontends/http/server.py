@@ -7,16 +7,22 @@ plane run an idle model inline on the thread that read the request, as the gRPC 
 measured on this 2-core machine it answered a small request faster than uvicorn+starlette and
 aiohttp.
 
-Hostile input (docs/security.md): at most ``max_connections`` connections are served at once
-(the next gets 503 and is closed); a connection silent for ``idle_timeout_s`` is closed; a
-body must declare its length (no chunked bodies) and may not exceed ``max_body_bytes`` (413,
-never read); compressed bodies (gzip, deflate) are inflated to at most that size; every error
-is ``{"error": "..."}`` with a 4xx/5xx status, never a traceback.
+Hostile input (docs/security.md, docs/http.md): at most ``max_connections`` connections are
+served at once, ``max_connections_per_peer`` from one address; beyond them a few reserve
+connections answer health checks (and 503 to anything else); a connection silent for
+``idle_timeout_s`` is closed, and a request's headers (``header_timeout_s``) and body
+(``body_timeout_s``) have total deadlines, whatever the pace of their bytes; a body must declare
+its length (no chunked bodies) and may not exceed ``max_body_bytes`` (413, never read);
+compressed bodies (gzip, deflate) are inflated as they arrive to at most that size and
+``max_inflate_ratio`` times their own; JSON bodies are counted (values, depth) before they are
+parsed; ``/metrics`` is rendered at most once per ``metrics_cache_s``; every error is
+``{"error": "..."}`` with a 4xx/5xx status, never a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import socket
 import socketserver
@@ -30,6 +36,7 @@ from typing import Any
 
 from edge_agent.config.http import HttpConfig
 from edge_agent.errors import ConfigError
+from edge_agent.frontends.http.jsonscan import JsonTooLarge, scan
 from edge_agent.frontends.http.routes import HttpAnswer, HttpRequest, KServeRoutes, error_answer
 from edge_agent.frontends.http.tensors import HEADER_LENGTH
 from edge_agent.logthrottle import LogThrottle
@@ -44,6 +51,22 @@ _DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 DRAIN_S = 2.0
 DRAIN_BYTES = 64 * 1024 * 1024
 """After a refused body, at most this much of it is read and dropped, for at most DRAIN_S."""
+RESERVE_CONNECTIONS = 8
+"""Connections beyond the caps that may still send one health check (anything else: 503).
+When all are taken, a new one takes the place of the oldest still waiting for its request (a
+health check sends its request at once; a slow client never finishes its headers)."""
+RESERVE_S = 2.0
+"""A reserve connection's request must arrive within this long."""
+HEALTH_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
+_READ_CHUNK = 64 * 1024
+
+
+def _decimal(text: str | None) -> int | None:
+    """``text`` as a non-negative decimal integer of ASCII digits, else None."""
+    if text is None:
+        return None
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 class _Refusal(Exception):
@@ -55,20 +78,61 @@ class _Refusal(Exception):
         self.close = close
 
 
-def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
+class _DeadlineSocket(io.RawIOBase):
+    """The connection's reading side: each read waits at most the idle timeout, and never past
+    the handler's current deadline (headers, body), however slowly the bytes come."""
+
+    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
+        super().__init__()
+        self._sock = sock
+        self._handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        handler = self._handler
+        timeout = handler.idle_s
+        if handler.deadline is not None:
+            timeout = min(timeout, handler.deadline - time.monotonic())
+            if timeout <= 0:
+                raise TimeoutError(f"the request's {handler.phase} took longer than "
+                                   f"{handler.phase_limit}")
+        self._sock.settimeout(timeout)
+        n = self._sock.recv_into(buffer)
+        if n and handler.deadline is None and handler.phase == "headers":
+            handler.deadline = time.monotonic() + handler.header_s  # from its first byte
+        return n
+
+
+def _inflate(stream: Any, length: int, encoding: str, limit: int, ratio: int) -> bytes:
+    """Read ``length`` compressed bytes from ``stream`` and inflate them as they come, to at
+    most ``limit`` bytes and ``ratio`` times ``length``."""
     wbits = _DECODERS.get(encoding)
     if wbits is None:
         raise _Refusal(415, f"Content-Encoding {encoding!r} is not supported; send the body "
-                            "uncompressed, gzip or deflate")
+                            "uncompressed, gzip or deflate", close=True)
+    bound = min(limit, length * ratio)
     inflater = zlib.decompressobj(wbits)
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise _Refusal(400, f"the {encoding} body does not decompress: {exc}") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise _Refusal(413, f"the {encoding} body inflates to more than {limit} bytes "
-                            "(http.max_body_bytes)")
-    return out
+    out = bytearray()
+    left = length
+    while left:
+        chunk = stream.read(min(left, _READ_CHUNK))
+        if not chunk:
+            raise _Refusal(400, f"the connection closed after {length - left} of {length} "
+                                "body bytes", close=True)
+        left -= len(chunk)
+        try:
+            out += inflater.decompress(chunk, bound + 1 - len(out))
+        except zlib.error as exc:
+            raise _Refusal(400, f"the {encoding} body does not decompress: {exc}",
+                           close=bool(left)) from None
+        if len(out) > bound or inflater.unconsumed_tail:
+            which = ("http.max_body_bytes" if bound == limit else
+                     f"{ratio} times its {length} bytes, http.max_inflate_ratio")
+            raise _Refusal(413, f"the {encoding} body inflates to more than {bound} bytes "
+                                f"({which})", close=bool(left))
+    return bytes(out)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -81,8 +145,28 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def setup(self) -> None:
-        self.request.settimeout(self.server.config.idle_timeout_s)
+        config = self.server.config
+        self.reserve = self.server.is_reserve(self.request)
+        self.idle_s = RESERVE_S if self.reserve else config.idle_timeout_s
+        self.header_s = min(RESERVE_S, config.header_timeout_s) if self.reserve \
+            else config.header_timeout_s
+        self.phase = "headers"
+        self.deadline: float | None = None
+        self.request.settimeout(self.idle_s)
         super().setup()
+        self.rfile.close()  # the plain socket file: reads go through the deadlines instead
+        self.rfile = io.BufferedReader(_DeadlineSocket(self.request, self))
+
+    @property
+    def phase_limit(self) -> str:
+        """The setting that bounds the current phase, for messages."""
+        if self.phase == "body":
+            return f"{self.server.config.body_timeout_s:g} s (http.body_timeout_s)"
+        return f"{self.header_s:g} s (http.header_timeout_s)"
+
+    def handle_one_request(self) -> None:
+        self.phase, self.deadline = "headers", None  # armed by the request's first byte
+        super().handle_one_request()
 
     # every method goes through one place
     def do_GET(self) -> None:
@@ -92,15 +176,23 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         path, _, _query = self.path.partition("?")
+        self.request.settimeout(self.idle_s)  # not what was left of the header deadline
+        if self.reserve:
+            self.close_connection = True  # one request per reserve connection
+            if path not in HEALTH_PATHS or self.command != "GET":
+                self._answer(HttpAnswer(503, _error_json(self.server.full_message(
+                    self.client_address))), close=True)
+                return
         self.server.busy(self, True)
         try:
             try:
                 body = self._body()
                 header_length = self._header_length(len(body))
+                self._bound_json(body, header_length)
             except _Refusal as refusal:
                 self._answer(HttpAnswer(refusal.status, _error_json(str(refusal))),
                              close=refusal.close)
-                if refusal.close:
+                if refusal.close and refusal.status != 408:
                     self._drain()
                 return
             if path == "/metrics" and self.server.metrics is not None:
@@ -120,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         assert self.server.metrics is not None
         try:
-            return HttpAnswer(200, self.server.metrics.render(), CONTENT_TYPE)
+            return HttpAnswer(200, self.server.scrape(), CONTENT_TYPE)
         except Exception as exc:
             log.exception("rendering /metrics failed")
             return error_answer(exc)
@@ -132,21 +224,45 @@ class _Handler(BaseHTTPRequestHandler):
         text = self.headers.get("Content-Length")
         if text is None:  # no Content-Length, not chunked: no body (RFC 9112 6.3)
             return b""
-        if not text.strip().isdigit():
-            raise _Refusal(400, f"Content-Length {text[:40]!r} is not a number", close=True)
-        length = int(text)
-        limit = self.server.config.max_body_bytes
+        length = _decimal(text)
+        if length is None:
+            raise _Refusal(400, f"Content-Length {text[:40]!r} is not a number (ASCII digits)",
+                           close=True)
+        config = self.server.config
+        limit = config.max_body_bytes
         if length > limit:
             raise _Refusal(413, f"the request body is {length} bytes; at most {limit} are "
                                 "accepted (http.max_body_bytes)", close=True)
-        body = self.rfile.read(length) if length else b""
+        if not length:
+            return b""
+        self.phase, self.deadline = "body", time.monotonic() + config.body_timeout_s
+        try:
+            encoding = self.headers.get("Content-Encoding", "").strip().lower()
+            if encoding and encoding != "identity":
+                return _inflate(self.rfile, length, encoding, limit, config.max_inflate_ratio)
+            body = self.rfile.read(length)
+        except TimeoutError:
+            raise _Refusal(408, f"the request body did not arrive within {self.phase_limit}",
+                           close=True) from None
+        finally:
+            self.phase, self.deadline = "answer", None
+            self.request.settimeout(self.idle_s)  # writing the answer: the idle timeout
         if len(body) != length:
             raise _Refusal(400, f"the connection closed after {len(body)} of {length} body "
                                 "bytes", close=True)
-        encoding = self.headers.get("Content-Encoding", "").strip().lower()
-        if encoding and encoding != "identity":
-            body = _inflate(body, encoding, limit)
         return body
+
+    def _bound_json(self, body: bytes, header_length: int | None) -> None:
+        """Refuse (413) a JSON part with more values or nesting than the settings allow,
+        before anything parses it."""
+        if not body:
+            return
+        config = self.server.config
+        try:
+            scan(memoryview(body)[:len(body) if header_length is None else header_length],
+                 config.max_json_elements, config.max_json_depth)
+        except JsonTooLarge as exc:
+            raise _Refusal(exc.status, str(exc)) from None
 
     def _drain(self) -> None:
         """Before closing on a refused body, read (and drop) what the client is still sending
@@ -167,9 +283,9 @@ class _Handler(BaseHTTPRequestHandler):
         text = self.headers.get(HEADER_LENGTH)
         if text is None:
             return None
-        if not text.strip().isdigit():
+        value = _decimal(text)
+        if value is None:
             raise _Refusal(400, f"{HEADER_LENGTH} {text[:40]!r} is not a number")
-        value = int(text)
         if value > size:
             raise _Refusal(400, f"{HEADER_LENGTH} is {value} but the body holds only "
                                 f"{size} bytes")
@@ -189,11 +305,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_expect_100(self) -> bool:
         """Answer ``Expect: 100-continue`` with 413 instead when the body is over the limit."""
-        text = self.headers.get("Content-Length", "")
+        length = _decimal(self.headers.get("Content-Length"))
         limit = self.server.config.max_body_bytes
-        if text.strip().isdigit() and int(text) > limit:
+        if length is not None and length > limit:
             self._answer(HttpAnswer(413, _error_json(
-                f"the request body is {int(text)} bytes; at most {limit} are accepted "
+                f"the request body is {length} bytes; at most {limit} are accepted "
                 "(http.max_body_bytes)")), close=True)
             return False
         return super().handle_expect_100()
@@ -208,6 +324,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
+
+
+def _peer(client_address: Any) -> str:
+    return str(client_address[0]) if isinstance(client_address, tuple) else "local"
 
 
 def _phrase(status: int) -> str:
@@ -237,6 +357,11 @@ class _Server(socketserver.ThreadingMixIn, HTTPServer):
         self.metrics = metrics
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, bool] = {}  # connection -> mid-request
+        self._peers: dict[str, int] = {}  # client address -> connections served (not reserve)
+        self._reserve: dict[socket.socket, str] = {}  # reserve connection -> its address
+        self._evicted: set[socket.socket] = set()  # reserve connections given up, ending
+        self._scrape_lock = threading.Lock()
+        self._scraped: tuple[float, bytes] | None = None
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -246,17 +371,28 @@ class _Server(socketserver.ThreadingMixIn, HTTPServer):
         self.server_name, self.server_port = str(host), int(port)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        peer = _peer(client_address)
+        config = self.config
         with self._lock:
-            full = len(self._connections) >= self.config.max_connections
-            if not full:
+            served = len(self._connections) - len(self._reserve) - len(self._evicted)
+            full = (served >= config.max_connections
+                    or self._peers.get(peer, 0) >= config.max_connections_per_peer)
+            if full and len(self._reserve) >= RESERVE_CONNECTIONS:
+                self._evict_waiting()
+            refused = full and len(self._reserve) >= RESERVE_CONNECTIONS
+            if not refused:
                 self._connections[request] = False
+                if full:
+                    self._reserve[request] = peer
+                else:
+                    self._peers[peer] = self._peers.get(peer, 0) + 1
         if full:
-            throttle.warning("http-full", "HTTP: refused a connection from %s: %d connections "
-                             "are open (http.max_connections)", client_address,
-                             self.config.max_connections)
+            throttle.warning("http-full", "HTTP: %s a connection from %s: %s",
+                             "refused" if refused else "health checks only on",
+                             client_address, self.full_message(client_address))
+        if refused:
             with contextlib.suppress(OSError):
-                message = _error_json("the agent serves its limit of HTTP connections "
-                                      "(http.max_connections); retry shortly")
+                message = _error_json(self.full_message(client_address))
                 request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
                                 b"application/json\r\nConnection: close\r\nContent-Length: "
                                 + str(len(message)).encode() + b"\r\n\r\n" + message)
@@ -270,6 +406,56 @@ class _Server(socketserver.ThreadingMixIn, HTTPServer):
         finally:
             with self._lock:
                 self._connections.pop(request, None)
+                if request in self._evicted:
+                    self._evicted.discard(request)
+                elif self._reserve.pop(request, None) is None:
+                    peer = _peer(client_address)
+                    left = self._peers.get(peer, 0) - 1
+                    if left > 0:
+                        self._peers[peer] = left
+                    else:
+                        self._peers.pop(peer, None)
+
+    def _evict_waiting(self) -> None:
+        """Give up the oldest reserve connection still waiting for its request (lock held)."""
+        for conn in self._reserve:
+            if not self._connections.get(conn, False):
+                del self._reserve[conn]
+                self._evicted.add(conn)
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                return
+
+    def is_reserve(self, request: Any) -> bool:
+        """Whether ``request`` was taken beyond the caps (health checks only)."""
+        with self._lock:
+            return request in self._reserve
+
+    def full_message(self, client_address: Any) -> str:
+        """Why a connection from ``client_address`` is not served now."""
+        config = self.config
+        with self._lock:
+            peer_full = self._peers.get(_peer(client_address), 0) >= \
+                config.max_connections_per_peer
+        if peer_full:
+            return (f"the agent serves its limit of {config.max_connections_per_peer} HTTP "
+                    "connections from one address (http.max_connections_per_peer); close idle "
+                    "connections or retry shortly")
+        return (f"the agent serves its limit of {config.max_connections} HTTP connections "
+                "(http.max_connections); retry shortly")
+
+    def scrape(self) -> bytes:
+        """``/metrics``: rendered at most once per ``metrics_cache_s`` and by one thread at a
+        time (concurrent scrapes wait for that one render and share it)."""
+        ttl = self.config.metrics_cache_s
+        with self._scrape_lock:
+            cached = self._scraped
+            if cached is not None and time.monotonic() - cached[0] < ttl:
+                return cached[1]
+            assert self.metrics is not None
+            page: bytes = self.metrics.render()
+            self._scraped = (time.monotonic(), page)
+            return page
 
     def busy(self, handler: _Handler, busy: bool) -> None:
         with self._lock:

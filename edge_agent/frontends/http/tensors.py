@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from edge_agent.frontends.common.tensors import (
     tensor_from_bytes,
     wire_dtype,
 )
+from edge_agent.frontends.http.jsonscan import to_array
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_SIZE = "binary_data_size"
@@ -126,7 +127,7 @@ def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndar
                                 f"tensor as binary data), got {type(data).__name__}")
     count = math.prod(shape)
     try:
-        array = np.array(data)
+        array = to_array(data)
     except (ValueError, RecursionError):  # ragged or too deep nesting
         raise InvalidInputError(f"input '{name}': 'data' is not a regular array of "
                                 f"{datatype} values") from None
@@ -155,16 +156,20 @@ def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndar
 
 
 def decode_request(body: bytes, header_length: int | None, model: str, version: str,
-                   shm: SharedMemoryRegistry | None) -> InferCall:
-    """Decode a ``POST v2/models/MODEL[/versions/V]/infer`` body."""
+                   shm: SharedMemoryRegistry | None,
+                   output_count: Callable[[], int] | None = None,
+                   loads: Callable[[bytes], Any] = json.loads) -> InferCall:
+    """Decode a ``POST v2/models/MODEL[/versions/V]/infer`` body; ``output_count`` (the
+    model's, asked only when several outputs are named) bounds the outputs asked for;
+    ``loads`` parses the JSON."""
     if header_length is None:
         header_length = len(body)
     elif header_length > len(body):
         raise InvalidInputError(f"{HEADER_LENGTH} is {header_length} but the body holds only "
                                 f"{len(body)} bytes")
     try:
-        doc = json.loads(memoryview(body)[:header_length].tobytes() if header_length < len(body)
-                         else body)
+        doc = loads(memoryview(body)[:header_length].tobytes() if header_length < len(body)
+                    else body)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidInputError(f"the request body is not valid JSON: {exc}") from None
     doc = _object(doc, "the request body")
@@ -220,23 +225,29 @@ def decode_request(body: bytes, header_length: int | None, model: str, version: 
                                   version=parse_version(version, model), id=request_id,
                                   timeout_us=options.timeout_us, priority=options.priority))
     call.all_binary = options.binary_data_output
-    _decode_outputs(doc.get("outputs"), call, where, shm)
+    _decode_outputs(doc.get("outputs"), call, where, shm, output_count)
     return call
 
 
 def _decode_outputs(outputs: Any, call: InferCall, where: str,
-                    shm: SharedMemoryRegistry | None) -> None:
+                    shm: SharedMemoryRegistry | None,
+                    output_count: Callable[[], int] | None) -> None:
     if outputs is None:
         return
     if not isinstance(outputs, list):
         raise InvalidInputError(f"{where}: 'outputs' must be a list")
+    if len(outputs) > 1 and output_count is not None and len(outputs) > output_count():
+        raise InvalidInputError(f"{where} asks for {len(outputs)} outputs; the model has "
+                                f"{output_count()}: name each output once")
     names: list[str] = []
+    seen: set[str] = set()
     for i, item in enumerate(outputs):
         out = _object(item, f"{where}: outputs[{i}]")
         name = _text(out.get("name"), f"{where}: outputs[{i}].name")
-        if name in names:
+        if name in seen:
             raise InvalidInputError(f"{where} asks for output '{name}' more than once; name "
                                     "each output once")
+        seen.add(name)
         names.append(name)
         params = _parameters(out, f"output '{name}'")
         count = check_output(params, "http", name)
