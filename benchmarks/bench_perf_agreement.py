@@ -10,11 +10,12 @@ to back in alternating order on the same agent: Triton's ``perf_analyzer`` (trit
 spread, its report being their average), ``edge-agent perf`` as a command (``--json``, a
 window of ``--seconds``) and, with ``--engines``, the other client paths measured for the
 choice of edge-agent perf's: ``aio`` (one ``grpc.aio`` channel in one process, edge-agent
-perf's loop before its worker processes, still the benchmarks' loadgen) and ``threads``
-(edge-agent perf's workers with every call a thread of ONE process). Prints each run, then per
-model and level the medians over the rounds of throughput and p50, the ratio to perf_analyzer
-within each round (median, and the range), and both tools' server-side request latency from
-ModelStatistics.
+perf's loop before its worker processes, still the benchmarks' loadgen), ``grpcio`` (grpcio's
+synchronous calls, a thread and a channel per call in flight, in one process) and
+``one-process`` (edge-agent perf's HTTP/2 calls, every call a thread of ONE process).
+Prints each run, then per model and level the medians over the rounds of throughput and p50,
+the ratio to perf_analyzer within each round (median, and the range), and both tools'
+server-side request latency from ModelStatistics.
 """
 
 from __future__ import annotations
@@ -28,15 +29,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
+
 from benchmarks.bench_swap import ENV, Agent, deploy
 from edge_agent.perf.inputs import describe_model, make_inputs, request_bytes
-from edge_agent.perf.load import closed_loop, measure
+from edge_agent.perf.load import Measurement, closed_loop, measure
 from edge_agent.perf.server_stats import stats_reader
-from edge_agent.perf.workers import WorkerPool
+from edge_agent.perf.workers import INFER_METHOD, WorkerPool
 from edge_agent.perf_analyzer import PerfAnalyzer, locate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,17 +100,43 @@ def in_process(engine: str, target: str, model: str, payload: bytes, c: int,
     """The client paths edge-agent perf did not keep, measured the same way."""
     stats = stats_reader(target, model)
     before = stats()
-    if engine == "aio":
-        m = asyncio.run(closed_loop(target, [payload], concurrency=c, seconds=seconds,
-                                    warmup_s=min(1.0, seconds / 4)))
+    if engine in ("aio", "grpcio"):
+        m = (asyncio.run(closed_loop(target, [payload], concurrency=c, seconds=seconds,
+                                     warmup_s=min(1.0, seconds / 4))) if engine == "aio" else
+             grpcio_threads(target, payload, concurrency=c, seconds=seconds,
+                            warmup_s=min(1.0, seconds / 4)))
         server = (stats() - before).per_request_us("success")  # warm-up included
-    else:  # threads: edge-agent perf's workers, one process for every call
+    else:  # one-process: edge-agent perf's workers, one process for every call
         with WorkerPool(target, max_processes=1) as pool:
             m = measure(target, [payload], concurrency=c, seconds=seconds,
                         warmup_s=min(1.0, seconds / 4), pool=pool, stats=stats)
         assert m.server is not None
         server = m.server.per_request_us("success")
     return m.throughput, m.percentile_us(50), server
+
+
+def grpcio_threads(target: str, payload: bytes, *, concurrency: int, seconds: float,
+                   warmup_s: float) -> Measurement:
+    """grpcio's synchronous calls of the serialized request, one thread and channel each."""
+    latencies: list[float] = []
+    start = time.perf_counter() + warmup_s
+    stop = start + seconds
+
+    def caller() -> None:
+        with grpc.insecure_channel(target) as channel:
+            call = channel.unary_unary(INFER_METHOD, request_serializer=None,
+                                       response_deserializer=None)
+            while (t0 := time.perf_counter()) < stop:
+                call(payload, timeout=300)
+                if t0 >= start:
+                    latencies.append((time.perf_counter() - t0) * 1e6)
+
+    threads = [threading.Thread(target=caller) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return Measurement(concurrency, 1, time.perf_counter() - start, tuple(sorted(latencies)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured per run")
     parser.add_argument("--engines", default="",
-                        help="also measure these client paths: aio,threads")
+                        help="also measure these client paths: aio,grpcio,one-process")
     args = parser.parse_args(argv)
     models = args.models.split(",")
     levels = [int(c) for c in args.concurrency.split(",")]

@@ -1,11 +1,13 @@
 """The gRPC closed loop in worker processes, so that the load generator is not the limit.
 
 One Python process cannot keep a gRPC server busy and measure it fairly: its calls share one
-GIL, and at one call in flight every microsecond the client spends is in the measured latency.
-Each worker here is a process of its own (``python -m edge_agent.perf.workers TARGET``) with its
-own channel, making grpcio's synchronous unary calls with the request serialized once (bytes
-in, bytes out, nothing decoded): the cheapest call path grpcio offers from Python
-(``benchmarks/bench_perf_agreement.py`` measured it against ``grpc.aio`` and threads).
+GIL, and at one call in flight every microsecond the client spends is in the measured latency
+(and on a machine the client shares with the server, in the server's CPU too). Each worker
+here is a process of its own (``python -m edge_agent.perf.workers TARGET``); each call in
+flight is a thread with its own HTTP/2 connection making the request serialized once with
+:class:`~edge_agent.perf.h2unary.H2Unary` (~80 µs of CPU per call where grpcio's synchronous
+call costs ~300 µs and ``grpc.aio`` more: ``benchmarks/bench_perf_agreement.py`` compares
+them with perf_analyzer).
 
 A level runs in two phases with a barrier between them: every worker warms up, finishes its
 call in flight and waits; the caller reads the server's statistics; then every worker runs the
@@ -30,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from edge_agent.perf.h2unary import H2Unary, UnaryCallFailed
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 << 20),
@@ -154,30 +158,48 @@ class WorkerPool:
         self.workers = []
 
 
-def _closed_loop(call: Callable[..., bytes], payload: bytes, until: float,
-                 latencies: list[float] | None, errors: list[str]) -> None:
-    """Call again and again until ``until`` (monotonic); latencies (µs) when given."""
+def _closed_loop(target: str, payload: bytes, until: float, latencies: list[float] | None,
+                 errors: list[str]) -> None:
+    """Call again and again on a connection of its own until ``until`` (monotonic);
+    latencies (µs) when given."""
+    call = H2Unary(target, INFER_METHOD, CALL_TIMEOUT_S)
+    try:
+        while True:
+            t0 = time.perf_counter()
+            if time.monotonic() >= until:
+                return
+            try:
+                call(payload)
+            except UnaryCallFailed as exc:
+                errors.append(str(exc) if exc.connection or errors else
+                              _why(target, payload, str(exc)))
+                continue
+            if latencies is not None:
+                latencies.append((time.perf_counter() - t0) * 1e6)
+    finally:
+        call.close()
+
+
+def _why(target: str, payload: bytes, fallback: str) -> str:
+    """A refused call's gRPC status and message, asked again through grpcio (H2Unary does
+    not decode the answer's headers)."""
     import grpc
 
-    while True:
-        t0 = time.perf_counter()
-        if time.monotonic() >= until:
-            return
+    with grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
         try:
-            call(payload, timeout=CALL_TIMEOUT_S)
+            channel.unary_unary(INFER_METHOD, request_serializer=None,
+                                response_deserializer=None)(payload, timeout=CALL_TIMEOUT_S)
         except grpc.RpcError as exc:
-            errors.append(f"{exc.code().name}: {exc.details()}")
-            continue
-        if latencies is not None:
-            latencies.append((time.perf_counter() - t0) * 1e6)
+            return f"{exc.code().name}: {exc.details()}"
+    return fallback
 
 
-def _threads(call: Callable[..., bytes], payloads: list[bytes], until: float,
+def _threads(target: str, payloads: list[bytes], until: float,
              measured: bool) -> WorkerResult:
     latencies: list[list[float]] = [[] for _ in payloads]
     errors: list[str] = []
     runners = [threading.Thread(target=_closed_loop,
-                                args=(call, p, until, latencies[i] if measured else None,
+                                args=(target, p, until, latencies[i] if measured else None,
                                       errors)) for i, p in enumerate(payloads)]
     for t in runners:
         t.start()
@@ -188,34 +210,34 @@ def _threads(call: Callable[..., bytes], payloads: list[bytes], until: float,
 
 
 def serve(target: str, inp: IO[bytes], out: IO[bytes]) -> None:
-    """A worker's life: connect, say ready, then run warm-up/measure orders until EOF."""
-    import grpc
+    """A worker's life: check the server answers, say ready, then run warm-up/measure orders
+    until EOF."""
 
     def say(message: object) -> None:
         pickle.dump(message, out)
         out.flush()
 
-    with grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+    probe = H2Unary(target, INFER_METHOD, READY_TIMEOUT_S)
+    try:
+        probe.connect()
+    except UnaryCallFailed as exc:
+        say(("failed", f"{target}: {exc}"))
+        return
+    finally:
+        probe.close()
+    say(("ready",))
+    payloads: list[bytes] = []
+    while True:
         try:
-            grpc.channel_ready_future(channel).result(timeout=READY_TIMEOUT_S)
-        except grpc.FutureTimeoutError:
-            say(("failed", f"{target}: no gRPC server answered within {READY_TIMEOUT_S:.0f} s"))
+            order = pickle.load(inp)
+        except EOFError:
             return
-        call = channel.unary_unary(INFER_METHOD, request_serializer=None,
-                                   response_deserializer=None)
-        say(("ready",))
-        payloads: list[bytes] = []
-        while True:
-            try:
-                order = pickle.load(inp)
-            except EOFError:
-                return
-            if order[0] == "warm":
-                payloads, warmup_s = order[1], order[2]
-                _threads(call, payloads, time.monotonic() + warmup_s, measured=False)
-                say(("warm",))
-            elif order[0] == "go":
-                say(_threads(call, payloads, order[1], measured=True))
+        if order[0] == "warm":
+            payloads, warmup_s = order[1], order[2]
+            _threads(target, payloads, time.monotonic() + warmup_s, measured=False)
+            say(("warm",))
+        elif order[0] == "go":
+            say(_threads(target, payloads, order[1], measured=True))
 
 
 if __name__ == "__main__":
