@@ -156,6 +156,39 @@ def test_perf_reports_the_server_side_breakdown_of_exactly_its_requests(
         assert after["inferences"] - before["inferences"] > measured * batch
 
 
+def test_perf_calls_succeed_fail_recover_and_name_the_refusal(
+        agent: tuple[AgentProcess, str]) -> None:
+    """edge-agent perf's HTTP/2 call (no grpcio on the hot path) against the real agent over
+    TCP and its Unix socket: an answered call returns, a refused one raises without losing
+    the connection (a 1 MB request goes through the server's flow-control windows first), and
+    the measurement counts failures with the server's own words."""
+    from edge_agent.perf.h2unary import H2Unary, UnaryCallFailed
+    from edge_agent.perf.inputs import request_bytes
+    from edge_agent.perf.load import measure
+    from edge_agent.perf.workers import INFER_METHOD
+
+    running, unix = agent
+    good = request_bytes("mlp", {"input": np.ones((2, 64), np.float32)})
+    unknown = request_bytes("nosuch", {"input": np.ones((1, 64), np.float32)})
+    huge = request_bytes("mlp", {"input": np.ones((4096, 64), np.float32)})  # > max batch
+    for target in (running.grpc, unix):
+        call = H2Unary(target, INFER_METHOD)
+        try:
+            call(good)
+            for bad in (unknown, huge):
+                with pytest.raises(UnaryCallFailed) as refused:
+                    call(bad)
+                assert not refused.value.connection
+            call(good)
+            assert call.stream == 7 and call.sock is not None  # one connection throughout
+        finally:
+            call.close()
+    m = measure(running.grpc, [good, unknown], concurrency=2, seconds=0.3, warmup_s=0.1,
+                batch=2)
+    assert m.requests > 0 and m.errors > 0
+    assert "NOT_FOUND" in m.first_error and "nosuch" in m.first_error, m.first_error
+
+
 def test_perf_help_teaches() -> None:
     out = edge_agent("perf", "--help").stdout
     assert "flags (light: argparse only" not in out  # the module's docstring is not help
