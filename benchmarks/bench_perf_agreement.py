@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -139,6 +140,52 @@ def grpcio_threads(target: str, payload: bytes, *, concurrency: int, seconds: fl
     return Measurement(concurrency, 1, time.perf_counter() - start, tuple(sorted(latencies)))
 
 
+def client_cpu(target: str, payload: bytes, pa: PerfAnalyzer, model: str,
+               calls: int = 1000) -> None:
+    """CPU of this process per call at one call in flight (every thread of it: grpcio's
+    included), for each client path: the figure that decides what a measurement costs;
+    perf_analyzer's estimated from its process's CPU over ~calls at its throughput."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    tput, _, _ = run_perf_analyzer(pa, target, model, 1, 3.0)
+    r1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - t0
+    cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+    print(f"client CPU per call, {'perf_analyzer (approx.)':<25} {cpu / (tput * wall) * 1e6:5.0f}"
+          f" us (its whole run's CPU over throughput x run time)", flush=True)
+    from edge_agent.perf.h2unary import H2Unary
+
+    h2 = H2Unary(target, INFER_METHOD)
+    with grpc.insecure_channel(target) as channel:
+        sync = channel.unary_unary(INFER_METHOD, request_serializer=None,
+                                   response_deserializer=None)
+        paths: dict[str, Callable[[], object]] = {
+            "edge-agent perf (HTTP/2)": lambda: h2(payload),
+            "grpcio sync": lambda: sync(payload, timeout=300)}
+        for name, call in paths.items():
+            for _ in range(100):
+                call()
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(calls):
+                call()
+            cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+            print(f"client CPU per call, {name:<25} {cpu / calls * 1e6:5.0f} us "
+                  f"(wall {wall / calls * 1e6:5.0f} us)", flush=True)
+    h2.close()
+
+    async def aio() -> float:
+        async with grpc.aio.insecure_channel(target) as channel:
+            call = channel.unary_unary(INFER_METHOD, request_serializer=None,
+                                       response_deserializer=None)
+            for _ in range(100):
+                await call(payload)
+            c0 = time.process_time()
+            for _ in range(calls):
+                await call(payload)
+            return time.process_time() - c0
+
+    print(f"client CPU per call, {'grpc.aio':<25} {asyncio.run(aio()) / calls * 1e6:5.0f} us",
+          flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -161,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
             agent.start()
             for bundle in bundles:
                 deploy(agent, bundle)
+            for model in models:
+                print(model)
+                client_cpu(agent.grpc, request_bytes(model, make_inputs(
+                    describe_model(agent.grpc, model))), pa, model)
             runs = measure_rounds(agent.grpc, pa, models, levels, engines, args)
         finally:
             agent.stop()

@@ -241,6 +241,10 @@ def serve(target: str, inp: IO[bytes], out: IO[bytes]) -> None:
 
 
 if __name__ == "__main__":
+    import signal
+
+    # Ctrl-C is the parent's to handle: it closes our stdin, and we exit
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # through the imported module, so that what it pickles names edge_agent.perf.workers
     from edge_agent.perf.workers import serve as _serve
 
