@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from edge_agent.errors import AgentError
 from edge_agent.perf.h2unary import H2Unary, UnaryCallFailed
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
@@ -42,7 +43,7 @@ READY_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 300.0
 
 
-class WorkerError(RuntimeError):
+class WorkerError(AgentError):
     """A worker process could not connect, or died."""
 
 
