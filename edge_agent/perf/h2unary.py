@@ -4,13 +4,13 @@ generator's cheapest call path.
 grpcio's synchronous call costs ~300 µs of CPU per call on the reference VM (its event
 engine's threads and completion queue hand each answer between threads), which on a machine
 the client shares with the server shows up in what it measures. Here the request is framed
-once (HEADERS as literal HPACK fields, DATA frames of the serialized message) and written with
-one ``sendall``; the answer is read on the calling thread and only its frame headers are
-parsed: the call succeeded when the server sent a message (a DATA frame) before ending the
-stream, failed when it ended the stream with trailers only (how gRPC servers refuse a unary
-call) or reset it. The response's header blocks are never decoded (no HPACK decoder needed,
-as nothing here reads them), so a failure's status and message come from asking again through
-grpcio (:mod:`edge_agent.perf.workers` does, once).
+once (HEADERS as literal HPACK fields, DATA frames over the serialized message, which is never
+copied) and written with ``sendmsg``; the answer is read on the calling thread and only its
+frame headers are parsed: the call succeeded when the server sent a message (a DATA frame)
+before ending the stream, failed when it ended the stream with trailers only (how gRPC servers
+refuse a unary call) or reset it. The response's header blocks are never decoded (no HPACK
+decoder needed, as nothing here reads them), so a failure's status and message come from
+asking again through grpcio (:mod:`edge_agent.perf.workers` does, once).
 
 Flow control: the connection and every stream get a 2 GiB receive window (topped up as it is
 used); sending honours the server's windows and frame size.
@@ -27,6 +27,7 @@ DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION =
 END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
 BIG_WINDOW = 2**31 - 1
 DEFAULT_WINDOW = 65535
+IOV_BATCH = 512  # buffers per sendmsg (IOV_MAX is 1024 on Linux)
 
 
 class UnaryCallFailed(Exception):
@@ -38,9 +39,12 @@ class UnaryCallFailed(Exception):
         self.connection = connection
 
 
+def frame_header(kind: int, flags: int, stream: int, length: int) -> bytes:
+    return struct.pack(">I", length)[1:] + bytes((kind, flags)) + struct.pack(">I", stream)
+
+
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(
-        ">I", stream) + payload
+    return frame_header(kind, flags, stream, len(payload)) + payload
 
 
 def _literal(name: bytes, value: bytes) -> bytes:
@@ -144,29 +148,48 @@ class H2Unary:
             self.stream = 1
         sid = self.stream
         self.stream_window = self.initial_stream_window
-        body = b"\x00" + struct.pack(">I", len(message)) + message
-        out = [frame(HEADERS, END_HEADERS, sid, self.header_block)]
+        prefix = b"\x00" + struct.pack(">I", len(message))  # gRPC: uncompressed, length
+        total = len(prefix) + len(message)
+        parts: list[bytes | memoryview] = [frame(HEADERS, END_HEADERS, sid, self.header_block)]
         if self.received > 1 << 30:  # give back what the answers used of the connection
-            out.append(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.received)))
+            parts.append(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.received)))
             self.received = 0
+        view = memoryview(message)
         sent = 0
         while True:
-            room = min(self.max_frame, self.send_window, self.stream_window, len(body) - sent)
-            if room > 0 or sent == len(body):
-                last = sent + room == len(body)
-                out.append(frame(DATA, END_STREAM if last else 0, sid, body[sent:sent + room]))
+            room = min(self.max_frame, self.send_window, self.stream_window, total - sent)
+            if room > 0 or sent == total:
+                last = sent + room == total
+                parts.append(frame_header(DATA, END_STREAM if last else 0, sid, room))
+                if sent < len(prefix):
+                    parts.append(prefix[sent:sent + room])
+                parts.append(view[max(0, sent - len(prefix)):max(0, sent + room - len(prefix))])
                 sent += room
                 self.send_window -= room
                 self.stream_window -= room
                 if last:
-                    self.sock.sendall(b"".join(out))
                     break
                 continue
-            self.sock.sendall(b"".join(out))  # out of window: wait for the server's grant
-            out = []
+            self._send(parts)  # out of window: wait for the server's grant
+            parts = []
             if self._read_frame(sid):
                 raise UnaryCallFailed("the server ended the call before reading the request")
+        self._send(parts)
         self._answer(sid)
+
+    def _send(self, parts: list[bytes | memoryview]) -> None:
+        """Write ``parts`` in order without joining them (the message is not copied)."""
+        assert self.sock is not None
+        while parts:
+            batch = parts[:IOV_BATCH]
+            n = self.sock.sendmsg(batch)
+            done = 0
+            while done < len(batch) and n >= len(batch[done]):
+                n -= len(batch[done])
+                done += 1
+            del parts[:done]
+            if n:
+                parts[0] = memoryview(parts[0])[n:]
 
     def _answer(self, sid: int) -> None:
         self.got_message = False
