@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,2,4")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured per run")
+    parser.add_argument("--cpu-calls", type=int, default=1000,
+                        help="calls per client path for the client CPU figures (0: skip)")
     parser.add_argument("--engines", default="",
                         help="also measure these client paths: aio,grpcio,one-process")
     args = parser.parse_args(argv)
@@ -208,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
             agent.start()
             for bundle in bundles:
                 deploy(agent, bundle)
-            for model in models:
+            for model in models if args.cpu_calls else []:
                 print(model)
                 client_cpu(agent.grpc, request_bytes(model, make_inputs(
-                    describe_model(agent.grpc, model))), pa, model)
+                    describe_model(agent.grpc, model))), pa, model, args.cpu_calls)
             runs = measure_rounds(agent.grpc, pa, models, levels, engines, args)
         finally:
             agent.stop()
