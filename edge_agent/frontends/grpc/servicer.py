@@ -20,6 +20,7 @@ import grpc
 from edge_agent.core.types import InferRequest, InferResult
 from edge_agent.errors import AgentError, DecoupledModelError
 from edge_agent.frontends.common import control as repository
+from edge_agent.frontends.common.callers import PolledCaller
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.control import RepositoryControl
 from edge_agent.frontends.common.names import model_name, parse_version
@@ -117,6 +118,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @_errors
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
         infer_request, _ = converters.to_infer_request(request, self._shm)
+        infer_request.caller = context  # cancelled or past its deadline: never run
         placed = converters.output_placements(request, self._shm)  # shared memory outputs
         result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
         result = converters.classified(result, request, self._dp)
@@ -163,11 +165,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def _read_stream(self, session: StreamSession,
                      requests: Iterator[pb.ModelInferRequest]) -> None:
         push, send = session.push, self._send_stream
+        caller = PolledCaller(session.context.is_active)  # the stream cancelled: not run
         try:
             for msg in requests:
                 session.received_one()
                 try:
                     req, _ = converters.to_infer_request(msg, self._shm)
+                    req.caller = caller
                     future = self._dp.submit(req, inline=False)
                 except DecoupledModelError:  # many responses: protocol/decoupled.py
                     push(DecoupledCall(self._dp, msg, req, True), send)
