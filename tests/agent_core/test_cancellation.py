@@ -106,29 +106,29 @@ def test_requests_past_their_grpc_deadline_leave_the_queue_unrun(
         agent: InProcessAgent) -> None:
     with _HeldSlot(agent) as held:
         stub = held.stub
-        late = [stub.ModelInfer.future(infer_request("spin", spin_input()), timeout=0.005)
-                for _ in range(LATE)]
-        for call in late:
-            with pytest.raises(grpc.RpcError) as err:
-                call.result(timeout=DEADLINE_S)
-            assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-        # out of the queue without an instance ever coming to them: only the first is in
-        # flight (before this change they stayed queued and ran once the slot was free)
-        eventually(lambda: held.batcher.inflight == 1, timeout=60,
-                   message="requests past their deadline are still queued")
+
+        def past_deadline(n: int, deadline_s: float, queued: int = 0) -> None:
+            """``n`` requests with a ``deadline_s`` deadline, each ending DEADLINE_EXCEEDED,
+            then out of the queue with no instance ever coming to them (before this change
+            they stayed queued and ran once the slot was free); ``queued``: seen queued
+            first."""
+            calls = [stub.ModelInfer.future(infer_request("spin", spin_input()),
+                                            timeout=deadline_s) for _ in range(n)]
+            if queued:
+                eventually(lambda: held.batcher.inflight == 1 + queued, timeout=DEADLINE_S,
+                           message="the requests never queued")
+            for call in calls:
+                with pytest.raises(grpc.RpcError) as err:
+                    call.result(timeout=DEADLINE_S)
+                assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            eventually(lambda: held.batcher.inflight == 1, timeout=60,
+                       message="requests past their deadline are still queued")
+
+        past_deadline(LATE, 0.005)
         # gRPC drops those whose deadline passed before a handler thread took them (the
         # model never sees them); these ten are seen queued first, so all ten are counted
         counted = held.delta()["cancelled"]
-        queued = [stub.ModelInfer.future(infer_request("spin", spin_input()), timeout=5.0)
-                  for _ in range(10)]
-        eventually(lambda: held.batcher.inflight == 11, timeout=DEADLINE_S,
-                   message="the requests with a 5 s deadline never queued")
-        for call in queued:
-            with pytest.raises(grpc.RpcError) as err:
-                call.result(timeout=DEADLINE_S)
-            assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-        eventually(lambda: held.batcher.inflight == 1, timeout=60,
-                   message="requests past their deadline are still queued")
+        past_deadline(10, 5.0, queued=10)
         assert held.delta()["cancelled"] == counted + 10
         held.release()
         reply = stub.ModelInfer(infer_request("spin", spin_input()), timeout=DEADLINE_S)
