@@ -28,9 +28,10 @@ from edge_agent.errors import RequestCancelledError
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tests.agent_core.conftest import Bundles
+from tests.support.cli import console
 from tests.support.core_bundles import install
 from tests.support.eventually import eventually
-from tests.support.harness import InProcessAgent, running
+from tests.support.harness import InProcessAgent, running, sections
 from tests.support.spin_model import spin_input
 from tests.support.traffic import infer_request
 
@@ -51,7 +52,8 @@ def agent(bundles: Bundles, tmp_path: Path) -> Iterator[InProcessAgent]:
                          http_address="127.0.0.1:0")
     quiet = dataclasses.replace(config, discovery=DiscoveryConfig(enabled=False),
                                 metrics=MetricsConfig(enabled=False))
-    with running(quiet, timeout_s=DEADLINE_S, name="cancellation-agent") as served:
+    with running(quiet, sections("cancellation-agent", insecure=True, metrics=False),
+                 timeout_s=DEADLINE_S, name="cancellation-agent") as served:
         yield served
 
 
@@ -145,7 +147,7 @@ def test_requests_past_their_grpc_deadline_leave_the_queue_unrun(
 
 
 def test_requests_cancelled_by_their_grpc_caller_leave_the_queue_unrun(
-        agent: InProcessAgent) -> None:
+        agent: InProcessAgent, tmp_path: Path) -> None:
     with _HeldSlot(agent) as held:
         waiting = [held.stub.ModelInfer.future(infer_request("spin", spin_input()),
                                                timeout=DEADLINE_S) for _ in range(20)]
@@ -160,6 +162,17 @@ def test_requests_cancelled_by_their_grpc_caller_leave_the_queue_unrun(
         held.release()
         assert held.delta() == {"inferences": 1, "executions": 1, "cancelled": 20,
                                 "failed": 20, "succeeded": 1}
+    # the agent's own views: ListModels and edge-console status
+    with agent.client() as client:
+        (listed,) = client.models("spin")
+    assert listed.cancelled_requests == held.before.cancel.count + 20
+    token = tmp_path / "token"
+    token.write_text(agent.token)
+    status = console(None, "status", "--insecure", "--agent", agent.management,
+                     "--token-file", str(token))
+    assert status.code == 0, status.err
+    assert "cancelled" in status.out
+    assert f"│ {listed.cancelled_requests} " in status.out, status.out
 
 
 def _metrics(address: str) -> str:
