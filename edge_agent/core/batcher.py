@@ -38,7 +38,7 @@ from edge_agent.backends.base import Backend, Cancellation
 from edge_agent.core.batching import merge_inputs, split_outputs
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, lower_thread_priority
 from edge_agent.core.observer import InferenceObserver, NullObserver
-from edge_agent.core.types import BatchStat, Caller, InferResult, ModelStats
+from edge_agent.core.types import BatchStat, Caller, InferResult, ModelStats, PolledCaller
 from edge_agent.errors import (
     AgentError,
     BackendError,
@@ -125,6 +125,14 @@ class _Pending:
         self.priority = priority
         self.caller = caller
         self.queued = False
+
+
+def _polled(caller: Caller | None) -> Caller | None:
+    """What a queued request keeps to ask when an instance comes to it: only a
+    :class:`PolledCaller`. Another caller's end runs a callback that withdraws the request (a
+    gRPC call's ``is_active`` turns false at the moment its callbacks are collected, so asking
+    it too would add nothing but a lock per request)."""
+    return caller if type(caller) is PolledCaller else None
 
 
 def _fail(batch: Sequence[_Pending], error: AgentError) -> None:
@@ -242,12 +250,12 @@ class DynamicBatcher:
         now = _now()
         item = _Pending(inputs, rows, outputs, request_id, now,
                         now + timeout_us * 1000 if timeout_us > 0 else 0, None,
-                        priority or self.priority, caller)
+                        priority or self.priority, _polled(caller))
         if caller is not None and not caller.is_active():
             raise self._gone_on_arrival(item)
         instance = self._admit(item, caller_runs)
         if instance < 0:
-            if caller is not None:
+            if caller is not None and item.caller is None:
                 self._watch(item, caller)
             return item.future  # type: ignore[return-value]  # _admit gave a queued item one
         # run here; the future is made only now, so nobody but this thread can answer it
@@ -273,13 +281,13 @@ class DynamicBatcher:
         now = _now()
         item = _Pending(inputs, rows, outputs, request_id, now,
                         now + timeout_us * 1000 if timeout_us > 0 else 0, None,
-                        priority or self.priority, caller)
+                        priority or self.priority, _polled(caller))
         if caller is not None and not caller.is_active():
             raise self._gone_on_arrival(item)
         instance = self._admit(item, True, _Waiter)
         if instance >= 0:
             return self._run_inline(item, instance)
-        if caller is not None:
+        if caller is not None and item.caller is None:
             self._watch(item, caller)
         future: _Waiter = item.future  # type: ignore[assignment]  # _admit gave it a waiter
         try:
@@ -668,7 +676,8 @@ class DynamicBatcher:
             f"{waited_us} us in the queue; it was not run")
 
     def _watch(self, item: _Pending, caller: Caller) -> None:
-        """Withdraw queued ``item`` when its call ends (at once if it already has)."""
+        """Withdraw queued ``item`` when its call ends (at once if it already has): for a
+        caller that calls back (see :func:`_polled`)."""
         if not caller.add_callback(functools.partial(self._withdraw, item)):
             self._withdraw(item)
 

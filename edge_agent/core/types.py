@@ -35,6 +35,23 @@ class Caller(Protocol):
         ...
 
 
+class PolledCaller:
+    """A caller the core polls (``is_active``, asked when an instance comes to its request)
+    and that never calls back (HTTP connections, stream requests: a callback per stream
+    request would pile up on the stream's context for as long as the stream lives). A caller
+    that calls back (a gRPC unary call's context) is not polled: its callback withdraws the
+    request at once."""
+
+    __slots__ = ("is_active",)
+
+    def __init__(self, is_active: Callable[[], bool]) -> None:
+        self.is_active = is_active
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        """Nothing to register: the core polls :attr:`is_active`."""
+        return True
+
+
 @dataclass(slots=True)
 class InferRequest:
     """One inference call as the core sees it: numpy arrays keyed by input name.

@@ -3,31 +3,19 @@ request whose caller left is dropped from the queue and never run.
 
 A gRPC unary call's ``ServicerContext`` is a Caller as it is (its ``add_callback`` fires when
 the call is cancelled or its deadline passes, and the core then takes the request out of the
-queue at once). Stream requests and HTTP connections are :class:`PolledCaller`: the core asks
-``is_active`` when an instance comes to the request (a callback per stream request would pile
-up on the stream's context for as long as the stream lives).
+queue at once). Stream requests and HTTP connections are
+:class:`~edge_agent.core.types.PolledCaller`: the core asks ``is_active`` when an instance
+comes to the request.
 """
 
 from __future__ import annotations
 
 import select
 import socket
-from collections.abc import Callable
+
+from edge_agent.core.types import PolledCaller
 
 __all__ = ["PolledCaller", "connection_caller"]
-
-
-class PolledCaller:
-    """A caller the core polls (``is_active``) and that never calls back."""
-
-    __slots__ = ("is_active",)
-
-    def __init__(self, is_active: Callable[[], bool]) -> None:
-        self.is_active = is_active
-
-    def add_callback(self, callback: Callable[[], None]) -> bool:
-        """Nothing to register: the core polls :attr:`is_active`."""
-        return True
 
 
 def connection_caller(sock: socket.socket) -> PolledCaller:

@@ -17,10 +17,9 @@ from typing import Any, NoReturn, TypeAlias
 
 import grpc
 
-from edge_agent.core.types import InferRequest, InferResult
+from edge_agent.core.types import InferRequest, InferResult, PolledCaller
 from edge_agent.errors import AgentError, DecoupledModelError
 from edge_agent.frontends.common import control as repository
-from edge_agent.frontends.common.callers import PolledCaller
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.control import RepositoryControl
 from edge_agent.frontends.common.names import model_name, parse_version
