@@ -687,20 +687,19 @@ class DynamicBatcher:
         normal end runs this too)."""
         if not item.queued:
             return
+        now = _now()
         with self._lock:
             if not item.queued:
                 return
             item.queued = False
             self._queue.remove(item)
-        now = _now()
-        _fail((item,), self._cancelled_error(item, (now - item.enqueued) // 1000))
-        with self._lock:
             s = self.stats
             s.fail.add(now - item.enqueued)
             s.cancel.add(now - item.enqueued)
             self._inflight -= 1
             if self._inflight == 0 and self._closed:
                 self._drained.notify_all()
+        _fail((item,), self._cancelled_error(item, (now - item.enqueued) // 1000))
         self._observe_unrun((item,), now)
 
     def _gone_on_arrival(self, item: _Pending) -> RequestCancelledError:
