@@ -244,7 +244,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         table = Table(title="model versions", title_justify="left")
         for col in ("model", "version", "active", "state", "backend", "load ms", "RSS MiB",
                     "load", "loads/unloads", "waits (mean ms)", "response cache",
-                    "parity on device", "error"):
+                    "cancelled", "parity on device", "error"):
             table.add_column(col)
         parity = {(p.model, p.version): p.figures for p in s.parity}
         for v in s.versions:
@@ -256,6 +256,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                           f"{v.loads}/{v.unloads}",
                           f"{v.load_waits} ({v.load_wait_ms / v.load_waits:.0f})"
                           if v.load_waits else "-", cache_cell(v),
+                          str(v.cancelled_requests) if v.cancelled_requests else "-",
                           parity.get((v.model, v.version), "-"),
                           v.load_error[:60] if cut else v.load_error)
         console.print(table)

@@ -55,6 +55,7 @@ from edge_agent.errors import (
     ModelNotFoundError,
     ModelUnavailableError,
     QueueFullError,
+    RequestCancelledError,
     RequestTimeoutError,
 )
 from packager.bundle.errors import PackagerError
@@ -85,16 +86,17 @@ def _submit(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_u
             caller_runs: bool) -> Future[InferResult]:
     return batcher.submit(request.inputs, rows, outputs=request.outputs,
                           request_id=request.id, timeout_us=timeout_us, caller_runs=caller_runs,
-                          priority=request.priority)
+                          priority=request.priority, caller=request.caller)
 
 
 def _counted(responses: Iterator[InferResult], batcher: DynamicBatcher, rows: int,
              start: int) -> Iterator[InferResult]:
     """``responses`` passed through, the request counted in the model's statistics when the
-    stream ends (a success once exhausted; a failure on an error or a caller that left). The
+    stream ends (a success once exhausted; a failure on an error; a failure counted cancelled
+    when the caller left: the iterator closed early, or gone before the model started). The
     time the caller takes a response is not the model's compute time."""
     compute = 0
-    ok = False
+    ok = cancelled = False
     try:
         while True:
             began = _now()
@@ -106,17 +108,22 @@ def _counted(responses: Iterator[InferResult], batcher: DynamicBatcher, rows: in
                 return
             compute += _now() - began
             yield result
+    except (GeneratorExit, RequestCancelledError):
+        cancelled = True
+        raise
     finally:
         close = getattr(responses, "close", None)
         if close is not None:
             close()
-        batcher.record_stream(ok=ok, rows=rows, compute_ns=compute, total_ns=_now() - start)
+        batcher.record_stream(ok=ok, rows=rows, compute_ns=compute, total_ns=_now() - start,
+                              cancelled=cancelled)
 
 
 def _infer(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us: int,
            wait_s: float | None) -> InferResult:
     return batcher.infer(request.inputs, rows, outputs=request.outputs, request_id=request.id,
-                         timeout_us=timeout_us, wait_s=wait_s, priority=request.priority)
+                         timeout_us=timeout_us, wait_s=wait_s, priority=request.priority,
+                         caller=request.caller)
 
 
 class _Description(NamedTuple):
@@ -297,7 +304,8 @@ class DataPlane(DeployOperations):
         except AgentError:
             lv.batcher.record_rejected(_now() - start)
             raise
-        return _counted(lv.streamer.stream(request.inputs, request.id), lv.batcher, rows, start)
+        return _counted(lv.streamer.stream(request.inputs, request.id, request.caller),
+                        lv.batcher, rows, start)
 
     # ------------------------------------------------------------------ response cache
     def _lookup(self, batcher: DynamicBatcher, request: InferRequest,

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeAlias
 
 import grpc
 
-from edge_agent.core.types import InferRequest, InferResult
+from edge_agent.core.types import InferRequest, InferResult, PolledCaller
 from edge_agent.errors import AgentError, DecoupledModelError
 from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.context import FrontendContext
@@ -144,6 +144,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         shm = self._shm if self._tcp_shm or not _has_tensor_parameters(request) \
             else self._shm_for(context.peer())
         infer_request, _ = converters.to_infer_request(request, shm)
+        infer_request.caller = context  # cancelled or past its deadline: never run
         placed = converters.output_placements(request, shm)  # shared memory outputs
         result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
         result = converters.classified(result, request, self._dp)
@@ -191,11 +192,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                      requests: Iterator[pb.ModelInferRequest]) -> None:
         push, send = session.push, self._send_stream
         shm = self._shm_for(session.peer)
+        caller = PolledCaller(session.context.is_active)  # the stream cancelled: not run
         try:
             for msg in requests:
                 session.received_one()
                 try:
                     req, _ = converters.to_infer_request(msg, shm)
+                    req.caller = caller
                     future = self._dp.submit(req, inline=False)
                 except DecoupledModelError:  # many responses: protocol/decoupled.py
                     push(DecoupledCall(self._dp, msg, req, True), send)

@@ -55,8 +55,6 @@ class DeploymentHistory(Protocol):
 _TRITON_COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], float]], ...] = (
     ("nv_inference_request_success", "Number of successful inference requests (response "
      "cache hits included)", lambda s: s.success.count + s.cache_hit.count),
-    ("nv_inference_request_failure", "Number of failed inference requests",
-     lambda s: s.fail.count),
     ("nv_inference_count", "Number of inferences performed (a batch of N counts N; response "
      "cache hits not included)", lambda s: s.inference_count),
     ("nv_inference_exec_count", "Number of model executions performed",
@@ -91,6 +89,27 @@ def _counter(name: str, doc: str) -> Metric:
     return Metric(name, doc, "counter")
 
 
+FAILURE = "nv_inference_request_failure"
+_FAILURE_REASONS: tuple[tuple[str, Callable[[ModelStats], int]], ...] = (
+    ("REJECTED", lambda s: s.rejected.count),
+    ("CANCELED", lambda s: s.cancel.count),
+    ("BACKEND", lambda s: s.fail.count - s.rejected.count - s.cancel.count),
+)
+"""Triton's ``reason`` label values: refused or timed out before running (invalid input, full
+queue, queue timeout); the caller left before it ran (cancelled, past its gRPC deadline,
+connection closed); failed while running."""
+
+
+def _failures(stats: Iterable[ModelStats]) -> Metric:
+    """``nv_inference_request_failure`` by ``reason``, as Triton reports it."""
+    metric = _counter(FAILURE, "Number of failed inference requests, by reason")
+    for s in stats:
+        for reason, read in _FAILURE_REASONS:
+            metric.add_sample(FAILURE, {"model": s.name, "reason": reason,
+                                        "version": str(s.version)}, read(s))
+    return metric
+
+
 class AgentCollector(Collector):
     """Reads the agent's state at each scrape (see the module docstring).
 
@@ -123,6 +142,7 @@ class AgentCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         stats = self._dp.statistics()
+        yield _failures(stats)
         yield from self._triton(stats, _TRITON_COUNTERS)
         if self._cache:
             yield from self._triton(stats, _CACHE_COUNTERS)

@@ -21,7 +21,7 @@ from urllib.parse import unquote
 
 from google.protobuf import json_format
 
-from edge_agent.core.types import DurationStat, ModelStats
+from edge_agent.core.types import Caller, DurationStat, ModelStats
 from edge_agent.errors import AgentError, InvalidInputError
 from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.classification import classify
@@ -81,6 +81,9 @@ class HttpRequest:
     body: bytes
     header_length: int | None
     peer: str
+    caller: Caller | None = None
+    """The connection (:func:`~edge_agent.frontends.common.callers.connection_caller`): an
+    inference whose caller hung up before it ran is dropped."""
 
 
 _Handler = Callable[[HttpRequest, dict[str, str]], HttpAnswer]
@@ -249,6 +252,7 @@ class KServeRoutes:
             with self._decoding:
                 call = tensors.decode_request(request.body, request.header_length, name,
                                               version, self._shm, output_count, jsonscan.loads)
+        call.request.caller = request.caller
         result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
         result = classify(result, call.classes, self._dp)
         body, header_length = tensors.encode_response(result, call)

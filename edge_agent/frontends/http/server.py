@@ -36,6 +36,7 @@ from typing import Any
 
 from edge_agent.config.http import HttpConfig
 from edge_agent.errors import ConfigError
+from edge_agent.frontends.common.callers import connection_caller
 from edge_agent.frontends.http.jsonscan import JsonTooLarge, scan
 from edge_agent.frontends.http.routes import HttpAnswer, HttpRequest, KServeRoutes, error_answer
 from edge_agent.frontends.http.tensors import HEADER_LENGTH
@@ -202,7 +203,8 @@ class _Handler(BaseHTTPRequestHandler):
                 peer = self.client_address
                 answer = self.server.routes.handle(HttpRequest(
                     self.command, path, body, header_length,
-                    f"http:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "http"))
+                    f"http:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "http",
+                    connection_caller(self.connection)))
             self._answer(answer)
         finally:
             self.server.busy(self, False)
