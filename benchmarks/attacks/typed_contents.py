@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import threading
 
-import grpc
+from benchmarks.attacks import Tally, Target, infer_until
 
-from benchmarks.attacks import Tally, Target
-
-INFER = "/inference.GRPCInferenceService/ModelInfer"
 INT64_VALUES = 16 << 20  # 16 MiB on the wire, 128 MiB parsed
 BYTES_ELEMENTS = 4 << 20  # 16 MiB on the wire, ~400 MiB parsed and converted
 _LENGTH = 2
@@ -62,22 +59,9 @@ def bytes_request(model: str, tensor: str, elements: int) -> bytes:
     return typed_request(model, tensor, "BYTES", [elements], _field(8, b"ab") * elements)
 
 
-def _send(target: Target, stop: threading.Event, tally: Tally, payload: bytes,
-          kind: str) -> None:
-    with grpc.insecure_channel(target.grpc, options=[
-            ("grpc.max_send_message_length", 64 << 20)]) as channel:
-        call = channel.unary_unary(INFER)
-        while not stop.is_set():
-            try:
-                call(payload, timeout=30)
-                tally.add(f"{kind} answered (a failure)")
-            except grpc.RpcError as exc:
-                tally.add(f"{kind} {exc.code().name}")
-
-
 def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
     """Send the int64 and the BYTES requests, one caller each, until ``stop``."""
-    callers = [threading.Thread(target=_send, args=(target, stop, tally, payload, kind),
+    callers = [threading.Thread(target=infer_until, args=(target, stop, tally, payload, kind),
                                 daemon=True)
                for kind, payload in (("int64", int64_request(target.model, "input",
                                                              INT64_VALUES)),
