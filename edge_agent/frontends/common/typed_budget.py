@@ -24,6 +24,8 @@ from edge_agent.frontends.common.undecodable import Undecodable
 
 KEY = "agent.max_typed_input_mib"
 DEFAULT_MAX_TYPED_INPUT_BYTES = 256 * 1024 * 1024
+BYTES_OBJECT = 56
+"""Bytes per BYTES element converted, besides its data (a pointer and a bytes object)."""
 SEND_RAW = ("send large tensors as raw_input_contents (gRPC) or binary data (HTTP), which cost "
             "only their size")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edge_agent.frontends.common.typed_budget import BYTES_OBJECT
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from packager.bundle.datatypes import FIXED_SIZE
 
@@ -27,8 +28,6 @@ WORST_PER_BYTE = 25
 8 converted, 1 on the wire)."""
 BYTES_PARSED = 32
 """Parsed-message bytes per BYTES element besides its data (measured: 24 to 31)."""
-BYTES_OBJECT = 56
-"""Converted bytes per BYTES element besides its data (a pointer and a bytes object)."""
 
 _field = pb.ModelInferRequest.DESCRIPTOR.fields_by_name
 _tensor = pb.ModelInferRequest.InferInputTensor.DESCRIPTOR.fields_by_name
