@@ -42,6 +42,7 @@ _VARINT_PARSED = {_contents[name].number: size * 2 for name, size in (
 """Varint fields: parsed bytes per value (twice the value's size: the array grows by doubling)."""
 _FIXED_SIZE = {_contents["fp32_contents"].number: 4, _contents["fp64_contents"].number: 8}
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+_CHUNK = 1 << 20
 
 
 class _Malformed(Exception):
@@ -110,6 +111,13 @@ class _Walk:
             out.append((key >> 3, key & 7, begin, pos))
         return out
 
+    def varints(self, start: int, end: int) -> int:
+        """The varints packed in ``[start, end)``: the bytes that end one (high bit clear),
+        counted a chunk at a time (a mask of the whole field would cost its size again)."""
+        return sum(int(np.count_nonzero(
+            np.frombuffer(self.view[at:min(at + _CHUNK, end)], np.uint8) < 0x80))
+            for at in range(start, end, _CHUNK))
+
     def contents(self, start: int, end: int, itemsize: int) -> int:
         """The parsed and converted bytes of one input's contents."""
         cost = 0
@@ -118,8 +126,7 @@ class _Walk:
             if number == _BYTES and wire == _LENGTH:
                 cost += BYTES_PARSED + BYTES_OBJECT + 2 * size
             elif number in _VARINT_PARSED:
-                count = 1 if wire != _LENGTH else int(np.count_nonzero(
-                    np.frombuffer(self.view[begin:stop], np.uint8) < 0x80))
+                count = 1 if wire != _LENGTH else self.varints(begin, stop)
                 cost += count * (_VARINT_PARSED[number] + itemsize)
             elif number in _FIXED_SIZE:
                 count = size // _FIXED_SIZE[number]
