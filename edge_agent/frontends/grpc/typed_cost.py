@@ -21,7 +21,7 @@ from packager.bundle.datatypes import FIXED_SIZE
 
 SMALL = 64 * 1024
 """Messages smaller than this are not charged (their worst case is a few MiB per call)."""
-MAX_WALKED = 65536
+MAX_WALKED = 4096
 """Fields read one by one per message at most; the rest is charged at the worst rate."""
 WORST_PER_BYTE = 25
 """The most memory one wire byte of typed contents can take (a 1-byte int64 varint: 16 parsed,
