@@ -39,6 +39,7 @@ from edge_agent.deploy.pause import hooks_from_environment
 from edge_agent.errors import AgentError
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.frontends.common.typed_budget import TypedBudget
 from edge_agent.frontends.http.server import HttpFrontEnd
 from edge_agent.management.identity import AgentIdentity, load_or_create_agent_id
 from edge_agent.management.server import ManagementServer
@@ -181,7 +182,8 @@ def start_frontends(config: AgentConfig, state: StateParts, core: CoreParts) -> 
     context = FrontendContext(
         core.dataplane, core.manager if config.grpc.repository_control else None,
         SharedMemoryRegistry(max_per_user=config.grpc.shared_memory_regions_per_user),
-        log_control=config.grpc.log_control)
+        log_control=config.grpc.log_control,
+        typed_budget=TypedBudget(config.models.typed_input_bytes))
     grpc = AgentServer(core.dataplane, config, context=context)
     addresses = grpc.start()
     try:

@@ -70,6 +70,8 @@ Example ``agent.toml``::
 
     [agent]
     max_concurrent_executions = 0     # backend executions at once, all models (0: core count)
+    max_typed_input_mib = 256         # memory of typed-contents / JSON-data inputs in flight,
+                                      # decoded (both protocols); beyond: RESOURCE_EXHAUSTED/429
 
     [http]                            # KServe v2 HTTP/REST + Prometheus /metrics (docs/http.md)
     listen = "127.0.0.1:8000"         # off unless set (or --http); a bare port means 127.0.0.1

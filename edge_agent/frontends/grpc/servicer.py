@@ -31,6 +31,7 @@ from edge_agent.frontends.common.shared_memory import (
     SharedMemoryRegistry,
     refused_over_tcp,
 )
+from edge_agent.frontends.common.typed_budget import TypedBudget
 from edge_agent.frontends.grpc import converters, status
 from edge_agent.frontends.grpc.admission import ResponseBudget
 from edge_agent.frontends.grpc.decoupled import DecoupledCall
@@ -53,6 +54,10 @@ def _response_bytes(result: InferResult, order: list[str] | None) -> int:
     """The bytes of output data a response to ``result`` carries."""
     names = order or result.outputs
     return sum(result.outputs[n].nbytes for n in names if n in result.outputs)
+
+
+def _give_back(budget: TypedBudget, nbytes: int, _done: Future[InferResult]) -> None:
+    budget.release(nbytes)
 
 
 _errors = status.rpc_errors(log, "inference service")
@@ -143,7 +148,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         # the peer (~3 us) only for a request with tensor parameters (it may name a region)
         shm = self._shm if self._tcp_shm or not _has_tensor_parameters(request) \
             else self._shm_for(context.peer())
-        infer_request, _ = converters.to_infer_request(request, shm)
+        infer_request, _ = converters.to_infer_request(request, shm, self._dp)
         infer_request.caller = context  # cancelled or past its deadline: never run
         placed = converters.output_placements(request, shm)  # shared memory outputs
         result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
@@ -193,23 +198,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         push, send = session.push, self._send_stream
         shm = self._shm_for(session.peer)
         caller = PolledCaller(session.context.is_active)  # the stream cancelled: not run
+        typed = self._context.typed_budget  # charged by the deserializer on this thread
         try:
             for msg in requests:
                 session.received_one()
                 try:
-                    req, _ = converters.to_infer_request(msg, shm)
+                    req, _ = converters.to_infer_request(msg, shm, self._dp)
                     req.caller = caller
                     future = self._dp.submit(req, inline=False)
                 except DecoupledModelError:  # many responses: protocol/decoupled.py
+                    typed.release_held()
                     push(DecoupledCall(self._dp, msg, req, True), send)
                     continue
                 except Exception as exc:
+                    typed.release_held()
                     push((msg, None, None, exc), send)
                     continue
+                # the request's typed inputs stay charged until it is answered
+                held = typed.take_held()
+                if held:
+                    future.add_done_callback(functools.partial(_give_back, typed, held))
                 future.add_done_callback(functools.partial(self._answered, session, msg, req))
         except Exception:  # the stream was cancelled, broke, or was ended: stop reading
             log.debug("stream reader stopped", exc_info=True)
         finally:
+            typed.release_held()
             push(END, send)
 
     def _answered(self, session: StreamSession, msg: pb.ModelInferRequest, req: InferRequest,

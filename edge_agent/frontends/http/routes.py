@@ -245,17 +245,22 @@ class KServeRoutes:
 
         json_bytes = len(request.body) if request.header_length is None \
             else request.header_length
-        if json_bytes < LARGE_JSON:
-            call = tensors.decode_request(request.body, request.header_length, name, version,
-                                          self._shm, output_count)
-        else:
-            with self._decoding:
+        budget = self._context.typed_budget
+        with budget.held():  # JSON data charged until answered
+            if json_bytes < LARGE_JSON:
                 call = tensors.decode_request(request.body, request.header_length, name,
-                                              version, self._shm, output_count, jsonscan.loads)
-        call.request.caller = request.caller
-        result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
-        result = classify(result, call.classes, self._dp)
-        body, header_length = tensors.encode_response(result, call)
+                                              version, self._shm, output_count,
+                                              dataplane=self._dp, budget=budget)
+            else:
+                with self._decoding:
+                    call = tensors.decode_request(request.body, request.header_length, name,
+                                                  version, self._shm, output_count,
+                                                  jsonscan.loads, dataplane=self._dp,
+                                                  budget=budget)
+            call.request.caller = request.caller
+            result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
+            result = classify(result, call.classes, self._dp)
+            body, header_length = tensors.encode_response(result, call)
         if header_length is None:
             return HttpAnswer(200, body)
         return HttpAnswer(200, body, BINARY,
