@@ -421,7 +421,8 @@ class Agent:
             log.info("shutting down: draining in-flight requests")
         finally:
             notifier.stop_watchdog()
-            if previous:  # a real process (signals are ours): never outlive the stop deadline
+            if previous and stop_event is None:  # `edge-agent serve` (the signals are ours,
+                # nobody embeds this run): the process never outlives the stop deadline
                 threading.Thread(target=self._exit_if_stuck, daemon=True,
                                  name="stop-deadline").start()
             self._stop()
