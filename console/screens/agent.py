@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.coordinate import Coordinate
-from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from console.agent_view import (
@@ -36,6 +36,7 @@ from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.rollback import RollbackScreen
 from console.screens.settings import SettingsScreen
+from console.widgets.console_footer import ConsoleFooter
 from console.widgets.fleet_table import STATE_STYLES
 from console.widgets.metric_plots import DevicePlots, ModelPlots
 from edge_agent.client.agent_client import AgentClient, ManagementError
@@ -112,14 +113,15 @@ class AgentScreen(ConsoleScreen):
                         plot = self._plots[model] = ModelPlots(model)
                         plot.display = False
                         yield plot
-                    yield DevicePlots(id="device-plots")
+                # below the models, never scrolled away by them: CPU, memory, temperature
+                yield DevicePlots(id="device-plots")
         with TabbedContent(id="agent-tabs"):
             with TabPane("Deployments", id="tab-deployments"):
                 yield DataTable(id="deployments-table", cursor_type="row")
             with TabPane("Events", id="tab-events"):
                 yield DataTable(id="agent-events", cursor_type="row")
         yield Static("", id="agent-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def _known_models(self) -> list[str]:
         """The models the fleet's last probe saw active on this agent."""
@@ -262,7 +264,7 @@ class AgentScreen(ConsoleScreen):
             if model not in self._plots:
                 plot = self._plots[model] = ModelPlots(model)
                 plot.draw(self.plot_data, self.metrics.series.get(model))  # drawn once mounted
-                scroll.mount(plot, before=self.query_one("#device-plots"))
+                scroll.mount(plot)
         for model, plot in self._plots.items():  # compact: the summary line stands in
             plot.display = model in models
             plot.draw(self.plot_data, self.metrics.series.get(model), plots=not self.compact)

@@ -20,7 +20,6 @@ from textual.widgets import (
     Checkbox,
     DataTable,
     DirectoryTree,
-    Footer,
     Header,
     Input,
     Label,
@@ -40,6 +39,7 @@ from console.rollout.staged import RolloutOutcome, TargetProgress, group_bundles
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.widgets.bundle_tree import BundleTree
+from console.widgets.console_footer import ConsoleFooter
 from console.widgets.target_list import TargetList
 from console.widgets.target_row import TargetRow
 from packager.bundle.oci.layout import PROFILE as PROFILE_KEY
@@ -122,7 +122,7 @@ class DeployScreen(ConsoleScreen):
                              id="rollout-rows")
         yield DataTable(id="steps-table", cursor_type="row")
         yield Static("", id="deploy-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "deploy"

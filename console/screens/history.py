@@ -14,11 +14,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Label, Select, Static
+from textual.widgets import DataTable, Header, Label, Select, Static
 
 from console.errors import ConsoleError
 from console.plot_data import PlotData, PlotRange
 from console.screens.base import ConsoleScreen
+from console.widgets.console_footer import ConsoleFooter
 from console.widgets.metric_plots import ModelPlots
 from edge_agent.client.agent_client import AgentClient
 from edge_agent.client.types import MetricPoint
@@ -75,7 +76,7 @@ class HistoryScreen(ConsoleScreen):
         yield VerticalScroll(id="history-plots")
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         agent = self.console.fleet.get(self.key)

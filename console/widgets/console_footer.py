@@ -1,0 +1,30 @@
+"""The footer of every console screen: on a small terminal the keys that lead everywhere
+(help, jump, quit) come first, so a narrow footer never loses them."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
+
+ESSENTIAL_ACTIONS = ("app.help", "app.jump", "app.quit", "help", "jump", "quit")
+
+
+class ConsoleFooter(Footer):
+    """A :class:`Footer` that, when compact, puts ``?``, ``:`` and ``q`` first."""
+
+    async def watch_compact(self) -> None:
+        if self.is_mounted:
+            await self.recompose()  # the keys' order depends on it
+
+    def compose(self) -> ComposeResult:
+        widgets = list(super().compose())
+        if not self.compact:
+            yield from widgets
+            return
+
+        def rank(widget: object) -> int:
+            action = widget.action if isinstance(widget, FooterKey) else ""
+            return 0 if action in ESSENTIAL_ACTIONS else 1
+
+        yield from sorted(widgets, key=rank)  # stable: the others keep their order
