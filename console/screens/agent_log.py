@@ -38,7 +38,7 @@ class AgentLogScreen(ConsoleScreen):
     """One agent's log, by fleet key."""
 
     BINDINGS = [
-        Binding("escape,q", "app.pop_screen", "Back", tooltip="Back to the agent"),
+        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the agent"),
         Binding("v", "next_level", "Level", tooltip="Show every line, warnings up, errors only"),
         Binding("c", "clear", "Clear", tooltip="Clear the screen (the agent keeps its lines)"),
     ]

@@ -71,7 +71,14 @@ class DeployScreen(ConsoleScreen):
         Binding("c", "mark_canary", "Canary", tooltip="The highlighted target goes first"),
         Binding("ctrl+x", "cancel_rollout", "Cancel rollout",
                 tooltip="Stop the running rollout (a canary under watch is rolled back)"),
+        Binding("tab", "next_field(1)", "Next field", show=False,
+                tooltip="Files, targets, soak time, Start, then the oci:// reference"),
+        Binding("shift+tab", "next_field(-1)", "Previous field", show=False,
+                tooltip="Back through the fields"),
     ]
+    # Tab follows the order of the work: pick, tick, soak, start; a reference is the other way
+    TAB_ORDER = ("#bundle-tree", "#target-list", "#soak-input", "#start", "#reference-input",
+                 "#registry-insecure", "#steps-table")
 
     def __init__(self, preselect: Sequence[str] = (), *, root: Path | None = None) -> None:
         super().__init__()
@@ -96,7 +103,8 @@ class DeployScreen(ConsoleScreen):
         yield Header()
         with Horizontal(id="deploy-pick"):
             with Vertical(id="deploy-files"):
-                yield Label("Bundles (.edgepkg): Enter picks/unpicks", classes="section-title")
+                yield Label("Bundles (.edgepkg): Enter picks/unpicks, Backspace: folder above",
+                            classes="section-title")
                 yield BundleTree(root, id="bundle-tree")
                 yield Label("or an oci:// reference: Enter resolves",
                             classes="section-title")
@@ -123,6 +131,17 @@ class DeployScreen(ConsoleScreen):
         yield DataTable(id="steps-table", cursor_type="row")
         yield Static("", id="deploy-status")
         yield ConsoleFooter()
+
+    def action_next_field(self, step: int) -> None:
+        """Focus the next (``step`` 1) or previous (-1) field of :attr:`TAB_ORDER` that can
+        take the focus now."""
+        fields = [w for w in (self.query_one(q) for q in self.TAB_ORDER)
+                  if w.focusable and w.display]
+        if not fields:
+            return
+        here = self.focused
+        i = fields.index(here) if here in fields else (-1 if step > 0 else 0)
+        fields[(i + step) % len(fields)].focus()
 
     def on_mount(self) -> None:
         self.sub_title = "deploy"

@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Header, Label, Static
 
+from console.fleet import format_duration as elapsed
 from console.messages import RolloutsChanged
 from console.rollout.session import RolloutJob
 from console.screens.base import ConsoleScreen
@@ -21,16 +22,6 @@ from console.widgets.target_row import PHASE_STYLES
 
 def _clock(ts: float | None) -> str:
     return "-" if not ts else time.strftime("%H:%M:%S", time.gmtime(ts))
-
-
-def elapsed(seconds: float) -> str:
-    """A duration as ``42s``, ``3m05s`` or ``1h02m``."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 DETAIL_WIDTH = 60  # the DETAIL column; the whole text is in the line under the table
