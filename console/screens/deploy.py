@@ -103,8 +103,7 @@ class DeployScreen(ConsoleScreen):
         yield Header()
         with Horizontal(id="deploy-pick"):
             with Vertical(id="deploy-files"):
-                yield Label("Bundles (.edgepkg): Enter picks/unpicks, Backspace: folder above",
-                            classes="section-title")
+                yield Label("Bundles: Enter picks, Backspace: up", classes="section-title")
                 yield BundleTree(root, id="bundle-tree")
                 yield Label("or an oci:// reference: Enter resolves",
                             classes="section-title")
@@ -114,7 +113,7 @@ class DeployScreen(ConsoleScreen):
             with Vertical(id="deploy-targets"):
                 yield Label("Picked bundles", classes="section-title")
                 yield Static("none yet", id="picked-bundles")
-                yield Label("Targets: Space ticks, c marks the canary", classes="section-title")
+                yield Label("Targets: Space ticks, c: canary", classes="section-title")
                 yield TargetList(id="target-list")
                 with Horizontal(id="deploy-options"):
                     yield Label("canary", classes="option-label")

@@ -86,8 +86,11 @@ class HistoryScreen(ConsoleScreen):
     def on_mount(self) -> None:
         agent = self.console.fleet.get(self.key)
         self.sub_title = f"history of {agent.name if agent else self.key}"
-        self.query_one(DataTable).add_columns("TIME (UTC)", "REQUESTS", "REQ/S", "ERRORS",
-                                              "BATCH", "P50 MS", "P95 MS", "P99 MS")
+        table = self.query_one(DataTable)
+        # fixed widths: a refill never cuts TIME nor moves a header off its column
+        for title, width in (("TIME (UTC)", 14), ("REQUESTS", 9), ("REQ/S", 9), ("ERRORS", 7),
+                             ("BATCH", 6), ("P50 MS", 8), ("P95 MS", 8), ("P99 MS", 8)):
+            table.add_column(title, width=width)
         self.set_interval(1.0, self.show_fetches)
         if self.console.poll_enabled:
             self.load_models()

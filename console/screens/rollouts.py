@@ -104,15 +104,24 @@ class RolloutsScreen(ConsoleScreen):
         if chosen is not None and chosen.id in self._order:
             table.move_cursor(row=self._order.index(chosen.id), animate=False)
         self.show_steps()
-        running = len(self.console.rollouts.running())
-        self.query_one("#rollouts-status", Static).update(
-            f"{running} running, {len(jobs) - running} ended" if jobs else
-            "no rollout in this session yet (D on the fleet starts one)")
+        self._show_status()
         self.refresh_bindings()
+
+    def _show_status(self) -> None:
+        """How many run and ended, and the selected rollout's whole status (never cut)."""
+        jobs = self.console.rollouts.jobs
+        running = len(self.console.rollouts.running())
+        text = Text(f"{running} running, {len(jobs) - running} ended" if jobs else
+                    "no rollout in this session yet (D on the fleet starts one)")
+        job = self.selected
+        if job is not None:
+            text.append(f"\n#{job.id} {job.title}: {job.status()}")
+        self.query_one("#rollouts-status", Static).update(text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "rollouts-table":
             self.show_steps()
+            self._show_status()
         elif event.data_table.id == "rollout-steps":
             self.show_step_detail(event.cursor_row)
 

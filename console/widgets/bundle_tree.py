@@ -15,7 +15,7 @@ class BundleTree(DirectoryTree):
     """A directory tree filtered to bundles (hidden files left out); Backspace opens the
     folder above."""
 
-    BINDINGS = [Binding("backspace", "parent", "Up a folder",
+    BINDINGS = [Binding("backspace", "parent", "Up a folder", show=False,
                         tooltip="Show the folder above this one")]
 
     def action_parent(self) -> None:

@@ -1,5 +1,5 @@
-"""The footer of every console screen: on a small terminal the keys that lead everywhere
-(help, jump, quit) come first, so a narrow footer never loses them."""
+"""The footer of every console screen: the keys that lead everywhere (help, jump, quit) come
+first, so a footer too narrow for every key never loses them."""
 
 from __future__ import annotations
 
@@ -11,17 +11,10 @@ ESSENTIAL_ACTIONS = ("app.help", "app.jump", "app.quit", "help", "jump", "quit")
 
 
 class ConsoleFooter(Footer):
-    """A :class:`Footer` that, when compact, puts ``?``, ``:`` and ``q`` first."""
-
-    async def watch_compact(self) -> None:
-        if self.is_mounted:
-            await self.recompose()  # the keys' order depends on it
+    """A :class:`Footer` that puts ``?``, ``:`` and ``q`` first."""
 
     def compose(self) -> ComposeResult:
         widgets = list(super().compose())
-        if not self.compact:
-            yield from widgets
-            return
 
         def rank(widget: object) -> int:
             action = widget.action if isinstance(widget, FooterKey) else ""

@@ -6,9 +6,10 @@ jump list, file picker, Tab order)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 from textual.widgets._footer import FooterKey
 
 from console.config import StaticAgent
@@ -137,7 +138,7 @@ async def test_the_80x24_fleet_reaches_last_seen_keeps_name_and_the_footer_keeps
                                                for c in table.columns.values())
         assert str(last.label).startswith("LAST SEEN")
         keys = [k.action for k in app.screen.query(FooterKey)]
-        assert keys[:3] == ["help", "jump", "quit"]  # first when compact: never cut off
+        assert keys[:3] == ["help", "jump", "quit"]  # first: a narrow footer never cuts them off
 
 
 async def test_smaller_items_help_footer_jump_picker_and_tab_order(tmp_path: Path) -> None:
@@ -160,3 +161,31 @@ async def test_smaller_items_help_footer_jump_picker_and_tab_order(tmp_path: Pat
             await pilot.press("tab")
             order.append(app.focused.id if app.focused else None)
         assert order == ["target-list", "soak-input", "start", "reference-input"]
+
+
+async def test_details_wrap_a_long_fingerprint_instead_of_cutting_it() -> None:
+    fp = "SHA256:" + ":".join(f"{i:02X}" for i in range(32))  # 102 characters
+    app = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        _fill_fleet(app)
+        agent = replace(app.fleet.get("id-kitchen-pi"), fingerprint=fp)  # type: ignore[type-var]
+        app.show_details(agent)
+        await pilot.pause()
+        table = app.screen.query_one("#details-table", DataTable)
+        field, value = table.columns.values()
+        assert field.width + value.width + 4 <= table.size.width  # every column on screen
+        row = next(r for r in range(table.row_count) if table.get_row_at(r)[0].startswith(
+            "certificate"))
+        assert str(table.get_row_at(row)[1]) == fp
+        assert table.rows[table.coordinate_to_cell_key((row, 0)).row_key].height >= 2  # wrapped
+
+
+async def test_history_time_column_fits_its_stamps() -> None:
+    app = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        _fill_fleet(app)
+        app.open_history("id-kitchen-pi")
+        await pilot.pause()
+        table = app.screen.query_one("#history-table", DataTable)
+        time_column = next(iter(table.columns.values()))
+        assert time_column.width >= len("01-15 08:00:00") and not time_column.auto_width
