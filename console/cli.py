@@ -195,6 +195,14 @@ def _dump(data: Any) -> None:
     print(json.dumps(to_jsonable(data), indent=2, default=str))
 
 
+def _dump_model_reports(reports: Any) -> None:
+    """Reports of a rollback or a removal: what they name is a model, and says so."""
+    from edge_agent.client.types import to_jsonable
+
+    rows = to_jsonable(reports)
+    _dump([{("model" if k == "bundle" else k): v for k, v in r.items()} for r in rows])
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -365,10 +373,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
                            preview=None if args.json else show)
     except ConsoleError as exc:
         if args.json:
-            _dump(getattr(exc, "reports", []))
+            _dump_model_reports(getattr(exc, "reports", []))
         raise
     if args.json:
-        _dump(reports)
+        _dump_model_reports(reports)
     else:
         for r in reports:
             if r.result is not None:
@@ -384,10 +392,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
                          args.token_file)
     except ConsoleError as exc:
         if args.json:
-            _dump(getattr(exc, "reports", []))
+            _dump_model_reports(getattr(exc, "reports", []))
         raise
     if args.json:
-        _dump(reports)
+        _dump_model_reports(reports)
     else:
         for r in reports:
             assert r.result is not None
