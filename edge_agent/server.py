@@ -42,6 +42,7 @@ from edge_agent.frontends.grpc.admission import AdmissionPool, ResponseBudget, W
 from edge_agent.frontends.grpc.health import NOT_SERVING, SERVING, HealthServicer
 from edge_agent.frontends.grpc.servicer import InferenceServicer
 from edge_agent.frontends.grpc.streams import StreamLimits, StreamSessions
+from edge_agent.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,8 @@ class AgentServer:
         # same context, not this server. RepositoryModelLoad/Unload go to the model manager
         # only when the config allows it; one set of system shared memory regions for both.
         self.context = context or FrontendContext(
-            dataplane, model_control if config.grpc.repository_control else None)
+            dataplane, model_control if config.grpc.repository_control else None,
+            tracing=Tracing(config.trace))
         self.dataplane = dataplane
         self.config = config
         self.health = HealthServicer()
@@ -224,3 +226,4 @@ class AgentServer:
             with contextlib.suppress(FileNotFoundError):
                 self._uds.unlink()
             self._uds = None
+        self.context.tracing.close()  # the spans of the last requests exported

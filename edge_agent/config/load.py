@@ -80,9 +80,9 @@ Example ``agent.toml``::
 
 Every section is one frozen dataclass, parsed by one table-driven validator
 (:mod:`edge_agent.config.fields`): [grpc] (:mod:`.grpc`), [http] (:mod:`.http`), [models],
-[agent] and [response_cache] (:mod:`.models`), and the management sections ([management],
-[mdns], [metrics], [registry]: :mod:`.management`, see docs/management-api.md). Unknown keys
-are errors, so a typo never goes unnoticed.
+[agent] and [response_cache] (:mod:`.models`), [trace] (:mod:`.trace`, docs/tracing.md), and
+the management sections ([management], [mdns], [metrics], [registry]: :mod:`.management`, see
+docs/management-api.md). Unknown keys are errors, so a typo never goes unnoticed.
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ from edge_agent.config.management import (
     management_sections,
 )
 from edge_agent.config.models import ModelsConfig, models_section
+from edge_agent.config.trace import TraceConfig, trace_section
 from edge_agent.errors import ConfigError
 
 UDS_PATH_MAX = 107  # sun_path is 108 bytes on Linux, including the NUL
@@ -134,6 +135,8 @@ class AgentConfig:
     """``[metrics]``: the metrics store and recorder."""
     registry: RegistrySettings = field(default_factory=RegistrySettings)
     """``[registry]``: where deploys by reference may pull from."""
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    """``[trace]``: Triton's trace settings at start and the OpenTelemetry collector."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -157,7 +160,7 @@ def with_management(config: AgentConfig, sections: ManagementSections) -> AgentC
                                registry=sections.registry)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent",
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent", "trace",
              *MANAGEMENT_SECTIONS)
 
 
@@ -210,6 +213,7 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                                **dict(management or {}))
     config = with_management(AgentConfig(
         state_dir=Path(state_dir), grpc=grpc_cfg, http=http_cfg, models=models_section(data),
+        trace=trace_section(data.get("trace", {})),
         source=Path(path) if path is not None else None), mgmt)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:

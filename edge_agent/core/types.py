@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from packager.bundle.manifest import TensorSpec
+
+if TYPE_CHECKING:
+    from edge_agent.core.observer import RequestTrace
 
 TRITON_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
                     "tensorrt": "tensorrt_plan", "pipeline": "ensemble"}
@@ -25,6 +29,7 @@ class InferRequest:
     ``version`` None means the model's default (active) version. ``outputs`` None means all.
     ``timeout_us`` None means the model's default queue timeout. ``priority`` 0 means the
     model's priority (1 is the highest: it is batched and runs first when executions wait).
+    ``trace`` (None: untraced) receives the request's timestamps.
     """
 
     model: str
@@ -34,6 +39,7 @@ class InferRequest:
     id: str = ""
     timeout_us: int | None = None
     priority: int = 0
+    trace: RequestTrace | None = None
 
 
 @dataclass(slots=True)

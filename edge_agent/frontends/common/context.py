@@ -14,16 +14,19 @@ from edge_agent.core.api import DataPlaneAPI, ServerMetadata
 from edge_agent.frontends.common.control import RepositoryControl
 from edge_agent.frontends.common.extensions import extensions
 from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.tracing import Tracing
 
 
 @dataclass(frozen=True)
 class FrontendContext:
     """What every front end serves from: the data plane, repository control (None: the
-    load/unload calls are refused, naming the setting) and the system shared memory regions."""
+    load/unload calls are refused, naming the setting), the system shared memory regions and
+    the trace settings (Triton's trace extension)."""
 
     dataplane: DataPlaneAPI
     control: RepositoryControl | None = None
     shared_memory: SharedMemoryRegistry = field(default_factory=SharedMemoryRegistry)
+    tracing: Tracing = field(default_factory=Tracing)
 
     def extensions(self, *, binary_tensor_data: bool = False,
                    shared_memory: bool = True) -> tuple[str, ...]:
