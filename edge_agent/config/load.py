@@ -78,6 +78,12 @@ Example ``agent.toml``::
     shared_memory = false             # true: system shared memory over HTTP (TCP: any local
                                       # user may call; callers taken as the agent's user)
 
+    [trace]                           # Triton's trace extension, OpenTelemetry spans
+    otlp_endpoint = "http://127.0.0.1:4318"  # the OTLP/HTTP collector (default: none)
+    trace_level = ["OFF"]             # OFF (default), TIMESTAMPS and/or TENSORS
+    trace_rate = 1000                 # one request traced of every 1000
+    trace_count = -1                  # traces left (-1: no limit); docs/tracing.md
+
 Every section is one frozen dataclass, parsed by one table-driven validator
 (:mod:`edge_agent.config.fields`): [grpc] (:mod:`.grpc`), [http] (:mod:`.http`), [models],
 [agent] and [response_cache] (:mod:`.models`), [trace] (:mod:`.trace`, docs/tracing.md), and

@@ -1,14 +1,13 @@
 """Triton's trace extension: settings changed with the unmodified tritonclient (gRPC and
 HTTP), and the spans of a traced pipeline request and of a Python model's ``ctx.infer``
-received by a real OTLP/HTTP receiver on 127.0.0.1 (decoded with opentelemetry-proto)."""
+received by a real OTLP/HTTP receiver on 127.0.0.1 port 0 (edge_agent.tracing.receiver:
+an HTTP server decoding ``ExportTraceServiceRequest`` with opentelemetry-proto)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,67 +16,17 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from edge_agent.config.trace import TraceConfig
+from edge_agent.tracing.receiver import Receiver
 from tests.pipelines.conftest import Built, running_agent
 from tests.pipelines.test_bls import _bundle
 from tests.pipelines.test_pipeline_serving import images
 
-trace_service = pytest.importorskip(
-    "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
-    reason="the [otel] extra (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)")
+pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+                    reason="the [otel] extra (opentelemetry-sdk, "
+                           "opentelemetry-exporter-otlp-proto-http)")
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
-
-
-class Receiver:
-    """An OTLP/HTTP trace receiver: every span posted to /v1/traces, decoded."""
-
-    def __init__(self) -> None:
-        self.spans: list[object] = []
-        self.posts = 0
-        self.changed = threading.Condition()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = trace_service.ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                with receiver.changed:
-                    receiver.posts += self.path == "/v1/traces"
-                    for resource in request.resource_spans:
-                        for scope in resource.scope_spans:
-                            receiver.spans.extend(scope.spans)
-                    receiver.changed.notify_all()
-                answer = trace_service.ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def wait_for(self, names: set[str], deadline_s: float = 60.0) -> list[object]:
-        """The spans received once every name in ``names`` is among them."""
-        end = time.monotonic() + deadline_s
-        with self.changed:
-            while not names <= {s.name for s in self.spans}:  # type: ignore[attr-defined]
-                left = end - time.monotonic()
-                assert left > 0, f"spans {names} not received; got {self.spans}"
-                self.changed.wait(left)
-            return list(self.spans)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
 
 
 @pytest.fixture
@@ -89,21 +38,21 @@ def receiver() -> Iterator[Receiver]:
         r.close()
 
 
-def _children(spans: list, parent: object) -> dict[str, list]:  # type: ignore[type-arg]
-    out: dict[str, list] = {}  # type: ignore[type-arg]
+def _children(spans: list[Any], parent: Any) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
     for s in spans:
-        if s.parent_span_id == parent.span_id and s.trace_id == parent.trace_id:  # type: ignore[attr-defined]
+        if s.parent_span_id == parent.span_id and s.trace_id == parent.trace_id:
             out.setdefault(s.name, []).append(s)
     return out
 
 
-def _check_timed(spans: list, parent: object) -> None:  # type: ignore[type-arg]
+def _check_timed(spans: list[Any], parent: Any) -> None:
     """``parent`` has a queue and a compute span inside it, compute after the queue."""
     kids = _children(spans, parent)
     (queue,), (compute,) = kids["queue"], kids["compute"]
-    assert parent.start_time_unix_nano <= queue.start_time_unix_nano  # type: ignore[attr-defined]
+    assert parent.start_time_unix_nano <= queue.start_time_unix_nano
     assert queue.end_time_unix_nano <= compute.start_time_unix_nano
-    assert compute.end_time_unix_nano <= parent.end_time_unix_nano  # type: ignore[attr-defined]
+    assert compute.end_time_unix_nano <= parent.end_time_unix_nano
     assert [e.name for e in compute.events] == ["compute start", "compute end"]
 
 
