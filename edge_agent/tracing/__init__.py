@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from edge_agent.config.trace import TraceConfig
+from edge_agent.config.trace import TraceConfig, otlp_traces_url
 from edge_agent.tracing.settings import TraceSettings
 
 if TYPE_CHECKING:
@@ -90,5 +90,5 @@ class Tracing:
                     from edge_agent.errors import TraceSettingError
 
                     raise TraceSettingError(self._cannot_export())
-                self._exporter = Exporter(endpoint)
+                self._exporter = Exporter(otlp_traces_url(endpoint, "trace.otlp_endpoint"))
             return self._exporter

@@ -40,8 +40,9 @@ class Receiver:
                 with receiver.changed:
                     receiver.spans.extend(spans)
                     receiver.changed.notify_all()
-                for span in spans if on_span is not None else ():
-                    on_span(span)
+                if on_span is not None:
+                    for span in spans:
+                        on_span(span)
                 answer = service.ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")

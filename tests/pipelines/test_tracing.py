@@ -66,11 +66,12 @@ def test_a_pipeline_request_and_a_ctx_infer_are_traced_in_the_callers_trace(
         with grpcclient.InferenceServerClient(agent.tcp) as client:
             assert "trace" in client.get_server_metadata().extensions
             # the global settings stay OFF; the two models are traced, every request
-            for model in ("classify", "gate"):
+            for model, levels in (("classify", ["TIMESTAMPS"]),
+                                  ("gate", ["TIMESTAMPS", "TENSORS"])):
                 after = client.update_trace_settings(
-                    model_name=model, settings={"trace_level": ["TIMESTAMPS"],
-                                                "trace_rate": "1"}, as_json=True)
-                assert after["settings"]["trace_level"]["value"] == ["TIMESTAMPS"]
+                    model_name=model, settings={"trace_level": levels, "trace_rate": "1"},
+                    as_json=True)
+                assert after["settings"]["trace_level"]["value"] == levels
                 assert after["settings"]["trace_rate"]["value"] == ["1"]
             glob = client.get_trace_settings(as_json=True)["settings"]
             assert glob["trace_level"]["value"] == ["OFF"]
@@ -104,6 +105,10 @@ def test_a_pipeline_request_and_a_ctx_infer_are_traced_in_the_callers_trace(
     _check_timed(spans, root)
     gate = roots["infer gate"]
     assert gate.trace_id.hex() != CALLER_TRACE and not gate.parent_span_id  # a new trace
+    tensors = {a.key: a.value for a in gate.attributes}  # TENSORS: the request's tensors
+    assert [v.int_value for v in tensors["input.input.shape"].array_value.values] == [2, 64]
+    assert tensors["output.probs.datatype"].string_value == "float32"
+    assert not any(a.key.startswith("input.") for a in root.attributes)  # TIMESTAMPS only
     (bls,) = _children(spans, gate)["call mlp"]  # ctx.infer from the runtime process
     _check_timed(spans, bls)
 
