@@ -20,18 +20,12 @@ from edge_agent.errors import TraceSettingError
 
 _TENSOR_VALUES = 16  # values of each tensor a TENSORS trace records
 
-MISSING = ("tracing needs the OpenTelemetry SDK and OTLP exporter, which are not installed: "
-           "pip install 'edgeship[otel]'")
-
 
 def otel_missing() -> str:
-    """Why spans cannot be exported here ("" when they can)."""
-    try:
-        import opentelemetry.exporter.otlp.proto.http.trace_exporter
-        import opentelemetry.sdk.trace  # noqa: F401
-    except ImportError:
-        return MISSING
-    return ""
+    """Why spans cannot be exported here ("" when they can): the [otel] extra is missing."""
+    from packager.extras import refusal
+
+    return refusal("otel", "tracing (a trace_level other than OFF)") or ""
 
 
 class Exporter:
