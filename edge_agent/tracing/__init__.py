@@ -28,6 +28,7 @@ class Tracing:
         self.config = config or TraceConfig()
         self.settings = TraceSettings(self.config)
         self._exporter: Exporter | None = None
+        self._closed = False
         self._lock = threading.Lock()
         if self.settings.active:
             self._export()  # tracing on from the start: a missing package fails the start
@@ -53,7 +54,7 @@ class Tracing:
               protocol: str = "") -> RootTrace | None:
         """The root trace of a request of ``model`` when it is sampled, else None."""
         levels = self.settings.sample(model)
-        if levels is None:
+        if levels is None or self._closed:
             return None
         attributes: dict[str, Any] = {"model.name": model, "rpc.system": protocol}
         if request_id:
@@ -68,7 +69,7 @@ class Tracing:
     def close(self) -> None:
         """Export what is left and stop exporting."""
         with self._lock:
-            exporter, self._exporter = self._exporter, None
+            exporter, self._exporter, self._closed = self._exporter, None, True
         if exporter is not None:
             exporter.close()
 
