@@ -50,6 +50,7 @@ from edge_agent.server import AgentServer, BoundAddresses
 from edge_agent.state import StateStore, TokenFile
 from edge_agent.state.lock import StateLock, claim_state_dir
 from edge_agent.systemd_notify import SystemdNotifier
+from edge_agent.tracing import Tracing
 
 if TYPE_CHECKING:
     from edge_agent.core.api import DataPlaneAPI
@@ -183,7 +184,8 @@ def start_frontends(config: AgentConfig, state: StateParts, core: CoreParts) -> 
         core.dataplane, core.manager if config.grpc.repository_control else None,
         SharedMemoryRegistry(max_per_user=config.grpc.shared_memory_regions_per_user),
         log_control=config.grpc.log_control,
-        typed_budget=TypedBudget(config.models.typed_input_bytes))
+        typed_budget=TypedBudget(config.models.typed_input_bytes),
+        tracing=Tracing(config.trace))
     grpc = AgentServer(core.dataplane, config, context=context)
     addresses = grpc.start()
     try:

@@ -40,6 +40,12 @@ class DecoupledModelError(InvalidInputError):
     """Unary inference on a decoupled model (it answers only over ModelStreamInfer)."""
 
 
+class TraceSettingError(AgentError):
+    """A trace setting (Triton's trace extension) that is unknown, malformed or not served."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+
 class ModelNotFoundError(AgentError):
     """No such model, or no such version of it."""
 

@@ -43,6 +43,7 @@ from edge_agent.frontends.grpc.admission import AdmissionPool, ResponseBudget, W
 from edge_agent.frontends.grpc.health import NOT_SERVING, SERVING, HealthServicer
 from edge_agent.frontends.grpc.servicer import InferenceServicer
 from edge_agent.frontends.grpc.streams import StreamLimits, StreamSessions
+from edge_agent.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,8 @@ class AgentServer:
         # only when the config allows it; one set of system shared memory regions for both.
         self.context = context or FrontendContext(
             dataplane, model_control if config.grpc.repository_control else None,
-            typed_budget=TypedBudget(config.models.typed_input_bytes))
+            typed_budget=TypedBudget(config.models.typed_input_bytes),
+            tracing=Tracing(config.trace))
         self.dataplane = dataplane
         self.config = config
         self.health = HealthServicer()
@@ -227,3 +229,4 @@ class AgentServer:
             with contextlib.suppress(FileNotFoundError):
                 self._uds.unlink()
             self._uds = None
+        self.context.tracing.close()  # the spans of the last requests exported

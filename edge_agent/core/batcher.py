@@ -35,9 +35,10 @@ from typing import Any
 import numpy as np
 
 from edge_agent.backends.base import Backend, Cancellation
+from edge_agent.backends.registry import CALLS_MODELS
 from edge_agent.core.batching import merge_inputs, split_outputs
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, lower_thread_priority
-from edge_agent.core.observer import InferenceObserver, NullObserver
+from edge_agent.core.observer import InferenceObserver, NullObserver, RequestTrace, swap_trace
 from edge_agent.core.types import BatchStat, Caller, InferResult, ModelStats, PolledCaller
 from edge_agent.errors import (
     AgentError,
@@ -109,12 +110,12 @@ class _Pending:
     leaves it (taken for a batch, withdrawn, or failed at close), all under the lock."""
 
     __slots__ = ("caller", "deadline", "enqueued", "future", "id", "inputs", "outputs",
-                 "priority", "queued", "rows")
+                 "priority", "queued", "rows", "trace")
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int, outputs: list[str] | None,
                  request_id: str, enqueued: int, deadline: int,
                  future: Future[InferResult] | _Waiter | None, priority: int,
-                 caller: Caller | None = None) -> None:
+                 caller: Caller | None = None, trace: RequestTrace | None = None) -> None:
         self.inputs = inputs
         self.rows = rows
         self.outputs = outputs
@@ -125,6 +126,7 @@ class _Pending:
         self.priority = priority
         self.caller = caller
         self.queued = False
+        self.trace = trace
 
 
 def _polled(caller: Caller | None) -> Caller | None:
@@ -133,6 +135,15 @@ def _polled(caller: Caller | None) -> Caller | None:
     gRPC call's ``is_active`` turns false at the moment its callbacks are collected, so asking
     it too would add nothing but a lock per request)."""
     return caller if type(caller) is PolledCaller else None
+
+
+def _first_trace(batch: Sequence[_Pending]) -> RequestTrace | None:
+    """The trace nested calls of ``batch``'s execution are made under (its first traced
+    request's)."""
+    for p in batch:
+        if p.trace is not None:
+            return p.trace
+    return None
 
 
 def _fail(batch: Sequence[_Pending], error: AgentError) -> None:
@@ -186,6 +197,8 @@ class DynamicBatcher:
         self.model = model
         self.version = version
         self.config = config
+        # a model that calls models: its traced requests' calls are traced under them
+        self._nests = backend.name in CALLS_MODELS
         # a NullObserver is skipped entirely on the hot path
         self._observer: InferenceObserver | None = (
             None if observer is None or isinstance(observer, NullObserver) else observer)
@@ -237,7 +250,8 @@ class DynamicBatcher:
     def submit(self, inputs: dict[str, np.ndarray], rows: int, *,
                outputs: list[str] | None = None, request_id: str = "",
                timeout_us: int = 0, caller_runs: bool = False,
-               priority: int = 0, caller: Caller | None = None) -> Future[InferResult]:
+               priority: int = 0, caller: Caller | None = None,
+               trace: RequestTrace | None = None) -> Future[InferResult]:
         """Enqueue one validated request of ``rows`` rows (1 for an unbatched model).
 
         Raises QueueFullError when the queue is at its bound and ModelUnavailableError when the
@@ -245,12 +259,12 @@ class DynamicBatcher:
         idle instance runs on the calling thread and the returned future is already done.
         ``priority`` (1 highest; 0: the model's) orders the queue and the wait for the gate.
         A request whose ``caller`` is gone is not run (RequestCancelledError): see
-        :meth:`infer`.
+        :meth:`infer`. ``trace`` receives the request's timestamps (observer.RequestTrace).
         """
         now = _now()
         item = _Pending(inputs, rows, outputs, request_id, now,
                         now + timeout_us * 1000 if timeout_us > 0 else 0, None,
-                        priority or self.priority, _polled(caller))
+                        priority or self.priority, _polled(caller), trace)
         if caller is not None and not caller.is_active():
             raise self._gone_on_arrival(item)
         instance = self._admit(item, caller_runs)
@@ -269,7 +283,7 @@ class DynamicBatcher:
     def infer(self, inputs: dict[str, np.ndarray], rows: int, *,
               outputs: list[str] | None = None, request_id: str = "", timeout_us: int = 0,
               wait_s: float | None = None, priority: int = 0,
-              caller: Caller | None = None) -> InferResult:
+              caller: Caller | None = None, trace: RequestTrace | None = None) -> InferResult:
         """Blocking form of :meth:`submit` with ``caller_runs``: no Future at all when the
         request runs on the calling thread. Raises the request's AgentError.
 
@@ -281,7 +295,7 @@ class DynamicBatcher:
         now = _now()
         item = _Pending(inputs, rows, outputs, request_id, now,
                         now + timeout_us * 1000 if timeout_us > 0 else 0, None,
-                        priority or self.priority, _polled(caller))
+                        priority or self.priority, _polled(caller), trace)
         if caller is not None and not caller.is_active():
             raise self._gone_on_arrival(item)
         instance = self._admit(item, True, _Waiter)
@@ -484,6 +498,8 @@ class DynamicBatcher:
         if self._exec_timeout_ns:
             execution = next(self._execution_ids)
             record = self._running[execution] = [t0, instance, (item,), None, False]
+        traced = item.trace is not None  # its nested calls (pipeline steps) are traced under it
+        outer = swap_trace(item.trace) if traced else None
         try:
             result = self.backend.infer(item.inputs, instance, execution)
             error = None
@@ -495,6 +511,8 @@ class DynamicBatcher:
         finally:
             if gate is not None:
                 gate.release()
+            if traced:
+                swap_trace(outer)
         if execution and self._running.pop(execution, None) is None:
             error = self._claimed_by_watchdog(record)
         t1 = _now()
@@ -525,9 +543,13 @@ class DynamicBatcher:
             if self._exec_timeout_ns:
                 execution = next(self._execution_ids)
                 record = self._running[execution] = [t1, instance, batch, None, False]
+            nested = _first_trace(batch) if self._nests else None
+            outer = swap_trace(nested) if nested is not None else None
             try:
                 result = self.backend.infer(merged, instance, execution)
             finally:
+                if nested is not None:
+                    swap_trace(outer)
                 if gate is not None:
                     gate.release()
                     gate = None
@@ -625,6 +647,9 @@ class DynamicBatcher:
             self._inflight -= n
             if self._closed and self._inflight == 0:
                 self._drained.notify_all()
+        for p in batch:
+            if p.trace is not None:
+                self._traced(p.trace, p.enqueued, t0, t1, t2, t3, rows, ok)
         obs = self._observer
         if obs is not None:
             compute = t3 - t0
@@ -638,6 +663,15 @@ class DynamicBatcher:
             except Exception:  # metrics must never take serving down
                 log.exception("inference observer failed; metrics for %s v%s are incomplete",
                               model, version)
+
+    def _traced(self, trace: RequestTrace, enqueued: int, t0: int, t1: int, t2: int, t3: int,
+                rows: int, ok: bool) -> None:
+        try:
+            trace.executed(enqueued_ns=enqueued, start_ns=t0, compute_start_ns=t1,
+                           compute_end_ns=t2, end_ns=t3, batch_size=rows, ok=ok)
+        except Exception:  # tracing must never take serving down
+            log.exception("request trace failed; the trace of %s v%s is incomplete",
+                          self.model, self.version)
 
     def _expire(self, expired: list[_Pending]) -> None:
         """Answer and count requests taken out of the queue unrun: past their timeout

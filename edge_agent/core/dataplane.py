@@ -86,7 +86,8 @@ def _submit(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_u
             caller_runs: bool) -> Future[InferResult]:
     return batcher.submit(request.inputs, rows, outputs=request.outputs,
                           request_id=request.id, timeout_us=timeout_us, caller_runs=caller_runs,
-                          priority=request.priority, caller=request.caller)
+                          priority=request.priority, caller=request.caller,
+                          trace=request.trace)
 
 
 def _counted(responses: Iterator[InferResult], batcher: DynamicBatcher, rows: int,
@@ -123,7 +124,7 @@ def _infer(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us
            wait_s: float | None) -> InferResult:
     return batcher.infer(request.inputs, rows, outputs=request.outputs, request_id=request.id,
                          timeout_us=timeout_us, wait_s=wait_s, priority=request.priority,
-                         caller=request.caller)
+                         caller=request.caller, trace=request.trace)
 
 
 class _Description(NamedTuple):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from packager.bundle.manifest import TensorSpec
+
+if TYPE_CHECKING:
+    from edge_agent.core.observer import RequestTrace
 
 TRITON_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
                     "tensorrt": "tensorrt_plan", "pipeline": "ensemble"}
@@ -60,7 +63,7 @@ class InferRequest:
     ``timeout_us`` None means the model's default queue timeout. ``priority`` 0 means the
     model's priority (1 is the highest: it is batched and runs first when executions wait).
     ``caller`` (None: nobody leaves) lets the core drop the request if its caller gives up
-    before it runs.
+    before it runs. ``trace`` (None: untraced) receives the request's timestamps.
     """
 
     model: str
@@ -71,6 +74,7 @@ class InferRequest:
     timeout_us: int | None = None
     priority: int = 0
     caller: Caller | None = None
+    trace: RequestTrace | None = None
 
 
 @dataclass(slots=True)

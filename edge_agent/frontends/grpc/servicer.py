@@ -38,6 +38,7 @@ from edge_agent.frontends.grpc.decoupled import DecoupledCall
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.frontends.grpc.streams import END, StreamSession, StreamSessions, peer_key
+from edge_agent.tracing.spans import RootTrace
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,14 @@ def _has_tensor_parameters(request: pb.ModelInferRequest) -> bool:
     """Whether any input or requested output of ``request`` carries parameters."""
     return any(len(t.parameters) for t in request.inputs) or \
         any(len(o.parameters) for o in request.outputs)
+
+
+def _traceparent(context: _Ctx) -> str | None:
+    """The caller's W3C ``traceparent`` metadata (None: it sent none)."""
+    for key, value in context.invocation_metadata():
+        if key == "traceparent":
+            return value if isinstance(value, str) else None
+    return None
 
 
 def _no_cuda_shm(context: _Ctx) -> NoReturn:
@@ -145,14 +154,33 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_errors
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
+        tracing = self._context.tracing
+        trace = tracing.start(request.model_name, traceparent=_traceparent(context),
+                              request_id=request.id, protocol="grpc") \
+            if tracing.active else None
+        if trace is None:
+            return self._model_infer(request, context, None)
+        try:
+            return self._model_infer(request, context, trace)
+        except BaseException as exc:
+            trace.responded(error=exc)
+            raise
+
+    def _model_infer(self, request: pb.ModelInferRequest, context: _Ctx,
+                     trace: RootTrace | None) -> pb.ModelInferResponse:
         # the peer (~3 us) only for a request with tensor parameters (it may name a region)
         shm = self._shm if self._tcp_shm or not _has_tensor_parameters(request) \
             else self._shm_for(context.peer())
         infer_request, _ = converters.to_infer_request(request, shm, self._dp)
         infer_request.caller = context  # cancelled or past its deadline: never run
         placed = converters.output_placements(request, shm)  # shared memory outputs
+        if trace is not None:
+            infer_request.trace = trace
+            trace.inputs(infer_request.inputs)
         result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
         result = converters.classified(result, request, self._dp)
+        if trace is not None:
+            trace.responded(version=result.version, outputs=result.outputs)
         nbytes = _response_bytes(result, infer_request.outputs)
         if nbytes >= self._budget_from:  # smaller ones are bounded by unary admission
             self._budget.acquire(nbytes)
@@ -161,6 +189,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         # raw_output_contents whatever form the inputs came in, as Triton answers
         return converters.to_infer_response(result, order=infer_request.outputs,
                                             placed=placed)
+
+    @_errors
+    def TraceSetting(self, request: pb.TraceSettingRequest,
+                     context: _Ctx) -> pb.TraceSettingResponse:
+        """Triton's trace extension: no settings reads them, settings change them (an empty
+        value clears one); the model's settings with ``model_name``, else the global ones."""
+        model = model_name(request.model_name) if request.model_name else ""
+        tracing = self._context.tracing
+        settings = tracing.update(model, {k: list(v.value) or None
+                                          for k, v in request.settings.items()}) \
+            if request.settings else tracing.get(model)
+        value = pb.TraceSettingResponse.SettingValue
+        return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in settings.items()})
 
     def ModelStreamInfer(self, request_iterator: Iterator[pb.ModelInferRequest], context: _Ctx,
                          send_response_callback: Callable[[Any], None] | None = None
