@@ -1,6 +1,7 @@
 """``/metrics``: a ``prometheus_client`` collector read at scrape time.
 
-Nothing is counted for Prometheus on the inference path: each scrape reads what the agent
+Little is counted for Prometheus on the inference path (the batcher's ring of recent
+latencies, core/tallies.py, for the summaries' quantiles): each scrape reads what the agent
 already keeps (the batchers' Triton statistics, the response cache's counts, the model
 manager's versions, the state store's deployment history, the metrics recorder's last system
 sample) and writes it in the Prometheus text format. Names follow Triton where one exists
