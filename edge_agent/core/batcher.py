@@ -39,6 +39,7 @@ from edge_agent.backends.registry import CALLS_MODELS
 from edge_agent.core.batching import merge_inputs, split_outputs
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, lower_thread_priority
 from edge_agent.core.observer import InferenceObserver, NullObserver, RequestTrace, swap_trace
+from edge_agent.core.tallies import LatencyWindow
 from edge_agent.core.types import BatchStat, Caller, InferResult, ModelStats, PolledCaller
 from edge_agent.errors import (
     AgentError,
@@ -229,6 +230,7 @@ class DynamicBatcher:
         self._drained = threading.Condition(self._lock)
         self._closed = False
         self.stats = ModelStats(name=model, version=version)
+        self._recent = LatencyWindow()  # the last requests' durations, for quantiles
         self._workers = [_Worker() for _ in range(instances)]
         for i, w in enumerate(self._workers):
             self._idle.append(w)
@@ -630,6 +632,7 @@ class DynamicBatcher:
                 s.inference_count += rows
                 s.execution_count += 1
                 s.last_inference_ms = _wall_ns() // 1_000_000
+                self._recent.add(batch, t0, infer_ns, t3)
                 bs = s.batch_stats.get(rows)
                 if bs is None:
                     bs = s.batch_stats[rows] = BatchStat(batch_size=rows)
@@ -806,7 +809,11 @@ class DynamicBatcher:
         import copy
 
         with self._lock:
-            return copy.deepcopy(self.stats)
+            stats = copy.deepcopy(self.stats)
+            stats.pending_count = len(self._queue)
+            stats.recent_request_ns, stats.recent_queue_ns, stats.recent_compute_infer_ns = (
+                self._recent.samples())
+        return stats
 
     def _named(self, exc: AgentError) -> AgentError:
         """A backend's error with this model's name and version in front, unless it has it."""

@@ -43,6 +43,7 @@ from edge_agent.core.repository import (
     VersionSlot,
     default_runtime_memory_limit,
 )
+from edge_agent.core.tallies import LifecycleTotal
 from edge_agent.core.types import (
     InferRequest,
     InferResult,
@@ -68,6 +69,9 @@ _running_loop = asyncio._get_running_loop  # C fast path: None on a thread witho
 
 _ROUTE_ATTEMPTS = 3
 """Times a request is routed when the version it resolved to is unloading (a swap)."""
+_SOURCES = {"measured on this device": "device", "measured by edge-pack build": "build",
+            "artifact size (never measured)": "artifact"}
+"""The orchestrator's memory figure sources, as ModelStats.memory_source names them."""
 
 _A = TypeVar("_A")
 _R = TypeVar("_R")
@@ -447,10 +451,15 @@ class DataPlane(DeployOperations):
                 if self.response_cache is not None:
                     cached = self.response_cache.stats(mv.name, mv.version)
                     stats.cache_hit, stats.cache_miss = cached.hit, cached.miss
+                figure, source = self.orchestrator.memory_of(mv.name, mv.version)
+                stats.memory_bytes, stats.memory_source = figure, _SOURCES.get(source, "")
                 out.append(stats)
         if name is not None and version is not None and not out:
             raise ModelNotFoundError(f"model {name!r} has no loaded version {version}")
         return out
+
+    def lifecycle(self) -> list[LifecycleTotal]:
+        return self.repository.lifecycle.totals()
 
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
         entries: dict[tuple[str, int], RepositoryEntry] = {}

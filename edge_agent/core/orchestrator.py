@@ -244,6 +244,7 @@ class Orchestrator:
             if self.budget_bytes is not None:
                 self._make_room(mv.name, mv.version)
             rss0, t0 = process_rss(), time.perf_counter()
+            on_demand = mv.name in self._loads  # a request's load (else deploy, start, API)
             self._in_load = (mv.name, mv.version)
             try:
                 yield
@@ -251,6 +252,9 @@ class Orchestrator:
                 self._in_load = None
             rss = max(0, process_rss() - rss0)
             load_ms = (time.perf_counter() - t0) * 1000
+            self.repository.lifecycle.record(mv.name, "load",
+                                             "on-demand" if on_demand else "requested",
+                                             load_ms / 1000)
             self._note(mv.name, mv.version, rss)
             mv.last_used = time.monotonic()
             with self._lock:
@@ -302,7 +306,7 @@ class Orchestrator:
                                         "for versions held by a load or a swap)")
             time.sleep(0.02)  # a version is held for a moment: wait for it
         for r in chosen:
-            self._unload(r.name, r.version,
+            self._unload(r.name, r.version, "evicted",
                          f"unloaded to make room for {name} version {version} "
                          f"(memory budget {mib(self.budget_bytes)})")
 
@@ -315,7 +319,7 @@ class Orchestrator:
         """Whether the last load of ``name`` was refused by the memory budget."""
         return name in self._unfit
 
-    def _unload(self, name: str, version: int, why: str) -> None:
+    def _unload(self, name: str, version: int, reason: str, why: str) -> None:
         """Unload one version (its in-flight requests are answered first); the next request
         for the model loads it again."""
         log.info("%s version %s: %s", name, version, why)
@@ -325,7 +329,8 @@ class Orchestrator:
             stats.unloads += 1
             stats.last_unload = why
         with contextlib.suppress(ModelNotFoundError):
-            self.repository.unload_version(name, version, drain_timeout_s=self._drain_timeout_s)
+            self.repository.unload_version(name, version, drain_timeout_s=self._drain_timeout_s,
+                                           reason=reason)
         self.persist()  # the unload count (the repository's on_change wrote the unload)
 
     # ------------------------------------------------------------------ on demand
@@ -433,7 +438,7 @@ class Orchestrator:
                       for r in residents}
         done = []
         for r in residency.idle(residents, now, idle_after):
-            self._unload(r.name, r.version, f"unloaded after {idle_after[r.name]:g} s idle")
+            self._unload(r.name, r.version, "idle", f"unloaded after {idle_after[r.name]:g} s idle")
             done.append((r.name, r.version))
         return done
 

@@ -145,3 +145,13 @@ class ModelStats:
     # they ran (invalid input, full queue, queue timeout)
     cancel: DurationStat = field(default_factory=DurationStat)
     rejected: DurationStat = field(default_factory=DurationStat)
+    pending_count: int = 0
+    """Requests queued and not yet executing (Triton's pending request count)."""
+    recent_request_ns: tuple[int, ...] = ()
+    """Durations of the last requests (core/tallies.py's window), for quantiles."""
+    recent_queue_ns: tuple[int, ...] = ()
+    recent_compute_infer_ns: tuple[int, ...] = ()
+    memory_bytes: int = 0
+    """The orchestrator's memory figure for the version (0: none)."""
+    memory_source: str = ""
+    """Where that figure comes from: "device" (measured here), "build" or "artifact"."""
