@@ -212,7 +212,7 @@ class Orchestrator:
         self._loads: dict[str, Future[VersionSlot]] = {}
         self._in_load: tuple[str, int] | None = None  # the version loading now (one at a time)
         # loaded, not READY yet (the repository marks it after the load): counted as resident
-        self._admitted: set[tuple[str, int]] = set()
+        self._admitted: dict[tuple[str, int], VersionSlot] = {}
         self._reloadable: set[str] = set()  # unloaded by us: the next request loads it again
         self._held: set[str] = set()  # unloaded by an operator: stays unloaded
         self._unfit: set[str] = set()  # the last load did not fit in the budget
@@ -295,12 +295,12 @@ class Orchestrator:
             return None
 
     def _note(self, name: str, version: int, rss: int) -> None:
-        # the latest figure: unloads give their memory back (return_freed_memory), so a load
-        # measures what it adds; the first load in a process also measures the runtime's
-        # start-up, which a later load of the same version corrects
-        if rss <= 0:  # nothing measurable: no figure
+        # the largest figure seen (on the safe side: a first load in a process also measures
+        # the runtime's start-up; _make_room decides "never fits" on the smallest credible one)
+        if rss <= 0:  # nothing measurable (memory freed earlier was reused): no figure
             return
-        self._figures.measured[(name, version)] = rss
+        key = (name, version)
+        self._figures.measured[key] = max(rss, self._figures.measured.get(key, 0))
 
     # ------------------------------------------------------------------ residency
     def residents(self, *, busy_evictable: bool = False,
@@ -318,10 +318,11 @@ class Orchestrator:
                 stats is not None and stats.claims > 0)
             for mv in versions:
                 key = (mv.name, mv.version)
-                if key in self._admitted and mv.state.value != "LOADING":
-                    self._admitted.discard(key)  # READY now (or its load failed)
-                if mv.state.value != "READY" and key != self._in_load \
-                        and key not in self._admitted:
+                admitted = self._admitted.get(key) is mv
+                if admitted and mv.state.value != "LOADING":
+                    self._admitted.pop(key, None)  # READY now (or its load failed)
+                    admitted = False
+                if mv.state.value != "READY" and key != self._in_load and not admitted:
                     continue  # not in memory (a load waiting for its turn takes nothing yet)
                 busy = mv.loaded is not None and mv.loaded.batcher.inflight > 0
                 out.append(Resident(
@@ -360,7 +361,7 @@ class Orchestrator:
             self._in_load = (mv.name, mv.version)
             try:
                 yield
-                self._admitted.add((mv.name, mv.version))
+                self._admitted[(mv.name, mv.version)] = mv
             finally:
                 self._in_load = None
                 peak = sampler.stop()
