@@ -153,6 +153,7 @@ class DataPlane(DeployOperations):
         self.repository.host = PlaneHost(self)  # pipelines and Python models call models here
         self.repository.runtime_memory_limit_bytes = default_runtime_memory_limit(
             memory_budget_bytes)
+        self.repository.memory_budgeted = memory_budget_bytes is not None
         self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
                                          drain_timeout_s=drain_timeout_s)
         self.repository.load_guard = self.orchestrator.loading
