@@ -34,8 +34,13 @@ from edge_agent.core.deploy_port import DeployOperations
 from edge_agent.core.gate import ExecutionGate
 from edge_agent.core.hosting import PlaneHost
 from edge_agent.core.observer import InferenceObserver
-from edge_agent.core.orchestrator import Orchestrator
-from edge_agent.core.overrides import batch_ceiling, effective_batching, policy_versions
+from edge_agent.core.orchestrator import LoadRaced, Orchestrator
+from edge_agent.core.overrides import (
+    batch_ceiling,
+    effective_batching,
+    load_timeout_s,
+    policy_versions,
+)
 from edge_agent.core.repository import (
     LoadedVersion,
     ModelRepository,
@@ -168,6 +173,7 @@ class DataPlane(DeployOperations):
         self.repository.host = PlaneHost(self)  # pipelines and Python models call models here
         self.repository.runtime_memory_limit_bytes = default_runtime_memory_limit(
             memory_budget_bytes)
+        self.repository.memory_budgeted = memory_budget_bytes is not None
         self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
                                          drain_timeout_s=drain_timeout_s)
         self.repository.load_guard = self.orchestrator.loading
@@ -421,18 +427,30 @@ class DataPlane(DeployOperations):
 
     def _load_for(self, request: InferRequest) -> LoadedVersion | None:
         """The version ``request`` goes to, loaded for it when its model loads on request
-        (on-demand, or unloaded by the orchestrator); None when it does not."""
-        for _attempt in range(_ROUTE_ATTEMPTS):
-            if self.orchestrator.acquire(request.model, request.version) is None:
-                return None  # (a load that failed or timed out raised; no claim is held)
+        (on-demand, or unloaded by the orchestrator); None when it does not. A request whose
+        model is loading, or was unloaded again to make room before it was routed, waits for
+        the next load, up to the model's ``load_timeout_ms``."""
+        deadline = time.monotonic() + load_timeout_s(
+            self.repository.overrides_for(request.model))
+        while True:
+            try:
+                if self.orchestrator.acquire(request.model, request.version) is None:
+                    return None  # (a load that failed or timed out raised; no claim is held)
+            except LoadRaced:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)  # the version asked for was taken for room: wait again
+                continue
             try:
                 return self.repository.resolve(request.model, request.version)
-            except (ModelNotFoundError, ModelUnavailableError):  # its load failed: retry
-                continue
+            except (ModelNotFoundError, ModelUnavailableError):  # unloaded again: wait again
+                if time.monotonic() > deadline:
+                    raise ModelUnavailableError(
+                        f"model {request.model!r} was unloaded to make room again and again "
+                        "while it loaded, for longer than load_timeout_ms; retry") from None
+                time.sleep(0.02)
             finally:
                 self.orchestrator.release(request.model)
-        raise ModelUnavailableError(f"model {request.model!r} was unloaded to make room "
-                                    "again and again while it loaded; retry")
 
     # ------------------------------------------------------------------ statistics & repo
     def statistics(self, name: str | None = None,

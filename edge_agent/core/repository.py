@@ -157,6 +157,7 @@ class ModelRepository:
         self.host: Host | None = None
         """Given to every backend loaded here (the data plane: nested requests run on it)."""
         self.runtime_memory_limit_bytes = default_runtime_memory_limit(None)
+        self.memory_budgeted = False  # the data plane has a memory budget (BackendOptions)
         """Each runtime process's resident-memory limit when a model sets none (the data
         plane sets it from the memory budget)."""
         self.lifecycle = LifecycleTally()
@@ -354,7 +355,7 @@ class ModelRepository:
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
                                  device=ov.device, state_dir=self.state_dir,
                                  nice=nice_for(priority), memory_limit_bytes=limit,
-                                 host=self.host)
+                                 budgeted=self.memory_budgeted, host=self.host)
         backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
                                isolation=ov.isolation)
         try:
