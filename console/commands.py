@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from console.agent_names import FILE_NAME as AGENT_NAMES_FILE
+from console.agent_names import AgentNames
 from console.config import ConsoleSettings, parse_address
 from console.discovery import AgentBrowser
 from console.errors import (
@@ -19,7 +21,7 @@ from console.errors import (
     DeploymentFailedError,
     RolloutAbortedError,
 )
-from console.known_agents import open_client
+from console.known_agents import default_known_agents_path, open_client
 from edge_agent.client.agent_client import AgentClient, AuthenticationError, ManagementError
 from edge_agent.client.types import (
     AgentInfo,
@@ -62,16 +64,22 @@ def connect(target: str, settings: ConsoleSettings, token_file: Path | None,
     if token_file is not None:
         return open_client(target, settings, read_token(token_file), timeout_s=timeout_s)
     token = settings.token_for(address=target)
-    client = open_client(target, settings, token, timeout_s=timeout_s)
     named = _named_tokens(settings, target)
     if not named:
-        return client  # a token of its own (static entry or keyed by this address), or no other
+        return open_client(target, settings, token, timeout_s=timeout_s)
+    names = _agent_names(settings)
+    seen = names.lookup(target)
+    if seen is not None:  # seen here before: its own token, no guessing
+        token = settings.token_for(agent_id=seen.agent_id, name=seen.name, address=target)
+        return open_client(target, settings, token, timeout_s=timeout_s)
+    client = open_client(target, settings, token, timeout_s=timeout_s)
     try:
-        client.info()
+        info = client.info()
+        names.remember(target, info.name, info.agent_id)
         return client  # the default token (or none) is enough
     except AuthenticationError:
         pass
-    for key, candidate in named.items():  # [tokens] keyed by agent name or id
+    for key, candidate in named.items():  # [tokens] keyed by agent name or id: first contact
         other = open_client(target, settings, candidate, timeout_s=timeout_s)
         try:
             info = other.info()
@@ -79,10 +87,17 @@ def connect(target: str, settings: ConsoleSettings, token_file: Path | None,
             other.close()
             continue
         if key in (info.name, info.agent_id):  # the agent's own name: its token
+            names.remember(target, info.name, info.agent_id)
             client.close()
             return other
         other.close()
     return client  # refused: its calls say so
+
+
+def _agent_names(settings: ConsoleSettings) -> AgentNames:
+    """The remembered address -> agent file, beside the pins (known_agents)."""
+    pins = settings.known_agents or default_known_agents_path()
+    return AgentNames(pins.parent / AGENT_NAMES_FILE)
 
 
 def _named_tokens(settings: ConsoleSettings, address: str) -> dict[str, str]:

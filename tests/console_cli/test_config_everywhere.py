@@ -57,3 +57,38 @@ def test_a_name_keyed_token_of_another_agent_is_not_used(fleet: Fleet, tmp_path:
     configured = _fleet_with_config(fleet, tmp_path, f'[tokens]\n"agent-a" = "{fleet.a.token}"\n')
     run = console(configured, "status", "--agent", fleet.b.management)
     assert run.code == 1 and "token" in run.err and run.err.count("\n") == 1
+
+
+def test_the_agent_behind_an_address_is_remembered_so_no_token_is_guessed_again(
+        fleet: Fleet, tmp_path: Path) -> None:
+    from console.agent_names import AgentNames
+
+    # agent-a's token is listed first: on first contact agent-b refuses it once
+    configured = _fleet_with_config(
+        fleet, tmp_path, f'[tokens]\n"agent-a" = "{fleet.a.token}"\n'
+        f'"agent-b" = "{fleet.b.token}"\n')
+    names = AgentNames(configured.home / "edge-console" / "agent_names")
+    assert names.lookup(fleet.b.management) is None
+    first = console(configured, "status", "--agent", fleet.b.management, "--json")
+    assert first.code == 0, first.err
+    seen = names.lookup(fleet.b.management)
+    assert seen is not None and seen.name == "agent-b"
+    # from now on agent-b's own token is chosen at once (no wrong token in the agent's log)
+    again = console(configured, "status", "--agent", fleet.b.management, "--json")
+    assert again.code == 0, again.err
+
+
+def test_agent_names_file_keeps_one_line_per_address(tmp_path: Path) -> None:
+    from console.agent_names import AgentNames
+
+    names = AgentNames(tmp_path / "cfg" / "agent_names")
+    names.remember("127.0.0.1:1", "a", "id-a")
+    names.remember("127.0.0.1:2", "b", "id-b")
+    names.remember("127.0.0.1:1", "c", "id-c")  # another agent now answers there
+    names.remember("127.0.0.1:3", "bad name", "id")  # not recorded: it would not parse back
+    lines = (tmp_path / "cfg" / "agent_names").read_text().splitlines()
+    assert lines == ["127.0.0.1:2 b id-b", "127.0.0.1:1 c id-c"]
+    seen = names.lookup("127.0.0.1:1")
+    assert seen is not None and (seen.name, seen.agent_id) == ("c", "id-c")
+    assert names.lookup("127.0.0.1:3") is None
+    assert (tmp_path / "cfg" / "agent_names").stat().st_mode & 0o777 == 0o600
