@@ -18,6 +18,15 @@ def triton_platform(backend: str) -> str:
     return TRITON_PLATFORMS.get(backend, backend)
 
 
+@dataclass(frozen=True, slots=True)
+class SequenceFlags:
+    """A stateful model's request: its sequence's id (a uint64 or a string) and flags."""
+
+    id: int | str
+    start: bool = False
+    end: bool = False
+
+
 @dataclass(slots=True)
 class InferRequest:
     """One inference call as the core sees it: numpy arrays keyed by input name.
@@ -25,6 +34,7 @@ class InferRequest:
     ``version`` None means the model's default (active) version. ``outputs`` None means all.
     ``timeout_us`` None means the model's default queue timeout. ``priority`` 0 means the
     model's priority (1 is the highest: it is batched and runs first when executions wait).
+    ``sequence``: a stateful model's request (:mod:`edge_agent.core.sequences`).
     """
 
     model: str
@@ -34,6 +44,7 @@ class InferRequest:
     id: str = ""
     timeout_us: int | None = None
     priority: int = 0
+    sequence: SequenceFlags | None = None
 
 
 @dataclass(slots=True)
