@@ -37,6 +37,9 @@ Run = Callable[[InferRequest], "Future[InferResult]"]
 _NUMPY = {"INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_, "UINT64": np.uint64,
           "INT64": np.int64, "UINT32": np.uint32}
 
+MAX_WAITING = 1024
+"""New sequences that may wait for a slot of one ``oldest`` model; more are refused."""
+
 SWEEP_S = 0.05
 """How often idle sequences are looked for (a waiting ``oldest`` request gets the slot)."""
 
@@ -139,6 +142,12 @@ class Sequences:
                     f"inference request for sequence {flags.id} to model '{request.model}': "
                     f"all {config.max_candidate_sequences} sequence slots are in use (strategy "
                     "direct); retry when a sequence ends or raise max_candidate_sequences")
+
+            if len(model.waiting) >= MAX_WAITING:
+                raise QueueFullError(
+                    f"inference request for sequence {flags.id} to model '{request.model}': "
+                    f"all {config.max_candidate_sequences} sequence slots are in use and "
+                    f"{MAX_WAITING} new sequences already wait for one; retry later")
 
             def admit() -> None:  # under the lock, when a slot frees
                 model.used += 1
