@@ -71,6 +71,13 @@ SEQUENCE_STRATEGIES = ("direct", "oldest")
 _KINDS_TEXT = ", ".join(f"{k} {'/'.join(v)}" for k, v in CONTROL_KINDS.items())
 
 
+PYTHON_SEQUENCE_CONTROLS = (("START", "_SEQUENCE_START", "INT32"),
+                            ("END", "_SEQUENCE_END", "INT32"),
+                            ("CORRID", "_SEQUENCE_ID", "BYTES"))
+"""The control inputs (kind, name, datatype, shape [1]) a stateful Python model's spec gets:
+the agent fills them, the Python backend turns them into ``ctx.sequence_*``."""
+
+
 @dataclass(frozen=True)
 class ControlInput:
     """A model input the agent fills for each request of a sequence (Triton's control_input):
