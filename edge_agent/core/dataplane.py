@@ -310,6 +310,9 @@ class DataPlane(DeployOperations):
         lv = self.repository.resolve(request.model, request.version)
         if lv.streamer is None:
             return iter((self.infer(request),))
+        if request.sequence is not None:  # a decoupled model is never stateful
+            lv.batcher.record_rejected(_now() - start)
+            raise stateless_refusal(request.model)
         try:
             rows = lv.signature.validate(request)
         except AgentError:

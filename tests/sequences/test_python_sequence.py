@@ -14,8 +14,9 @@ from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest, SequenceFlags
 from edge_agent.errors import InvalidInputError
+from packager.bundle.errors import UsageError
 from packager.spec_build import build_spec_bundles
-from packager.triton_samples import write_python_spec
+from packager.triton_samples import write_python_example_models, write_python_spec
 from tests.sequences.conftest import ORT
 from tests.support.core_bundles import install
 from tests.support.eventually import eventually
@@ -86,3 +87,33 @@ def test_python_accumulator_keeps_state_per_sequence(dp: DataPlane, model: str) 
     with pytest.raises(InvalidInputError, match="must specify the START flag"):
         _call(dp, model, 1, "abc")
     assert _call(dp, model, 9, "abc", start=True) == [9, -3, 1, 1, 0]
+
+
+def test_spec_sequence_needs_an_unbatched_single_instance_model(tmp_path: Path) -> None:
+    spec = write_python_spec(tmp_path, "accb", module="accumulate", code=ACCUMULATE,
+                             entry="accumulate", io=IO, max_batch_size=4)
+    with spec.open("a") as f:
+        f.write('\n[sequence]\nstrategy = "oldest"\n')
+    with pytest.raises(UsageError, match="max_batch_size = 0"):
+        build_spec_bundles(spec, name="accb", version=1, profiles=[ORT], out_dir=tmp_path)
+    spec.write_text(spec.read_text().replace("max_batch_size = 4", "max_batch_size = 0")
+                    .replace('"oldest"', '"newest"'))
+    with pytest.raises(UsageError, match="'newest' is not one of direct, oldest"):
+        build_spec_bundles(spec, name="accb", version=1, profiles=[ORT], out_dir=tmp_path)
+
+
+def test_a_decoupled_model_refuses_a_sequence(tmp_path: Path) -> None:
+    (repeat,) = [m for m in write_python_example_models(tmp_path / "src")
+                 if m.name == "repeat_int32"]
+    (bundle,) = build_spec_bundles(repeat.source, name=None, version=1, profiles=[ORT],
+                                   out_dir=tmp_path / "out")
+    install(bundle, tmp_path / "state")
+    plane = DataPlane(tmp_path / "state", caller_runs=False)
+    try:
+        request = InferRequest(model="repeat_int32", inputs={
+            "IN": np.array([1], np.int32), "DELAY": np.array([0], np.uint32),
+            "WAIT": np.array([0], np.uint32)}, sequence=SequenceFlags(3, start=True))
+        with pytest.raises(InvalidInputError, match="not stateful"):
+            plane.stream(request)
+    finally:
+        plane.close()
