@@ -251,6 +251,13 @@ def _check_controls(sequence: SequenceConfig | None, prepared: PreparedModel) ->
             raise UsageError(f"--control-input {c.kind}={c.name}:{c.datatype}: the model has "
                              f"no {c.datatype} input {c.name!r} (its inputs: "
                              f"{', '.join(f'{n} {d}' for n, d in given.items())})")
+    answered = {t.name: t.datatype for t in prepared.outputs}
+    for t in sequence.states:
+        if t.input_name not in given or given[t.input_name] != answered.get(t.output_name):
+            raise UsageError(f"--state {t.input_name}:{t.output_name}: the model needs an "
+                             f"input {t.input_name!r} and an output {t.output_name!r} of one "
+                             f"datatype (inputs: {', '.join(given)}; outputs: "
+                             f"{', '.join(answered)})")
 
 
 def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,

@@ -123,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="a model input the agent fills per request of a sequence: KIND is "
                         "START, END, READY (INT32/FP32/BOOL: 1 or 0) or CORRID (UINT64, "
                         "INT64, UINT32, INT32 or BYTES: the sequence id); repeatable")
+    b.add_argument("--state", action="append", default=[], dest="states",
+                   metavar="INPUT:OUTPUT",
+                   help="implicit state of a stateful model: the agent feeds INPUT with what "
+                        "OUTPUT answered to the sequence's request before (zeros at START); "
+                        "repeatable")
     b.add_argument("--allow-parity-failure", action="store_true",
                    help="write bundles even when parity is past the profile's tolerance")
     b.add_argument("--member", action="append", default=[], type=Path, metavar="BUNDLE",
@@ -194,13 +199,14 @@ def _input_format_flags(flags: list[str]) -> dict[str, str]:
 def _sequence_flags(args: argparse.Namespace) -> SequenceConfig | None:
     """The --sequence flags as a SequenceConfig (None: not a stateful model)."""
     from packager.bundle.errors import BundleError, UsageError
-    from packager.bundle.manifest import ControlInput, SequenceConfig
+    from packager.bundle.manifest import ControlInput, SequenceConfig, StateSpec
 
     if args.sequence is None:
-        if args.max_sequence_idle_us or args.max_candidate_sequences or args.control_inputs:
-            raise UsageError("--max-sequence-idle-us, --max-candidate-sequences and "
-                             "--control-input apply to a stateful model: add --sequence "
-                             "direct or --sequence oldest")
+        if (args.max_sequence_idle_us or args.max_candidate_sequences or args.control_inputs
+                or args.states):
+            raise UsageError("--max-sequence-idle-us, --max-candidate-sequences, "
+                             "--control-input and --state apply to a stateful model: add "
+                             "--sequence direct or --sequence oldest")
         return None
     controls = []
     for flag in args.control_inputs:
@@ -215,8 +221,15 @@ def _sequence_flags(args: argparse.Namespace) -> SequenceConfig | None:
         value = _positive_int(getattr(args, key), f"--{key.replace('_', '-')}")
         if value is not None:
             extra[key] = value
+    states = []
+    for flag in args.states:
+        given, _, answered = flag.partition(":")
+        if not given or not answered:
+            raise UsageError(f"--state {flag!r} must be INPUT:OUTPUT, e.g. STATE_IN:STATE_OUT")
+        states.append(StateSpec(given, answered))
     try:
-        return SequenceConfig(strategy=args.sequence, control_inputs=tuple(controls), **extra)
+        return SequenceConfig(strategy=args.sequence, control_inputs=tuple(controls),
+                              states=tuple(states), **extra)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
 

@@ -194,11 +194,13 @@ def _sequence(spec: Path, value: Any, mbs: int, instances: int, decoupled: bool,
     if taken:
         raise _fail(spec, f"inputs {sorted(taken)} are the names of the control inputs the "
                           "agent adds to a stateful model; rename them")
-    extra = {key: _int(spec, f"sequence.{key}", value[key], 1, 2**40)
-             for key in ("max_sequence_idle_us", "max_candidate_sequences") if key in value}
+    defaults = SequenceConfig()
+    idle, slots = (_int(spec, f"sequence.{key}", value.get(key, getattr(defaults, key)), 1,
+                        2**40) for key in ("max_sequence_idle_us", "max_candidate_sequences"))
     try:
-        return SequenceConfig(str(value.get("strategy", "oldest")), control_inputs=tuple(
-            ControlInput(*c) for c in PYTHON_SEQUENCE_CONTROLS), **extra)
+        return SequenceConfig(str(value.get("strategy", "oldest")), max_sequence_idle_us=idle,
+                              max_candidate_sequences=slots, control_inputs=tuple(
+                                  ControlInput(*c) for c in PYTHON_SEQUENCE_CONTROLS))
     except BundleError as exc:
         raise _fail(spec, str(exc)) from None
 

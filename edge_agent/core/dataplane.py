@@ -43,7 +43,13 @@ from edge_agent.core.repository import (
     VersionSlot,
     default_runtime_memory_limit,
 )
-from edge_agent.core.sequences import Sequences, client_inputs, missing_id, stateless_refusal
+from edge_agent.core.sequences import (
+    Sequences,
+    client_inputs,
+    client_outputs,
+    missing_id,
+    stateless_refusal,
+)
 from edge_agent.core.types import (
     InferRequest,
     InferResult,
@@ -211,7 +217,8 @@ class DataPlane(DeployOperations):
                          if v.state is ServingState.READY)
         return ModelMetadata(name=name, versions=versions or (d.version,),
                              platform=triton_platform(d.backend),
-                             inputs=client_inputs(d.manifest), outputs=d.manifest.outputs,
+                             inputs=client_inputs(d.manifest),
+                             outputs=client_outputs(d.manifest),
                              max_batch_size=d.manifest.batching.max_batch_size)
 
     def model_config(self, name: str, version: int | None = None) -> ModelConfigInfo:

@@ -29,6 +29,7 @@ import numpy as np
 
 from edge_agent.core.types import InferRequest, InferResult, SequenceFlags
 from edge_agent.errors import InvalidInputError, QueueFullError
+from packager.bundle.datatypes import numpy_dtype
 from packager.bundle.manifest import Manifest, SequenceConfig, TensorSpec
 
 Run = Callable[[InferRequest], "Future[InferResult]"]
@@ -61,11 +62,20 @@ def missing_id(model: str) -> InvalidInputError:
 
 
 def client_inputs(manifest: Manifest) -> tuple[TensorSpec, ...]:
-    """The inputs a caller sends: the model's, without the control inputs the agent fills."""
+    """The inputs a caller sends: the model's, without the control and state inputs the agent
+    fills."""
     if manifest.sequence is None:
         return manifest.inputs
-    controls = {c.name for c in manifest.sequence.control_inputs}
-    return tuple(t for t in manifest.inputs if t.name not in controls)
+    hidden, _ = manifest.sequence.hidden()
+    return tuple(t for t in manifest.inputs if t.name not in hidden)
+
+
+def client_outputs(manifest: Manifest) -> tuple[TensorSpec, ...]:
+    """The outputs a caller gets: the model's, without its state outputs."""
+    if manifest.sequence is None:
+        return manifest.outputs
+    _, hidden = manifest.sequence.hidden()
+    return tuple(t for t in manifest.outputs if t.name not in hidden)
 
 
 def _not_started(model: str, seq: int | str) -> InvalidInputError:
@@ -82,6 +92,7 @@ class _Live:
     last: float
     tail: Future[InferResult] | None = None  # its last request's answer
     ended: bool = False
+    state: dict[str, np.ndarray] = field(default_factory=dict)  # implicit state: input -> value
 
 
 @dataclass(eq=False)
@@ -186,22 +197,36 @@ class Sequences:
             live.ended = True
             if model.live.get(live.id) is live:
                 del model.live[live.id]
+        manifest = model.manifest
+        states = model.config.states
         req = dataclasses.replace(request, version=live.version,
-                                  inputs=_with_controls(request, flags, model.manifest))
+                                  inputs=dict(_with_controls(request, flags, manifest)))
+        if states and req.outputs is not None:
+            req.outputs = [*req.outputs, *(t.output_name for t in states
+                                           if t.output_name not in req.outputs)]
 
         def done(answer: Future[InferResult]) -> None:
+            result = None
+            if not answer.cancelled() and answer.exception() is None:
+                result = answer.result()
+                if states:
+                    outputs = dict(result.outputs)
+                    live.state = {t.input_name: outputs.pop(t.output_name) for t in states}
+                    result = dataclasses.replace(result, outputs=outputs)
             with self._lock:
                 live.last = self._clock()
                 if flags.end and live.tail is outer:
                     self._release(name, model)
             if answer.cancelled():
                 outer.cancel()
-            elif (exc := answer.exception()) is not None:
-                outer.set_exception(exc)
+            elif result is None:
+                outer.set_exception(answer.exception() or RuntimeError("no answer"))
             else:
-                outer.set_result(answer.result())
+                outer.set_result(result)
 
         def launch(_: object = None) -> None:
+            if states:  # the answer before this one is in: its state goes in
+                req.inputs.update(_state_inputs(req, live, manifest, flags.start))
             try:
                 inner = run(req)
             except BaseException as exc:
@@ -242,6 +267,26 @@ class Sequences:
                 for name, model in self._models.items():
                     if model.waiting:
                         self._expire(name, model)
+
+
+def _state_inputs(request: InferRequest, live: _Live, manifest: Manifest,
+                  start: bool) -> dict[str, np.ndarray]:
+    """The state inputs: what the sequence's request before answered (zeros at START, or
+    when the row count changed)."""
+    assert manifest.sequence is not None
+    specs = {t.name: t for t in manifest.inputs}
+    first = next(iter(request.inputs.values()), None)
+    rows = int(first.shape[0]) if manifest.batched and first is not None and first.ndim else 1
+    out = {}
+    for t in manifest.sequence.states:
+        spec = specs[t.input_name]
+        shape = tuple(rows if i == 0 and manifest.batched else max(d, 1)
+                      for i, d in enumerate(spec.shape))
+        kept = None if start else live.state.get(t.input_name)
+        if kept is None or (manifest.batched and kept.shape[:1] != shape[:1]):
+            kept = np.zeros(shape, dtype=numpy_dtype(spec.datatype))
+        out[t.input_name] = kept
+    return out
 
 
 def _check_corrid(model: str, seq: int | str, config: SequenceConfig) -> None:

@@ -93,6 +93,20 @@ class ControlInput:
 
 
 @dataclass(frozen=True)
+class StateSpec:
+    """Implicit state (Triton's ``sequence_batching.state``): the agent feeds input
+    ``input_name`` with what output ``output_name`` answered to the sequence's request before
+    (zeros at START) and keeps both out of what callers send and get."""
+
+    input_name: str
+    output_name: str
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StateSpec:
+        return cls(input_name=str(d["input_name"]), output_name=str(d["output_name"]))
+
+
+@dataclass(frozen=True)
 class SequenceConfig:
     """A stateful model's sequence batcher (Triton's ``sequence_batching``): every request of
     one sequence goes to one slot, in arrival order."""
@@ -101,6 +115,7 @@ class SequenceConfig:
     max_sequence_idle_us: int = 1_000_000
     max_candidate_sequences: int = 64
     control_inputs: tuple[ControlInput, ...] = ()
+    states: tuple[StateSpec, ...] = ()
 
     def __post_init__(self) -> None:
         if self.strategy not in SEQUENCE_STRATEGIES:
@@ -109,9 +124,10 @@ class SequenceConfig:
         if self.max_sequence_idle_us < 1 or self.max_candidate_sequences < 1:
             raise BundleError("sequence max_sequence_idle_us and max_candidate_sequences must "
                               "be >= 1")
-        names = [c.name for c in self.control_inputs]
+        names = [c.name for c in self.control_inputs] + [t.input_name for t in self.states]
         if len(set(names)) != len(names):
-            raise BundleError(f"sequence control inputs name one input twice: {names}")
+            raise BundleError(f"sequence control and state inputs name one input twice: "
+                              f"{names}")
         for c in self.control_inputs:
             if c.datatype not in CONTROL_KINDS.get(c.kind, ()):
                 raise BundleError(
@@ -131,7 +147,13 @@ class SequenceConfig:
                    max_sequence_idle_us=int(d.get("max_sequence_idle_us", 1_000_000)),
                    max_candidate_sequences=int(d.get("max_candidate_sequences", 64)),
                    control_inputs=tuple(ControlInput.from_dict(c)
-                                        for c in d.get("control_inputs", ())))
+                                        for c in d.get("control_inputs", ())),
+                   states=tuple(StateSpec.from_dict(t) for t in d.get("states", ())))
+
+    def hidden(self) -> tuple[set[str], set[str]]:
+        """The inputs and outputs the agent fills and takes: not a caller's."""
+        return ({c.name for c in self.control_inputs} | {t.input_name for t in self.states},
+                {t.output_name for t in self.states})
 
 
 @dataclass(frozen=True)
@@ -199,11 +221,18 @@ def _sequence(d: dict[str, Any]) -> SequenceConfig | None:
     if "sequence" not in d:
         return None
     config = SequenceConfig.from_dict(d["sequence"])
-    names = {str(t["name"]) for t in d["inputs"]}
-    missing = [c.name for c in config.control_inputs if c.name not in names]
+    inputs = {str(t["name"]): t for t in d["inputs"]}
+    outputs = {str(t["name"]): t for t in d["outputs"]}
+    missing = [c.name for c in config.control_inputs if c.name not in inputs]
     if missing:
         raise BundleError(f"manifest of {d.get('name', '')!r}: sequence control inputs "
                           f"{missing} are not inputs of the model")
+    for t in config.states:
+        given, answered = inputs.get(t.input_name), outputs.get(t.output_name)
+        if given is None or answered is None or given["datatype"] != answered["datatype"]:
+            raise BundleError(f"manifest of {d.get('name', '')!r}: sequence state "
+                              f"{t.input_name}/{t.output_name} must be an input and an "
+                              "output of one datatype")
     return config
 
 
@@ -273,6 +302,8 @@ class Manifest:
             del d["input_formats"]
         if self.sequence is None:
             del d["sequence"]
+        elif not self.sequence.states:
+            del d["sequence"]["states"]
         return d
 
     def canonical_bytes(self) -> bytes:

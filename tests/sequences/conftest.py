@@ -4,14 +4,19 @@ INPUT; START, END, READY INT32 and CORRID UINT64 control inputs filled by the ag
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from edge_agent.core.dataplane import DataPlane
 from packager.build import build_bundles
 from packager.bundle.manifest import ControlInput, SequenceConfig
 from packager.triton_samples import make_sequence
+from tests.support.core_bundles import install
 
 ORT = "x86_64-cpu-onnxruntime"
 CONTROLS = tuple(ControlInput(kind, kind, "UINT64" if kind == "CORRID" else "INT32")
@@ -47,3 +52,32 @@ def seq_bundles(tmp_path_factory: pytest.TempPathFactory) -> SequenceBundles:
                                              max_candidate_sequences=16,
                                              control_inputs=CONTROLS)),
         stateless=build("plain", None))
+
+
+def make_accumulator(path: Path) -> Path:
+    """An ONNX running sum with implicit state: INT32 INPUT, STATE_IN [batch, 1] ->
+    OUTPUT = STATE_OUT = STATE_IN + INPUT."""
+    from onnx import TensorProto, helper
+
+    from packager.samples import _save
+
+    i32, shape = TensorProto.INT32, ["batch", 1]
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["STATE_IN", "INPUT"], ["OUTPUT"]),
+         helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])], "accumulator",
+        [helper.make_tensor_value_info(n, i32, shape) for n in ("INPUT", "STATE_IN")],
+        [helper.make_tensor_value_info(n, i32, shape) for n in ("OUTPUT", "STATE_OUT")])
+    return _save(graph, path, 17, producer="edge-toolkit-tests")
+
+
+@contextlib.contextmanager
+def plane(state: Path, bundles: list[Path], **options: Any) -> Iterator[DataPlane]:
+    """A DataPlane (never on the caller's thread) serving ``bundles`` installed in ``state``;
+    closed on exit."""
+    for bundle in bundles:
+        install(bundle, state)
+    served = DataPlane(state, caller_runs=False, **options)
+    try:
+        yield served
+    finally:
+        served.close()

@@ -17,8 +17,7 @@ from edge_agent.errors import InvalidInputError
 from packager.bundle.errors import UsageError
 from packager.spec_build import build_spec_bundles
 from packager.triton_samples import write_python_example_models, write_python_spec
-from tests.sequences.conftest import ORT
-from tests.support.core_bundles import install
+from tests.sequences.conftest import ORT, plane
 from tests.support.eventually import eventually
 
 ACCUMULATE = '''
@@ -54,14 +53,10 @@ def acc_bundles(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 @pytest.fixture
 def dp(tmp_path: Path, acc_bundles: list[Path]) -> Iterator[DataPlane]:
-    for bundle in acc_bundles:
-        install(bundle, tmp_path)
-    plane = DataPlane(tmp_path, caller_runs=False, overrides={
-        "acc": ModelOverrides(isolation="thread"), "accp": ModelOverrides(isolation="process")})
-    try:
-        yield plane
-    finally:
-        plane.close()
+    with plane(tmp_path, acc_bundles, overrides={
+            "acc": ModelOverrides(isolation="thread"),
+            "accp": ModelOverrides(isolation="process")}) as served:
+        yield served
 
 
 def _call(dp: DataPlane, model: str, value: int, seq: int | str, *, start: bool = False,
@@ -107,13 +102,9 @@ def test_a_decoupled_model_refuses_a_sequence(tmp_path: Path) -> None:
                  if m.name == "repeat_int32"]
     (bundle,) = build_spec_bundles(repeat.source, name=None, version=1, profiles=[ORT],
                                    out_dir=tmp_path / "out")
-    install(bundle, tmp_path / "state")
-    plane = DataPlane(tmp_path / "state", caller_runs=False)
-    try:
+    with plane(tmp_path / "state", [bundle]) as served:
         request = InferRequest(model="repeat_int32", inputs={
             "IN": np.array([1], np.int32), "DELAY": np.array([0], np.uint32),
             "WAIT": np.array([0], np.uint32)}, sequence=SequenceFlags(3, start=True))
         with pytest.raises(InvalidInputError, match="not stateful"):
-            plane.stream(request)
-    finally:
-        plane.close()
+            served.stream(request)

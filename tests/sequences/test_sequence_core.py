@@ -15,8 +15,7 @@ import pytest
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest, InferResult, SequenceFlags
 from edge_agent.errors import InvalidInputError, QueueFullError
-from tests.sequences.conftest import SLOTS, SequenceBundles
-from tests.support.core_bundles import install
+from tests.sequences.conftest import SLOTS, SequenceBundles, plane
 from tests.support.eventually import eventually
 
 NOT_STARTED = "must specify the START flag on the first request of the sequence"
@@ -24,14 +23,9 @@ NOT_STARTED = "must specify the START flag on the first request of the sequence"
 
 @pytest.fixture
 def dp(tmp_path: Path, seq_bundles: SequenceBundles) -> Iterator[DataPlane]:
-    for bundle in (seq_bundles.oldest, seq_bundles.direct, seq_bundles.many,
-                   seq_bundles.stateless):
-        install(bundle, tmp_path)
-    plane = DataPlane(tmp_path, caller_runs=False)
-    try:
-        yield plane
-    finally:
-        plane.close()
+    with plane(tmp_path, [seq_bundles.oldest, seq_bundles.direct, seq_bundles.many,
+                          seq_bundles.stateless]) as served:
+        yield served
 
 
 def _request(model: str, value: int, seq: int | str | None, *, start: bool = False,

@@ -60,7 +60,7 @@ from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import model_config_pb2 as mc
 from edge_agent.frontends.grpc.input_format import input_format
 from edge_agent.frontends.grpc.wire_types import CONTENTS_FIELDS, config_data_type
-from packager.bundle.manifest import SequenceConfig, TensorSpec, label_file
+from packager.bundle.manifest import Manifest, SequenceConfig, TensorSpec, label_file
 
 _CONTROL_KINDS = {"START": mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START,
                   "READY": mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_READY,
@@ -68,9 +68,15 @@ _CONTROL_KINDS = {"START": mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_STA
                   "CORRID": mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID}
 
 
-def _sequence_batching(seq: SequenceConfig) -> mc.ModelSequenceBatching:
+def _sequence_batching(seq: SequenceConfig, m: Manifest) -> mc.ModelSequenceBatching:
     """A stateful model's sequence batcher as Triton shows it."""
     out = mc.ModelSequenceBatching(max_sequence_idle_microseconds=seq.max_sequence_idle_us)
+    inputs = {t.name: t for t in m.inputs}
+    for state in seq.states:
+        spec = inputs[state.input_name]
+        out.state.append(mc.ModelSequenceBatching.State(
+            input_name=state.input_name, output_name=state.output_name,
+            data_type=config_data_type(spec.datatype), dims=_dims(spec, m.batched)))
     if seq.strategy == "oldest":
         out.oldest.max_candidate_sequences = seq.max_candidate_sequences
     else:
@@ -421,7 +427,7 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
     m = info.manifest
     b = m.batching
     batched = b.max_batch_size > 0
-    controls = {c.name for c in m.sequence.control_inputs} if m.sequence else set()
+    controls, states = m.sequence.hidden() if m.sequence else (set(), set())
     config = mc.ModelConfig(
         name=m.name,
         platform=triton_platform(info.backend),
@@ -433,14 +439,14 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
         output=[mc.ModelOutput(name=s.name, data_type=config_data_type(s.datatype),
                                dims=_dims(s, batched),
                                label_filename=label_file(s.name) if s.name in m.labels else "")
-                for s in m.outputs],
+                for s in m.outputs if s.name not in states],
         instance_group=[_instance_group(m.name, info)],
         default_model_filename=m.artifacts.get(info.backend, ""),
     )
     if is_decoupled(m):
         config.model_transaction_policy.decoupled = True
     if m.sequence is not None:  # Triton: sequence_batching or dynamic_batching, not both
-        config.sequence_batching.CopyFrom(_sequence_batching(m.sequence))
+        config.sequence_batching.CopyFrom(_sequence_batching(m.sequence, m))
     elif batched:
         config.dynamic_batching.CopyFrom(mc.ModelDynamicBatching(
             preferred_batch_size=list(b.preferred_batch_sizes),

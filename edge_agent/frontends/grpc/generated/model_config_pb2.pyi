@@ -126,7 +126,7 @@ class ModelDynamicBatching(_message.Message):
     def __init__(self, preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: bool = ..., default_queue_policy: _Optional[_Union[ModelQueuePolicy, _Mapping]] = ...) -> None: ...
 
 class ModelSequenceBatching(_message.Message):
-    __slots__ = ("direct", "oldest", "max_sequence_idle_microseconds", "control_input")
+    __slots__ = ("direct", "oldest", "max_sequence_idle_microseconds", "control_input", "state")
     class Control(_message.Message):
         __slots__ = ("kind", "int32_false_true", "fp32_false_true", "data_type", "bool_false_true")
         class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -157,6 +157,17 @@ class ModelSequenceBatching(_message.Message):
         name: str
         control: _containers.RepeatedCompositeFieldContainer[ModelSequenceBatching.Control]
         def __init__(self, name: _Optional[str] = ..., control: _Optional[_Iterable[_Union[ModelSequenceBatching.Control, _Mapping]]] = ...) -> None: ...
+    class State(_message.Message):
+        __slots__ = ("input_name", "output_name", "data_type", "dims")
+        INPUT_NAME_FIELD_NUMBER: _ClassVar[int]
+        OUTPUT_NAME_FIELD_NUMBER: _ClassVar[int]
+        DATA_TYPE_FIELD_NUMBER: _ClassVar[int]
+        DIMS_FIELD_NUMBER: _ClassVar[int]
+        input_name: str
+        output_name: str
+        data_type: DataType
+        dims: _containers.RepeatedScalarFieldContainer[int]
+        def __init__(self, input_name: _Optional[str] = ..., output_name: _Optional[str] = ..., data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ...) -> None: ...
     class StrategyDirect(_message.Message):
         __slots__ = ("max_queue_delay_microseconds", "minimum_slot_utilization")
         MAX_QUEUE_DELAY_MICROSECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -179,11 +190,13 @@ class ModelSequenceBatching(_message.Message):
     OLDEST_FIELD_NUMBER: _ClassVar[int]
     MAX_SEQUENCE_IDLE_MICROSECONDS_FIELD_NUMBER: _ClassVar[int]
     CONTROL_INPUT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     direct: ModelSequenceBatching.StrategyDirect
     oldest: ModelSequenceBatching.StrategyOldest
     max_sequence_idle_microseconds: int
     control_input: _containers.RepeatedCompositeFieldContainer[ModelSequenceBatching.ControlInput]
-    def __init__(self, direct: _Optional[_Union[ModelSequenceBatching.StrategyDirect, _Mapping]] = ..., oldest: _Optional[_Union[ModelSequenceBatching.StrategyOldest, _Mapping]] = ..., max_sequence_idle_microseconds: _Optional[int] = ..., control_input: _Optional[_Iterable[_Union[ModelSequenceBatching.ControlInput, _Mapping]]] = ...) -> None: ...
+    state: _containers.RepeatedCompositeFieldContainer[ModelSequenceBatching.State]
+    def __init__(self, direct: _Optional[_Union[ModelSequenceBatching.StrategyDirect, _Mapping]] = ..., oldest: _Optional[_Union[ModelSequenceBatching.StrategyOldest, _Mapping]] = ..., max_sequence_idle_microseconds: _Optional[int] = ..., control_input: _Optional[_Iterable[_Union[ModelSequenceBatching.ControlInput, _Mapping]]] = ..., state: _Optional[_Iterable[_Union[ModelSequenceBatching.State, _Mapping]]] = ...) -> None: ...
 
 class ModelTransactionPolicy(_message.Message):
     __slots__ = ("decoupled",)

@@ -1,0 +1,81 @@
+"""Implicit state for an ONNX model (``edge-pack build --state STATE_IN:STATE_OUT``): the agent
+feeds each request of a sequence what the request before answered, zeros at START, keeps the
+state tensors out of what callers send and get; a running sum under 16 concurrent sequences."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_agent.core.dataplane import DataPlane
+from edge_agent.core.types import InferRequest, SequenceFlags
+from packager.cli import main as edge_pack
+from tests.sequences.conftest import ORT, make_accumulator, plane
+
+
+@pytest.fixture(scope="module")
+def acc_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("implicit-state")
+    onnx = make_accumulator(root / "acc.onnx")
+    assert edge_pack(["build", str(onnx), "--name", "sum", "--version", "1", "--profile", ORT,
+                      "--out", str(root / "out"), "--quiet", "--max-batch", "8",
+                      "--sequence", "oldest", "--max-candidate-sequences", "16",
+                      "--state", "STATE_IN:STATE_OUT"]) == 0
+    (bundle,) = (root / "out").glob("*.edgepkg")
+    return bundle
+
+
+@pytest.fixture
+def dp(tmp_path: Path, acc_bundle: Path) -> Iterator[DataPlane]:
+    with plane(tmp_path, [acc_bundle]) as served:
+        yield served
+
+
+def _sum(dp: DataPlane, value: int, seq: int, *, start: bool = False,
+         end: bool = False) -> int:
+    result = dp.infer(InferRequest(model="sum", inputs={"INPUT": np.full((1, 1), value,
+                                                                        np.int32)},
+                                   sequence=SequenceFlags(seq, start=start, end=end)))
+    assert set(result.outputs) == {"OUTPUT"}  # the state output stays with the agent
+    return int(result.outputs["OUTPUT"][0, 0])
+
+
+def test_running_sum_reset_at_start(dp: DataPlane) -> None:
+    assert [_sum(dp, v, 1, start=i == 0) for i, v in enumerate([3, 4, 5])] == [3, 7, 12]
+    assert _sum(dp, 10, 2, start=True) == 10  # another sequence: its own state
+    assert _sum(dp, 1, 1) == 13
+    assert _sum(dp, 2, 1, start=True) == 2  # START again: zeros
+    assert _sum(dp, 1, 2, end=True) == 11
+    assert [i.name for i in dp.model_metadata("sum").inputs] == ["INPUT"]
+    assert [o.name for o in dp.model_metadata("sum").outputs] == ["OUTPUT"]
+
+
+def test_running_sums_of_16_concurrent_sequences(dp: DataPlane) -> None:
+    steps = 10
+
+    def one(seq: int) -> list[int]:
+        futures = [dp.submit(InferRequest(
+            model="sum", inputs={"INPUT": np.full((1, 1), seq * k, np.int32)},
+            sequence=SequenceFlags(seq, start=k == 0, end=k == steps - 1)))
+            for k in range(steps)]
+        return [int(f.result(timeout=120).outputs["OUTPUT"][0, 0]) for f in futures]
+
+    with ThreadPoolExecutor(16) as pool:
+        sums = dict(zip(range(1, 17), pool.map(one, range(1, 17)), strict=True))
+    for seq, got in sums.items():
+        assert got == [seq * k * (k + 1) // 2 for k in range(steps)]
+
+
+def test_model_config_shows_the_state(dp: DataPlane) -> None:
+    from edge_agent.frontends.grpc.converters import to_model_config
+
+    config = to_model_config(dp.model_config("sum"))
+    (state,) = config.sequence_batching.state
+    assert (state.input_name, state.output_name, list(state.dims)) == ("STATE_IN", "STATE_OUT",
+                                                                       [1])
+    assert [i.name for i in config.input] == ["INPUT"]
+    assert [o.name for o in config.output] == ["OUTPUT"]
