@@ -89,6 +89,7 @@ class _Live:
 
     id: int | str
     version: int | None
+    manifest: Manifest  # of the version its START went to
     last: float
     tail: Future[InferResult] | None = None  # its last request's answer
     ended: bool = False
@@ -127,8 +128,10 @@ class Sequences:
         outer: Future[InferResult] = Future()
         with self._lock:
             model = self._models.get(request.model)
-            if model is None or model.manifest is not manifest:
+            if model is None:
                 model = self._models[request.model] = _Model(manifest, config)
+            elif model.manifest is not manifest:  # another version (or a reload): live
+                model.manifest, model.config = manifest, config  # ones keep theirs
             self._expire(request.model, model)
             live = model.live.get(flags.id)
             if not flags.start:
@@ -138,11 +141,11 @@ class Sequences:
                 return outer
             if live is not None:  # a START on a live id: the old sequence ends here
                 live.ended = True
-                new = _Live(flags.id, version, self._clock(), tail=live.tail)
+                new = _Live(flags.id, version, manifest, self._clock(), tail=live.tail)
                 model.live[flags.id] = new
                 self._chain(request.model, model, new, request, flags, outer, run)
                 return outer
-            new = _Live(flags.id, version, self._clock())
+            new = _Live(flags.id, version, manifest, self._clock())
             if model.used < config.max_candidate_sequences:
                 model.used += 1
                 model.live[flags.id] = new
@@ -197,8 +200,9 @@ class Sequences:
             live.ended = True
             if model.live.get(live.id) is live:
                 del model.live[live.id]
-        manifest = model.manifest
-        states = model.config.states
+        manifest = live.manifest
+        assert manifest.sequence is not None
+        states = manifest.sequence.states
         req = dataclasses.replace(request, version=live.version,
                                   inputs=dict(_with_controls(request, flags, manifest)))
         if states and req.outputs is not None:
