@@ -79,3 +79,9 @@ def test_model_config_shows_the_state(dp: DataPlane) -> None:
                                                                        [1])
     assert [i.name for i in config.input] == ["INPUT"]
     assert [o.name for o in config.output] == ["OUTPUT"]
+
+
+def test_inspect_shows_the_sequence(acc_bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert edge_pack(["inspect", str(acc_bundle)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "stateful: oldest, 16 slots" in shown and "state STATE_IN <-" in shown, shown
