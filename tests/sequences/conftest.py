@@ -54,19 +54,22 @@ def seq_bundles(tmp_path_factory: pytest.TempPathFactory) -> SequenceBundles:
         stateless=build("plain", None))
 
 
-def make_accumulator(path: Path) -> Path:
+def make_accumulator(path: Path, factor: int = 1) -> Path:
     """An ONNX running sum with implicit state: INT32 INPUT, STATE_IN [batch, 1] ->
-    OUTPUT = STATE_OUT = STATE_IN + INPUT."""
+    OUTPUT = STATE_OUT = STATE_IN + factor * INPUT."""
     from onnx import TensorProto, helper
 
     from packager.samples import _save
 
     i32, shape = TensorProto.INT32, ["batch", 1]
+    scale = helper.make_tensor("factor", i32, [], [factor])
     graph = helper.make_graph(
-        [helper.make_node("Add", ["STATE_IN", "INPUT"], ["OUTPUT"]),
+        [helper.make_node("Mul", ["INPUT", "factor"], ["scaled"]),
+         helper.make_node("Add", ["STATE_IN", "scaled"], ["OUTPUT"]),
          helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])], "accumulator",
         [helper.make_tensor_value_info(n, i32, shape) for n in ("INPUT", "STATE_IN")],
-        [helper.make_tensor_value_info(n, i32, shape) for n in ("OUTPUT", "STATE_OUT")])
+        [helper.make_tensor_value_info(n, i32, shape) for n in ("OUTPUT", "STATE_OUT")],
+        initializer=[scale])
     return _save(graph, path, 17, producer="edge-toolkit-tests")
 
 

@@ -13,20 +13,25 @@ import pytest
 
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest, SequenceFlags
+from edge_agent.errors import ModelNotFoundError
 from packager.cli import main as edge_pack
 from tests.sequences.conftest import ORT, make_accumulator, plane
 
 
-@pytest.fixture(scope="module")
-def acc_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("implicit-state")
-    onnx = make_accumulator(root / "acc.onnx")
-    assert edge_pack(["build", str(onnx), "--name", "sum", "--version", "1", "--profile", ORT,
-                      "--out", str(root / "out"), "--quiet", "--max-batch", "8",
+def _build(root: Path, version: int, factor: int) -> Path:
+    onnx = make_accumulator(root / f"acc{version}.onnx", factor)
+    out = root / f"out{version}"
+    assert edge_pack(["build", str(onnx), "--name", "sum", "--version", str(version),
+                      "--profile", ORT, "--out", str(out), "--quiet", "--max-batch", "8",
                       "--sequence", "oldest", "--max-candidate-sequences", "16",
                       "--state", "STATE_IN:STATE_OUT"]) == 0
-    (bundle,) = (root / "out").glob("*.edgepkg")
+    (bundle,) = out.glob("*.edgepkg")
     return bundle
+
+
+@pytest.fixture(scope="module")
+def acc_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build(tmp_path_factory.mktemp("implicit-state"), 1, 1)
 
 
 @pytest.fixture
@@ -85,3 +90,19 @@ def test_inspect_shows_the_sequence(acc_bundle: Path, capsys: pytest.CaptureFixt
     assert edge_pack(["inspect", str(acc_bundle)]) == 0
     shown = " ".join(capsys.readouterr().out.split())
     assert "stateful: oldest, 16 slots" in shown and "state STATE_IN <-" in shown, shown
+
+
+def test_a_live_sequence_keeps_its_version_across_a_swap(tmp_path: Path, acc_bundle: Path) -> None:
+    doubling = _build(tmp_path, 2, 2)  # version 2 adds twice the input
+    with plane(tmp_path / "state", [acc_bundle, doubling]) as served:
+        served.repository.set_default("sum", 1)
+        assert _sum(served, 3, 1, start=True) == 3
+        served.repository.set_default("sum", 2)
+        assert _sum(served, 4, 1) == 7  # version 1's sum, with version 1's state
+        assert _sum(served, 4, 2, start=True) == 8  # a new sequence starts on version 2
+        assert _sum(served, 1, 2) == 10
+        served.repository.unload_version("sum", 1)
+        # version 1 is gone: its sequence is refused, never served by version 2 with its state
+        with pytest.raises(ModelNotFoundError, match="'sum' has no version 1"):
+            _sum(served, 1, 1)
+        assert _sum(served, 1, 2, end=True) == 12
