@@ -234,12 +234,15 @@ class PythonBackend:
 
 class SequenceStates:
     """A stateful Python model's ``ctx.state`` per live sequence, in the process that runs
-    the model (a runtime process's own): new at START, dropped at END or once idle past the
-    model's ``max_sequence_idle_us`` (the agent releases the sequence then too)."""
+    the model (a runtime process's own): new at START, dropped at END or once idle past
+    twice the model's ``max_sequence_idle_us`` (the agent releases the sequence after once).
+    A request of a sequence whose state is not here (a restarted runtime process) fails
+    rather than run on an empty state."""
 
     def __init__(self, manifest: Manifest) -> None:
         assert manifest.sequence is not None
-        self._idle_s = manifest.sequence.max_sequence_idle_us / 1e6
+        # twice the agent's: the agent releases an idle sequence first (and refuses it)
+        self._idle_s = 2 * manifest.sequence.max_sequence_idle_us / 1e6
         self._names = {c.kind: c.name for c in manifest.sequence.control_inputs}
         self._states: dict[int | str, tuple[dict[str, Any], float]] = {}
         self._lock = threading.Lock()
@@ -262,8 +265,13 @@ class SequenceStates:
             if seq is None:
                 ctx.state = {}
             else:
-                if ctx.sequence_start or seq not in self._states:
+                if ctx.sequence_start:
                     self._states[seq] = ({}, now)
+                elif seq not in self._states:
+                    raise BackendError(
+                        f"sequence {seq}: its state is not here (the runtime process that "
+                        "held it was restarted, or the model was reloaded); start the "
+                        "sequence again")
                 ctx.state = self._states[seq][0]
                 self._states[seq] = (ctx.state, now)
         return ctx

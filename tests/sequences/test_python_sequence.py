@@ -4,16 +4,19 @@ process: a running sum per sequence, reset at START, dropped at END and when idl
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest, SequenceFlags
-from edge_agent.errors import InvalidInputError
+from edge_agent.errors import AgentError, InvalidInputError
 from packager.bundle.errors import UsageError
 from packager.spec_build import build_spec_bundles
 from packager.triton_samples import write_python_example_models, write_python_spec
@@ -108,3 +111,23 @@ def test_a_decoupled_model_refuses_a_sequence(tmp_path: Path) -> None:
             "WAIT": np.array([0], np.uint32)}, sequence=SequenceFlags(3, start=True))
         with pytest.raises(InvalidInputError, match="not stateful"):
             served.stream(request)
+
+
+def test_kill_9_of_the_runtime_process_never_serves_an_empty_state(dp: DataPlane) -> None:
+    assert _call(dp, "accp", 5, 77, start=True)[0] == 5
+    runtimes = [p for p in psutil.Process().children(recursive=True)
+                if "edge_agent.backends.runtime_process" in " ".join(p.cmdline())]
+    assert runtimes, "accp runs in no runtime process"
+    for p in runtimes:
+        os.kill(p.pid, signal.SIGKILL)
+
+    def refused() -> str:
+        try:
+            _call(dp, "accp", 1, 77)
+        except AgentError as exc:
+            return str(exc) if "start the sequence again" in str(exc) else ""
+        raise AssertionError("a request was served after its state was lost")
+
+    eventually(refused, message="the lost state was never reported")
+    assert _call(dp, "accp", 2, 77, start=True)[0] == 2  # started again: served
+    assert _call(dp, "accp", 3, 77)[0] == 5
