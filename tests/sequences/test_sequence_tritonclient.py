@@ -100,6 +100,7 @@ def test_model_config_shows_sequence_batching(served: Served) -> None:
         batching = config.sequence_batching
         assert batching.WhichOneof("strategy_choice") == "oldest"
         assert batching.oldest.max_candidate_sequences == SLOTS
+        assert list(batching.oldest.preferred_batch_size) == [2, 4]  # the profile's batching
         assert batching.max_sequence_idle_microseconds == IDLE_US
         controls = {c.name: c.control[0] for c in batching.control_input}
         kinds = tg.model_config_pb2.ModelSequenceBatching.Control

@@ -77,8 +77,10 @@ def _sequence_batching(seq: SequenceConfig, m: Manifest) -> mc.ModelSequenceBatc
         out.state.append(mc.ModelSequenceBatching.State(
             input_name=state.input_name, output_name=state.output_name,
             data_type=config_data_type(spec.datatype), dims=_dims(spec, m.batched)))
-    if seq.strategy == "oldest":
+    if seq.strategy == "oldest":  # its requests batch in the dynamic batcher
         out.oldest.max_candidate_sequences = seq.max_candidate_sequences
+        out.oldest.max_queue_delay_microseconds = m.batching.max_queue_delay_us
+        out.oldest.preferred_batch_size.extend(m.batching.preferred_batch_sizes)
     else:
         out.direct.SetInParent()
     for c in seq.control_inputs:
