@@ -498,6 +498,10 @@ class DataPlane(DeployOperations):
             out = [e for e in out if e.state == ServingState.READY.value]
         return out
 
+    def sequence_slots(self) -> dict[str, tuple[int, int]]:
+        """Stateful models that have had sequences: name -> (slots held, slots)."""
+        return self.sequences.slots()
+
     def load_model(self, name: str) -> None:
         """Load the versions on disk that ``name``'s ``version_policy`` names (without a model
         manager "active" is the highest); READY versions stay, others are unloaded."""

@@ -182,6 +182,14 @@ class Sequences:
             self._expire(name, model)
             return model.used
 
+    def slots(self) -> dict[str, tuple[int, int]]:
+        """Each model's (slots held, slots), idle sequences released first."""
+        with self._lock:
+            for name, model in self._models.items():
+                self._expire(name, model)
+            return {name: (m.used, m.config.max_candidate_sequences)
+                    for name, m in self._models.items()}
+
     def close(self) -> None:
         """Stop the idle sweeper."""
         self._stop.set()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -113,3 +114,14 @@ def test_model_config_shows_sequence_batching(served: Served) -> None:
         http_config = h.get_model_config("seq")
         assert http_config["sequence_batching"]["oldest"]["max_candidate_sequences"] == SLOTS
         assert "sequence_batching" not in h.get_model_config("plain")
+
+
+def test_metrics_show_sequences_and_slots(served: Served) -> None:
+    with contextlib.closing(tg.InferenceServerClient(served.grpc)) as g:
+        g.infer("seq", [_input(tg, 1)], sequence_id=3000, sequence_start=True)
+        text = urllib.request.urlopen(f"http://{served.http}/metrics", timeout=60).read().decode()
+        g.infer("seq", [_input(tg, 1)], sequence_id=3000, sequence_end=True)
+    assert f'edge_sequence_slots{{model="seq"}} {float(SLOTS)}' in text, text
+    held = [line for line in text.splitlines()
+            if line.startswith('edge_sequences_active{model="seq"}')]
+    assert held and float(held[0].split()[-1]) >= 1, held

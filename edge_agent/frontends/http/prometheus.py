@@ -129,6 +129,7 @@ class AgentCollector(Collector):
         info = GaugeMetricFamily("edge_agent_info", "The agent's version", labels=["version"])
         info.add_metric([__version__], 1)
         yield info
+        yield from _sequences(self._dp.sequence_slots())
         if self._versions is not None:
             yield from self._models(self._versions())
         if self._history is not None:
@@ -182,6 +183,18 @@ class AgentCollector(Collector):
         for model, seconds in sorted(history.last_switches().items()):
             switch.add_metric([model], seconds)
         yield switch
+
+
+def _sequences(slots: dict[str, tuple[int, int]]) -> Iterator[Metric]:
+    active = GaugeMetricFamily("edge_sequences_active", "Live sequences of a stateful model "
+                               "(slots held)", labels=["model"])
+    total = GaugeMetricFamily("edge_sequence_slots", "Sequence slots of a stateful model "
+                              "(max_candidate_sequences)", labels=["model"])
+    for model, (held, count) in sorted(slots.items()):
+        active.add_metric([model], held)
+        total.add_metric([model], count)
+    yield active
+    yield total
 
 
 def _system(sample: SystemSample) -> Iterator[Metric]:
