@@ -85,7 +85,9 @@ class EdgeConsoleApp(App[None]):
         self.poll_rounds = 0  # finished poll rounds (tests wait on it)
         self.polling = False  # a round is in flight
         self._poll_now = asyncio.Event()
-        self._asked_trust: set[str] = set()  # first contacts already put to the operator
+        self._asked_trust: set[str] = set()  # addresses and fingerprints already asked about
+        self._trust_queue: list[tuple[str, str]] = []  # (address, fingerprint) to ask next
+        self._trust_open = False  # a trust prompt is on screen
         self.rollouts = Rollouts(clock=clock)  # run in the background, whatever is on screen
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -150,25 +152,45 @@ class EdgeConsoleApp(App[None]):
         self._ask_trust()
 
     def _ask_trust(self) -> None:
-        """First contact with a TLS agent: show its fingerprint and ask to pin it (once)."""
+        """First contact with a TLS agent: show its fingerprint and ask to pin it, once per
+        address and fingerprint; several new agents are asked one after the other, never
+        stacked (a stacked prompt swallowed keys)."""
+        for address, fp in list(self.connections.untrusted.items()):
+            if address in self._asked_trust or fp in self._asked_trust:
+                continue
+            self._asked_trust.update((address, fp))
+            self._trust_queue.append((address, fp))
+        self._next_trust_prompt()
+
+    def _agent_label(self, address: str) -> str:
+        """``name (HOST:PORT)`` of the agent at ``address``, or the address alone."""
+        names = sorted({a.name for a in self.fleet.agents()
+                        if a.address == address and a.name and a.name != address})
+        return f"{', '.join(names)} ({address})" if names else address
+
+    def _next_trust_prompt(self) -> None:
         from console.screens.confirm import ConfirmScreen
 
-        for address, fp in list(self.connections.untrusted.items()):
-            if address in self._asked_trust:
-                continue
-            self._asked_trust.add(address)
+        if self._trust_open or not self._trust_queue:
+            return
+        address, fp = self._trust_queue.pop(0)
+        self._trust_open = True
 
-            async def answered(yes: bool | None, address: str = address, fp: str = fp) -> None:
-                if yes:
-                    await asyncio.to_thread(self.connections.trust, address, fp)
-                    self.fleet.log("", "info", f"pinned the certificate of {address}: {fp}")
-                    self.poll_agents()
+        async def answered(yes: bool | None) -> None:
+            self._trust_open = False
+            if yes:
+                await asyncio.to_thread(self.connections.trust, address, fp)
+                self.fleet.log("", "info", f"pinned the certificate of {address}: {fp}")
+                self.poll_agents()
+            self._next_trust_prompt()
 
-            self.push_screen(ConfirmScreen(
-                "New agent", f"The authenticity of agent {address} can't be established.\n"
-                f"Its certificate fingerprint is\n{fp}\nCompare it with `edge-agent token "
-                "--state-dir DIR` on the device. Trust it and remember it in known_agents?",
-                yes="Trust"), answered)
+        waiting = len(self._trust_queue)
+        self.push_screen(ConfirmScreen(
+            "New agent" + (f" ({waiting} more waiting)" if waiting else ""),
+            f"The authenticity of agent {self._agent_label(address)} can't be established.\n"
+            f"Its certificate fingerprint is\n{fp}\nCompare it with `edge-agent token "
+            "--state-dir DIR` on the device. Trust it and remember it in known_agents?",
+            yes="Trust"), answered)
 
     @staticmethod
     def _worth_probing(agent: FleetAgent) -> bool:
@@ -289,6 +311,33 @@ class EdgeConsoleApp(App[None]):
         if self.fleet.get(key) is not None:
             self.push_screen(HistoryScreen(key))
 
+    async def action_quit(self) -> None:
+        """Leave the console; while a rollout runs, only after a warning saying what it
+        leaves behind."""
+        from console.rollout.staged import Phase
+        from console.screens.confirm import ConfirmScreen
+
+        running = self.rollouts.running()
+        if not running:
+            self.exit()
+            return
+        lines = []
+        for job in running:
+            watched = [p.name for p in job.targets.values() if p.phase is Phase.SOAKING]
+            lines.append(f"#{job.id} {job.title}: {job.status()}"
+                         + (f"; canary {', '.join(watched)} under watch" if watched else ""))
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.exit()
+
+        self.push_screen(ConfirmScreen(
+            "Quit with a rollout running",
+            "Still running:\n" + "\n".join(lines) + "\nQuitting stops it where it is: "
+            "agents keep what they have, a canary under watch is NOT rolled back and the "
+            "agents not reached yet get nothing. Stay to let it finish (R shows it), or "
+            "cancel it there first.", yes="Quit anyway"), answered)
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
@@ -326,7 +375,7 @@ class EdgeConsoleApp(App[None]):
         word, _, rest = target.partition(" ")
         word = word.lower()
         if word in ("quit", "q"):
-            self.exit()
+            self.call_later(self.action_quit)  # warns while a rollout runs
             return
         if word == "help":
             self.action_help()

@@ -195,6 +195,14 @@ def _dump(data: Any) -> None:
     print(json.dumps(to_jsonable(data), indent=2, default=str))
 
 
+def _dump_model_reports(reports: Any) -> None:
+    """Reports of a rollback or a removal: what they name is a model, and says so."""
+    from edge_agent.client.types import to_jsonable
+
+    rows = to_jsonable(reports)
+    _dump([{("model" if k == "bundle" else k): v for k, v in r.items()} for r in rows])
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -244,7 +252,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         table = Table(title="model versions", title_justify="left")
         for col in ("model", "version", "active", "state", "backend", "load ms", "RSS MiB",
                     "load", "loads/unloads", "waits (mean ms)", "response cache",
-                    "parity on device", "error"):
+                    "cancelled", "parity on device", "error"):
             table.add_column(col)
         parity = {(p.model, p.version): p.figures for p in s.parity}
         for v in s.versions:
@@ -256,6 +264,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                           f"{v.loads}/{v.unloads}",
                           f"{v.load_waits} ({v.load_wait_ms / v.load_waits:.0f})"
                           if v.load_waits else "-", cache_cell(v),
+                          str(v.cancelled_requests) if v.cancelled_requests else "-",
                           parity.get((v.model, v.version), "-"),
                           v.load_error[:60] if cut else v.load_error)
         console.print(table)
@@ -364,10 +373,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
                            preview=None if args.json else show)
     except ConsoleError as exc:
         if args.json:
-            _dump(getattr(exc, "reports", []))
+            _dump_model_reports(getattr(exc, "reports", []))
         raise
     if args.json:
-        _dump(reports)
+        _dump_model_reports(reports)
     else:
         for r in reports:
             if r.result is not None:
@@ -383,10 +392,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
                          args.token_file)
     except ConsoleError as exc:
         if args.json:
-            _dump(getattr(exc, "reports", []))
+            _dump_model_reports(getattr(exc, "reports", []))
         raise
     if args.json:
-        _dump(reports)
+        _dump_model_reports(reports)
     else:
         for r in reports:
             assert r.result is not None

@@ -439,7 +439,7 @@ def rollback(model: str, agents: Sequence[str], settings: ConsoleSettings,
                         continue
                     line = f"{model}: version {active} -> {version} ({why})"
                 else:
-                    line = f"{model}: -> version {version} (as asked)"
+                    line = f"{model}: -> version {version} (--to-version)"
                 if preview is not None:
                     preview(target, line)
                 if dry_run:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from console.config import ConsoleSettings
@@ -29,11 +29,13 @@ from console.fleet import (
 )
 from console.known_agents import KnownAgents, UntrustedAgentError, changed_error, open_client
 from edge_agent.client import agent_client as mgmt
+from edge_agent.client.types import MetricPoint
 
 T = TypeVar("T")
 PROBE_TIMEOUT_S = 3.0
 TRAFFIC_STEP_S = 30  # the fleet table's rate and error sparklines: 10 buckets of 30 s
 TRAFFIC_BUCKETS = 10
+MIN_PARTIAL_S = 5  # a newest bucket covering fewer seconds is left out of the rate
 
 
 def console_error(exc: Exception) -> ConsoleError:
@@ -74,24 +76,49 @@ def _transport(client: mgmt.AgentClient) -> str:
     return "PLAINTEXT (--insecure)"
 
 
+def traffic_window(end: float) -> tuple[int, int]:
+    """The fleet sparklines' window at ``end``: (start of the first bucket, seconds the newest
+    bucket covers). The agent stores whole seconds, so the newest bucket covers the seconds
+    from its start up to the last whole one; one with fewer than ``MIN_PARTIAL_S`` is left
+    out and the window ends with the last complete bucket."""
+    now = int(end)
+    newest = now - now % TRAFFIC_STEP_S
+    covered = now - newest
+    if covered < MIN_PARTIAL_S:
+        newest, covered = newest - TRAFFIC_STEP_S, TRAFFIC_STEP_S
+    return newest - (TRAFFIC_BUCKETS - 1) * TRAFFIC_STEP_S, covered
+
+
+def traffic_rates(points: Iterable[MetricPoint], end: float
+                  ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Requests/s and errors/s of ``points`` (``TRAFFIC_STEP_S`` buckets, models summed) in
+    the window at ``end``: complete buckets over their 30 s, the newest over the seconds it
+    covers so far (never a partly filled bucket over the whole step); idle buckets are zeros."""
+    first, covered = traffic_window(end)
+    requests = [0.0] * TRAFFIC_BUCKETS
+    errors = [0.0] * TRAFFIC_BUCKETS
+    for p in points:
+        i = (p.ts - first) // TRAFFIC_STEP_S
+        if 0 <= i < TRAFFIC_BUCKETS:
+            seconds = covered if i == TRAFFIC_BUCKETS - 1 else TRAFFIC_STEP_S
+            requests[i] += p.requests / seconds
+            errors[i] += p.errors / seconds
+    return tuple(requests), tuple(errors)
+
+
 def _recent_traffic(client: mgmt.AgentClient, models: list[str], *, now: float | None = None
                     ) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
     """Requests/s and errors/s of ``models`` summed, over the last
-    ``TRAFFIC_BUCKETS`` x ``TRAFFIC_STEP_S`` seconds (idle buckets are zeros; None: unknown)."""
-    end = time.time() if now is None else now
-    first = int(end) - int(end) % TRAFFIC_STEP_S - (TRAFFIC_BUCKETS - 1) * TRAFFIC_STEP_S
-    requests = [0.0] * TRAFFIC_BUCKETS
-    errors = [0.0] * TRAFFIC_BUCKETS
+    ``TRAFFIC_BUCKETS`` x ``TRAFFIC_STEP_S`` seconds (see :func:`traffic_rates`; None: unknown)."""
+    end = int(time.time() if now is None else now)  # the second under way is not stored yet
+    first, _ = traffic_window(end)
     try:
-        for model in models:
-            for p in client.query_metrics(model, start=first, end=end, step_s=TRAFFIC_STEP_S):
-                i = (p.ts - first) // TRAFFIC_STEP_S
-                if 0 <= i < TRAFFIC_BUCKETS:
-                    requests[i] += p.requests / TRAFFIC_STEP_S
-                    errors[i] += p.errors / TRAFFIC_STEP_S
+        points = [p for model in models
+                  for p in client.query_metrics(model, start=first, end=end,
+                                                step_s=TRAFFIC_STEP_S)]
     except mgmt.ManagementError:
         return None, None  # the row keeps its last sparkline; the probe itself went fine
-    return tuple(requests), tuple(errors)
+    return traffic_rates(points, end)
 
 
 class Connections:

@@ -341,6 +341,16 @@ class Fleet:
             self._changed()
 
 
+def format_duration(seconds: float) -> str:
+    """A duration as ``42s``, ``3m05s`` or ``1h02m``."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 def format_ago(seconds: float | None) -> str:
     """A compact age: ``now``, ``42s``, ``5m``, ``3h``, ``2d`` (``-`` for never)."""
     if seconds is None:

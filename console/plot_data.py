@@ -68,6 +68,7 @@ class DeviceBucket:
     """Device load over one step (means of the live seconds in it)."""
 
     seconds: int = 0
+    step_s: int = 1  # the widest stored point folded in (history rolled up to minutes: 60)
     cpu_percent: float = 0.0
     mem_percent: float = 0.0
     temp_c: float | None = None
@@ -104,6 +105,13 @@ class PlotData:
         self.history_loaded = False
         self.newest = 0
 
+    @property
+    def gap_s(self) -> int:
+        """The widest step between two neighbouring points that is not a gap."""
+        widths = [b.step_s for m in self.models.values() for b in m.values()]
+        widths += [d.step_s for d in self.device.values()]
+        return max([self.range.step_s, *widths])
+
     def _bucket(self, ts: int) -> int:
         return ts - ts % self.range.step_s
 
@@ -121,12 +129,14 @@ class PlotData:
                 d.temp_c = sp.temp_c if d.temp_c is None else (d.temp_c * n + sp.temp_c * w) / (
                     n + w)
             d.seconds = n + w
+            d.step_s = max(d.step_s, w)
             self.newest = max(self.newest, sp.ts)
         for model, model_points in points.items():
             buckets = self.models.setdefault(model, {})
             for p in model_points:
                 key = self._bucket(p.ts)
                 b = buckets.setdefault(key, ModelBucket(step_s=self.range.step_s))
+                b.step_s = max(b.step_s, p.step_s)  # a minute rollup covers a whole minute
                 b.requests += p.requests
                 b.errors += p.errors
                 b.p50_ms, b.p95_ms = _max(b.p50_ms, p.p50_ms), _max(b.p95_ms, p.p95_ms)
@@ -183,18 +193,32 @@ class PlotData:
         return sorted(m for m, b in self.models.items() if b)
 
     def model_series(self, model: str) -> dict[str, list[tuple[int, float]]]:
-        """``model``'s plot lines as (bucket time, value), oldest first; latency, batch and queue
-        only where there were requests."""
+        """``model``'s plot lines as (bucket time, value), oldest first. A step with no stored
+        or live bucket had no requests: requests/s and errors/s are zero there (the agent stores
+        no empty buckets), never a line drawn across the gap; latency, batch and queue only where
+        there were requests (a gap in them is a gap: see :func:`segments`)."""
         out: dict[str, list[tuple[int, float]]] = {
             k: [] for k in ("rps", "errors", "p50", "p95", "p99", "batch", "queue")}
-        for ts, b in sorted(self.models.get(model, {}).items()):
-            out["rps"].append((ts, b.requests_per_s))
-            out["errors"].append((ts, b.errors_per_s))
-            if b.requests:
-                for name, value in (("p50", b.p50_ms), ("p95", b.p95_ms), ("p99", b.p99_ms),
-                                    ("batch", b.batch), ("queue", b.queue_ms)):
-                    if value is not None:
-                        out[name].append((ts, value))
+        buckets = self.models.get(model, {})
+        if not buckets:
+            return out
+        step = self.range.step_s
+        first = min(buckets)
+        last = max(max(buckets), self._bucket(self.newest))
+        covered = first  # a stored minute in shorter steps covers the steps after it too
+        for ts in range(first, last + 1, step):
+            b = buckets.get(ts)
+            if b is None and ts < covered:
+                continue
+            covered = ts + (b.step_s if b else step)
+            out["rps"].append((ts, b.requests_per_s if b else 0.0))
+            out["errors"].append((ts, b.errors_per_s if b else 0.0))
+            if b is None or not b.requests:
+                continue
+            for name, value in (("p50", b.p50_ms), ("p95", b.p95_ms), ("p99", b.p99_ms),
+                                ("batch", b.batch), ("queue", b.queue_ms)):
+                if value is not None:
+                    out[name].append((ts, value))
         return out
 
     def device_series(self) -> dict[str, list[tuple[int, float]]]:
@@ -206,6 +230,19 @@ class PlotData:
             if b.temp_c is not None:
                 out["temp"].append((ts, b.temp_c))
         return out
+
+
+def segments(points: Sequence[tuple[int, float]], step_s: int
+             ) -> list[list[tuple[int, float]]]:
+    """``points`` cut where a step is missing: each run is drawn on its own, so a gap stays a
+    gap and no line is interpolated across it."""
+    runs: list[list[tuple[int, float]]] = []
+    for ts, value in points:
+        if runs and ts - runs[-1][-1][0] <= step_s:
+            runs[-1].append((ts, value))
+        else:
+            runs.append([(ts, value)])
+    return runs
 
 
 SPARK = "▁▂▃▄▅▆▇█"

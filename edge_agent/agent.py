@@ -39,6 +39,7 @@ from edge_agent.deploy.pause import hooks_from_environment
 from edge_agent.errors import AgentError
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.frontends.common.typed_budget import TypedBudget
 from edge_agent.frontends.http.server import HttpFrontEnd
 from edge_agent.management.identity import AgentIdentity, load_or_create_agent_id
 from edge_agent.management.server import ManagementServer
@@ -49,6 +50,7 @@ from edge_agent.server import AgentServer, BoundAddresses
 from edge_agent.state import StateStore, TokenFile
 from edge_agent.state.lock import StateLock, claim_state_dir
 from edge_agent.systemd_notify import SystemdNotifier
+from edge_agent.tracing import Tracing
 
 if TYPE_CHECKING:
     from edge_agent.core.api import DataPlaneAPI
@@ -181,7 +183,9 @@ def start_frontends(config: AgentConfig, state: StateParts, core: CoreParts) -> 
     context = FrontendContext(
         core.dataplane, core.manager if config.grpc.repository_control else None,
         SharedMemoryRegistry(max_per_user=config.grpc.shared_memory_regions_per_user),
-        log_control=config.grpc.log_control)
+        log_control=config.grpc.log_control,
+        typed_budget=TypedBudget(config.models.typed_input_bytes),
+        tracing=Tracing(config.trace))
     grpc = AgentServer(core.dataplane, config, context=context)
     addresses = grpc.start()
     try:
@@ -419,7 +423,8 @@ class Agent:
             log.info("shutting down: draining in-flight requests")
         finally:
             notifier.stop_watchdog()
-            if previous:  # a real process (signals are ours): never outlive the stop deadline
+            if previous and stop_event is None:  # `edge-agent serve` (the signals are ours,
+                # nobody embeds this run): the process never outlives the stop deadline
                 threading.Thread(target=self._exit_if_stuck, daemon=True,
                                  name="stop-deadline").start()
             self._stop()

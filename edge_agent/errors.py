@@ -17,6 +17,7 @@ class ErrorCode(Enum):
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     UNAVAILABLE = "UNAVAILABLE"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    CANCELLED = "CANCELLED"
     FAILED_PRECONDITION = "FAILED_PRECONDITION"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     ALREADY_EXISTS = "ALREADY_EXISTS"
@@ -37,6 +38,12 @@ class InvalidInputError(AgentError):
 
 class DecoupledModelError(InvalidInputError):
     """Unary inference on a decoupled model (it answers only over ModelStreamInfer)."""
+
+
+class TraceSettingError(AgentError):
+    """A trace setting (Triton's trace extension) that is unknown, malformed or not served."""
+
+    code = ErrorCode.INVALID_ARGUMENT
 
 
 class ModelNotFoundError(AgentError):
@@ -61,6 +68,13 @@ class RequestTimeoutError(AgentError):
     """The request waited in the queue or ran longer than its timeout."""
 
     code = ErrorCode.DEADLINE_EXCEEDED
+
+
+class RequestCancelledError(AgentError):
+    """The caller gave up (it cancelled, its gRPC deadline passed or its connection closed)
+    before the request ran: it was taken out of the queue and never executed."""
+
+    code = ErrorCode.CANCELLED
 
 
 class BackendError(AgentError):

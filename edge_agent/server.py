@@ -37,11 +37,13 @@ from edge_agent.core.api import DataPlaneAPI
 from edge_agent.errors import ConfigError
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.control import RepositoryControl
+from edge_agent.frontends.common.typed_budget import TypedBudget
 from edge_agent.frontends.grpc import handlers
 from edge_agent.frontends.grpc.admission import AdmissionPool, ResponseBudget, WatchedPool
 from edge_agent.frontends.grpc.health import NOT_SERVING, SERVING, HealthServicer
 from edge_agent.frontends.grpc.servicer import InferenceServicer
 from edge_agent.frontends.grpc.streams import StreamLimits, StreamSessions
+from edge_agent.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +131,9 @@ class AgentServer:
         # same context, not this server. RepositoryModelLoad/Unload go to the model manager
         # only when the config allows it; one set of system shared memory regions for both.
         self.context = context or FrontendContext(
-            dataplane, model_control if config.grpc.repository_control else None)
+            dataplane, model_control if config.grpc.repository_control else None,
+            typed_budget=TypedBudget(config.models.typed_input_bytes),
+            tracing=Tracing(config.trace))
         self.dataplane = dataplane
         self.config = config
         self.health = HealthServicer()
@@ -172,7 +176,8 @@ class AgentServer:
                                      uds=self.config.uds_path,
                                      tcp_shared_memory=cfg.tcp_shared_memory)
         handlers.register(server, INFERENCE_SERVICE,
-                          handlers.inference_handlers(servicer, stream_pool, health_pool))
+                          handlers.inference_handlers(servicer, stream_pool, health_pool,
+                                                     self.context.typed_budget))
         handlers.register(server, handlers.HEALTH_SERVICE,
                           handlers.health_handlers(self.health, health_pool))
         for name in ("", INFERENCE_SERVICE):
@@ -224,3 +229,4 @@ class AgentServer:
             with contextlib.suppress(FileNotFoundError):
                 self._uds.unlink()
             self._uds = None
+        self.context.tracing.close()  # the spans of the last requests exported

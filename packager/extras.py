@@ -15,6 +15,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "console": ("textual", "grpc", "google.protobuf", "psutil", "zeroconf"),
     "pack": ("numpy", "onnx", "onnxruntime", "openvino"),
     "tune": ("plotext",),  # on top of [agent]
+    "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),  # agent tracing
     "trees": ("xgboost", "lightgbm", "sklearn", "skops", "onnxmltools", "skl2onnx"),  # + [pack]
 }
 """Extra name -> the Python modules whose absence means that extra is not installed."""

@@ -60,11 +60,13 @@ Attack = Callable[[Target, threading.Event, Tally], None]
 
 # name -> module (under benchmarks.attacks) defining ``attack``.
 ATTACKS: dict[str, str] = {
+    "gives_up": "gives_up",  # 1 ms deadlines and cancelled calls: never run (issue 25)
     "grpc_idle_and_amplify": "grpc_idle_and_amplify",
     "http_hostile": "http_hostile",
     "hostile-registry": "hostile_registry",
     "management_lockout": "management_lockout",
     "shm_deputy": "shm_deputy",
+    "typed_contents": "typed_contents",
 }
 
 
@@ -82,3 +84,23 @@ def load(name: str) -> Attack:
     module = importlib.import_module(f"benchmarks.attacks.{ATTACKS[name]}")
     fn: Attack = module.attack
     return fn
+
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def infer_until(target: Target, stop: threading.Event, tally: Tally, payload: bytes,
+                kind: str) -> None:
+    """Send ModelInfer wire bytes ``payload`` without pause until ``stop``; tally each answer
+    as ``"{kind} CODE"`` (an answer that is not refused counts as a failure)."""
+    import grpc
+
+    with grpc.insecure_channel(target.grpc, options=[
+            ("grpc.max_send_message_length", 64 << 20)]) as channel:
+        call = channel.unary_unary(INFER)
+        while not stop.is_set():
+            try:
+                call(payload, timeout=30)
+                tally.add(f"{kind} answered (a failure)")
+            except grpc.RpcError as exc:
+                tally.add(f"{kind} {exc.code().name}")

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 
 import grpc
 
-from benchmarks.attacks import Tally, Target
+from benchmarks.attacks import Tally, Target, infer_until
 
 STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
-INFER = "/inference.GRPCInferenceService/ModelInfer"
 IDLE_STREAMS = 8
 
 
@@ -56,15 +55,6 @@ def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
                for _ in range(IDLE_STREAMS)]
     for t in holders:
         t.start()
-    payload = _amplified_request(target.model)
-    with grpc.insecure_channel(target.grpc, options=[
-            ("grpc.max_send_message_length", 64 << 20)]) as channel:
-        call = channel.unary_unary(INFER)
-        while not stop.is_set():
-            try:
-                call(payload, timeout=30)
-                tally.add("amplified answered (a failure)")
-            except grpc.RpcError as exc:
-                tally.add(f"amplified {exc.code().name}")
+    infer_until(target, stop, tally, _amplified_request(target.model), "amplified")
     for t in holders:
         t.join(30)

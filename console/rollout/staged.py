@@ -150,7 +150,8 @@ class Rollout:
                 self._update(agent.key, sent=base + sent)
 
             def on_step(step: StepInfo) -> None:
-                steps.append(step)
+                # a streamed step carries no time: stamped when it reached the console
+                steps.append(step if step.at else replace(step, at=time.time()))
                 self._update(agent.key, steps=tuple(steps), message=f"{step.step}: "
                              f"{step.message}")
 

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.coordinate import Coordinate
-from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from console.agent_view import (
@@ -29,19 +29,23 @@ from console.agent_view import (
 )
 from console.commands import last_tuning
 from console.errors import ConsoleError
-from console.fleet import AgentState, FleetAgent, format_ago
+from console.fetches import STALL_S, Fetches
+from console.fleet import AgentState, FleetAgent, format_ago, format_duration
 from console.messages import ActionFinished, AgentSnapshotReady, HistoryArrived, MetricsArrived
-from console.plot_data import RANGES, PlotData
+from console.plot_data import RANGES, PlotData, PlotRange
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.rollback import RollbackScreen
 from console.screens.settings import SettingsScreen
+from console.widgets.console_footer import ConsoleFooter
 from console.widgets.fleet_table import STATE_STYLES
 from console.widgets.metric_plots import DevicePlots, ModelPlots
 from edge_agent.client.agent_client import AgentClient, ManagementError
 from edge_agent.client.types import DeployResult, MetricPoint, MetricsSample, SystemPoint
 
 WATCH_RETRY_S = 2.0
+HISTORY_RETRY_S = 5.0  # a failed history query is asked again after this
+HISTORY_TRIES = 3  # then the plots go on with live seconds only (t asks again)
 
 
 STALE_STATES = frozenset({AgentState.OFFLINE, AgentState.UNREACHABLE, AgentState.AUTH_FAILED})
@@ -71,7 +75,7 @@ class AgentScreen(ConsoleScreen):
         Binding("a", "activate", "Activate", tooltip="Make the selected version active"),
         Binding("x", "remove", "Remove", tooltip="Delete the selected (inactive) version"),
         Binding("D", "deploy_here", "Deploy", tooltip="Deploy a bundle to this agent"),
-        Binding("S", "settings", "Settings", show=False,
+        Binding("S", "settings", "Settings",
                 tooltip="Edit the selected model's live settings"),
         Binding("h", "history", "History", tooltip="Past throughput and latency"),
         Binding("l", "logs", "Log", tooltip="The agent's own log (its recent lines, followed)"),
@@ -93,6 +97,7 @@ class AgentScreen(ConsoleScreen):
         self._plots: dict[str, ModelPlots] = {}
         self._last_sample_at: float | None = None
         self._refresh_now = asyncio.Event()
+        self.fetches = Fetches()  # background fetches that failed or stalled are shown
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -112,14 +117,16 @@ class AgentScreen(ConsoleScreen):
                         plot = self._plots[model] = ModelPlots(model)
                         plot.display = False
                         yield plot
-                    yield DevicePlots(id="device-plots")
+                # below the models, never scrolled away by them: CPU, memory, temperature
+                yield DevicePlots(id="device-plots")
         with TabbedContent(id="agent-tabs"):
             with TabPane("Deployments", id="tab-deployments"):
                 yield DataTable(id="deployments-table", cursor_type="row")
             with TabPane("Events", id="tab-events"):
                 yield DataTable(id="agent-events", cursor_type="row")
+        yield Static("", id="agent-fetches")  # fetches that failed or stalled, with their age
         yield Static("", id="agent-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def _known_models(self) -> list[str]:
         """The models the fleet's last probe saw active on this agent."""
@@ -139,6 +146,7 @@ class AgentScreen(ConsoleScreen):
             "STARTED", "MODEL", "KIND", "FROM→TO", "STATUS", "LAST STEP", "REASON")
         self.query_one("#agent-events", DataTable).add_columns("TIME (UTC)", "EVENT")
         self._render_summary()
+        self.set_interval(1.0, self.show_fetches)
         if self.live and self.console.poll_enabled:
             self.refresh_loop()
             self.load_history(self.plot_data.range.label)
@@ -173,7 +181,12 @@ class AgentScreen(ConsoleScreen):
         """Poll the agent; the next poll starts only after the last one finished (after the
         poll interval, or at once when :meth:`action_refresh` asks)."""
         while True:
+            self.fetches.started("agent state")
             snapshot = await asyncio.to_thread(self.fetch)
+            if snapshot.error:
+                self.fetches.failed("agent state", snapshot.error)
+            else:
+                self.fetches.answered("agent state")
             self.post_message(AgentSnapshotReady(self.key, snapshot))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._refresh_now.wait(),
@@ -186,13 +199,18 @@ class AgentScreen(ConsoleScreen):
         worker = get_current_worker()
         while not worker.is_cancelled:
             try:
+                self.fetches.started("live metrics")
                 stream = self._call(lambda c: c.watch_metrics())
                 for sample in stream:
                     if worker.is_cancelled:
                         stream.close()
                         return
+                    self.fetches.answered("live metrics")
+                    self.fetches.started("live metrics")  # the next second is due
                     self.post_message(MetricsArrived(self.key, sample))
+                self.fetches.failed("live metrics", "the agent ended the stream")
             except (ConsoleError, ManagementError) as exc:
+                self.fetches.failed("live metrics", str(exc))
                 self.post_message(MetricsArrived(self.key, None, str(exc)))
             for _ in range(int(WATCH_RETRY_S * 10)):
                 if worker.is_cancelled:
@@ -202,11 +220,14 @@ class AgentScreen(ConsoleScreen):
     @work(thread=True, exclusive=True, group="agent-action", exit_on_error=False)
     def run_change(self, title: str, fn: Callable[[AgentClient], DeployResult]) -> None:
         """Make one change on the agent and report how it ended."""
+        self.fetches.started(title)
         try:
             result = self._call(fn)
         except ConsoleError as exc:
+            self.fetches.forget(title)  # said in the status line
             self.post_message(ActionFinished(self.key, title, False, str(exc)))
             return
+        self.fetches.forget(title)
         self.post_message(ActionFinished(self.key, title, result.ok, result.message))
 
     # -- rendering -----------------------------------------------------------------------------
@@ -262,7 +283,7 @@ class AgentScreen(ConsoleScreen):
             if model not in self._plots:
                 plot = self._plots[model] = ModelPlots(model)
                 plot.draw(self.plot_data, self.metrics.series.get(model))  # drawn once mounted
-                scroll.mount(plot, before=self.query_one("#device-plots"))
+                scroll.mount(plot)
         for model, plot in self._plots.items():  # compact: the summary line stands in
             plot.display = model in models
             plot.draw(self.plot_data, self.metrics.series.get(model), plots=not self.compact)
@@ -285,6 +306,7 @@ class AgentScreen(ConsoleScreen):
     def action_next_range(self) -> None:
         """Switch the plots to the next time range and ask the agent for its history."""
         index = RANGES.index(self.plot_data.range)
+        self.fetches.forget(f"history ({self.plot_data.range.label})")
         self.plot_data.reset(RANGES[(index + 1) % len(RANGES)])
         self.query_one("#plots-range", Static).update(self._range_line())
         for plot in self._plots.values():
@@ -298,25 +320,62 @@ class AgentScreen(ConsoleScreen):
 
     @work(thread=True, exclusive=True, group="agent-history", exit_on_error=False)
     def load_history(self, label: str) -> None:
-        """QueryMetrics of every model on the agent for the plot range ``label``."""
+        """QueryMetrics of every model on the agent for the plot range ``label``; a failure is
+        shown with its age and asked again (``HISTORY_TRIES`` in all, then live only)."""
         plot_range = next(r for r in RANGES if r.label == label)
-        until = time.time()
-        try:
-            # the fleet's probe already knows the active models: one call less
-            models = self._known_models() or sorted(
-                {v.model for v in self._call(lambda c: c.models())})
-
-            def query(c: AgentClient) -> dict[str, list[object]]:
-                return {m: list(c.query_metrics(m, start=until - plot_range.span_s, end=until,
-                                                step_s=plot_range.step_s)) for m in models}
-
-            points = self._call(query)
-            system = self._call(lambda c: device_history(c, until - plot_range.span_s, until,
-                                                         plot_range.step_s))
-        except (ConsoleError, ManagementError) as exc:
-            self.post_message(HistoryArrived(self.key, label, {}, until, str(exc)))
+        name = f"history ({label})"
+        worker = get_current_worker()
+        for attempt in range(1, HISTORY_TRIES + 1):
+            until = time.time()
+            self.fetches.started(name)
+            try:
+                points, system = self._query_history(plot_range, until)
+            except (ConsoleError, ManagementError) as exc:
+                if worker.is_cancelled:
+                    return
+                self.fetches.failed(name, str(exc))
+                if attempt == HISTORY_TRIES:
+                    self.fetches.forget(name)
+                    self.post_message(HistoryArrived(
+                        self.key, label, {}, until, f"{exc} (asked {HISTORY_TRIES} times; the "
+                        "plots show live seconds only, t asks again)"))
+                    return
+                for _ in range(int(HISTORY_RETRY_S * 10)):
+                    if worker.is_cancelled:
+                        return
+                    time.sleep(0.1)
+                continue
+            self.fetches.answered(name)
+            self.post_message(HistoryArrived(self.key, label, points, until, system=system))
             return
-        self.post_message(HistoryArrived(self.key, label, points, until, system=system))
+
+    def _query_history(self, plot_range: PlotRange, until: float
+                       ) -> tuple[dict[str, list[object]], Any]:
+        """Stored points of every model and of the device over ``plot_range`` up to ``until``."""
+        # the fleet's probe already knows the active models: one call less
+        models = self._known_models() or sorted(
+            {v.model for v in self._call(lambda c: c.models())})
+
+        def query(c: AgentClient) -> dict[str, list[object]]:
+            return {m: list(c.query_metrics(m, start=until - plot_range.span_s, end=until,
+                                            step_s=plot_range.step_s)) for m in models}
+
+        points = self._call(query)
+        system = self._call(lambda c: device_history(c, until - plot_range.span_s, until,
+                                                     plot_range.step_s))
+        return points, system
+
+    def show_fetches(self) -> None:
+        """Show every background fetch that failed or stalled, with its age (each second)."""
+        lines = self.fetches.problems()
+        if self._last_sample_at is not None and self.live:
+            quiet = time.time() - self._last_sample_at
+            if quiet > STALL_S and not any(x.startswith("live metrics") for x in lines):
+                lines.append(f"live metrics: no sample for {format_duration(quiet)} "
+                             "(plots are not moving)")
+        box = self.query_one("#agent-fetches", Static)
+        box.display = bool(lines)
+        box.update(Text("\n".join(lines), style="bold red"))
 
     def on_history_arrived(self, message: HistoryArrived) -> None:
         if message.range_label != self.plot_data.range.label or self.plot_data.history_loaded:

@@ -11,11 +11,12 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import Footer, Header, RichLog
+from textual.widgets import Header, RichLog
 from textual.worker import get_current_worker
 
 from console.errors import ConsoleError
 from console.screens.base import ConsoleScreen
+from console.widgets.console_footer import ConsoleFooter
 from edge_agent.client.agent_client import ManagementError
 from edge_agent.client.types import LogLine
 
@@ -37,7 +38,7 @@ class AgentLogScreen(ConsoleScreen):
     """One agent's log, by fleet key."""
 
     BINDINGS = [
-        Binding("escape,q", "app.pop_screen", "Back", tooltip="Back to the agent"),
+        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the agent"),
         Binding("v", "next_level", "Level", tooltip="Show every line, warnings up, errors only"),
         Binding("c", "clear", "Clear", tooltip="Clear the screen (the agent keeps its lines)"),
     ]
@@ -51,7 +52,7 @@ class AgentLogScreen(ConsoleScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield RichLog(id="agent-log", max_lines=MAX_LINES, wrap=True, markup=False)
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self._title()

@@ -20,7 +20,6 @@ from textual.widgets import (
     Checkbox,
     DataTable,
     DirectoryTree,
-    Footer,
     Header,
     Input,
     Label,
@@ -40,6 +39,7 @@ from console.rollout.staged import RolloutOutcome, TargetProgress, group_bundles
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
 from console.widgets.bundle_tree import BundleTree
+from console.widgets.console_footer import ConsoleFooter
 from console.widgets.target_list import TargetList
 from console.widgets.target_row import TargetRow
 from packager.bundle.oci.layout import PROFILE as PROFILE_KEY
@@ -71,7 +71,14 @@ class DeployScreen(ConsoleScreen):
         Binding("c", "mark_canary", "Canary", tooltip="The highlighted target goes first"),
         Binding("ctrl+x", "cancel_rollout", "Cancel rollout",
                 tooltip="Stop the running rollout (a canary under watch is rolled back)"),
+        Binding("tab", "next_field(1)", "Next field", show=False,
+                tooltip="Files, targets, soak time, Start, then the oci:// reference"),
+        Binding("shift+tab", "next_field(-1)", "Previous field", show=False,
+                tooltip="Back through the fields"),
     ]
+    # Tab follows the order of the work: pick, tick, soak, start; a reference is the other way
+    TAB_ORDER = ("#bundle-tree", "#target-list", "#soak-input", "#start", "#reference-input",
+                 "#registry-insecure", "#steps-table")
 
     def __init__(self, preselect: Sequence[str] = (), *, root: Path | None = None) -> None:
         super().__init__()
@@ -96,7 +103,7 @@ class DeployScreen(ConsoleScreen):
         yield Header()
         with Horizontal(id="deploy-pick"):
             with Vertical(id="deploy-files"):
-                yield Label("Bundles (.edgepkg): Enter picks/unpicks", classes="section-title")
+                yield Label("Bundles: Enter picks, Backspace: up", classes="section-title")
                 yield BundleTree(root, id="bundle-tree")
                 yield Label("or an oci:// reference: Enter resolves",
                             classes="section-title")
@@ -106,7 +113,7 @@ class DeployScreen(ConsoleScreen):
             with Vertical(id="deploy-targets"):
                 yield Label("Picked bundles", classes="section-title")
                 yield Static("none yet", id="picked-bundles")
-                yield Label("Targets: Space ticks, c marks the canary", classes="section-title")
+                yield Label("Targets: Space ticks, c: canary", classes="section-title")
                 yield TargetList(id="target-list")
                 with Horizontal(id="deploy-options"):
                     yield Label("canary", classes="option-label")
@@ -122,7 +129,18 @@ class DeployScreen(ConsoleScreen):
                              id="rollout-rows")
         yield DataTable(id="steps-table", cursor_type="row")
         yield Static("", id="deploy-status")
-        yield Footer()
+        yield ConsoleFooter()
+
+    def action_next_field(self, step: int) -> None:
+        """Focus the next (``step`` 1) or previous (-1) field of :attr:`TAB_ORDER` that can
+        take the focus now."""
+        fields = [w for w in (self.query_one(q) for q in self.TAB_ORDER)
+                  if w.focusable and w.display]
+        if not fields:
+            return
+        here = self.focused
+        i = fields.index(here) if here in fields else (-1 if step > 0 else 0)
+        fields[(i + step) % len(fields)].focus()
 
     def on_mount(self) -> None:
         self.sub_title = "deploy"

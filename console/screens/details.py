@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Label
 
 from console.fleet import FleetAgent, format_ago
 from console.screens.base import ConsoleModal
+
+VALUE_WIDTH = 70  # the value column at most; longer values wrap
 
 
 def detail_rows(agent: FleetAgent, now: float) -> list[tuple[str, str]]:
@@ -46,6 +49,10 @@ class DetailsScreen(ConsoleModal[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("field", "value")
+        field_width = max(len(k) for k, _ in detail_rows(self.agent, self.now))
+        # the values wrap (a fingerprint folds) within what the dialog leaves them: never cut
+        width = max(20, min(VALUE_WIDTH, self.app.size.width * 8 // 10 - field_width - 12))
+        table.add_column("field", width=field_width)
+        table.add_column("value", width=width)
         for key, value in detail_rows(self.agent, self.now):
-            table.add_row(key, value)
+            table.add_row(key, Text(value, overflow="fold"), height=None)

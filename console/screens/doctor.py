@@ -10,10 +10,11 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from console.errors import ConsoleError
 from console.screens.base import ConsoleScreen
+from console.widgets.console_footer import ConsoleFooter
 from edge_agent.client.types import DoctorReport
 
 STATUS_STYLES = {"fail": "bold red", "warn": "yellow", "ok": "green", "info": "dim"}
@@ -45,7 +46,7 @@ class DoctorScreen(ConsoleScreen):
         yield Static("asking the agent to check its device...", id="doctor-summary")
         table: DataTable[str | Text] = DataTable(id="doctor-table", cursor_type="row")
         yield table
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         agent = self.console.fleet.get(self.key)

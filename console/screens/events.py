@@ -8,11 +8,12 @@ from collections.abc import Callable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Input
+from textual.widgets import DataTable, Header, Input
 
 from console.filtering import parse_filter
 from console.messages import FleetChanged
 from console.screens.base import ConsoleScreen
+from console.widgets.console_footer import ConsoleFooter
 
 LEVEL_STYLES = {"info": "", "warning": "yellow", "error": "bold red"}
 
@@ -38,7 +39,7 @@ class EventsScreen(ConsoleScreen):
         yield table
         yield Input(placeholder="filter: words that must all match (regex), !word to exclude",
                     id="events-filter", classes="hidden")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.sub_title = f"events of {self.agent}" if self.agent else "events"

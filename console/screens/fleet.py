@@ -8,11 +8,12 @@ from collections.abc import Callable
 from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from console.fleet import SORT_COLUMNS, AgentState, FleetAgent
 from console.messages import FleetChanged, SortRequested
 from console.screens.base import ConsoleScreen
+from console.widgets.console_footer import ConsoleFooter
 from console.widgets.fleet_table import STATE_STYLES, FleetTable
 
 REFRESH_MIN_INTERVAL_S = 0.1
@@ -56,7 +57,7 @@ class FleetScreen(ConsoleScreen):
         yield Static("", id="fleet-status")
         yield Input(placeholder="filter: words that must all match (regex), !word to exclude",
                     id="fleet-filter", classes="hidden")
-        yield Footer()
+        yield ConsoleFooter()
 
     @property
     def table(self) -> FleetTable:

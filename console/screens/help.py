@@ -16,7 +16,8 @@ _KEY_NAMES = {"slash": "/", "question_mark": "?", "colon": ":", "escape": "Esc",
 
 INTRO = ("edge-console lists the agents found by mDNS (and those given with --agent or in the "
          "config file). Keys follow k9s/lazydocker: / filter (regex words, !word excludes), "
-         "? help, : jump to a view, l events, d details, j/k/g/G and Ctrl+F/Ctrl+B to move. "
+         "? help, : jump to a view, e events, R rollouts, d details, q quit, j/k/g/G and "
+         "Ctrl+F/Ctrl+B to move. "
          "Every action is also in the command palette (Ctrl+P). Actions that change an agent "
          "ask for confirmation and are hidden under --read-only.")
 

@@ -9,21 +9,25 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from rich.markup import escape
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Label, Select, Static
+from textual.widgets import DataTable, Header, Label, Select, Static
 
 from console.errors import ConsoleError
+from console.fetches import Fetches
 from console.plot_data import PlotData, PlotRange
 from console.screens.base import ConsoleScreen
+from console.widgets.console_footer import ConsoleFooter
 from console.widgets.metric_plots import ModelPlots
 from edge_agent.client.agent_client import AgentClient
 from edge_agent.client.types import MetricPoint
 
 T = TypeVar("T")
+RETRY_S = 5.0  # a failed model list or query is asked again after this
 
 # label, seconds back, rollup step in seconds, time axis labels
 RANGES = (PlotRange("last 15 min", 900, 10, "%H:%M"), PlotRange("last hour", 3600, 60, "%H:%M"),
@@ -63,6 +67,7 @@ class HistoryScreen(ConsoleScreen):
         super().__init__()
         self.key = key
         self.points: list[MetricPoint] = []
+        self.fetches = Fetches()  # a model list or a query that failed or stalled is shown
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -74,16 +79,28 @@ class HistoryScreen(ConsoleScreen):
                               value=1, allow_blank=False, id="history-range")
         yield VerticalScroll(id="history-plots")
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="history-fetches")
         yield Static("", id="history-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         agent = self.console.fleet.get(self.key)
         self.sub_title = f"history of {agent.name if agent else self.key}"
-        self.query_one(DataTable).add_columns("TIME (UTC)", "REQUESTS", "REQ/S", "ERRORS",
-                                              "BATCH", "P50 MS", "P95 MS", "P99 MS")
+        table = self.query_one(DataTable)
+        # fixed widths: a refill never cuts TIME nor moves a header off its column
+        for title, width in (("TIME (UTC)", 14), ("REQUESTS", 9), ("REQ/S", 9), ("ERRORS", 7),
+                             ("BATCH", 6), ("P50 MS", 8), ("P95 MS", 8), ("P99 MS", 8)):
+            table.add_column(title, width=width)
+        self.set_interval(1.0, self.show_fetches)
         if self.console.poll_enabled:
             self.load_models()
+
+    def show_fetches(self) -> None:
+        """Show the model list or query that failed or stalled, with its age (each second)."""
+        lines = self.fetches.problems()
+        box = self.query_one("#history-fetches", Static)
+        box.display = bool(lines)
+        box.update(Text("\n".join(lines), style="bold red"))
 
     def _call(self, fn: Callable[[AgentClient], T]) -> T:
         agent = self.console.fleet.get(self.key)
@@ -93,17 +110,21 @@ class HistoryScreen(ConsoleScreen):
 
     @work(thread=True, exclusive=True, group="history-models", exit_on_error=False)
     def load_models(self) -> None:
-        """Ask the agent which models it has."""
+        """Ask the agent which models it has (asked again every ``RETRY_S`` while it fails)."""
+        self.fetches.started("models")
         try:
             versions = self._call(lambda c: c.models())
         except ConsoleError as exc:
+            self.fetches.failed("models", str(exc))
             self.post_message(ModelsLoaded([], str(exc)))
             return
+        self.fetches.answered("models")
         self.post_message(ModelsLoaded(sorted({v.model for v in versions})))
 
     def on_models_loaded(self, message: ModelsLoaded) -> None:
         if message.error:
             self._status(message.error, error=True)
+            self.set_timer(RETRY_S, self.load_models)
             return
         select = self.query_one("#history-model", Select)
         select.set_options([(m, m) for m in message.models])
@@ -128,17 +149,21 @@ class HistoryScreen(ConsoleScreen):
     @work(thread=True, exclusive=True, group="history-query", exit_on_error=False)
     def query_history(self, model: str, start: float, end: float, step_s: int) -> None:
         """QueryMetrics for one model and range (rolled up to ``step_s``)."""
+        self.fetches.started("query")
         try:
             points = self._call(lambda c: c.query_metrics(model, start=start, end=end,
                                                           step_s=step_s))
         except ConsoleError as exc:
+            self.fetches.failed("query", str(exc))
             self.post_message(HistoryLoaded(model, [], str(exc)))
             return
+        self.fetches.answered("query")
         self.post_message(HistoryLoaded(model, list(points)))
 
     def on_history_loaded(self, message: HistoryLoaded) -> None:
         if message.error:
             self._status(message.error, error=True)
+            self.set_timer(RETRY_S, self.action_reload)
             return
         index = self.query_one("#history-range", Select).value
         self.show_points(message.model, message.points,

@@ -11,7 +11,7 @@ from textual.widgets import Input, Label
 
 from console.screens.base import ConsoleModal
 
-VIEWS = ("fleet", "events", "deploy", "history", "help", "quit")
+VIEWS = ("fleet", "events", "deploy", "rollouts", "history", "help", "quit")
 
 
 class JumpScreen(ConsoleModal[str | None]):

@@ -9,17 +9,30 @@ from collections.abc import Callable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Label, Static
+from textual.widgets import DataTable, Header, Label, Static
 
+from console.fleet import format_duration as elapsed
 from console.messages import RolloutsChanged
 from console.rollout.session import RolloutJob
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmScreen
+from console.widgets.console_footer import ConsoleFooter
 from console.widgets.target_row import PHASE_STYLES
 
 
 def _clock(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%H:%M:%S", time.gmtime(ts))
+    return "-" if not ts else time.strftime("%H:%M:%S", time.gmtime(ts))
+
+
+DETAIL_WIDTH = 60  # the DETAIL column; the whole text is in the line under the table
+
+
+def _cut(text: str) -> str:
+    """``text`` for the DETAIL column: its first line, cut with ``…`` when longer."""
+    first = text.splitlines()[0] if text else ""
+    if len(first) > DETAIL_WIDTH:
+        return first[:DETAIL_WIDTH - 1] + "…"
+    return first + (" …" if first != text else "")
 
 
 class RolloutsScreen(ConsoleScreen):
@@ -41,15 +54,16 @@ class RolloutsScreen(ConsoleScreen):
         yield DataTable(id="rollouts-table", cursor_type="row", zebra_stripes=True)
         yield Label("Targets and steps of the selected rollout", classes="section-title")
         yield DataTable(id="rollout-steps", cursor_type="row")
+        yield Static("", id="rollout-step-detail")  # the highlighted step's detail, wrapped
         yield Static("", id="rollouts-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "rollouts"
         self.query_one("#rollouts-table", DataTable).add_columns(
-            "#", "STARTED (UTC)", "ENDED", "WHAT", "CANARY", "STATUS")
+            "#", "STARTED (UTC)", "ENDED", "ELAPSED", "WHAT", "CANARY", "STATUS")
         self.query_one("#rollout-steps", DataTable).add_columns(
-            "AGENT", "PHASE", "STEP", "OK", "AT (UTC)", "DETAIL")
+            "AGENT", "PHASE", "STEP", "OK", "AT (UTC)", "+", "DETAIL")
         self._unsubscribe = self.console.rollouts.subscribe(
             lambda: self.post_message(RolloutsChanged()))
         self.show_rollouts()
@@ -80,37 +94,69 @@ class RolloutsScreen(ConsoleScreen):
             style = ("yellow" if job.running else "green" if job.outcome and job.outcome.ok
                      else "bold red")
             canary = job.targets.get(job.canary)
-            table.add_row(str(job.id), _clock(job.started_at), _clock(job.ended_at), job.title,
+            took = (job.ended_at if job.ended_at is not None else self.console.clock()
+                    ) - job.started_at
+            table.add_row(str(job.id), _clock(job.started_at), _clock(job.ended_at),
+                          elapsed(took) + ("" if job.ended_at is not None else " …"), job.title,
                           canary.name if canary else "-", Text(status[:100], style=style),
                           key=str(job.id))
         self._order = [j.id for j in jobs]
         if chosen is not None and chosen.id in self._order:
             table.move_cursor(row=self._order.index(chosen.id), animate=False)
         self.show_steps()
-        running = len(self.console.rollouts.running())
-        self.query_one("#rollouts-status", Static).update(
-            f"{running} running, {len(jobs) - running} ended" if jobs else
-            "no rollout in this session yet (D on the fleet starts one)")
+        self._show_status()
         self.refresh_bindings()
+
+    def _show_status(self) -> None:
+        """How many run and ended, and the selected rollout's whole status (never cut)."""
+        jobs = self.console.rollouts.jobs
+        running = len(self.console.rollouts.running())
+        text = Text(f"{running} running, {len(jobs) - running} ended" if jobs else
+                    "no rollout in this session yet (D on the fleet starts one)")
+        job = self.selected
+        if job is not None:
+            text.append(f"\n#{job.id} {job.title}: {job.status()}")
+        self.query_one("#rollouts-status", Static).update(text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "rollouts-table":
             self.show_steps()
+            self._show_status()
+        elif event.data_table.id == "rollout-steps":
+            self.show_step_detail(event.cursor_row)
 
     def show_steps(self) -> None:
-        """Every target of the selected rollout with its steps."""
+        """Every target of the selected rollout with its steps (time since the rollout
+        started in ``+``); the highlighted row's detail is shown in full below the table."""
         table = self.query_one("#rollout-steps", DataTable)
+        row = table.cursor_row
         table.clear()
+        self._details: list[str] = []
         job = self.selected
         if job is None:
+            self.show_step_detail(-1)
             return
         for p in job.targets.values():
             phase = Text(p.phase.value, style=PHASE_STYLES[p.phase])
             name = p.name + (" (canary)" if p.canary else "")
-            table.add_row(name, phase, "-", "", "", p.message or "")
+            table.add_row(name, phase, "-", "", "", "", _cut(p.message or ""))
+            self._details.append(f"{name}: {p.phase.value}" + (f": {p.message}" if p.message
+                                                                  else ""))
             for s in p.steps:
                 table.add_row("", "", s.step, Text("ok", style="green") if s.ok else
-                              Text("FAILED", style="bold red"), _clock(s.at), s.message)
+                              Text("FAILED", style="bold red"), _clock(s.at),
+                              f"+{elapsed(s.at - job.started_at)}" if s.at else "",
+                              _cut(s.message))
+                self._details.append(f"{name} {s.step}: {s.message}")
+        if 0 <= row < table.row_count:
+            table.move_cursor(row=row, animate=False)
+        self.show_step_detail(table.cursor_row)
+
+    def show_step_detail(self, row: int) -> None:
+        """The whole detail of step row ``row`` (a refusal keeps its fix), wrapped."""
+        details = getattr(self, "_details", [])
+        self.query_one("#rollout-step-detail", Static).update(
+            Text(details[row]) if 0 <= row < len(details) else "")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel_rollout":

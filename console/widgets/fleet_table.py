@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
+from textual.geometry import Size
 from textual.widgets import DataTable
 
 from console.fleet import SORT_COLUMNS, AgentState, FleetAgent, format_ago
@@ -57,7 +58,8 @@ class FleetTable(DataTable[str | Text]):
     """Shows :class:`FleetAgent` rows; :meth:`show` diffs against what is on screen."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        # NAME stays put when the table scrolls right (80x24 shows half the columns)
+        super().__init__(cursor_type="row", zebra_stripes=True, fixed_columns=1, **kwargs)
         self._shown: dict[str, Cells] = {}
         self._order: list[str] = []
 
@@ -112,7 +114,29 @@ class FleetTable(DataTable[str | Text]):
                                      for x in cells]
             column.auto_width = False
             column.width = max(widths)
+        # the scrollable width follows now: scrolling right reaches the last column
+        self.virtual_size = Size(sum(c.get_render_width(self) for c in self.columns.values()),
+                                 self.virtual_size.height)
         self.refresh()
+
+    def _column_starts(self) -> list[int]:
+        """Where each scrollable column starts (x, past the fixed NAME column)."""
+        starts, x = [], 0
+        for column in list(self.columns.values())[self.fixed_columns:]:
+            starts.append(x)
+            x += column.get_render_width(self)
+        return starts
+
+    def action_cursor_right(self) -> None:
+        """Scroll right by one whole column (a row cursor has no column to move)."""
+        later = [x for x in self._column_starts() if x > self.scroll_x]
+        self.scroll_to(x=min(later[0], self.max_scroll_x) if later else self.max_scroll_x,
+                       animate=False)
+
+    def action_cursor_left(self) -> None:
+        """Scroll left by one whole column."""
+        earlier = [x for x in self._column_starts() if x < self.scroll_x]
+        self.scroll_to(x=earlier[-1] if earlier else 0, animate=False)
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         event.stop()

@@ -14,7 +14,7 @@ from textual_plotext import PlotextPlot
 from textual_plotext.plot import Plot
 
 from console.agent_view import Series
-from console.plot_data import PlotData, PlotRange
+from console.plot_data import PlotData, PlotRange, segments
 
 Line = tuple[str, str, Sequence[tuple[int, float]]]  # (label, colour, (time, value) points)
 
@@ -35,13 +35,15 @@ class TimePlot(PlotextPlot):
         self.title = title
         self.unit = unit
         self.drawn = False  # True once lines with at least one point were drawn
-        self._drawing: tuple[list[Line], int, PlotRange] | None = None
+        self._drawing: tuple[list[Line], int, PlotRange, int] | None = None
         self._rendered: tuple[object, RenderResult] | None = None  # (what, how it looked)
         self.painted_at: float | None = None  # perf_counter of the first render with data
 
-    def draw(self, lines: Sequence[Line], newest: int, plot_range: PlotRange) -> None:
-        """Replace the plot's lines (each (label, colour, points)) and redraw."""
-        self._drawing = (list(lines), newest, plot_range)
+    def draw(self, lines: Sequence[Line], newest: int, plot_range: PlotRange,
+             gap_s: int = 0) -> None:
+        """Replace the plot's lines (each (label, colour, points)) and redraw; neighbours more
+        than ``gap_s`` (default: the range's step) apart are not joined."""
+        self._drawing = (list(lines), newest, plot_range, gap_s or plot_range.step_s)
         self.drawn = any(points for _, _, points in lines)
         self.refresh()
 
@@ -61,15 +63,16 @@ class TimePlot(PlotextPlot):
         if self._drawing is None:
             plt.title(f"{self.title} ({self.unit})")
             return plt
-        lines, newest, plot_range = self._drawing
+        lines, newest, plot_range, gap_s = self._drawing
         top = 0.0
         for label, colour, points in lines:
             if not points:
                 continue
-            ys = [v for _, v in points]
-            top = max(top, *ys)
-            plt.plot([float(ts) for ts, _ in points], ys,
-                     label=label if len(lines) > 1 else None, color=colour, marker="braille")
+            top = max(top, *(v for _, v in points))
+            for i, run in enumerate(segments(points, gap_s)):  # gaps stay gaps
+                plt.plot([float(ts) for ts, _ in run], [v for _, v in run],
+                         label=label if len(lines) > 1 and i == 0 else None, color=colour,
+                         marker="braille")
         plt.title(f"{self.title} ({self.unit})" if self.drawn
                   else f"{self.title} ({self.unit}): no data")
         if newest:
@@ -125,14 +128,14 @@ class ModelPlots(Vertical):
         if not plots:
             return
         s = data.model_series(self.model)
-        r, newest = data.range, data.newest
+        r, newest, gap = data.range, data.newest, data.gap_s
         charts = list(self.query(TimePlot))
-        charts[0].draw([("req/s", "cyan", s["rps"])], newest, r)
+        charts[0].draw([("req/s", "cyan", s["rps"])], newest, r, gap)
         charts[1].draw([("p50", "green", s["p50"]), ("p95", "yellow", s["p95"]),
-                       ("p99", "red", s["p99"])], newest, r)
-        charts[2].draw([("err/s", "red", s["errors"])], newest, r)
-        charts[3].draw([("batch", "magenta", s["batch"])], newest, r)
-        charts[4].draw([("queue p99", "blue", s["queue"])], newest, r)
+                       ("p99", "red", s["p99"])], newest, r, gap)
+        charts[2].draw([("err/s", "red", s["errors"])], newest, r, gap)
+        charts[3].draw([("batch", "magenta", s["batch"])], newest, r, gap)
+        charts[4].draw([("queue p99", "blue", s["queue"])], newest, r, gap)
 
 
 class DevicePlots(Vertical):
@@ -149,6 +152,7 @@ class DevicePlots(Vertical):
         """Redraw the device plots from ``data``."""
         s = data.device_series()
         plots = list(self.query(TimePlot))
-        plots[0].draw([("CPU", "cyan", s["cpu"])], data.newest, data.range)
-        plots[1].draw([("memory", "green", s["mem"])], data.newest, data.range)
-        plots[2].draw([("temp", "red", s["temp"])], data.newest, data.range)
+        n, r, gap = data.newest, data.range, data.gap_s
+        plots[0].draw([("CPU", "cyan", s["cpu"])], n, r, gap)
+        plots[1].draw([("memory", "green", s["mem"])], n, r, gap)
+        plots[2].draw([("temp", "red", s["temp"])], n, r, gap)

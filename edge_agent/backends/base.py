@@ -62,6 +62,9 @@ class BackendOptions:
     is the agent serving the model, for backends that call other models (None: loaded alone,
     e.g. by ``edge-agent check``). ``memory_limit_bytes`` bounds the resident memory of each
     runtime process of an isolated backend, its children included (0: no limit).
+    ``budgeted``: the agent has a memory budget, so a backend keeps no memory between
+    executions that it can give back (ONNX Runtime: no CPU memory arena, which otherwise keeps
+    the activations of the largest batch run for as long as the model is loaded).
     """
 
     threads: int = 0
@@ -70,6 +73,7 @@ class BackendOptions:
     state_dir: Path | None = None
     nice: int = 0
     memory_limit_bytes: int = 0
+    budgeted: bool = False
     host: Host | None = field(default=None, compare=False, repr=False)
 
 

@@ -78,6 +78,8 @@ class OnnxRuntimeBackend:
         if threads > 0:
             so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
+        if options.budgeted:  # measured: the arena kept +51 MiB after one batch of 8 (40 MiB
+            so.enable_cpu_mem_arena = False  # CNN); without it RSS is back to its load figure
         # Intra-op threads do not spin-wait by default: in the agent they share the cores with
         # the gRPC threads, and spinning cost CPU the server needed (benchmarks/bench_serve.py,
         # docs/performance.md). A bundle may turn spinning back on with

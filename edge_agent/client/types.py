@@ -55,6 +55,7 @@ class VersionInfo:
     response_cache: bool = False
     cache_hits: int = 0
     cache_misses: int = 0
+    cancelled_requests: int = 0  # since loaded: callers that left before their request ran
 
     @property
     def cache_hit_rate(self) -> float | None:

@@ -70,6 +70,8 @@ Example ``agent.toml``::
 
     [agent]
     max_concurrent_executions = 0     # backend executions at once, all models (0: core count)
+    max_typed_input_mib = 256         # memory of typed-contents / JSON-data inputs in flight,
+                                      # decoded (both protocols); beyond: RESOURCE_EXHAUSTED/429
 
     [http]                            # KServe v2 HTTP/REST + Prometheus /metrics (docs/http.md)
     listen = "127.0.0.1:8000"         # off unless set (or --http); a bare port means 127.0.0.1
@@ -80,11 +82,17 @@ Example ``agent.toml``::
     shared_memory = false             # true: system shared memory over HTTP (TCP: any local
                                       # user may call; callers taken as the agent's user)
 
+    [trace]                           # Triton's trace extension, OpenTelemetry spans
+    otlp_endpoint = "http://127.0.0.1:4318"  # the OTLP/HTTP collector (default: none)
+    trace_level = ["OFF"]             # OFF (default), TIMESTAMPS and/or TENSORS
+    trace_rate = 1000                 # one request traced of every 1000
+    trace_count = -1                  # traces left (-1: no limit); docs/tracing.md
+
 Every section is one frozen dataclass, parsed by one table-driven validator
 (:mod:`edge_agent.config.fields`): [grpc] (:mod:`.grpc`), [http] (:mod:`.http`), [models],
-[agent] and [response_cache] (:mod:`.models`), and the management sections ([management],
-[mdns], [metrics], [registry]: :mod:`.management`, see docs/management-api.md). Unknown keys
-are errors, so a typo never goes unnoticed.
+[agent] and [response_cache] (:mod:`.models`), [trace] (:mod:`.trace`, docs/tracing.md), and
+the management sections ([management], [mdns], [metrics], [registry]: :mod:`.management`, see
+docs/management-api.md). Unknown keys are errors, so a typo never goes unnoticed.
 """
 
 from __future__ import annotations
@@ -110,6 +118,7 @@ from edge_agent.config.management import (
     management_sections,
 )
 from edge_agent.config.models import ModelsConfig, models_section
+from edge_agent.config.trace import TraceConfig, trace_section
 from edge_agent.errors import ConfigError
 
 UDS_PATH_MAX = 107  # sun_path is 108 bytes on Linux, including the NUL
@@ -136,6 +145,8 @@ class AgentConfig:
     """``[metrics]``: the metrics store and recorder."""
     registry: RegistrySettings = field(default_factory=RegistrySettings)
     """``[registry]``: where deploys by reference may pull from."""
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    """``[trace]``: Triton's trace settings at start and the OpenTelemetry collector."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -159,7 +170,7 @@ def with_management(config: AgentConfig, sections: ManagementSections) -> AgentC
                                registry=sections.registry)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent",
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent", "trace",
              *MANAGEMENT_SECTIONS)
 
 
@@ -212,6 +223,7 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                                **dict(management or {}))
     config = with_management(AgentConfig(
         state_dir=Path(state_dir), grpc=grpc_cfg, http=http_cfg, models=models_section(data),
+        trace=trace_section(data.get("trace", {})),
         source=Path(path) if path is not None else None), mgmt)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:

@@ -192,11 +192,16 @@ class ModelsConfig:
     memory_budget_bytes: int | None = None
     """``[agent] memory_budget_mib`` in bytes: the loaded versions' memory stays within it
     (None, the default: no budget)."""
+    typed_input_bytes: int = 256 * 1024 * 1024
+    """``[agent] max_typed_input_mib`` in bytes: what requests with gRPC typed contents or HTTP
+    JSON data may take in memory at once, decoded (both front ends; beyond it:
+    RESOURCE_EXHAUSTED / 429, retryable)."""
 
 
 _AGENT_KEYS = (
     Key("max_concurrent_executions", non_negative_int),
     Key("memory_budget_mib", mib(allow_zero=False), "memory_budget_bytes"),
+    Key("max_typed_input_mib", mib(allow_zero=False), "typed_input_bytes"),
 )
 _CACHE_KEYS = (Key("size_mib", mib(allow_zero=True), "response_cache_bytes"),)
 

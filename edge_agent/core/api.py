@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
+from edge_agent.core.tallies import LifecycleTotal
 from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
 from packager.bundle.manifest import Manifest
 
@@ -82,6 +83,10 @@ class DataPlaneAPI(Protocol):
     def statistics(
         self, name: str | None = None, version: int | None = None
     ) -> list[ModelStats]: ...
+
+    def lifecycle(self) -> list[LifecycleTotal]:
+        """Loads and unloads so far, per model and reason, with the seconds they took."""
+        ...
 
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]: ...
 

@@ -21,6 +21,7 @@ the execution by its number, so a cancel can never hit the next execution on tha
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import threading
@@ -34,15 +35,18 @@ from typing import Any
 import numpy as np
 
 from edge_agent.backends.base import Backend, Cancellation
+from edge_agent.backends.registry import CALLS_MODELS
 from edge_agent.core.batching import merge_inputs, split_outputs
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, lower_thread_priority
-from edge_agent.core.observer import InferenceObserver, NullObserver
-from edge_agent.core.types import BatchStat, InferResult, ModelStats
+from edge_agent.core.observer import InferenceObserver, NullObserver, RequestTrace, swap_trace
+from edge_agent.core.tallies import LatencyWindow
+from edge_agent.core.types import BatchStat, Caller, InferResult, ModelStats, PolledCaller
 from edge_agent.errors import (
     AgentError,
     BackendError,
     ModelUnavailableError,
     QueueFullError,
+    RequestCancelledError,
     RequestTimeoutError,
 )
 from packager.bundle.manifest import BatchingConfig
@@ -103,13 +107,16 @@ class _Waiter:
 
 
 class _Pending:
-    """One queued request."""
+    """One queued request. ``queued`` is True from the moment it enters the queue until it
+    leaves it (taken for a batch, withdrawn, or failed at close), all under the lock."""
 
-    __slots__ = ("deadline", "enqueued", "future", "id", "inputs", "outputs", "priority", "rows")
+    __slots__ = ("caller", "deadline", "enqueued", "future", "id", "inputs", "outputs",
+                 "priority", "queued", "rows", "trace")
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int, outputs: list[str] | None,
                  request_id: str, enqueued: int, deadline: int,
-                 future: Future[InferResult] | _Waiter | None, priority: int) -> None:
+                 future: Future[InferResult] | _Waiter | None, priority: int,
+                 caller: Caller | None = None, trace: RequestTrace | None = None) -> None:
         self.inputs = inputs
         self.rows = rows
         self.outputs = outputs
@@ -118,6 +125,26 @@ class _Pending:
         self.deadline = deadline
         self.future = future
         self.priority = priority
+        self.caller = caller
+        self.queued = False
+        self.trace = trace
+
+
+def _polled(caller: Caller | None) -> Caller | None:
+    """What a queued request keeps to ask when an instance comes to it: only a
+    :class:`PolledCaller`. Another caller's end runs a callback that withdraws the request (a
+    gRPC call's ``is_active`` turns false at the moment its callbacks are collected, so asking
+    it too would add nothing but a lock per request)."""
+    return caller if type(caller) is PolledCaller else None
+
+
+def _first_trace(batch: Sequence[_Pending]) -> RequestTrace | None:
+    """The trace nested calls of ``batch``'s execution are made under (its first traced
+    request's)."""
+    for p in batch:
+        if p.trace is not None:
+            return p.trace
+    return None
 
 
 def _fail(batch: Sequence[_Pending], error: AgentError) -> None:
@@ -171,6 +198,8 @@ class DynamicBatcher:
         self.model = model
         self.version = version
         self.config = config
+        # a model that calls models: its traced requests' calls are traced under them
+        self._nests = backend.name in CALLS_MODELS
         # a NullObserver is skipped entirely on the hot path
         self._observer: InferenceObserver | None = (
             None if observer is None or isinstance(observer, NullObserver) else observer)
@@ -201,6 +230,7 @@ class DynamicBatcher:
         self._drained = threading.Condition(self._lock)
         self._closed = False
         self.stats = ModelStats(name=model, version=version)
+        self._recent = LatencyWindow()  # the last requests' durations, for quantiles
         self._workers = [_Worker() for _ in range(instances)]
         for i, w in enumerate(self._workers):
             self._idle.append(w)
@@ -222,20 +252,27 @@ class DynamicBatcher:
     def submit(self, inputs: dict[str, np.ndarray], rows: int, *,
                outputs: list[str] | None = None, request_id: str = "",
                timeout_us: int = 0, caller_runs: bool = False,
-               priority: int = 0) -> Future[InferResult]:
+               priority: int = 0, caller: Caller | None = None,
+               trace: RequestTrace | None = None) -> Future[InferResult]:
         """Enqueue one validated request of ``rows`` rows (1 for an unbatched model).
 
         Raises QueueFullError when the queue is at its bound and ModelUnavailableError when the
         batcher is closed. With ``caller_runs`` a request that finds nothing in flight and an
         idle instance runs on the calling thread and the returned future is already done.
         ``priority`` (1 highest; 0: the model's) orders the queue and the wait for the gate.
+        A request whose ``caller`` is gone is not run (RequestCancelledError): see
+        :meth:`infer`. ``trace`` receives the request's timestamps (observer.RequestTrace).
         """
         now = _now()
         item = _Pending(inputs, rows, outputs, request_id, now,
                         now + timeout_us * 1000 if timeout_us > 0 else 0, None,
-                        priority or self.priority)
+                        priority or self.priority, _polled(caller), trace)
+        if caller is not None and not caller.is_active():
+            raise self._gone_on_arrival(item)
         instance = self._admit(item, caller_runs)
         if instance < 0:
+            if caller is not None and item.caller is None:
+                self._watch(item, caller)
             return item.future  # type: ignore[return-value]  # _admit gave a queued item one
         # run here; the future is made only now, so nobody but this thread can answer it
         future: Future[InferResult] = Future()
@@ -247,21 +284,34 @@ class DynamicBatcher:
 
     def infer(self, inputs: dict[str, np.ndarray], rows: int, *,
               outputs: list[str] | None = None, request_id: str = "", timeout_us: int = 0,
-              wait_s: float | None = None, priority: int = 0) -> InferResult:
+              wait_s: float | None = None, priority: int = 0,
+              caller: Caller | None = None, trace: RequestTrace | None = None) -> InferResult:
         """Blocking form of :meth:`submit` with ``caller_runs``: no Future at all when the
-        request runs on the calling thread. Raises the request's AgentError."""
+        request runs on the calling thread. Raises the request's AgentError.
+
+        With a ``caller``, a request whose caller is gone (cancelled, past its deadline,
+        disconnected) never runs: refused on arrival, taken out of the queue when the caller
+        ends the call (its callback) or when an instance comes to it (polled), and answered
+        with RequestCancelledError; counted in ``stats.cancel`` (and ``fail``, as Triton
+        counts a cancelled request). One that started runs to its end."""
         now = _now()
         item = _Pending(inputs, rows, outputs, request_id, now,
                         now + timeout_us * 1000 if timeout_us > 0 else 0, None,
-                        priority or self.priority)
+                        priority or self.priority, _polled(caller), trace)
+        if caller is not None and not caller.is_active():
+            raise self._gone_on_arrival(item)
         instance = self._admit(item, True, _Waiter)
         if instance >= 0:
             return self._run_inline(item, instance)
+        if caller is not None and item.caller is None:
+            self._watch(item, caller)
         future: _Waiter = item.future  # type: ignore[assignment]  # _admit gave it a waiter
         try:
             return future.result(wait_s)
         except FutureTimeoutError:
-            future.cancel()  # a cancelled request is answered by nobody; workers skip it
+            if not future.cancel():  # answered as the wait ended
+                return future.result()
+            self._withdraw(item)  # not run if it is still queued (counted cancelled)
             raise RequestTimeoutError(
                 f"model {self.model!r} version {self.version}: no answer within {wait_s} s "
                 f"(request {request_id or '(no id)'})") from None
@@ -293,6 +343,7 @@ class DynamicBatcher:
                 queue.insert(i, item)
             else:
                 queue.append(item)
+            item.queued = True
             self._inflight += 1
             if self._free and self._idle and self._parallel_ok():
                 worker = self._idle.pop()
@@ -330,10 +381,13 @@ class DynamicBatcher:
                     continue
                 if self._delay_ns and len(batch) > 1:
                     batch = self._fill(worker, batch)
+                    if not batch:
+                        continue
                 self._execute(batch, instance, release=False)
 
     def _take_batch(self) -> tuple[list[_Pending], list[_Pending]]:
-        """Pop requests up to the target rows (lock held); split off requests past deadline."""
+        """Pop requests up to the target rows (lock held); split off requests past deadline
+        and those whose caller is gone (both answered by :meth:`_expire`)."""
         queue = self._queue
         batch: list[_Pending] = []
         expired: list[_Pending] = []
@@ -351,13 +405,16 @@ class DynamicBatcher:
                 target = share
         while queue and rows < target:
             item = queue[0]
-            if item.deadline and now > item.deadline:
+            if (item.deadline and now > item.deadline) or (
+                    item.caller is not None and not item.caller.is_active()):
                 queue.popleft()
+                item.queued = False
                 expired.append(item)
                 continue
             if rows + item.rows > self._max_rows:
                 break
             queue.popleft()
+            item.queued = False
             batch.append(item)
             rows += item.rows
             if not self._batched:
@@ -384,9 +441,10 @@ class DynamicBatcher:
         # never wait longer than half of what an execution takes (tiny models: no wait at all)
         deadline = min(batch[0].enqueued + self._delay_ns, _now() + self._infer_ewma_ns // 2)
         rows = sum(p.rows for p in batch)
+        dropped: list[_Pending] = []
         while rows < self._fill_rows:
             with self._lock:
-                more = self._take_more(rows)
+                more = self._take_more(rows, dropped)
                 if not more:
                     remaining = deadline - _now()
                     if remaining <= 0 or self._closed or self._free or (
@@ -404,13 +462,29 @@ class DynamicBatcher:
                         break
                 # a submitter (or close) cleared us and released the wake lock: consume it
                 worker.wake.acquire()
+        # the wait may have outlived some deadlines or callers: those never run
+        now = _now()
+        for p in batch:
+            if (p.deadline and now > p.deadline) or (
+                    p.caller is not None and not p.caller.is_active()):
+                dropped.append(p)
+        if dropped:
+            self._expire(dropped)
+            gone = set(map(id, dropped))
+            batch = [p for p in batch if id(p) not in gone]
         return batch
 
-    def _take_more(self, rows: int) -> list[_Pending]:
+    def _take_more(self, rows: int, dropped: list[_Pending]) -> list[_Pending]:
+        """More requests for a filling batch (lock held); those past their deadline or whose
+        caller is gone go to ``dropped``."""
         queue = self._queue
         more: list[_Pending] = []
         while queue and rows + queue[0].rows <= self._max_rows and rows < self._target_rows:
             item = queue.popleft()
+            item.queued = False
+            if item.caller is not None and not item.caller.is_active():
+                dropped.append(item)
+                continue
             more.append(item)
             rows += item.rows
         return more
@@ -426,6 +500,8 @@ class DynamicBatcher:
         if self._exec_timeout_ns:
             execution = next(self._execution_ids)
             record = self._running[execution] = [t0, instance, (item,), None, False]
+        traced = item.trace is not None  # its nested calls (pipeline steps) are traced under it
+        outer = swap_trace(item.trace) if traced else None
         try:
             result = self.backend.infer(item.inputs, instance, execution)
             error = None
@@ -437,6 +513,8 @@ class DynamicBatcher:
         finally:
             if gate is not None:
                 gate.release()
+            if traced:
+                swap_trace(outer)
         if execution and self._running.pop(execution, None) is None:
             error = self._claimed_by_watchdog(record)
         t1 = _now()
@@ -467,9 +545,13 @@ class DynamicBatcher:
             if self._exec_timeout_ns:
                 execution = next(self._execution_ids)
                 record = self._running[execution] = [t1, instance, batch, None, False]
+            nested = _first_trace(batch) if self._nests else None
+            outer = swap_trace(nested) if nested is not None else None
             try:
                 result = self.backend.infer(merged, instance, execution)
             finally:
+                if nested is not None:
+                    swap_trace(outer)
                 if gate is not None:
                     gate.release()
                     gate = None
@@ -550,6 +632,7 @@ class DynamicBatcher:
                 s.inference_count += rows
                 s.execution_count += 1
                 s.last_inference_ms = _wall_ns() // 1_000_000
+                self._recent.add(batch, t0, infer_ns, t3)
                 bs = s.batch_stats.get(rows)
                 if bs is None:
                     bs = s.batch_stats[rows] = BatchStat(batch_size=rows)
@@ -567,6 +650,9 @@ class DynamicBatcher:
             self._inflight -= n
             if self._closed and self._inflight == 0:
                 self._drained.notify_all()
+        for p in batch:
+            if p.trace is not None:
+                self._traced(p.trace, p.enqueued, t0, t1, t2, t3, rows, ok)
         obs = self._observer
         if obs is not None:
             compute = t3 - t0
@@ -581,10 +667,28 @@ class DynamicBatcher:
                 log.exception("inference observer failed; metrics for %s v%s are incomplete",
                               model, version)
 
+    def _traced(self, trace: RequestTrace, enqueued: int, t0: int, t1: int, t2: int, t3: int,
+                rows: int, ok: bool) -> None:
+        try:
+            trace.executed(enqueued_ns=enqueued, start_ns=t0, compute_start_ns=t1,
+                           compute_end_ns=t2, end_ns=t3, batch_size=rows, ok=ok)
+        except Exception:  # tracing must never take serving down
+            log.exception("request trace failed; the trace of %s v%s is incomplete",
+                          self.model, self.version)
+
     def _expire(self, expired: list[_Pending]) -> None:
+        """Answer and count requests taken out of the queue unrun: past their timeout
+        (rejected), or their caller gone (cancelled)."""
         now = _now()
+        cancelled: list[_Pending] = []
+        timed_out: list[_Pending] = []
         for p in expired:
             waited_us = (now - p.enqueued) // 1000
+            if p.caller is not None and not p.caller.is_active():
+                cancelled.append(p)
+                _fail((p,), self._cancelled_error(p, waited_us))
+                continue
+            timed_out.append(p)
             _fail((p,), RequestTimeoutError(
                 f"model {self.model!r} version {self.version}: request {p.id or '(no id)'} "
                 f"waited {waited_us} us in the queue, past its timeout of "
@@ -593,10 +697,59 @@ class DynamicBatcher:
             s = self.stats
             for p in expired:
                 s.fail.add(now - p.enqueued)
+            for p in cancelled:
+                s.cancel.add(now - p.enqueued)
+            for p in timed_out:
+                s.rejected.add(now - p.enqueued)
             self._inflight -= len(expired)
             if self._inflight == 0 and self._closed:
                 self._drained.notify_all()
-        for p in expired if self._observer is not None else ():
+        self._observe_unrun(expired, now)
+
+    def _cancelled_error(self, p: _Pending, waited_us: int) -> RequestCancelledError:
+        return RequestCancelledError(
+            f"model {self.model!r} version {self.version}: request {p.id or '(no id)'} was "
+            f"cancelled by its caller (cancelled, past its deadline or disconnected) after "
+            f"{waited_us} us in the queue; it was not run")
+
+    def _watch(self, item: _Pending, caller: Caller) -> None:
+        """Withdraw queued ``item`` when its call ends (at once if it already has): for a
+        caller that calls back (see :func:`_polled`)."""
+        if not caller.add_callback(functools.partial(self._withdraw, item)):
+            self._withdraw(item)
+
+    def _withdraw(self, item: _Pending) -> None:
+        """The call of ``item`` ended: if it is still queued (not started), take it out and
+        answer it cancelled. A no-op for a request taken for a batch or answered (the call's
+        normal end runs this too)."""
+        if not item.queued:
+            return
+        now = _now()
+        with self._lock:
+            if not item.queued:
+                return
+            item.queued = False
+            self._queue.remove(item)
+            s = self.stats
+            s.fail.add(now - item.enqueued)
+            s.cancel.add(now - item.enqueued)
+            self._inflight -= 1
+            if self._inflight == 0 and self._closed:
+                self._drained.notify_all()
+        _fail((item,), self._cancelled_error(item, (now - item.enqueued) // 1000))
+        self._observe_unrun((item,), now)
+
+    def _gone_on_arrival(self, item: _Pending) -> RequestCancelledError:
+        """Count a request whose caller left before it was queued; the error to raise."""
+        with self._lock:
+            self.stats.fail.add(0)
+            self.stats.cancel.add(0)
+        self._observe_unrun((item,), item.enqueued)
+        return self._cancelled_error(item, 0)
+
+    def _observe_unrun(self, items: Sequence[_Pending], now: int) -> None:
+        """Tell the observer about requests answered without running."""
+        for p in items if self._observer is not None else ():
             try:
                 self._observer.record_request(self.model, self.version, ok=False, rows=p.rows,  # type: ignore[union-attr]  # the loop runs only with one
                                               queue_ns=now - p.enqueued, compute_ns=0,
@@ -616,6 +769,7 @@ class DynamicBatcher:
         elapsed_ns = max(0, int(elapsed_ns))
         with self._lock:
             self.stats.fail.add(elapsed_ns)
+            self.stats.rejected.add(elapsed_ns)
         if self._observer is not None:
             try:
                 self._observer.record_request(self.model, self.version, ok=False, rows=0,
@@ -623,10 +777,12 @@ class DynamicBatcher:
             except Exception:  # metrics must never take serving down
                 log.exception("inference observer failed")
 
-    def record_stream(self, *, ok: bool, rows: int, compute_ns: int, total_ns: int) -> None:
+    def record_stream(self, *, ok: bool, rows: int, compute_ns: int, total_ns: int,
+                      cancelled: bool = False) -> None:
         """Count one request to a decoupled model once its stream has ended: a success
         (inference and execution counted, the time its model took as compute) or a failure
-        (an error mid-stream, or a caller that left), as Triton counts decoupled requests."""
+        (an error mid-stream, or a caller that left: ``cancelled``, also counted in
+        ``stats.cancel``), as Triton counts decoupled requests."""
         compute_ns, total_ns = max(0, int(compute_ns)), max(0, int(total_ns))
         with self._lock:
             s = self.stats
@@ -638,6 +794,8 @@ class DynamicBatcher:
                 s.last_inference_ms = _wall_ns() // 1_000_000
             else:
                 s.fail.add(total_ns)
+                if cancelled:
+                    s.cancel.add(total_ns)
         if self._observer is not None:
             try:
                 self._observer.record_request(self.model, self.version, ok=ok, rows=rows,
@@ -651,7 +809,11 @@ class DynamicBatcher:
         import copy
 
         with self._lock:
-            return copy.deepcopy(self.stats)
+            stats = copy.deepcopy(self.stats)
+            stats.pending_count = len(self._queue)
+            stats.recent_request_ns, stats.recent_queue_ns, stats.recent_compute_infer_ns = (
+                self._recent.samples())
+        return stats
 
     def _named(self, exc: AgentError) -> AgentError:
         """A backend's error with this model's name and version in front, unless it has it."""
@@ -738,6 +900,8 @@ class DynamicBatcher:
             drained = self._drained.wait_for(lambda: self._inflight == 0, drain_timeout_s)
             leftover = list(self._queue)
             self._queue.clear()
+            for p in leftover:
+                p.queued = False
             self._inflight -= len(leftover)
             for w in self._idle:
                 w.instance = None

@@ -34,8 +34,13 @@ from edge_agent.core.deploy_port import DeployOperations
 from edge_agent.core.gate import ExecutionGate
 from edge_agent.core.hosting import PlaneHost
 from edge_agent.core.observer import InferenceObserver
-from edge_agent.core.orchestrator import Orchestrator
-from edge_agent.core.overrides import batch_ceiling, effective_batching, policy_versions
+from edge_agent.core.orchestrator import LoadRaced, Orchestrator
+from edge_agent.core.overrides import (
+    batch_ceiling,
+    effective_batching,
+    load_timeout_s,
+    policy_versions,
+)
 from edge_agent.core.repository import (
     LoadedVersion,
     ModelRepository,
@@ -50,6 +55,7 @@ from edge_agent.core.sequences import (
     missing_id,
     stateless_refusal,
 )
+from edge_agent.core.tallies import LifecycleTotal
 from edge_agent.core.types import (
     InferRequest,
     InferResult,
@@ -62,6 +68,7 @@ from edge_agent.errors import (
     ModelNotFoundError,
     ModelUnavailableError,
     QueueFullError,
+    RequestCancelledError,
     RequestTimeoutError,
 )
 from packager.bundle.errors import PackagerError
@@ -74,6 +81,9 @@ _running_loop = asyncio._get_running_loop  # C fast path: None on a thread witho
 
 _ROUTE_ATTEMPTS = 3
 """Times a request is routed when the version it resolved to is unloading (a swap)."""
+_SOURCES = {"measured on this device": "device", "measured by edge-pack build": "build",
+            "artifact size (never measured)": "artifact"}
+"""The orchestrator's memory figure sources, as ModelStats.memory_source names them."""
 
 _A = TypeVar("_A")
 _R = TypeVar("_R")
@@ -92,16 +102,18 @@ def _submit(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_u
             caller_runs: bool) -> Future[InferResult]:
     return batcher.submit(request.inputs, rows, outputs=request.outputs,
                           request_id=request.id, timeout_us=timeout_us, caller_runs=caller_runs,
-                          priority=request.priority)
+                          priority=request.priority, caller=request.caller,
+                          trace=request.trace)
 
 
 def _counted(responses: Iterator[InferResult], batcher: DynamicBatcher, rows: int,
              start: int) -> Iterator[InferResult]:
     """``responses`` passed through, the request counted in the model's statistics when the
-    stream ends (a success once exhausted; a failure on an error or a caller that left). The
+    stream ends (a success once exhausted; a failure on an error; a failure counted cancelled
+    when the caller left: the iterator closed early, or gone before the model started). The
     time the caller takes a response is not the model's compute time."""
     compute = 0
-    ok = False
+    ok = cancelled = False
     try:
         while True:
             began = _now()
@@ -113,17 +125,22 @@ def _counted(responses: Iterator[InferResult], batcher: DynamicBatcher, rows: in
                 return
             compute += _now() - began
             yield result
+    except (GeneratorExit, RequestCancelledError):
+        cancelled = True
+        raise
     finally:
         close = getattr(responses, "close", None)
         if close is not None:
             close()
-        batcher.record_stream(ok=ok, rows=rows, compute_ns=compute, total_ns=_now() - start)
+        batcher.record_stream(ok=ok, rows=rows, compute_ns=compute, total_ns=_now() - start,
+                              cancelled=cancelled)
 
 
 def _infer(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us: int,
            wait_s: float | None) -> InferResult:
     return batcher.infer(request.inputs, rows, outputs=request.outputs, request_id=request.id,
-                         timeout_us=timeout_us, wait_s=wait_s, priority=request.priority)
+                         timeout_us=timeout_us, wait_s=wait_s, priority=request.priority,
+                         caller=request.caller, trace=request.trace)
 
 
 class _Description(NamedTuple):
@@ -163,6 +180,7 @@ class DataPlane(DeployOperations):
         self.repository.host = PlaneHost(self)  # pipelines and Python models call models here
         self.repository.runtime_memory_limit_bytes = default_runtime_memory_limit(
             memory_budget_bytes)
+        self.repository.memory_budgeted = memory_budget_bytes is not None
         self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
                                          drain_timeout_s=drain_timeout_s)
         self.repository.load_guard = self.orchestrator.loading
@@ -325,7 +343,8 @@ class DataPlane(DeployOperations):
         except AgentError:
             lv.batcher.record_rejected(_now() - start)
             raise
-        return _counted(lv.streamer.stream(request.inputs, request.id), lv.batcher, rows, start)
+        return _counted(lv.streamer.stream(request.inputs, request.id, request.caller),
+                        lv.batcher, rows, start)
 
     # ------------------------------------------------------------------ response cache
     def _lookup(self, batcher: DynamicBatcher, request: InferRequest,
@@ -439,18 +458,30 @@ class DataPlane(DeployOperations):
 
     def _load_for(self, request: InferRequest) -> LoadedVersion | None:
         """The version ``request`` goes to, loaded for it when its model loads on request
-        (on-demand, or unloaded by the orchestrator); None when it does not."""
-        for _attempt in range(_ROUTE_ATTEMPTS):
-            if self.orchestrator.acquire(request.model, request.version) is None:
-                return None  # (a load that failed or timed out raised; no claim is held)
+        (on-demand, or unloaded by the orchestrator); None when it does not. A request whose
+        model is loading, or was unloaded again to make room before it was routed, waits for
+        the next load, up to the model's ``load_timeout_ms``."""
+        deadline = time.monotonic() + load_timeout_s(
+            self.repository.overrides_for(request.model))
+        while True:
+            try:
+                if self.orchestrator.acquire(request.model, request.version) is None:
+                    return None  # (a load that failed or timed out raised; no claim is held)
+            except LoadRaced:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)  # the version asked for was taken for room: wait again
+                continue
             try:
                 return self.repository.resolve(request.model, request.version)
-            except (ModelNotFoundError, ModelUnavailableError):  # its load failed: retry
-                continue
+            except (ModelNotFoundError, ModelUnavailableError):  # unloaded again: wait again
+                if time.monotonic() > deadline:
+                    raise ModelUnavailableError(
+                        f"model {request.model!r} was unloaded to make room again and again "
+                        "while it loaded, for longer than load_timeout_ms; retry") from None
+                time.sleep(0.02)
             finally:
                 self.orchestrator.release(request.model)
-        raise ModelUnavailableError(f"model {request.model!r} was unloaded to make room "
-                                    "again and again while it loaded; retry")
 
     # ------------------------------------------------------------------ statistics & repo
     def statistics(self, name: str | None = None,
@@ -469,10 +500,15 @@ class DataPlane(DeployOperations):
                 if self.response_cache is not None:
                     cached = self.response_cache.stats(mv.name, mv.version)
                     stats.cache_hit, stats.cache_miss = cached.hit, cached.miss
+                figure, source = self.orchestrator.memory_of(mv.name, mv.version)
+                stats.memory_bytes, stats.memory_source = figure, _SOURCES.get(source, "")
                 out.append(stats)
         if name is not None and version is not None and not out:
             raise ModelNotFoundError(f"model {name!r} has no loaded version {version}")
         return out
+
+    def lifecycle(self) -> list[LifecycleTotal]:
+        return self.repository.lifecycle.totals()
 
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
         entries: dict[tuple[str, int], RepositoryEntry] = {}

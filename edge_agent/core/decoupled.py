@@ -18,12 +18,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edge_agent.core.types import InferResult
+from edge_agent.core.types import Caller, InferResult
 from edge_agent.errors import (
     AgentError,
     BackendError,
     DecoupledModelError,
     ModelUnavailableError,
+    RequestCancelledError,
     RequestTimeoutError,
 )
 from packager.bundle.manifest import Manifest
@@ -77,23 +78,32 @@ class DecoupledRunner:
             "start_stream and async_stream_infer), not ModelInfer")
 
     def stream(self, inputs: dict[str, np.ndarray], request_id: str = "",
-               ) -> Iterator[InferResult]:
+               caller: Caller | None = None) -> Iterator[InferResult]:
         """The responses to one request, produced as they are taken; closing the iterator
-        early stops the model's generator and frees its instance."""
+        early stops the model's generator and frees its instance. A request whose ``caller``
+        is gone by the time an instance is free never starts (RequestCancelledError)."""
         with self._lock:
             if self._closed:
                 raise ModelUnavailableError(
                     f"model {self.model!r} version {self.version} is unloading; retry to "
                     "reach the current version")
             self._inflight += 1
-        return self._run(inputs, request_id)
+        return self._run(inputs, request_id, caller)
 
-    def _run(self, inputs: dict[str, np.ndarray], request_id: str) -> Iterator[InferResult]:
+    def _run(self, inputs: dict[str, np.ndarray], request_id: str,
+             caller: Caller | None) -> Iterator[InferResult]:
         try:
             instance = self._free.get()  # waits while every instance streams
         except BaseException:
             self._done()
             raise
+        if caller is not None and not caller.is_active():
+            self._free.put(instance)
+            self._done()
+            raise RequestCancelledError(
+                f"model {self.model!r} version {self.version}: request "
+                f"{request_id or '(no id)'} was cancelled by its caller before it started; "
+                "it was not run")
         execution = next(self._ids)
         responses = self._backend.stream(inputs, instance, execution)
         timed_out = threading.Event()

@@ -14,6 +14,7 @@ import numpy as np
 from edge_agent.backends.base import HostedModel
 from edge_agent.core.api import ModelConfigInfo
 from edge_agent.core.decoupled import is_decoupled
+from edge_agent.core.observer import current_trace
 from edge_agent.core.types import InferRequest, InferResult
 
 
@@ -35,9 +36,21 @@ class PlaneHost:
 
     def infer(self, model: str, inputs: dict[str, np.ndarray], version: int | None = None,
               outputs: list[str] | None = None) -> dict[str, np.ndarray]:
-        """Run one nested request on ``model``; raises AgentError subclasses."""
-        request = InferRequest(model=model, inputs=inputs, version=version, outputs=outputs)
-        return self._plane.infer(request).outputs
+        """Run one nested request on ``model``; raises AgentError subclasses. Under a traced
+        request (this thread's current trace) the call is traced as its child."""
+        parent = current_trace()
+        if parent is None:
+            request = InferRequest(model=model, inputs=inputs, version=version, outputs=outputs)
+            return self._plane.infer(request).outputs
+        trace = parent.nested(model)
+        ok = False
+        try:
+            result = self._plane.infer(InferRequest(model=model, inputs=inputs, version=version,
+                                                    outputs=outputs, trace=trace)).outputs
+            ok = True
+            return result
+        finally:
+            trace.finished(ok=ok)
 
     def model_config(self, model: str, version: int | None = None) -> HostedModel:
         """How ``model`` is served now (ModelNotFoundError, ModelUnavailableError)."""

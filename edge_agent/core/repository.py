@@ -31,6 +31,7 @@ from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, nice_for
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.overrides import batch_ceiling, effective_batching
+from edge_agent.core.tallies import LifecycleTally
 from edge_agent.core.triton_wording import unknown_model
 from edge_agent.core.validation import Signature
 from edge_agent.core.warmup import run_warmup
@@ -156,8 +157,11 @@ class ModelRepository:
         self.host: Host | None = None
         """Given to every backend loaded here (the data plane: nested requests run on it)."""
         self.runtime_memory_limit_bytes = default_runtime_memory_limit(None)
+        self.memory_budgeted = False  # the data plane has a memory budget (BackendOptions)
         """Each runtime process's resident-memory limit when a model sets none (the data
         plane sets it from the memory budget)."""
+        self.lifecycle = LifecycleTally()
+        """Loads (the orchestrator's guard records them) and unloads, per model and reason."""
         self.load_guard: LoadGuard | None = None
         """Entered around every load (the orchestrator: make room in the budget, measure)."""
         self.generation = 0
@@ -351,7 +355,7 @@ class ModelRepository:
         options = BackendOptions(threads=batching.threads, instances=batching.instances,
                                  device=ov.device, state_dir=self.state_dir,
                                  nice=nice_for(priority), memory_limit_bytes=limit,
-                                 host=self.host)
+                                 budgeted=self.memory_budgeted, host=self.host)
         backend = load_backend(mv.path, manifest, options, preferred=ov.backend,
                                isolation=ov.isolation)
         try:
@@ -445,10 +449,11 @@ class ModelRepository:
         self._changed()
 
     def unload_version(self, name: str, version: int, *,
-                       drain_timeout_s: float | None = None) -> bool:
+                       drain_timeout_s: float | None = None, reason: str = "requested") -> bool:
         """Stop routing to the version, wait for its in-flight requests, unload it.
 
         Returns True when every in-flight request was answered before the drain timeout.
+        ``reason`` labels the unload in :attr:`lifecycle` ("requested", "evicted", "idle").
         """
         with self._lock:
             model = self._models.get(name)
@@ -462,12 +467,14 @@ class ModelRepository:
                 model.pinned = None
             self._refresh_default(model)
         drained = True
+        t0 = time.perf_counter()
         try:
             if mv.loaded is not None:
                 timeout = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
                 drained = mv.loaded.close(timeout)
                 log.info("unloaded %s version %s%s", name, version,
                          "" if drained else " (requests still in flight at the drain timeout)")
+                self.lifecycle.record(name, "unload", reason, time.perf_counter() - t0)
         finally:
             with self._lock:
                 model.versions.pop(version, None)

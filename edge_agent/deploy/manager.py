@@ -201,7 +201,7 @@ class ModelManager:
         if to_version is not None:
             return self.activate(model, to_version, on_event=on_event,
                                  kind=DeploymentKind.ROLLBACK,
-                                 note=f"rollback target: version {to_version}, as asked")
+                                 note=f"rollback target: version {to_version}, named by the caller")
         plan = self.rollback_plan(model)
         if plan.target is None:
             if plan.active is None:

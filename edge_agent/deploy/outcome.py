@@ -57,3 +57,4 @@ class VersionView:
     response_cache: bool = False  # served behind the response cache
     cache_hits: int = 0  # since loaded
     cache_misses: int = 0
+    cancelled_requests: int = 0  # since loaded: callers that left before their request ran

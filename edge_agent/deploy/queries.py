@@ -74,6 +74,8 @@ class VersionQueries:
                 parity=parity.get((rec.model, rec.version)), response_cache=counts is not None,
                 cache_hits=counts.hit.count if counts else 0,
                 cache_misses=counts.miss.count if counts else 0,
+                cancelled_requests=mv.loaded.batcher.stats.cancel.count
+                if mv is not None and mv.loaded is not None else 0,
                 **self._residency(rec.model, rec.version, mv is not None)))
         return out
 

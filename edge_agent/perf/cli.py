@@ -28,6 +28,8 @@ from edge_agent.perf.rest import (
     http_target,
     infer_message,
 )
+from edge_agent.perf.server_stats import stats_reader
+from edge_agent.perf.workers import WorkerPool
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ def report_block(m: Measurement) -> str:
     lines += [f"    p{p} latency: {m.percentile_us(p):.0f} usec" for p in (50, 90, 95, 99)]
     if m.errors:
         lines.append(f"    Failed requests: {m.errors} (first: {m.first_error})")
+    if m.server is not None:
+        lines += m.server.report()
     return "\n".join(lines)
 
 
@@ -121,15 +125,17 @@ def cmd_perf(args: argparse.Namespace) -> int:
     print(f"  Concurrency: {', '.join(map(str, levels))}", file=out)
     print(f"  Shared memory: {args.shared_memory}\n", file=out, flush=True)
     results: list[Measurement] = []
+    stats = stats_reader(url, args.model_name, args.model_version, args.protocol)
     with prepare(url, args.model_name, version=args.model_version, batch=args.batch_size,
                  shapes=args.shape, input_data=args.input_data,
                  shared_memory=args.shared_memory, protocol=args.protocol,
                  input_format=args.input_tensor_format,
-                 output_format=args.output_tensor_format) as plan:
+                 output_format=args.output_tensor_format) as plan, \
+            WorkerPool(plan.target) as pool:
         for level in levels:
             m = measure(plan.target, plan.payloads, concurrency=level, seconds=seconds,
                         warmup_s=min(1.0, seconds / 4), batch=plan.batch,
-                        protocol=plan.protocol)
+                        protocol=plan.protocol, pool=pool, stats=stats)
             results.append(m)
             print(report_block(m) + "\n", file=out, flush=True)
     label = "Client Average" if args.percentile is None else f"Client p{args.percentile}"
@@ -140,7 +146,9 @@ def cmd_perf(args: argparse.Namespace) -> int:
         print(json.dumps([{"concurrency": m.concurrency, "throughput": m.throughput,
                            "avg_us": m.avg_us, "p50_us": m.percentile_us(50),
                            "p99_us": m.percentile_us(99), "requests": m.requests,
-                           "errors": m.errors, "protocol": args.protocol} for m in results]))
+                           "errors": m.errors, "protocol": args.protocol,
+                           "server": m.server.as_json() if m.server else None}
+                          for m in results]))
     failed = [m for m in results if m.errors]
     if failed:
         print(f"edge-agent perf: error: {failed[0].errors} request(s) failed at concurrency "

@@ -15,7 +15,10 @@ PERF_DESCRIPTION = textwrap.dedent("""\
     with its flags and its report: for each concurrency level, keep that many requests in
     flight (each answer followed at once by the next request) for the measurement window,
     then print requests, throughput (inferences/s = requests x batch size) and latency
-    (average, p50/p90/p95/p99). The requests are built once and sent as bytes, so the
+    (average, p50/p90/p95/p99), and the server's side of the window from the model's
+    statistics (requests, executions, and per request: queue, compute input, compute
+    infer, compute output, the rest as overhead). The requests are built once and sent as
+    bytes from worker processes, each call on an HTTP/2 connection of its own, so the
     measuring side uses little CPU on the device it shares with the agent.
 
     Protocols: -i grpc (default) is KServe v2 gRPC on the agent's TCP port (-u HOST:PORT,

@@ -1,14 +1,19 @@
 """The closed loop: N calls in flight, each answered call followed at once by the next.
 
-Requests are serialized once and sent as bytes through ``grpc.aio`` with identity serializers
-(or, over KServe v2 REST, as whole HTTP/1.1 messages on keep-alive connections); responses stay
-undecoded (only their status is checked), so the generator spends little CPU per call on a
-machine whose cores it shares with the server it measures.
+Requests are serialized once and sent as bytes: over gRPC by worker processes making grpcio's
+synchronous calls (:mod:`edge_agent.perf.workers`), over KServe v2 REST as whole HTTP/1.1
+messages on keep-alive connections (:mod:`edge_agent.perf.rest`); responses stay undecoded
+(only their status is checked), so the generator spends little CPU per call on a machine
+whose cores it shares with the server it measures. The server's statistics are read before
+and after the measured window, with nothing in flight, so the window's server-side breakdown
+counts the same requests the client does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import math
 import statistics
 import time
@@ -18,10 +23,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from edge_agent.perf.rest import CallFailed, HttpConnection, http_target
-
-INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 << 20),
-                   ("grpc.max_send_message_length", 256 << 20)]
+from edge_agent.perf.server_stats import ServerStats
+from edge_agent.perf.workers import CHANNEL_OPTIONS, INFER_METHOD, WorkerPool
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Measurement:
     latencies_us: tuple[float, ...] = field(repr=False)  # sorted
     errors: int = 0
     first_error: str = ""
+    server: ServerStats | None = None  # the window's difference of the model's statistics
 
     @property
     def requests(self) -> int:
@@ -64,21 +68,63 @@ Call = Callable[[bytes], Awaitable[None]]
 """Sends one prepared request and waits for its answer; CallFailed when it failed."""
 
 
+def measure(target: str, payloads: Sequence[bytes], *, concurrency: int, seconds: float,
+            warmup_s: float = 0.5, batch: int = 1, protocol: str = "grpc",
+            pool: WorkerPool | None = None,
+            stats: Callable[[], ServerStats] | None = None) -> Measurement:
+    """Keep ``concurrency`` calls in flight for ``warmup_s``, then (nothing in flight) read
+    the server's statistics with ``stats``, then for ``seconds`` measuring every call, then
+    read them again. Worker ``i`` sends ``payloads[i % len(payloads)]``: serialized
+    ModelInferRequests over gRPC from worker processes (``pool``, or a pool for this call,
+    :mod:`edge_agent.perf.workers`), or whole HTTP/1.1 messages with ``protocol`` "http" (one
+    keep-alive connection per worker, :mod:`edge_agent.perf.rest`)."""
+    before: list[ServerStats] = []
+
+    def snapshot() -> None:
+        if stats is not None:
+            before.append(stats())
+
+    if protocol == "http":
+        m = asyncio.run(_http_loop(target, payloads, concurrency=concurrency, seconds=seconds,
+                                   warmup_s=warmup_s, batch=batch, between=snapshot))
+    else:
+        with contextlib.ExitStack() as own:
+            workers = pool or own.enter_context(WorkerPool(target))
+            results, start = workers.run(payloads, concurrency=concurrency, seconds=seconds,
+                                         warmup_s=warmup_s, between=snapshot)
+        errors = [r for r in results if r.errors]
+        m = Measurement(concurrency, batch, max(r.ended for r in results) - start,
+                        tuple(sorted(x for r in results for x in r.latencies_us)),
+                        sum(r.errors for r in results),
+                        errors[0].first_error if errors else "")
+    if stats is None:
+        return m
+    return dataclasses.replace(m, server=stats() - before[0])
+
+
+async def _http_loop(target: str, payloads: Sequence[bytes], *, concurrency: int,
+                     seconds: float, warmup_s: float, batch: int,
+                     between: Callable[[], None]) -> Measurement:
+    connections = [HttpConnection(http_target(target)) for _ in range(concurrency)]
+    try:
+        return await _drive([c.send for c in connections], payloads, seconds=seconds,
+                            warmup_s=warmup_s, batch=batch, between=between)
+    finally:
+        for c in connections:
+            c.close()
+
+
 async def closed_loop(target: str, payloads: Sequence[bytes], *, concurrency: int,
                       seconds: float, warmup_s: float = 0.5, batch: int = 1,
                       method: str = INFER_METHOD, protocol: str = "grpc") -> Measurement:
-    """Keep ``concurrency`` calls in flight for ``warmup_s + seconds``; measure the calls that
-    start after the warm-up. Worker ``i`` sends ``payloads[i % len(payloads)]``: serialized
-    ModelInferRequests over gRPC (one channel), or whole HTTP/1.1 messages with ``protocol``
-    "http" (one keep-alive connection per worker, :mod:`edge_agent.perf.rest`)."""
+    """The closed loop in this process's event loop: over gRPC one ``grpc.aio`` channel
+    (``method`` called with bytes), over REST as :func:`measure`. The benchmarks' load
+    generator (benchmarks/loadgen.py); ``edge-agent perf`` measures gRPC with worker
+    processes instead, as this loop's own CPU and latency show in what it measures
+    (benchmarks/bench_perf_agreement.py compares both with perf_analyzer)."""
     if protocol == "http":
-        connections = [HttpConnection(http_target(target)) for _ in range(concurrency)]
-        try:
-            return await _drive([c.send for c in connections], payloads, seconds=seconds,
-                                warmup_s=warmup_s, batch=batch)
-        finally:
-            for c in connections:
-                c.close()
+        return await _http_loop(target, payloads, concurrency=concurrency, seconds=seconds,
+                                warmup_s=warmup_s, batch=batch, between=lambda: None)
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
         await asyncio.wait_for(channel.channel_ready(), 30)
         stub = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
@@ -90,44 +136,39 @@ async def closed_loop(target: str, payloads: Sequence[bytes], *, concurrency: in
                 raise CallFailed(f"{exc.code().name}: {exc.details()}") from None
 
         return await _drive([call] * concurrency, payloads, seconds=seconds,
-                            warmup_s=warmup_s, batch=batch)
+                            warmup_s=warmup_s, batch=batch, between=lambda: None)
 
 
 async def _drive(calls: Sequence[Call], payloads: Sequence[bytes], *, seconds: float,
-                 warmup_s: float, batch: int) -> Measurement:
-    """Worker ``i`` makes ``calls[i]`` with ``payloads[i % len(payloads)]`` again and again."""
+                 warmup_s: float, batch: int, between: Callable[[], None]) -> Measurement:
+    """Worker ``i`` makes ``calls[i]`` with ``payloads[i % len(payloads)]`` again and again:
+    a warm-up, ``between()`` with nothing in flight, then the measured window."""
     latencies: list[float] = []
     errors = 0
     first_error = ""
-    start = time.perf_counter()
-    measure_from = start + warmup_s
-    stop_at = measure_from + seconds
 
-    async def worker(call: Call, payload: bytes) -> None:
+    async def worker(call: Call, payload: bytes, until: float, measured: bool) -> None:
         nonlocal errors, first_error
         while True:
             t0 = time.perf_counter()
-            if t0 >= stop_at:
+            if t0 >= until:
                 return
             try:
                 await call(payload)
             except CallFailed as exc:
-                if t0 >= measure_from:
+                if measured:
                     errors += 1
                     first_error = first_error or str(exc)
                 continue
-            if t0 >= measure_from:
+            if measured:
                 latencies.append((time.perf_counter() - t0) * 1e6)
 
-    await asyncio.gather(*(worker(call, payloads[i % len(payloads)])
-                           for i, call in enumerate(calls)))
-    elapsed = time.perf_counter() - measure_from
+    for measured, length in ((False, warmup_s), (True, seconds)):
+        if measured:
+            between()
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(call, payloads[i % len(payloads)], start + length,
+                                      measured) for i, call in enumerate(calls)))
+    elapsed = time.perf_counter() - start
     return Measurement(len(calls), batch, elapsed, tuple(sorted(latencies)), errors,
                        first_error)
-
-
-def measure(target: str, payloads: Sequence[bytes], *, concurrency: int, seconds: float,
-            warmup_s: float = 0.5, batch: int = 1, protocol: str = "grpc") -> Measurement:
-    """:func:`closed_loop` from synchronous code."""
-    return asyncio.run(closed_loop(target, payloads, concurrency=concurrency, seconds=seconds,
-                                   warmup_s=warmup_s, batch=batch, protocol=protocol))

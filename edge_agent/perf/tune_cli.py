@@ -16,6 +16,7 @@ from edge_agent.perf.cli import prepare
 from edge_agent.perf.flags import parse_levels
 from edge_agent.perf.load import measure
 from edge_agent.perf.tune import Candidate, Sweep, apply_best, candidate_grid, plan_size, run_sweep
+from edge_agent.perf.workers import WorkerPool
 
 WARMUP_S = 0.5
 
@@ -117,11 +118,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
             state = f"{best:.0f} infer/s max" if c.ok else f"failed: {c.error}"
             out.print(f"  #{i} {c.label()}: {state}")
 
-        with prepare(url, args.model, batch=args.batch_size, shapes=args.shape) as plan:
+        with prepare(url, args.model, batch=args.batch_size, shapes=args.shape) as plan, \
+                WorkerPool(plan.target) as pool:
             sweep = run_sweep(
                 client, args.model, grid[:count], levels,
                 lambda c: measure(plan.target, plan.payloads, concurrency=c,
-                                  seconds=args.seconds, warmup_s=WARMUP_S, batch=plan.batch),
+                                  seconds=args.seconds, warmup_s=WARMUP_S, batch=plan.batch,
+                                  pool=pool),
                 budget_ms=args.latency_budget_ms, on_candidate=progress)
         if args.apply:
             result = apply_best(client, sweep)

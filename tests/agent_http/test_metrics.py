@@ -70,10 +70,13 @@ def test_triton_counters_follow_inferences(http_agent: HttpAgent, triton_http) -
     assert after[("nv_inference_request_success", _mv("mlp", "2"))] == success0 + 4
     # Triton's meaning: hits are successful requests but not inferences
     assert after[("nv_inference_count", _mv("mlp", "2"))] == count0 + 3
-    for name in ("nv_inference_request_failure", "nv_inference_exec_count",
+    for name in ("nv_inference_exec_count",
                  "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
                  "nv_inference_compute_infer_duration_us"):
         assert (name, _mv("mlp", "2")) in after, name
+    for reason in ("REJECTED", "CANCELED", "BACKEND"):  # failures by reason, as Triton's
+        labels = frozenset({("model", "mlp"), ("version", "2"), ("reason", reason)})
+        assert ("nv_inference_request_failure", labels) in after, reason
     assert after[("nv_cache_num_hits_per_model", _mv("mlp", "2"))] >= 3
     assert ("nv_cache_num_misses_per_model", _mv("mlp", "2")) in after
     assert "# TYPE nv_inference_count" in text

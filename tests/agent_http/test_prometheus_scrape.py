@@ -135,6 +135,11 @@ def test_prometheus_scrapes_the_agent_and_answers_a_counter(
         status, body = _get(f"{prometheus}/api/v1/query?"
                             + urllib.parse.urlencode({"query": concrete}))
         assert status == 200 and json.loads(body)["status"] == "success", (expr, body[:300])
+    # a summary quantile (issue 28's families) through PromQL
+    p99 = 'nv_inference_compute_infer_summary_us{job="edge-agent",model="mlp",quantile="0.99"}'
+    got = eventually(lambda: _query(prometheus, p99), timeout=120, interval=0.5,
+                     message=f"prometheus never had {p99}")
+    assert all(float(r["value"][1]) > 0 for r in got)
     found = _query(prometheus, 'sum by (instance, model) (nv_inference_request_success'
                                '{job=~".*",instance=~".*",model=~".*"})')
     assert {r["metric"]["model"] for r in found} >= {"mlp"}

@@ -102,6 +102,97 @@ def test_perf_over_http_binary_json_and_shared_memory(agent: tuple[AgentProcess,
     assert "Concurrency: 2, throughput:" in as_json.stderr
 
 
+def _server_stats(target: str) -> dict[str, int]:
+    """The MLP's success count and inference count, read by the test itself."""
+    import grpc
+
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+    from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        answer = pb_grpc.GRPCInferenceServiceStub(channel).ModelStatistics(
+            pb.ModelStatisticsRequest(name="mlp"), timeout=30)
+    return {"success": sum(s.inference_stats.success.count for s in answer.model_stats),
+            "inferences": sum(s.inference_count for s in answer.model_stats)}
+
+
+SERVER_BREAKDOWN = re.compile(
+    r"  Server: \n    Inference count: (\d+)\n    Execution count: (\d+)\n    Successful "
+    r"request count: (\d+)\n    Avg request latency: (\d+) usec \(overhead (\d+) usec \+ "
+    r"queue (\d+) usec \+ compute input (\d+) usec \+ compute infer (\d+) usec \+ compute "
+    r"output (\d+) usec\)")
+
+
+def test_perf_reports_the_server_side_breakdown_of_exactly_its_requests(
+        agent: tuple[AgentProcess, str]) -> None:
+    """perf_analyzer's Server: block, from the window's ModelStatistics difference: the
+    requests the server counted are the ones the client counted, over gRPC and HTTP."""
+    import json
+
+    running, _ = agent
+    http = re.search(r"HTTP on (\S+?);", "".join(running.output))
+    assert http, "".join(running.output)
+    for protocol, url, batch in (("grpc", running.grpc, 2), ("http", http[1], 1)):
+        before = _server_stats(running.grpc)
+        run = edge_agent("perf", "-m", "mlp", "-i", protocol, "-u", url, "-b", str(batch),
+                         "--concurrency-range", "1:2", "-p", "500", "--json")
+        assert run.returncode == 0, run.stderr
+        after = _server_stats(running.grpc)
+        results = json.loads(run.stdout)
+        blocks = SERVER_BREAKDOWN.findall(run.stderr)  # with --json the report is on stderr
+        assert len(results) == len(blocks) == 2, run.stderr
+        for level, block in zip(results, blocks, strict=True):
+            server = level["server"]
+            inferences, executions, successes, avg, *parts = (int(x) for x in block)
+            # nothing in flight at either snapshot: the same requests on both sides
+            assert server["success_count"] == successes == level["requests"] > 0, run.stderr
+            assert server["inference_count"] == inferences == level["requests"] * batch
+            assert 0 < executions <= successes
+            assert round(server["request_us"]) == avg
+            # the parts fit in the request's time in the server, which fits in the client's
+            assert sum(parts) <= avg + len(parts)
+            assert 0 < server["request_us"] <= level["avg_us"]
+        # the windows are part of what the server served during the command (warm-ups too)
+        measured = sum(r["requests"] for r in results)
+        assert after["success"] - before["success"] > measured
+        assert after["inferences"] - before["inferences"] > measured * batch
+
+
+def test_perf_calls_succeed_fail_recover_and_name_the_refusal(
+        agent: tuple[AgentProcess, str]) -> None:
+    """edge-agent perf's HTTP/2 call (no grpcio on the hot path) against the real agent over
+    TCP and its Unix socket: an answered call returns, a refused one raises without losing
+    the connection (a 1 MB request goes through the server's flow-control windows first), and
+    the measurement counts failures with the server's own words."""
+    from edge_agent.perf.h2unary import H2Unary, UnaryCallFailed
+    from edge_agent.perf.inputs import request_bytes
+    from edge_agent.perf.load import measure
+    from edge_agent.perf.workers import INFER_METHOD
+
+    running, unix = agent
+    good = request_bytes("mlp", {"input": np.ones((2, 64), np.float32)})
+    unknown = request_bytes("nosuch", {"input": np.ones((1, 64), np.float32)})
+    huge = request_bytes("mlp", {"input": np.ones((4096, 64), np.float32)})  # > max batch
+    for target in (running.grpc, unix):
+        call = H2Unary(target, INFER_METHOD)
+        try:
+            call(good)
+            for bad in (unknown, huge):
+                with pytest.raises(UnaryCallFailed) as refused:
+                    call(bad)
+                assert not refused.value.connection
+            call(good)
+            call.max_frame = 3  # the request in 3-byte DATA frames: the gRPC prefix split too
+            call(good)
+            assert call.stream == 9 and call.sock is not None  # one connection throughout
+        finally:
+            call.close()
+    m = measure(running.grpc, [good, unknown], concurrency=2, seconds=0.3, warmup_s=0.1,
+                batch=2)
+    assert m.requests > 0 and m.errors > 0
+    assert "NOT_FOUND" in m.first_error and "nosuch" in m.first_error, m.first_error
+
+
 def test_perf_help_teaches() -> None:
     out = edge_agent("perf", "--help").stdout
     assert "flags (light: argparse only" not in out  # the module's docstring is not help

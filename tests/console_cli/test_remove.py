@@ -84,3 +84,15 @@ def test_remove_help_teaches_and_version_is_required() -> None:
     assert "--version N" in shown.out and "active version is refused" in shown.out
     missing = console(None, "remove", "mlp", "--agent", "127.0.0.1:1")
     assert missing.code == 2 and "--version" in missing.err
+
+
+def test_rollback_and_remove_json_name_the_model_as_model(one_agent: OneAgent) -> None:
+    """Issue 28: a rollback's report named the model ``"bundle"``."""
+    run = console(None, "rollback", "mlp", "--json", "--agent", one_agent.agent.management,
+                  "--token-file", str(one_agent.token_file), "--insecure")
+    assert run.code == 0, run.err
+    (report,) = run.json()
+    assert report["model"] == "mlp" and "bundle" not in report
+    assert report["result"]["ok"] is True and one_agent.versions() == [(1, True), (2, False)]
+    (removed,) = one_agent.remove("mlp", "--version", "2", "--json").json()
+    assert removed["model"] == "mlp" and "bundle" not in removed

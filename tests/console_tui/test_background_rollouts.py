@@ -61,6 +61,16 @@ async def test_a_rollout_runs_on_while_the_operator_browses_and_is_cancelled_fro
         assert rows[0][:2] == ["alpha (canary)", "soaking"]
         assert any(r[2] == "committed" for r in rows)  # the canary's own steps are listed
         assert ["beta", "waiting"] in [r[:2] for r in rows]
+        committed = next(r for r in rows if r[2] == "committed")
+        assert committed[4] not in ("", "-", "00:00:00")  # stamped when it arrived (issue 28)
+        assert committed[5].startswith("+")  # and how long after the start
+
+        await pilot.press("q")  # issue 28: q with a canary under watch warns, does not quit
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "Quit with a rollout running" in app.screen.title_text
+        assert "canary alpha under watch" in app.screen.question
+        await pilot.press("n")
+        assert app.screen is view and job.running
 
         await pilot.press("c")
         assert isinstance(app.screen, ConfirmScreen)
@@ -71,5 +81,5 @@ async def test_a_rollout_runs_on_while_the_operator_browses_and_is_cancelled_fro
             "alpha": Phase.ROLLED_BACK, "beta": Phase.SKIPPED}
         assert app.title == "edge-console"  # nothing runs: the header is plain again
         await pilot.pause()
-        assert "failed: " in str(view.query_one("#rollouts-table", DataTable).get_row_at(0)[5])
+        assert "failed: " in str(view.query_one("#rollouts-table", DataTable).get_row_at(0)[6])
         assert [await asyncio.to_thread(_active, a) for a in (alpha, beta)] == [1, 1]

@@ -110,6 +110,11 @@ def test_idle_model_is_unloaded_and_reloaded_while_a_pinned_one_stays(
         assert view.loads == 2 and view.load_waits == 1
         (pin,) = [v for v in c.models("shufflenet") if v.active]
         assert pin.pinned and pin.unloads == 0
+        # the Prometheus load/unload counters' reasons (docs/prometheus.md)
+        tally = {(t.event, t.reason): t.count for t in agent.dataplane.lifecycle()
+                 if t.model == "squeezenet"}
+        assert tally[("load", "requested")] == 1 and tally[("load", "on-demand")] == 1
+        assert tally[("unload", "idle")] >= 1
         residency = {m["model"]: m for m in summary_json(state)["residency"]["models"]}
         assert residency["squeezenet"]["loads"] == 2 and residency["squeezenet"]["waits"] == 1
         assert residency["shufflenet"]["loaded_version"] == 1

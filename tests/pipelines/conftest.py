@@ -20,6 +20,7 @@ import pytest
 
 from edge_agent.config import AgentConfig, GrpcConfig, HttpConfig, ModelsConfig
 from edge_agent.config.models import ModelOverrides
+from edge_agent.config.trace import TraceConfig
 from packager.build import build_bundles
 from packager.bundle.signing import generate_keypair
 from packager.samples import make_mlp
@@ -126,9 +127,10 @@ Agent = InProcessAgent
 def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: bool = False,
                   models: dict[str, ModelOverrides] | None = None, keep_versions: int = 3,
                   repository_control: bool = False, http: bool = False,
-                  response_cache_bytes: int = 0) -> Iterator[Agent]:
+                  response_cache_bytes: int = 0,
+                  trace: TraceConfig | None = None) -> Iterator[Agent]:
     """An in-process agent (TCP on port 0 and a Unix socket; HTTP on port 0 with ``http``)
-    trusting ``public_key``."""
+    trusting ``public_key``; ``trace``: its [trace] section."""
     options = sections("pipeline-agent", *([public_key] if public_key else []), insecure=True,
                        allow_unsigned=allow_unsigned, keep_versions=keep_versions)
     uds = state_dir / "run" / "i.sock"
@@ -137,6 +139,7 @@ def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: b
                                              response_cache_bytes=response_cache_bytes),
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds,
                                          workers=24, repository_control=repository_control),
-                         http=HttpConfig(listen="127.0.0.1:0" if http else None))
+                         http=HttpConfig(listen="127.0.0.1:0" if http else None),
+                         trace=trace or TraceConfig())
     with running(config, options, name="pipeline-agent") as agent:
         yield agent

@@ -17,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from edge_agent.config.models import ModelOverrides
 from tests.pipelines.conftest import Agent, Built, build, python_spec, running_agent
+from tests.support.eventually import eventually
 
 COUNTING = textwrap.dedent('''
     import time
@@ -45,6 +46,40 @@ COUNTING = textwrap.dedent('''
         return {"Y": inputs["X"]}
     ''')
 
+TALLY = textwrap.dedent('''
+    import os
+    import time
+
+    LOGS = {logs!r}
+
+
+    def _tally(inputs, name):
+        """X[0, 0] responses, one every 10 ms; how many it produced is written when it ends
+        (exhausted, or closed: GeneratorExit)."""
+        x = inputs["X"]
+        produced = 0
+        try:
+            for i in range(int(x[0, 0])):
+                produced += 1
+                yield {{"Y": x + i}}
+                time.sleep(0.01)
+        finally:
+            with open(os.path.join(LOGS, name + ".tmp"), "w") as f:
+                f.write(str(produced))
+            os.replace(os.path.join(LOGS, name + ".tmp"), os.path.join(LOGS, name))
+
+
+    def isolated(inputs, ctx):
+        yield from _tally(inputs, "isolated")
+
+
+    def in_process(inputs, ctx):
+        yield from _tally(inputs, "in_process")
+    ''')
+TALLIES = {"tally": "isolated", "tally_inproc": "in_process"}
+"""Model name -> the entry (and its log file): the runtime process's generator, and one
+kept in the agent's process (isolation "thread")."""
+
 Response = tuple[Any, Any]
 
 
@@ -61,9 +96,17 @@ def final(result: Any) -> bool:
 
 
 @pytest.fixture(scope="module")
-def agent(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+def tally_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the tally models write how many responses they produced."""
+    return tmp_path_factory.mktemp("tally-logs")
+
+
+@pytest.fixture(scope="module")
+def agent(built: Built, tally_logs: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     src = tmp_path_factory.mktemp("decoupled-src")
     (src / "counting.py").write_text(COUNTING)
+    (src / "tally.py").write_text(TALLY.format(logs=str(tally_logs)))
     out = src / "bundles"
     counting = build(python_spec(src, "count", "counting:count", "decoupled = true",
                                  source="counting.py"), 1, out, built.private_key)
@@ -71,10 +114,14 @@ def agent(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ag
                               source="counting.py"), 1, out, built.private_key)
     stall = build(python_spec(src, "stall", "counting:stall", "decoupled = true",
                               source="counting.py"), 1, out, built.private_key)
-    models = {"stall": ModelOverrides(execution_timeout_ms=1500)}
+    tallies = [build(python_spec(src, name, f"tally:{entry}", "decoupled = true",
+                                 source="tally.py"), 1, out, built.private_key)
+               for name, entry in TALLIES.items()]
+    models = {"stall": ModelOverrides(execution_timeout_ms=1500),
+              "tally_inproc": ModelOverrides(isolation="thread")}
     with running_agent(tmp_path_factory.mktemp("agent"), built.public_key,
                        models=models) as running:
-        for bundle in (counting, plain, stall, built.bundles["fail"]):
+        for bundle in (counting, plain, stall, built.bundles["fail"], *tallies):
             result = running.deploy(bundle)
             assert result.ok, result.message
         yield running
@@ -195,6 +242,29 @@ def test_an_abandoned_stream_frees_the_instance(agent: Agent) -> None:
     finally:
         again.close()
     assert [r.get_response().id for r, _ in got] == ["next", "next"]
+
+
+@pytest.mark.parametrize("model", list(TALLIES))
+def test_a_cancelled_stream_stops_its_generator_and_counts_cancelled(
+        agent: Agent, tally_logs: Path, model: str) -> None:
+    """The caller cancels mid-stream: the model's generator is closed (in a runtime process:
+    the process is told to stop it; in the agent: closed) long before its million responses,
+    and the request counts as cancelled (and failed, as Triton counts it)."""
+    log = tally_logs / TALLIES[model]
+    before = agent.dataplane.statistics(model)[0]
+    stream = Stream(agent.tcp)
+    stream.client.async_stream_infer(model, request(1_000_000), request_id="long")
+    taken = stream.take(3)
+    stream.close(cancel=True)  # the caller cancels mid-stream
+    assert [error for _, error in taken] == [None] * 3
+    produced = int(eventually(lambda: log.exists() and log.read_text(), timeout=120,
+                              message=f"{model}'s generator was never closed"))
+    assert 3 <= produced < 10_000, produced  # 10 ms a response: it stopped, it did not finish
+    after = eventually(lambda: (s := agent.dataplane.statistics(model)[0]).cancel.count
+                       > before.cancel.count and s, timeout=120,
+                       message="the cancelled stream was never counted")
+    assert (after.cancel.count - before.cancel.count, after.fail.count - before.fail.count,
+            after.success.count - before.success.count) == (1, 1, 0)
 
 
 def test_a_pipeline_step_on_a_decoupled_model_is_refused_at_deploy(

@@ -104,3 +104,40 @@ def varied_light_model(name: str, out_dir: Path, seed: int = 0) -> Path:
     path = out_dir / f"varied_{name}.onnx"
     onnx.save(model, str(path))
     return path
+
+
+def padded_light_model(name: str, out_dir: Path, pad_mib: float) -> Path:
+    """A copy of light CNN ``name`` that holds ``pad_mib`` MiB more weights, all in memory once
+    loaded: a float32 table gathered at an index computed from the input (always 0, a zero
+    entry added to the output), so no runtime can fold it away. Same outputs as the source.
+    """
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(light_model_path(name)))
+    graph = model.graph
+    table = np.ones(max(1, int(pad_mib * (1 << 20)) // 4), np.float32)
+    table[0] = 0.0  # the entry gathered
+    graph.initializer.append(numpy_helper.from_array(table, "pad_table"))
+    if model.ir_version < 4:  # this IR version lists initializers among the graph's inputs
+        graph.input.append(helper.make_tensor_value_info("pad_table", onnx.TensorProto.FLOAT,
+                                                         list(table.shape)))
+    out = graph.output[0].name
+    weights = {i.name for i in graph.initializer}
+    data = next(i.name for i in graph.input if i.name not in weights)
+    for node in graph.node:
+        node.output[:] = [o if o != out else "pad_pre" for o in node.output]
+    graph.node.extend([
+        helper.make_node("Mul", [data, "pad_zero"], ["pad_zeros"]),
+        helper.make_node("ReduceMax", ["pad_zeros"], ["pad_max"], keepdims=0),
+        helper.make_node("Cast", ["pad_max"], ["pad_index"], to=onnx.TensorProto.INT64),
+        helper.make_node("Gather", ["pad_table", "pad_index"], ["pad_entry"]),
+        helper.make_node("Add", ["pad_pre", "pad_entry"], [out]),
+    ])
+    graph.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "pad_zero"))
+    if model.ir_version < 4:
+        graph.input.append(helper.make_tensor_value_info("pad_zero", onnx.TensorProto.FLOAT, []))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"padded_{name}_{pad_mib:g}.onnx"
+    onnx.save(model, str(path))
+    return path

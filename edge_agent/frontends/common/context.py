@@ -14,20 +14,26 @@ from edge_agent.core.api import DataPlaneAPI, ServerMetadata
 from edge_agent.frontends.common.control import RepositoryControl
 from edge_agent.frontends.common.extensions import extensions
 from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
+from edge_agent.frontends.common.typed_budget import TypedBudget
 from edge_agent.log_settings import LogSettings
+from edge_agent.tracing import Tracing
 
 
 @dataclass(frozen=True)
 class FrontendContext:
     """What every front end serves from: the data plane, repository control (None: the
-    load/unload calls are refused, naming the setting), the system shared memory regions and
-    the log settings (the logging extension; changed only with ``log_control``)."""
+    load/unload calls are refused, naming the setting), the system shared memory regions,
+    the log settings (the logging extension; changed only with ``log_control``), the one
+    budget for typed inputs in flight (``[agent] max_typed_input_mib``) and the trace settings
+    (Triton's trace extension)."""
 
     dataplane: DataPlaneAPI
     control: RepositoryControl | None = None
     shared_memory: SharedMemoryRegistry = field(default_factory=SharedMemoryRegistry)
     log_settings: LogSettings = field(default_factory=LogSettings)
     log_control: bool = False  # [grpc] log_control: the logging extension may change settings
+    typed_budget: TypedBudget = field(default_factory=TypedBudget)
+    tracing: Tracing = field(default_factory=Tracing)
 
     def extensions(self, *, binary_tensor_data: bool = False,
                    shared_memory: bool = True) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ STATUS: dict[ErrorCode, WireStatus] = {
     ErrorCode.RESOURCE_EXHAUSTED: WireStatus("RESOURCE_EXHAUSTED", 429),
     ErrorCode.UNAVAILABLE: WireStatus("UNAVAILABLE", 503),
     ErrorCode.DEADLINE_EXCEEDED: WireStatus("DEADLINE_EXCEEDED", 504),
+    ErrorCode.CANCELLED: WireStatus("CANCELLED", 499),  # nginx's "client closed request"
     ErrorCode.FAILED_PRECONDITION: WireStatus("FAILED_PRECONDITION", 400),
     ErrorCode.UNAUTHENTICATED: WireStatus("UNAUTHENTICATED", 401),
     ErrorCode.ALREADY_EXISTS: WireStatus("ALREADY_EXISTS", 409),

@@ -1,4 +1,5 @@
-"""Tensors as both wires carry them: the request limits, shape checks and raw bytes.
+"""Tensors as both wires carry them: the request limits, shape checks, raw bytes and the
+check of a tensor sent as values against what the model declares.
 
 KServe raw contents (gRPC) and HTTP binary data are the same little-endian bytes; the datatype
 table and the BYTES policy are :mod:`packager.bundle.datatypes`, this module adds the agent's
@@ -7,12 +8,15 @@ errors.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 
 from edge_agent import bytes_tensors
-from edge_agent.errors import InvalidInputError
+from edge_agent.core.api import DataPlaneAPI
+from edge_agent.core.types import ModelMetadata
+from edge_agent.errors import AgentError, InvalidInputError
 from packager.bundle import datatypes
 from packager.bundle.datatypes import FIXED_SIZE, NUMPY_DTYPES
 
@@ -79,3 +83,48 @@ def tensor_from_bytes(name: str, datatype: str, shape: list[int], raw: bytes | m
             f"input '{name}': {source} hold {len(raw)} bytes but shape "
             f"{list(shape)} of {datatype} needs {expected} bytes")
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+class DeclaredInputs:
+    """The inputs a request's model version declares, to refuse a tensor sent as values (gRPC
+    typed contents, HTTP JSON data) from its declared datatype and shape alone, before its
+    values are decoded. Looked up once, on the first check; a model the lookup cannot describe
+    is left to the data plane (it answers as it would have)."""
+
+    __slots__ = ("_dataplane", "_looked_up", "_meta", "_model", "_version")
+
+    def __init__(self, dataplane: DataPlaneAPI, model: str, version: int | None) -> None:
+        self._dataplane = dataplane
+        self._model = model
+        self._version = version
+        self._meta: ModelMetadata | None = None
+        self._looked_up = False
+
+    def _metadata(self) -> ModelMetadata | None:
+        if not self._looked_up:
+            self._looked_up = True
+            with contextlib.suppress(AgentError):  # the data plane answers it as before
+                self._meta = self._dataplane.model_metadata(self._model, self._version)
+        return self._meta
+
+    def check(self, name: str, datatype: str, shape: list[int]) -> None:
+        """Refuse input ``name`` declared as ``datatype`` of ``shape`` when the model cannot
+        take it (InvalidInputError naming what the model expects; nothing was decoded)."""
+        meta = self._metadata()
+        spec = None if meta is None else next((s for s in meta.inputs if s.name == name), None)
+        if meta is None or spec is None:
+            return
+        label = f"model {self._model!r} input {name!r}"
+        if datatype != spec.datatype:
+            raise InvalidInputError(
+                f"{label} is declared {datatype} but the model expects {spec.datatype}; "
+                "its values were not decoded")
+        if len(shape) != len(spec.shape) or any(
+                want >= 0 and got != want for got, want in zip(shape, spec.shape, strict=True)):
+            raise InvalidInputError(
+                f"{label} is declared with shape {shape[:8]} but the model expects "
+                f"{list(spec.shape)} (-1 is free); its values were not decoded")
+        if meta.max_batch_size > 0 and shape and shape[0] > meta.max_batch_size:
+            raise InvalidInputError(
+                f"{label} is declared with {shape[0]} rows but max_batch_size is "
+                f"{meta.max_batch_size}; split it into smaller requests")

@@ -22,12 +22,15 @@ from typing import Any, TypeAlias
 import grpc
 
 from edge_agent import grpc_internals
+from edge_agent.errors import QueueFullError
+from edge_agent.frontends.common.typed_budget import OverBudget, TypedBudget
 from edge_agent.frontends.common.undecodable import Undecodable, safe_deserializer
 from edge_agent.frontends.grpc.admission import CLOSING, refused, request_arrived
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.frontends.grpc.generated import health_pb2, health_pb2_grpc
 from edge_agent.frontends.grpc.status import abort
+from edge_agent.frontends.grpc.typed_cost import typed_cost
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
@@ -42,21 +45,47 @@ REFUSED = ("the agent is at its limit of concurrent calls (4 per handler thread,
 CLOSING_MESSAGE = "the agent is shutting down (draining in-flight requests); retry shortly"
 _INFERENCE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 _HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
+_TYPED = frozenset({"ModelInfer", "ModelStreamInfer"})
+"""Methods whose requests may carry typed contents (charged to the typed-input budget)."""
 
 
-def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
+def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str,
+                   budget: TypedBudget | None = None
                    ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
-        request_arrived()
-        if method not in LIVENESS and (why := refused()):
-            if why == CLOSING:
-                context.abort(grpc.StatusCode.UNAVAILABLE, CLOSING_MESSAGE)
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED)
-        if isinstance(request, Undecodable):
-            abort(context, request.refused(method, context.peer()))
-        return behavior(request, context)
+        try:
+            request_arrived()
+            if method not in LIVENESS and (why := refused()):
+                if why == CLOSING:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, CLOSING_MESSAGE)
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED)
+            if isinstance(request, Undecodable):
+                abort(context, request.refused(method, context.peer()))
+            return behavior(request, context)
+        finally:
+            if budget is not None:  # what the deserializer charged on this thread
+                budget.release_held()
 
     return handle
+
+
+def budgeted_deserializer(decode: Callable[[bytes], Any], budget: TypedBudget,
+                          message_type: str) -> Callable[[bytes], Any]:
+    """``decode`` that first charges what the message's typed contents will take to
+    ``budget`` (on the calling thread, which goes on to handle the message), and hands on an
+    :class:`OverBudget` refusal, unparsed, when the budget cannot take it."""
+
+    def run(data: bytes) -> Any:
+        budget.release_held()  # a call on this thread that ended without its handler
+        cost = typed_cost(data)
+        if cost:
+            try:
+                budget.charge(cost, f"the request's typed contents ({len(data)} bytes)")
+            except QueueFullError as exc:
+                return OverBudget(message_type, exc)
+        return decode(data)
+
+    return run
 
 
 def _on_pool(behavior: Callable[..., Any], pool: futures.ThreadPoolExecutor,
@@ -72,15 +101,19 @@ def _on_pool(behavior: Callable[..., Any], pool: futures.ThreadPoolExecutor,
 
 def inference_handlers(servicer: pb_grpc.GRPCInferenceServiceServicer,
                        stream_pool: futures.ThreadPoolExecutor,
-                       health_pool: futures.ThreadPoolExecutor
-                       ) -> dict[str, Handler]:
+                       health_pool: futures.ThreadPoolExecutor,
+                       budget: TypedBudget | None = None) -> dict[str, Handler]:
     """The inference service's handlers (see the module docstring); ServerLive and
-    ServerReady run on ``health_pool``."""
+    ServerReady run on ``health_pool``; ModelInfer and ModelStreamInfer charge their typed
+    contents to ``budget`` before parsing (:func:`budgeted_deserializer`)."""
     out: dict[str, Handler] = {}
     for name, h in grpc_internals.service_handlers(servicer, _INFERENCE).items():
         decode = safe_deserializer(h.request_deserializer)
+        typed = budget if name in _TYPED else None
+        if typed is not None and decode is not None:
+            decode = budgeted_deserializer(decode, typed, "ModelInferRequest")
         if h.unary_unary is not None:
-            behavior = _guarded_unary(h.unary_unary, name)
+            behavior = _guarded_unary(h.unary_unary, name, typed)
             if name in LIVENESS:
                 behavior = _on_pool(behavior, health_pool, False)
             out[name] = grpc_internals.rebuild(h, behavior=behavior, request_deserializer=decode)

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeAlias
 
 import grpc
 
-from edge_agent.core.types import InferRequest, InferResult
+from edge_agent.core.types import InferRequest, InferResult, PolledCaller
 from edge_agent.errors import AgentError, DecoupledModelError
 from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.context import FrontendContext
@@ -31,12 +31,14 @@ from edge_agent.frontends.common.shared_memory import (
     SharedMemoryRegistry,
     refused_over_tcp,
 )
+from edge_agent.frontends.common.typed_budget import TypedBudget
 from edge_agent.frontends.grpc import converters, status
 from edge_agent.frontends.grpc.admission import ResponseBudget
 from edge_agent.frontends.grpc.decoupled import DecoupledCall
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.frontends.grpc.streams import END, StreamSession, StreamSessions, peer_key
+from edge_agent.tracing.spans import RootTrace
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,10 @@ def _response_bytes(result: InferResult, order: list[str] | None) -> int:
     """The bytes of output data a response to ``result`` carries."""
     names = order or result.outputs
     return sum(result.outputs[n].nbytes for n in names if n in result.outputs)
+
+
+def _give_back(budget: TypedBudget, nbytes: int, _done: Future[InferResult]) -> None:
+    budget.release(nbytes)
 
 
 _errors = status.rpc_errors(log, "inference service")
@@ -73,6 +79,14 @@ def _has_tensor_parameters(request: pb.ModelInferRequest) -> bool:
     """Whether any input or requested output of ``request`` carries parameters."""
     return any(len(t.parameters) for t in request.inputs) or \
         any(len(o.parameters) for o in request.outputs)
+
+
+def _traceparent(context: _Ctx) -> str | None:
+    """The caller's W3C ``traceparent`` metadata (None: it sent none)."""
+    for key, value in context.invocation_metadata():
+        if key == "traceparent":
+            return value if isinstance(value, str) else None
+    return None
 
 
 def _no_cuda_shm(context: _Ctx) -> NoReturn:
@@ -140,13 +154,33 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_errors
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
+        tracing = self._context.tracing
+        trace = tracing.start(request.model_name, traceparent=_traceparent(context),
+                              request_id=request.id, protocol="grpc") \
+            if tracing.active else None
+        if trace is None:
+            return self._model_infer(request, context, None)
+        try:
+            return self._model_infer(request, context, trace)
+        except BaseException as exc:
+            trace.responded(error=exc)
+            raise
+
+    def _model_infer(self, request: pb.ModelInferRequest, context: _Ctx,
+                     trace: RootTrace | None) -> pb.ModelInferResponse:
         # the peer (~3 us) only for a request with tensor parameters (it may name a region)
         shm = self._shm if self._tcp_shm or not _has_tensor_parameters(request) \
             else self._shm_for(context.peer())
-        infer_request, _ = converters.to_infer_request(request, shm)
+        infer_request, _ = converters.to_infer_request(request, shm, self._dp)
+        infer_request.caller = context  # cancelled or past its deadline: never run
         placed = converters.output_placements(request, shm)  # shared memory outputs
+        if trace is not None:
+            infer_request.trace = trace
+            trace.inputs(infer_request.inputs)
         result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
         result = converters.classified(result, request, self._dp)
+        if trace is not None:
+            trace.responded(version=result.version, outputs=result.outputs)
         nbytes = _response_bytes(result, infer_request.outputs)
         if nbytes >= self._budget_from:  # smaller ones are bounded by unary admission
             self._budget.acquire(nbytes)
@@ -155,6 +189,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         # raw_output_contents whatever form the inputs came in, as Triton answers
         return converters.to_infer_response(result, order=infer_request.outputs,
                                             placed=placed)
+
+    @_errors
+    def TraceSetting(self, request: pb.TraceSettingRequest,
+                     context: _Ctx) -> pb.TraceSettingResponse:
+        """Triton's trace extension: no settings reads them, settings change them (an empty
+        value clears one); the model's settings with ``model_name``, else the global ones."""
+        model = model_name(request.model_name) if request.model_name else ""
+        tracing = self._context.tracing
+        settings = tracing.update(model, {k: list(v.value) or None
+                                          for k, v in request.settings.items()}) \
+            if request.settings else tracing.get(model)
+        value = pb.TraceSettingResponse.SettingValue
+        return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in settings.items()})
 
     def ModelStreamInfer(self, request_iterator: Iterator[pb.ModelInferRequest], context: _Ctx,
                          send_response_callback: Callable[[Any], None] | None = None
@@ -191,22 +238,32 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                      requests: Iterator[pb.ModelInferRequest]) -> None:
         push, send = session.push, self._send_stream
         shm = self._shm_for(session.peer)
+        caller = PolledCaller(session.context.is_active)  # the stream cancelled: not run
+        typed = self._context.typed_budget  # charged by the deserializer on this thread
         try:
             for msg in requests:
                 session.received_one()
                 try:
-                    req, _ = converters.to_infer_request(msg, shm)
+                    req, _ = converters.to_infer_request(msg, shm, self._dp)
+                    req.caller = caller
                     future = self._dp.submit(req, inline=False)
                 except DecoupledModelError:  # many responses: protocol/decoupled.py
+                    typed.release_held()
                     push(DecoupledCall(self._dp, msg, req, True), send)
                     continue
                 except Exception as exc:
+                    typed.release_held()
                     push((msg, None, None, exc), send)
                     continue
+                # the request's typed inputs stay charged until it is answered
+                held = typed.take_held()
+                if held:
+                    future.add_done_callback(functools.partial(_give_back, typed, held))
                 future.add_done_callback(functools.partial(self._answered, session, msg, req))
         except Exception:  # the stream was cancelled, broke, or was ended: stop reading
             log.debug("stream reader stopped", exc_info=True)
         finally:
+            typed.release_held()
             push(END, send)
 
     def _answered(self, session: StreamSession, msg: pb.ModelInferRequest, req: InferRequest,

@@ -1,6 +1,7 @@
 """``/metrics``: a ``prometheus_client`` collector read at scrape time.
 
-Nothing is counted for Prometheus on the inference path: each scrape reads what the agent
+Little is counted for Prometheus on the inference path (the batcher's ring of recent
+latencies, core/tallies.py, for the summaries' quantiles): each scrape reads what the agent
 already keeps (the batchers' Triton statistics, the response cache's counts, the model
 manager's versions, the state store's deployment history, the metrics recorder's last system
 sample) and writes it in the Prometheus text format. Names follow Triton where one exists
@@ -20,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from edge_agent import __version__
 from edge_agent.core.api import DataPlaneAPI
+from edge_agent.core.tallies import LifecycleTotal, quantile
 from edge_agent.core.types import ModelStats
 from edge_agent.metrics.recorder import LiveSample, MetricsRecorder
 from edge_agent.metrics.system import SystemSample
@@ -55,8 +57,6 @@ class DeploymentHistory(Protocol):
 _TRITON_COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], float]], ...] = (
     ("nv_inference_request_success", "Number of successful inference requests (response "
      "cache hits included)", lambda s: s.success.count + s.cache_hit.count),
-    ("nv_inference_request_failure", "Number of failed inference requests",
-     lambda s: s.fail.count),
     ("nv_inference_count", "Number of inferences performed (a batch of N counts N; response "
      "cache hits not included)", lambda s: s.inference_count),
     ("nv_inference_exec_count", "Number of model executions performed",
@@ -85,10 +85,47 @@ _CACHE_COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], float]], ...] = (
 )
 
 
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+"""Quantiles of the latency summaries (Triton's defaults), over each version's last requests."""
+_SUMMARIES: tuple[tuple[str, str, Callable[[ModelStats], tuple[tuple[int, ...], int, int]]],
+                  ...] = (
+    ("nv_inference_request_summary_us", "Summary of successful inference request durations "
+     "in microseconds (quantiles over the last requests; cache hits not included)",
+     lambda s: (s.recent_request_ns, s.success.count, s.success.ns)),
+    ("nv_inference_queue_summary_us", "Summary of inference queuing durations in "
+     "microseconds (quantiles over the last requests)",
+     lambda s: (s.recent_queue_ns, s.queue.count, s.queue.ns)),
+    ("nv_inference_compute_infer_summary_us", "Summary of compute inference durations in "
+     "microseconds (quantiles over the last requests)",
+     lambda s: (s.recent_compute_infer_ns, s.compute_infer.count, s.compute_infer.ns)),
+)
+
+
 def _counter(name: str, doc: str) -> Metric:
     # Triton's counter samples have no _total suffix: a plain Metric whose samples keep the
     # names given (prometheus_client still names the family NAME_total in # TYPE lines)
     return Metric(name, doc, "counter")
+
+
+FAILURE = "nv_inference_request_failure"
+_FAILURE_REASONS: tuple[tuple[str, Callable[[ModelStats], int]], ...] = (
+    ("REJECTED", lambda s: s.rejected.count),
+    ("CANCELED", lambda s: s.cancel.count),
+    ("BACKEND", lambda s: s.fail.count - s.rejected.count - s.cancel.count),
+)
+"""Triton's ``reason`` label values: refused or timed out before running (invalid input, full
+queue, queue timeout); the caller left before it ran (cancelled, past its gRPC deadline,
+connection closed); failed while running."""
+
+
+def _failures(stats: Iterable[ModelStats]) -> Metric:
+    """``nv_inference_request_failure`` by ``reason``, as Triton reports it."""
+    metric = _counter(FAILURE, "Number of failed inference requests, by reason")
+    for s in stats:
+        for reason, read in _FAILURE_REASONS:
+            metric.add_sample(FAILURE, {"model": s.name, "reason": reason,
+                                        "version": str(s.version)}, read(s))
+    return metric
 
 
 class AgentCollector(Collector):
@@ -123,9 +160,12 @@ class AgentCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         stats = self._dp.statistics()
+        yield _failures(stats)
         yield from self._triton(stats, _TRITON_COUNTERS)
+        yield from _per_version(stats, self._cache)
         if self._cache:
             yield from self._triton(stats, _CACHE_COUNTERS)
+        yield from _lifecycle(self._dp.lifecycle())
         info = GaugeMetricFamily("edge_agent_info", "The agent's version", labels=["version"])
         info.add_metric([__version__], 1)
         yield info
@@ -183,6 +223,60 @@ class AgentCollector(Collector):
         for model, seconds in sorted(history.last_switches().items()):
             switch.add_metric([model], seconds)
         yield switch
+
+
+def _per_version(stats: Sequence[ModelStats], cache: bool) -> Iterator[Metric]:
+    """Pending requests, latency summaries, memory figures and (``cache``) hit ratios."""
+    pending = GaugeMetricFamily("nv_inference_pending_request_count", "Instantaneous number "
+                                "of pending requests awaiting execution per-model",
+                                labels=list(_LABELS))
+    memory = GaugeMetricFamily("edge_model_memory_bytes", "Memory the loaded version takes: "
+                               "the largest resident-memory growth its loads measured "
+                               "(source device), else edge-pack's figure (build) or the "
+                               "artifact size (artifact)", labels=[*_LABELS, "source"])
+    ratio = GaugeMetricFamily("edge_cache_hit_ratio", "Response cache hits / lookups since "
+                              "the version was loaded", labels=list(_LABELS))
+    for s in stats:
+        values = [s.name, str(s.version)]
+        pending.add_metric(values, s.pending_count)
+        if s.memory_bytes > 0:
+            memory.add_metric([*values, s.memory_source], s.memory_bytes)
+        lookups = s.cache_hit.count + s.cache_miss.count
+        if lookups:
+            ratio.add_metric(values, s.cache_hit.count / lookups)
+    yield pending
+    yield memory
+    if cache:
+        yield ratio
+    for name, doc, read in _SUMMARIES:
+        metric = Metric(name, doc, "summary")
+        for s in stats:
+            recent, count, total_ns = read(s)
+            labels = {"model": s.name, "version": str(s.version)}
+            ordered = sorted(recent)
+            for q in QUANTILES if ordered else ():
+                metric.add_sample(name, {**labels, "quantile": str(q)},
+                                  quantile(ordered, q) / 1000)
+            metric.add_sample(name + "_count", labels, count)
+            metric.add_sample(name + "_sum", labels, total_ns / 1000)
+        yield metric
+
+
+def _lifecycle(totals: Sequence[LifecycleTotal]) -> Iterator[Metric]:
+    """Load and unload counts and durations per model and reason."""
+    for event in ("load", "unload"):
+        count = _counter(f"edge_model_{event}s", f"Model version {event}s by reason "
+                         "(load: requested, on-demand; unload: requested, evicted, idle)")
+        took = SummaryMetricFamily(f"edge_model_{event}_duration_seconds",
+                                   f"Time model version {event}s took", labels=["model",
+                                                                               "reason"])
+        for t in totals:
+            if t.event == event:
+                count.add_sample(f"edge_model_{event}s_total",
+                                 {"model": t.model, "reason": t.reason}, t.count)
+                took.add_metric([t.model, t.reason], t.count, t.seconds)
+        yield count
+        yield took
 
 
 def _sequences(slots: dict[str, tuple[int, int]]) -> Iterator[Metric]:

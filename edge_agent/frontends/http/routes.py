@@ -21,8 +21,8 @@ from urllib.parse import unquote
 
 from google.protobuf import json_format
 
-from edge_agent.core.types import DurationStat, ModelStats
-from edge_agent.errors import AgentError, InvalidInputError
+from edge_agent.core.types import Caller, DurationStat, ModelStats
+from edge_agent.errors import AgentError, InvalidInputError, TraceSettingError
 from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.classification import classify
 from edge_agent.frontends.common.context import FrontendContext
@@ -37,6 +37,7 @@ from edge_agent.frontends.common.shared_memory import (
 )
 from edge_agent.frontends.grpc import converters  # Triton's config JSON is the protobuf's
 from edge_agent.frontends.http import jsonscan, tensors
+from edge_agent.tracing.spans import RootTrace
 from packager.bundle.manifest import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -81,11 +82,16 @@ class HttpRequest:
     body: bytes
     header_length: int | None
     peer: str
+    caller: Caller | None = None
+    """The connection (:func:`~edge_agent.frontends.common.callers.connection_caller`): an
+    inference whose caller hung up before it ran is dropped."""
+    traceparent: str | None = None  # the caller's W3C trace context (read while tracing)
 
 
 _Handler = Callable[[HttpRequest, dict[str, str]], HttpAnswer]
 _V = r"(?:/versions/(?P<version>[^/]+))?"
 _M = r"/v2/models/(?P<model>[^/]+)" + _V
+_TRACE = re.compile(r"/v2(?:/models/(?P<model>[^/]+))?/trace/setting")
 
 
 def _duration(stat: DurationStat) -> dict[str, int]:
@@ -141,6 +147,7 @@ class KServeRoutes:
 
     def __init__(self, context: FrontendContext, *, shared_memory: bool = False) -> None:
         self._context = context
+        self.tracing = context.tracing
         self._dp = context.dataplane
         self._control = context.control
         shm = context.shared_memory
@@ -157,6 +164,8 @@ class KServeRoutes:
             ("GET", re.compile(_M + "/ready"), self._model_ready),
             ("GET", re.compile(_M + "/config"), self._model_config),
             ("GET", re.compile(_M + "/stats"), self._statistics),
+            ("GET", _TRACE, self._trace_setting),
+            ("POST", _TRACE, self._trace_setting),
             ("GET", re.compile(r"/v2/models/stats"), self._statistics),
             ("GET", re.compile(_M), self._model_metadata),
             ("POST", re.compile(r"/v2/repository/index"), self._index),
@@ -235,6 +244,19 @@ class KServeRoutes:
 
     def _infer(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
         name = model_name(params["model"])
+        tracing = self.tracing
+        trace = tracing.start(name, traceparent=request.traceparent, protocol="http") \
+            if tracing.active else None
+        if trace is None:
+            return self._infer_answer(request, params, name, None)
+        try:
+            return self._infer_answer(request, params, name, trace)
+        except BaseException as exc:
+            trace.responded(error=exc)
+            raise
+
+    def _infer_answer(self, request: HttpRequest, params: dict[str, str], name: str,
+                      trace: RootTrace | None) -> HttpAnswer:
         version = params.get("version", "")
 
         def output_count() -> int:
@@ -242,20 +264,45 @@ class KServeRoutes:
 
         json_bytes = len(request.body) if request.header_length is None \
             else request.header_length
-        if json_bytes < LARGE_JSON:
-            call = tensors.decode_request(request.body, request.header_length, name, version,
-                                          self._shm, output_count)
-        else:
-            with self._decoding:
+        budget = self._context.typed_budget
+        with budget.held():  # JSON data charged until answered
+            if json_bytes < LARGE_JSON:
                 call = tensors.decode_request(request.body, request.header_length, name,
-                                              version, self._shm, output_count, jsonscan.loads)
-        result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
-        result = classify(result, call.classes, self._dp)
-        body, header_length = tensors.encode_response(result, call)
+                                              version, self._shm, output_count,
+                                              dataplane=self._dp, budget=budget)
+            else:
+                with self._decoding:
+                    call = tensors.decode_request(request.body, request.header_length, name,
+                                                  version, self._shm, output_count,
+                                                  jsonscan.loads, dataplane=self._dp,
+                                                  budget=budget)
+            call.request.caller = request.caller
+            if trace is not None:
+                call.request.trace = trace
+                trace.inputs(call.request.inputs)
+            result = self._dp.infer(call.request)  # idle: runs on this thread, no hop
+            result = classify(result, call.classes, self._dp)
+            body, header_length = tensors.encode_response(result, call)
+        if trace is not None:
+            trace.responded(version=result.version, outputs=result.outputs)
         if header_length is None:
             return HttpAnswer(200, body)
         return HttpAnswer(200, body, BINARY,
                           ((tensors.HEADER_LENGTH, str(header_length)),))
+
+    def _trace_setting(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
+        """Triton's trace extension: GET reads, POST changes (a null value clears one)."""
+        model = model_name(params["model"]) if "model" in params else ""
+        if request.method == "GET":
+            return _json(200, self.tracing.get(model))
+        doc = _body_object(request.body, "trace setting")
+        settings: dict[str, list[str] | None] = {}
+        for key, value in doc.items():
+            if value is not None and not isinstance(value, str | list):
+                raise TraceSettingError(f"trace setting '{key}': expected a string, a list "
+                                        f"of strings or null, got {value!r}")
+            settings[key] = [value] if isinstance(value, str) else value
+        return _json(200, self.tracing.update(model, settings))
 
     # -- statistics and repository -------------------------------------------------------
 

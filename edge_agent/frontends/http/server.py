@@ -36,6 +36,7 @@ from typing import Any
 
 from edge_agent.config.http import HttpConfig
 from edge_agent.errors import ConfigError
+from edge_agent.frontends.common.callers import connection_caller
 from edge_agent.frontends.http.jsonscan import JsonTooLarge, scan
 from edge_agent.frontends.http.routes import HttpAnswer, HttpRequest, KServeRoutes, error_answer
 from edge_agent.frontends.http.tensors import HEADER_LENGTH
@@ -200,9 +201,12 @@ class _Handler(BaseHTTPRequestHandler):
                     HttpAnswer(405, _error_json("only GET is allowed on /metrics"))
             else:
                 peer = self.client_address
-                answer = self.server.routes.handle(HttpRequest(
+                routes = self.server.routes
+                answer = routes.handle(HttpRequest(
                     self.command, path, body, header_length,
-                    f"http:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "http"))
+                    f"http:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "http",
+                    connection_caller(self.connection),
+                    self.headers.get("traceparent") if routes.tracing.active else None))
             self._answer(answer)
         finally:
             self.server.busy(self, False)

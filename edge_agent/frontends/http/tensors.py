@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent import bytes_tensors
+from edge_agent.core.api import DataPlaneAPI
 from edge_agent.core.types import InferRequest, InferResult
 from edge_agent.errors import InvalidInputError
 from edge_agent.frontends.common.names import parse_version
@@ -36,12 +37,15 @@ from edge_agent.frontends.common.tensors import (
     MAX_PARAMETER_BYTES,
     MAX_PARAMETERS,
     MAX_REQUEST_ID_BYTES,
+    DeclaredInputs,
     check_shape,
     datatype_of,
     tensor_from_bytes,
     wire_dtype,
 )
+from edge_agent.frontends.common.typed_budget import BYTES_OBJECT, TypedBudget
 from edge_agent.frontends.http.jsonscan import to_array
+from packager.bundle.datatypes import NUMPY_DTYPES
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_SIZE = "binary_data_size"
@@ -121,11 +125,58 @@ def _from_binary(name: str, datatype: str, shape: list[int], raw: memoryview) ->
     return tensor_from_bytes(name, datatype, shape, raw, "binary data")
 
 
-def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndarray:
+def _leaves(data: list[Any], name: str, shape: list[int]) -> list[Any]:
+    """The values of nested JSON arrays ``data`` in row-major order (flat data is accepted as
+    it is); refused when ragged."""
+    level = data
+    while level and isinstance(level[0], list):
+        size = len(level[0])
+        if not all(isinstance(x, list) and len(x) == size for x in level):
+            break
+        level = [v for x in level for v in x]
+    if any(isinstance(v, list) for v in level):
+        raise InvalidInputError(f"input '{name}': 'data' is not a regular array of {shape} "
+                                "values")
+    return level
+
+
+def _bytes_from_json(name: str, shape: list[int], data: list[Any]) -> np.ndarray:
+    values = _leaves(data, name, shape)
+    if len(values) != math.prod(shape):
+        raise InvalidInputError(f"input '{name}': 'data' holds {len(values)} values but shape "
+                                f"{shape} needs {math.prod(shape)}")
+    if not all(isinstance(v, str) for v in values):
+        raise InvalidInputError(f"input '{name}': BYTES data must be JSON strings (or "
+                                "send the tensor as binary data)")
+    # straight into an object array: numpy's str array would be as wide as the longest string
+    # times the count
+    return np.fromiter((v.encode() for v in values), dtype=object,
+                       count=len(values)).reshape(shape)
+
+
+def _json_cost(datatype: str, count: int) -> int:
+    """Bytes that converting ``count`` JSON values takes: numpy's array of them and the
+    tensor (a pointer and a bytes object each for BYTES)."""
+    if datatype == "BYTES":
+        return count * (8 + BYTES_OBJECT)
+    dtype = NUMPY_DTYPES.get(datatype)
+    itemsize: int = dtype.itemsize if dtype is not None else 8
+    return count * (8 + itemsize)
+
+
+def _from_json(name: str, datatype: str, shape: list[int], data: Any,
+               declared: DeclaredInputs | None = None,
+               budget: TypedBudget | None = None) -> np.ndarray:
     if not isinstance(data, list):
         raise InvalidInputError(f"input '{name}': 'data' must be a JSON array (or send the "
                                 f"tensor as binary data), got {type(data).__name__}")
+    if declared is not None:
+        declared.check(name, datatype, shape)
     count = math.prod(shape)
+    if budget is not None:
+        budget.charge(_json_cost(datatype, count), f"input '{name}' ({count} JSON values)")
+    if datatype == "BYTES":
+        return _bytes_from_json(name, shape, data)
     try:
         array = to_array(data)
     except (ValueError, RecursionError):  # ragged or too deep nesting
@@ -134,13 +185,6 @@ def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndar
     if array.size != count:
         raise InvalidInputError(f"input '{name}': 'data' holds {array.size} values but shape "
                                 f"{shape} needs {count}")
-    if datatype == "BYTES":
-        if count and array.dtype.kind != "U":
-            raise InvalidInputError(f"input '{name}': BYTES data must be JSON strings (or "
-                                    "send the tensor as binary data)")
-        out = np.empty(count, dtype=object)
-        out[:] = [s.encode() for s in array.ravel().tolist()]
-        return out.reshape(shape)
     dtype = wire_dtype(datatype, name)
     accepted = _NUMPY_KINDS.get(dtype.kind, "")
     if count and array.dtype.kind not in accepted:
@@ -152,16 +196,19 @@ def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndar
         if array.min() < info.min or array.max() > info.max:
             raise InvalidInputError(f"input '{name}': a value is out of the range of "
                                     f"{datatype}")
-    return array.astype(dtype).reshape(shape)
+    return array.astype(dtype, copy=False).reshape(shape)
 
 
 def decode_request(body: bytes, header_length: int | None, model: str, version: str,
                    shm: SharedMemoryRegistry | None,
                    output_count: Callable[[], int] | None = None,
-                   loads: Callable[[bytes], Any] = json.loads) -> InferCall:
+                   loads: Callable[[bytes], Any] = json.loads, *,
+                   dataplane: DataPlaneAPI | None = None,
+                   budget: TypedBudget | None = None) -> InferCall:
     """Decode a ``POST v2/models/MODEL[/versions/V]/infer`` body; ``output_count`` (the
     model's, asked only when several outputs are named) bounds the outputs asked for;
-    ``loads`` parses the JSON."""
+    ``loads`` parses the JSON. JSON ``data`` is checked against what ``dataplane`` says the
+    model declares and charged to ``budget`` before it is converted."""
     if header_length is None:
         header_length = len(body)
     elif header_length > len(body):
@@ -183,6 +230,8 @@ def decode_request(body: bytes, header_length: int | None, model: str, version: 
     if not isinstance(tensors, list) or not tensors:
         raise InvalidInputError(f"{where} has no inputs ('inputs' must be a non-empty list)")
     inputs: dict[str, np.ndarray] = {}
+    declared = None if dataplane is None else \
+        DeclaredInputs(dataplane, model, parse_version(version, model))
     binary = memoryview(body)[header_length:]
     at = 0
     for i, item in enumerate(tensors):
@@ -216,7 +265,7 @@ def decode_request(body: bytes, header_length: int | None, model: str, version: 
             inputs[name] = _from_binary(name, datatype, shape, binary[at:at + size])
             at += size
         else:
-            inputs[name] = _from_json(name, datatype, shape, tensor["data"])
+            inputs[name] = _from_json(name, datatype, shape, tensor["data"], declared, budget)
     if at != len(binary):
         raise InvalidInputError(
             f"{where}: {len(binary) - at} bytes after the JSON header belong to no input "

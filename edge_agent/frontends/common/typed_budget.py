@@ -1,0 +1,110 @@
+"""One agent-wide budget for the memory that inputs sent as values (not as raw bytes) take.
+
+A tensor sent as gRPC typed contents (``int64_contents``, ``bytes_contents``, ...) or as HTTP
+JSON ``data`` costs many times its wire size once parsed and converted (a packed 1-byte varint
+becomes an 8-byte value in the parsed message, then an array; a BYTES element becomes a Python
+object). Both front ends charge what such a request will take, before taking it, to one
+:class:`TypedBudget` (``[agent] max_typed_input_mib``); a request beyond it is refused with
+RESOURCE_EXHAUSTED / 429 (retryable) and nothing is decoded. Raw contents, binary data and
+shared memory are not charged: they cost their own size.
+
+The charge is held by the thread that decodes the request (the gRPC deserializer and the
+handler that follows run on one thread) and given back when that call ends
+(:meth:`TypedBudget.release_held`), or handed to a stream's answer (:meth:`TypedBudget.take_held`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from edge_agent.errors import AgentError, QueueFullError
+from edge_agent.frontends.common.undecodable import Undecodable
+
+KEY = "agent.max_typed_input_mib"
+DEFAULT_MAX_TYPED_INPUT_BYTES = 256 * 1024 * 1024
+BYTES_OBJECT = 56
+"""Bytes per BYTES element converted, besides its data (a pointer and a bytes object)."""
+SEND_RAW = ("send large tensors as raw_input_contents (gRPC) or binary data (HTTP), which cost "
+            "only their size")
+
+
+class TypedBudget:
+    """Bytes that typed-contents / JSON-data inputs in flight may take, at most ``max_bytes``
+    (thread-safe)."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_TYPED_INPUT_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._used = 0
+        self._local = threading.local()
+
+    @property
+    def used(self) -> int:
+        """Bytes charged now."""
+        return self._used
+
+    def charge(self, nbytes: int, what: str) -> None:
+        """Charge ``nbytes`` for ``what`` to the calling thread's call, or raise
+        :class:`QueueFullError` naming the setting (nothing is charged then)."""
+        if nbytes <= 0:
+            return
+        with self._lock:
+            admit = self._used + nbytes <= self.max_bytes
+            if admit:
+                self._used += nbytes
+        if not admit:
+            raise self._refusal(nbytes, what)
+        self._local.held = getattr(self._local, "held", 0) + nbytes
+
+    def _refusal(self, nbytes: int, what: str) -> QueueFullError:
+        mib = self.max_bytes / (1 << 20)
+        if nbytes > self.max_bytes:
+            return QueueFullError(
+                f"{what} would take about {nbytes / (1 << 20):.0f} MiB in memory decoded, more "
+                f"than the agent's {mib:g} MiB for typed inputs in flight ({KEY}); {SEND_RAW}")
+        return QueueFullError(
+            f"typed inputs in flight already take close to the agent's {mib:g} MiB ({KEY}); "
+            f"retry shortly, or {SEND_RAW}")
+
+    def take_held(self) -> int:
+        """What the calling thread holds, now the caller's to :meth:`release` (a stream hands
+        it to the request's answer)."""
+        held: int = getattr(self._local, "held", 0)
+        self._local.held = 0
+        return held
+
+    def release_held(self) -> None:
+        """Give back what the calling thread holds (its call ended)."""
+        self.release(self.take_held())
+
+    def release(self, nbytes: int) -> None:
+        """Give back ``nbytes`` taken with :meth:`take_held`."""
+        if nbytes:
+            with self._lock:
+                self._used -= nbytes
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Charges made inside are given back on leaving."""
+        self.release_held()
+        try:
+            yield
+        finally:
+            self.release_held()
+
+
+class OverBudget(Undecodable):
+    """What the gRPC deserializer hands on, undecoded, for a request the budget refused: the
+    call gets the refusal (RESOURCE_EXHAUSTED) instead of INVALID_ARGUMENT."""
+
+    def __init__(self, message_type: str, refusal: AgentError) -> None:
+        super().__init__(message_type, str(refusal))
+        self.refusal = refusal
+
+    def error(self) -> AgentError:  # type: ignore[override]
+        return self.refusal
+
+    def refused(self, method: str, peer: str) -> AgentError:  # type: ignore[override]
+        return self.refusal
