@@ -339,5 +339,5 @@ def _with_controls(request: InferRequest, flags: SequenceFlags,
             value, dtype = values[c.kind], _NUMPY[c.datatype]
         shape = tuple(rows if i == 0 and manifest.batched else max(d, 1)
                       for i, d in enumerate(shapes[c.name]))
-        inputs[c.name] = np.full(shape, value, dtype=dtype)  # type: ignore[call-overload]
+        inputs[c.name] = np.full(shape, value, dtype=dtype)  # type: ignore[call-overload]  # dtype is one of _NUMPY's or object
     return inputs

@@ -43,11 +43,13 @@ def seq_bundles(tmp_path_factory: pytest.TempPathFactory) -> SequenceBundles:
                                 max_batch=8, sequence=sequence)
         return path
 
-    short = dict(max_sequence_idle_us=IDLE_US, max_candidate_sequences=SLOTS,
-                 control_inputs=CONTROLS)
+    def short(strategy: str) -> SequenceConfig:
+        return SequenceConfig(strategy, max_sequence_idle_us=IDLE_US,
+                              max_candidate_sequences=SLOTS, control_inputs=CONTROLS)
+
     return SequenceBundles(
-        oldest=build("seq", SequenceConfig("oldest", **short)),  # type: ignore[arg-type]
-        direct=build("seqd", SequenceConfig("direct", **short)),  # type: ignore[arg-type]
+        oldest=build("seq", short("oldest")),
+        direct=build("seqd", short("direct")),
         many=build("seqmany", SequenceConfig("oldest", max_sequence_idle_us=60_000_000,
                                              max_candidate_sequences=16,
                                              control_inputs=CONTROLS)),
