@@ -6,7 +6,7 @@
 EXAMPLES_DIR is ``src/python/examples`` of triton-inference-server/client (not part of this
 project: fetch it, e.g. ``git archive``). The script builds with ``edge-pack`` the models the
 examples expect (``packager/triton_samples.py``: ``simple``, ``simple_int8``, ``simple_string``,
-``simple_identity``, ``custom_identity_int32``, ``repeat_int32``, stateless stand-ins for
+``simple_identity``, ``custom_identity_int32``, ``repeat_int32``, stateful (sequence batcher)
 ``simple_sequence``/``simple_dyna_sequence``, ``densenet_onnx`` from onnx's light DenseNet, and
 ``preprocess_inception_ensemble``: a pipeline of a Pillow decode step and a batched DenseNet),
 signs them with a fresh key, starts ``edge-agent serve`` on loopback (OS-chosen ports, mDNS off,

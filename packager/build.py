@@ -29,6 +29,7 @@ from packager.bundle.manifest import (
     LOAD_COST_KEY,
     BatchingConfig,
     Manifest,
+    SequenceConfig,
     TensorSpec,
     input_shapes,
 )
@@ -240,13 +241,33 @@ def _plan(prepared: PreparedModel, profile: DeviceProfile,
     return plan, ""
 
 
+def _check_controls(sequence: SequenceConfig | None, prepared: PreparedModel) -> None:
+    """UsageError unless every control input is an input of the model with its datatype."""
+    if sequence is None:
+        return
+    given = {t.name: t.datatype for t in prepared.inputs}
+    for c in sequence.control_inputs:
+        if given.get(c.name) != c.datatype:
+            raise UsageError(f"--control-input {c.kind}={c.name}:{c.datatype}: the model has "
+                             f"no {c.datatype} input {c.name!r} (its inputs: "
+                             f"{', '.join(f'{n} {d}' for n, d in given.items())})")
+    answered = {t.name: t.datatype for t in prepared.outputs}
+    for t in sequence.states:
+        if t.input_name not in given or given[t.input_name] != answered.get(t.output_name):
+            raise UsageError(f"--state {t.input_name}:{t.output_name}: the model needs an "
+                             f"input {t.input_name!r} and an output {t.output_name!r} of one "
+                             f"datatype (inputs: {', '.join(given)}; outputs: "
+                             f"{', '.join(answered)})")
+
+
 def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,
                max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
                steps: Steps, reference_inputs: GivenInputs | None = None,
                calibrated: Calibrated | None = None,
                response_cache: bool = False,
                labels: Mapping[str, tuple[str, ...]] | None = None,
-               input_formats: dict[str, str] | None = None) -> Path:
+               input_formats: dict[str, str] | None = None,
+               sequence: SequenceConfig | None = None) -> Path:
     root = stage / profile.name
     root.mkdir()
     batching = _batching(profile, prepared.batched, max_batch)
@@ -349,7 +370,7 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         source_sha256=prepared.source_sha256, source_name=prepared.source_name,
         parity=parity, toolchain=toolchain, created=created,
         response_cache=response_cache, labels=dict(labels or {}),
-        input_formats=input_formats or {},
+        input_formats=input_formats or {}, sequence=sequence,
     )
     write_label_files(root, manifest.labels)
     out = stage / bundle_filename(name, version, profile.name)
@@ -414,6 +435,7 @@ def build_bundles(
     overwrite: bool = False,
     labels: Mapping[str, Path | str] | None = None,
     input_formats: Mapping[str, str] | None = None,
+    sequence: SequenceConfig | None = None,
 ) -> list[Path]:
     """Build ``out_dir/NAME-VERSION-PROFILE.edgepkg`` for each profile; return their paths.
 
@@ -427,6 +449,8 @@ def build_bundles(
     line (packager/labels.py), answered by the agent's classification extension.
     ``input_formats`` ({input: "NCHW" | "NHWC"}) declares image inputs' layout
     (packager/bundle/input_format.py); a spec declares its own.
+    ``sequence`` makes the model stateful (its sequence batcher; its control inputs must be
+    inputs of the model).
     ``progress`` is None, a callable ``f(description, done, total)`` or a rich Progress.
     Raises a PackagerError subclass (and writes nothing to ``out_dir``) on any failure, a
     bundle in ``out_dir`` with the same name built from another model included (checked
@@ -438,7 +462,8 @@ def build_bundles(
         from packager.spec_build import build_spec_bundles
 
         if (dynamic_batch or max_batch is not None or allow_parity_failure
-                or calibration_data is not None or response_cache or labels or input_formats):
+                or calibration_data is not None or response_cache or labels or input_formats
+                or sequence is not None):
             raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
                              "--calibration-data, --response-cache, --labels and --input-format "
                              "apply to ONNX models; a spec sets max_batch_size itself (and "
@@ -470,6 +495,7 @@ def build_bundles(
         steps.start(f"validate {Path(model_path).name}")
         prepared = _prepare_any(Path(model_path), stage, dynamic_batch)
         formats = _checked_formats(input_formats, prepared)
+        _check_controls(sequence, prepared)
         reference_inputs: GivenInputs | None = None
         if reference_data is not None:
             reference_inputs = (load_given_inputs(Path(reference_data), prepared.inputs,
@@ -497,7 +523,8 @@ def build_bundles(
             _build_one(prepared, p, name=name, version=version, max_batch=max_batch,
                        allow_parity_failure=allow_parity_failure, stage=stage, key=key,
                        steps=steps, reference_inputs=reference_inputs, calibrated=calibrated,
-                       response_cache=response_cache, labels=label_lists, input_formats=formats)
+                       response_cache=response_cache, labels=label_lists, input_formats=formats,
+                       sequence=sequence)
             for p in loaded
         ]
         return publish(built, out, overwrite=overwrite)

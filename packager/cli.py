@@ -7,11 +7,15 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packager import __version__
 from packager.bundle.errors import PackagerError
 from packager.extras import refusal
 from packager.pipes import quiet_on_broken_pipe
+
+if TYPE_CHECKING:
+    from packager.bundle.manifest import SequenceConfig
 
 _EPILOG_MAIN = """\
 examples:
@@ -105,6 +109,25 @@ def _parser() -> argparse.ArgumentParser:
                    help="the layout of image input NAME (three dims besides the batch dim), "
                         "reported in ModelConfig as Triton's FORMAT_NCHW/FORMAT_NHWC; "
                         "repeatable; a spec sets input_formats itself")
+    b.add_argument("--sequence", choices=("direct", "oldest"),
+                   help="a stateful model: requests carry sequence_id/start/end and every "
+                        "request of a sequence goes to one slot in arrival order (Triton's "
+                        "sequence batcher strategies; direct refuses a new sequence when no "
+                        "slot is free, oldest makes it wait)")
+    b.add_argument("--max-sequence-idle-us", metavar="US",
+                   help="a sequence idle this long is released (default 1000000)")
+    b.add_argument("--max-candidate-sequences", metavar="N",
+                   help="slots: sequences live at once (default 64)")
+    b.add_argument("--control-input", action="append", default=[], dest="control_inputs",
+                   metavar="KIND=NAME:DATATYPE",
+                   help="a model input the agent fills per request of a sequence: KIND is "
+                        "START, END, READY (INT32/FP32/BOOL: 1 or 0) or CORRID (UINT64, "
+                        "INT64, UINT32, INT32 or BYTES: the sequence id); repeatable")
+    b.add_argument("--state", action="append", default=[], dest="states",
+                   metavar="INPUT:OUTPUT",
+                   help="implicit state of a stateful model: the agent feeds INPUT with what "
+                        "OUTPUT answered to the sequence's request before (zeros at START); "
+                        "repeatable")
     b.add_argument("--allow-parity-failure", action="store_true",
                    help="write bundles even when parity is past the profile's tolerance")
     b.add_argument("--member", action="append", default=[], type=Path, metavar="BUNDLE",
@@ -173,6 +196,44 @@ def _input_format_flags(flags: list[str]) -> dict[str, str]:
         raise UsageError(str(exc)) from None
 
 
+def _sequence_flags(args: argparse.Namespace) -> SequenceConfig | None:
+    """The --sequence flags as a SequenceConfig (None: not a stateful model)."""
+    from packager.bundle.errors import BundleError, UsageError
+    from packager.bundle.manifest import ControlInput, SequenceConfig, StateSpec
+
+    if args.sequence is None:
+        if (args.max_sequence_idle_us or args.max_candidate_sequences or args.control_inputs
+                or args.states):
+            raise UsageError("--max-sequence-idle-us, --max-candidate-sequences, "
+                             "--control-input and --state apply to a stateful model: add "
+                             "--sequence direct or --sequence oldest")
+        return None
+    controls = []
+    for flag in args.control_inputs:
+        kind, _, rest = flag.partition("=")
+        name, _, datatype = rest.rpartition(":")
+        if not name or not datatype:
+            raise UsageError(f"--control-input {flag!r} must be KIND=NAME:DATATYPE, e.g. "
+                             "START=START:INT32")
+        controls.append(ControlInput(kind.upper(), name, datatype.upper()))
+    extra: dict[str, int] = {}
+    for key in ("max_sequence_idle_us", "max_candidate_sequences"):
+        value = _positive_int(getattr(args, key), f"--{key.replace('_', '-')}")
+        if value is not None:
+            extra[key] = value
+    states = []
+    for flag in args.states:
+        given, _, answered = flag.partition(":")
+        if not given or not answered:
+            raise UsageError(f"--state {flag!r} must be INPUT:OUTPUT, e.g. STATE_IN:STATE_OUT")
+        states.append(StateSpec(given, answered))
+    try:
+        return SequenceConfig(strategy=args.sequence, control_inputs=tuple(controls),
+                              states=tuple(states), **extra)
+    except BundleError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from packager.bundle.signing import generate_keypair
 
@@ -198,7 +259,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
                   reference_data=args.reference_data,
                   calibration_data=args.calibration_data, response_cache=args.response_cache,
                   overwrite=args.overwrite, labels=parse_label_args(args.labels),
-                  input_formats=_input_format_flags(args.input_formats))
+                  input_formats=_input_format_flags(args.input_formats),
+                  sequence=_sequence_flags(args))
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -211,13 +273,15 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
         if (args.dynamic_batch or max_batch is not None or args.allow_parity_failure
                 or args.reference_data is not None or args.calibration_data is not None
-                or args.response_cache or args.labels or args.input_formats):
+                or args.response_cache or args.labels or args.input_formats
+                or kwargs["sequence"] is not None):
             from packager.bundle.errors import UsageError
 
             raise UsageError("--dynamic-batch, --max-batch, --allow-parity-failure, "
-                             "--reference-data, --calibration-data, --response-cache and "
-                             "--labels and --input-format apply to ONNX models; a spec sets "
-                             "max_batch_size itself (and input_formats) and has no parity check")
+                             "--reference-data, --calibration-data, --response-cache, "
+                             "--labels, --input-format and --sequence apply to ONNX models; a "
+                             "spec sets max_batch_size itself (and input_formats and sequence) "
+                             "and has no parity check")
         paths = build_spec_bundles(args.model, name=args.name, version=version,
                                    profiles=args.profiles, out_dir=args.out, key_path=args.key,
                                    members=args.member, overwrite=args.overwrite)

@@ -55,6 +55,13 @@ def render_manifest(m: Manifest, signed: bool, path: Path, console: Console | No
         rows.append(("serving", ", ".join(
             [*(["never warmed up or probed (warmup = false)"] if not m.warmup else []),
              *(["decoupled (responses stream over ModelStreamInfer)"] if m.decoupled else [])])))
+    if m.sequence is not None:
+        q = m.sequence
+        rows.append(("sequence", ", ".join(
+            [f"stateful: {q.strategy}, {q.max_candidate_sequences} slots, idle "
+             f"{q.max_sequence_idle_us} us",
+             *(f"{c.kind} -> {c.name} {c.datatype}" for c in q.control_inputs),
+             *(f"state {t.input_name} <- {t.output_name}" for t in q.states)])))
     for k, v in rows:
         head.add_row(k, v)
     console.print(head)

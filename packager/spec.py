@@ -18,14 +18,22 @@ from typing import Any
 from packager.bundle.errors import BundleError, UsageError
 from packager.bundle.format import check_member_path, check_model_name
 from packager.bundle.input_format import check_input_formats
-from packager.bundle.manifest import DATATYPES, TensorSpec
+from packager.bundle.manifest import (
+    DATATYPES,
+    PYTHON_SEQUENCE_CONTROLS,
+    ControlInput,
+    SequenceConfig,
+    TensorSpec,
+)
 from packager.bundle.pipeline import Step
 from packager.labels import load_labels
 
 KINDS = ("python", "pipeline")
 _COMMON_KEYS = {"name", "kind", "max_batch_size", "inputs", "outputs", "description",
                 "instances", "input_formats", "labels"}
-_PYTHON_KEYS = _COMMON_KEYS | {"source", "entry", "requires", "decoupled", "warmup"}
+_PYTHON_KEYS = _COMMON_KEYS | {"source", "entry", "requires", "decoupled", "warmup",
+                               "sequence"}
+_SEQUENCE_KEYS = {"strategy", "max_sequence_idle_us", "max_candidate_sequences"}
 _PIPELINE_KEYS = _COMMON_KEYS | {"steps"}
 _TENSOR_KEYS = {"name", "datatype", "shape"}
 _STEP_KEYS = {"model", "version", "inputs", "outputs"}
@@ -55,6 +63,7 @@ class ModelSpec:
     steps: tuple[Step, ...] = ()
     input_formats: dict[str, str] = field(default_factory=dict)
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    sequence: SequenceConfig | None = None
 
     def manifest_tensors(self, specs: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
         """The manifest form: a leading -1 batch dim when ``max_batch_size > 0``."""
@@ -171,6 +180,31 @@ def _python(spec: Path, d: dict[str, Any]) -> dict[str, Any]:
             "decoupled": flags["decoupled"], "warmup": flags["warmup"]}
 
 
+def _sequence(spec: Path, value: Any, mbs: int, instances: int, decoupled: bool,
+              inputs: tuple[TensorSpec, ...]) -> SequenceConfig:
+    """A stateful Python model's ``[sequence]`` table (its control inputs are added)."""
+    if not isinstance(value, dict) or set(value) - _SEQUENCE_KEYS:
+        raise _fail(spec, f"[sequence] must be a table of {sorted(_SEQUENCE_KEYS)}, e.g. "
+                          "sequence = { strategy = \"oldest\" }")
+    if mbs or instances > 1 or decoupled:
+        raise _fail(spec, "a stateful model (sequence) is served with max_batch_size = 0, "
+                          "one instance and not decoupled: its ctx.state lives in the one "
+                          "instance that runs each request of the sequence")
+    taken = {name for _, name, _ in PYTHON_SEQUENCE_CONTROLS} & {t.name for t in inputs}
+    if taken:
+        raise _fail(spec, f"inputs {sorted(taken)} are the names of the control inputs the "
+                          "agent adds to a stateful model; rename them")
+    defaults = SequenceConfig()
+    idle, slots = (_int(spec, f"sequence.{key}", value.get(key, getattr(defaults, key)), 1,
+                        2**40) for key in ("max_sequence_idle_us", "max_candidate_sequences"))
+    try:
+        return SequenceConfig(str(value.get("strategy", "oldest")), max_sequence_idle_us=idle,
+                              max_candidate_sequences=slots, control_inputs=tuple(
+                                  ControlInput(*c) for c in PYTHON_SEQUENCE_CONTROLS))
+    except BundleError as exc:
+        raise _fail(spec, str(exc)) from None
+
+
 def _names(spec: Path, where: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict) or not value or not all(
             isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()):
@@ -261,6 +295,11 @@ def load_spec(path: Path | str, name: str | None = None) -> ModelSpec:
     labels = _labels(spec, data.get("labels", {}), outputs, mbs > 0)
     if kind == "python":
         extra = _python(spec, data)
+        if "sequence" in data:
+            extra["sequence"] = _sequence(spec, data["sequence"], mbs, instances,
+                                          extra["decoupled"], inputs)
+            inputs += tuple(TensorSpec(name, datatype, (1,))
+                            for _, name, datatype in PYTHON_SEQUENCE_CONTROLS)
         return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
                          input_formats=formats, labels=labels, **extra)
     steps = _pipeline(spec, data, inputs, outputs, str(model))

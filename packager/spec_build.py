@@ -89,7 +89,7 @@ def _build_one(spec: ModelSpec, profile: DeviceProfile, version: int, stage: Pat
         toolchain={"edge-pack": __version__, "python": platform.python_version()},
         created=created, input_formats=spec.input_formats, labels=spec.labels,
         warmup=spec.kind == "python" and spec.warmup,  # a pipeline is never warmed up
-        decoupled=spec.kind == "python" and spec.decoupled,
+        decoupled=spec.kind == "python" and spec.decoupled, sequence=spec.sequence,
     )
     write_label_files(root, manifest.labels)
     out = stage / bundle_filename(spec.name, version, profile.name)

@@ -73,14 +73,48 @@ def make_identity(path: Path | str, *, dtype: int, inputs: str = "INPUT0",
                   opset: int = 17) -> Path:
     """Write an identity model ``inputs`` [batch, width] -> ``outputs`` of ``dtype``.
 
-    Triton's ``simple_identity`` (BYTES), ``custom_identity_int32`` (INT32) and, as a stateless
-    stand-in with the same signature, ``simple_sequence`` (INT32 ``INPUT`` -> ``OUTPUT``).
+    Triton's ``simple_identity`` (BYTES) and ``custom_identity_int32`` (INT32).
     """
     shape: list[str | int] = ["batch", width]
     graph = helper.make_graph(
         [helper.make_node("Identity", [inputs], [outputs])], "identity",
         [helper.make_tensor_value_info(inputs, dtype, shape)],
         [helper.make_tensor_value_info(outputs, dtype, shape)])
+    return _save(graph, path, opset, producer="edge-toolkit-triton-examples")
+
+
+SEQUENCE_FLAGS = ("--sequence", "oldest", "--control-input", "START=START:INT32",
+                  "--control-input", "READY=READY:INT32")
+"""``edge-pack build`` flags of :func:`make_sequence`'s model (add END and CORRID for dyna)."""
+
+DYNA_FLAGS = (*SEQUENCE_FLAGS, "--control-input", "END=END:INT32",
+              "--control-input", "CORRID=CORRID:UINT64")
+
+
+def make_sequence(path: Path | str, *, dyna: bool = False, opset: int = 17) -> Path:
+    """Write the signature Triton's sequence examples expect of ``simple_sequence``: INT32
+    ``INPUT`` [batch, 1] -> ``OUTPUT``, with INT32 control inputs ``START`` and ``READY``
+    (filled by the agent): ``OUTPUT = (INPUT + START) * READY``, the answers the examples
+    check (their first request answers its value plus one, the others their value).
+
+    ``dyna`` (``simple_dyna_sequence``): also INT32 ``END`` and UINT64 ``CORRID``, and the
+    last request of a sequence adds its correlation id, as Triton's dyna_sequence does."""
+    i32 = TensorProto.INT32
+    names = ["INPUT", "START", "READY", *(["END"] if dyna else [])]
+    nodes = [helper.make_node("Add", ["INPUT", "START"], ["started"])]
+    total = "started"
+    if dyna:
+        nodes += [helper.make_node("Cast", ["CORRID"], ["corrid"], to=i32),
+                  helper.make_node("Mul", ["corrid", "END"], ["at_end"]),
+                  helper.make_node("Add", ["started", "at_end"], ["summed"])]
+        total = "summed"
+    nodes.append(helper.make_node("Mul", [total, "READY"], ["OUTPUT"]))
+    shape: list[str | int] = ["batch", 1]
+    inputs = [helper.make_tensor_value_info(n, i32, shape) for n in names]
+    if dyna:
+        inputs.append(helper.make_tensor_value_info("CORRID", TensorProto.UINT64, shape))
+    graph = helper.make_graph(nodes, "sequence", inputs,
+                              [helper.make_tensor_value_info("OUTPUT", i32, shape)])
     return _save(graph, path, opset, producer="edge-toolkit-triton-examples")
 
 
@@ -291,12 +325,11 @@ def write_triton_example_models(out_dir: Path) -> list[ExampleModel]:
         ExampleModel("simple_int8", make_add_sub(out_dir / "simple_int8.onnx", dtype=i8)),
         ExampleModel("custom_identity_int32",
                      make_identity(out_dir / "custom_identity_int32.onnx", dtype=i32)),
-        ExampleModel("simple_sequence",
-                     make_identity(out_dir / "simple_sequence.onnx", dtype=i32, inputs="INPUT",
-                                   outputs="OUTPUT", width=1)),
+        ExampleModel("simple_sequence", make_sequence(out_dir / "simple_sequence.onnx"),
+                     build_args=SEQUENCE_FLAGS),
         ExampleModel("simple_dyna_sequence",
-                     make_identity(out_dir / "simple_dyna_sequence.onnx", dtype=i32,
-                                   inputs="INPUT", outputs="OUTPUT", width=1), stage="late"),
+                     make_sequence(out_dir / "simple_dyna_sequence.onnx", dyna=True),
+                     build_args=DYNA_FLAGS, stage="late"),
         ExampleModel("densenet_onnx", densenet, max_batch=None,
                      labels=write_labels(out_dir / "densenet_labels.txt", 1000)),
         *write_python_example_models(out_dir),

@@ -11,11 +11,13 @@ fails only the execution in flight.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.metadata
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,12 +45,19 @@ _imported: set[str] = set()  # top-level module names of Python models imported 
 class ModelContext:
     """What a Python model's function gets besides its inputs: its name, version, a logger,
     and ``infer`` to call other models on the agent (Business Logic Scripting) through the
-    host the backend was loaded with."""
+    host the backend was loaded with. A stateful model's (spec ``[sequence]``) also gets its
+    request's ``sequence_id`` (an int, or the string a caller sent), ``sequence_start``,
+    ``sequence_end`` and ``state``: a dict kept for the sequence from its START, dropped when
+    it ends or idles out."""
 
     def __init__(self, name: str, version: int, host: Host | None = None,
                  label: str = "") -> None:
         self.model_name = name
         self.model_version = version
+        self.sequence_id: int | str | None = None
+        self.sequence_start = False
+        self.sequence_end = False
+        self.state: dict[str, Any] = {}
         self.logger = logging.getLogger(f"edge_agent.models.{name}")
         self._host = host
         self._label = label or f"model {name!r} version {version}"
@@ -137,6 +146,14 @@ class PythonBackend:
         self.outputs = manifest.outputs
         self._dtypes = {t.name: numpy_dtype(t.datatype) for t in manifest.outputs}
         self.decoupled = manifest.decoupled
+        self._states = SequenceStates(manifest) if manifest.sequence is not None else None
+
+    def _context(self, inputs: dict[str, np.ndarray]) -> ModelContext:
+        """The call's context: a stateful model's carries its sequence (and the control
+        inputs leave ``inputs``)."""
+        if self._states is None:
+            return self._ctx
+        return self._states.context(self._ctx, inputs)
 
     def infer(self, inputs: dict[str, np.ndarray], instance: int = 0,
               execution: int = 0) -> dict[str, np.ndarray]:
@@ -144,13 +161,18 @@ class PythonBackend:
         if self.decoupled:
             raise BackendError(f"{self._label} is decoupled: it streams its responses "
                                "(ModelStreamInfer), it has no single answer")
+        given = dict(inputs)
+        ctx = self._context(given)
         try:
-            result = self._fn(dict(inputs), self._ctx)
+            result = self._fn(given, ctx)
         except BackendError:
             raise
         except Exception as exc:
             raise BackendError(f"{self._entry} raised {type(exc).__name__}: {exc}") from exc
-        return self._checked(result, inputs)
+        finally:
+            if self._states is not None:
+                self._states.finished(ctx)
+        return self._checked(result, given)
 
     def stream(self, inputs: dict[str, np.ndarray], instance: int = 0,
                execution: int = 0) -> Iterator[dict[str, np.ndarray]]:
@@ -208,6 +230,69 @@ class PythonBackend:
 
     def close(self) -> None:
         self._fn = _closed
+
+
+class SequenceStates:
+    """A stateful Python model's ``ctx.state`` per live sequence, in the process that runs
+    the model (a runtime process's own): new at START, dropped at END or once idle past
+    twice the model's ``max_sequence_idle_us`` (the agent releases the sequence after once).
+    A request of a sequence whose state is not here (a restarted runtime process) fails
+    rather than run on an empty state."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        assert manifest.sequence is not None
+        # twice the agent's: the agent releases an idle sequence first (and refuses it)
+        self._idle_s = 2 * manifest.sequence.max_sequence_idle_us / 1e6
+        self._names = {c.kind: c.name for c in manifest.sequence.control_inputs}
+        self._states: dict[int | str, tuple[dict[str, Any], float]] = {}
+        self._lock = threading.Lock()
+
+    def context(self, base: ModelContext, inputs: dict[str, np.ndarray]) -> ModelContext:
+        """A copy of ``base`` for this call, the control inputs taken out of ``inputs``."""
+        flags = {kind: inputs.pop(name, None) for kind, name in self._names.items()}
+        ctx = copy.copy(base)
+        raw = flags.get("CORRID")
+        text = _text(raw.reshape(-1)[0]) if raw is not None and raw.size else ""
+        seq: int | str | None = int(text) if text.isdecimal() else (text or None)
+        ctx.sequence_id = seq
+        ctx.sequence_start = _flag(flags.get("START"))
+        ctx.sequence_end = _flag(flags.get("END"))
+        now = time.monotonic()
+        with self._lock:
+            for key, (_, last) in list(self._states.items()):
+                if now - last > self._idle_s:
+                    del self._states[key]
+            if seq is None:
+                ctx.state = {}
+            else:
+                if ctx.sequence_start:
+                    self._states[seq] = ({}, now)
+                elif seq not in self._states:
+                    raise BackendError(
+                        f"sequence {seq}: its state is not here (the runtime process that "
+                        "held it was restarted, or the model was reloaded); start the "
+                        "sequence again")
+                ctx.state = self._states[seq][0]
+                self._states[seq] = (ctx.state, now)
+        return ctx
+
+    def finished(self, ctx: ModelContext) -> None:
+        """After the call: an ended sequence's state is dropped."""
+        if ctx.sequence_id is None:
+            return
+        with self._lock:
+            if ctx.sequence_end:
+                self._states.pop(ctx.sequence_id, None)
+            elif ctx.sequence_id in self._states:
+                self._states[ctx.sequence_id] = (ctx.state, time.monotonic())
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _flag(value: np.ndarray | None) -> bool:
+    return value is not None and bool(value.size) and bool(value.reshape(-1)[0])
 
 
 def _closed(*_: Any) -> Any:

@@ -48,6 +48,13 @@ from edge_agent.core.repository import (
     VersionSlot,
     default_runtime_memory_limit,
 )
+from edge_agent.core.sequences import (
+    Sequences,
+    client_inputs,
+    client_outputs,
+    missing_id,
+    stateless_refusal,
+)
 from edge_agent.core.tallies import LifecycleTotal
 from edge_agent.core.types import (
     InferRequest,
@@ -187,6 +194,7 @@ class DataPlane(DeployOperations):
         self._observer = observer
         self.response_cache = ResponseCache(response_cache_bytes) if response_cache_bytes > 0 \
             else None
+        self.sequences = Sequences()
         self._closed = False
         self._startup_done = threading.Event()
         if autoload:
@@ -227,7 +235,8 @@ class DataPlane(DeployOperations):
                          if v.state is ServingState.READY)
         return ModelMetadata(name=name, versions=versions or (d.version,),
                              platform=triton_platform(d.backend),
-                             inputs=d.manifest.inputs, outputs=d.manifest.outputs,
+                             inputs=client_inputs(d.manifest),
+                             outputs=client_outputs(d.manifest),
                              max_batch_size=d.manifest.batching.max_batch_size)
 
     def model_config(self, name: str, version: int | None = None) -> ModelConfigInfo:
@@ -272,6 +281,8 @@ class DataPlane(DeployOperations):
     def submit(self, request: InferRequest, *, inline: bool = True) -> Future[InferResult]:
         """Validate and enqueue ``request``; raises AgentError subclasses synchronously.
         ``inline=False``: never run on the calling thread."""
+        if request.sequence is not None:
+            return self._submit_sequence(request)
         caller_runs = inline and self._caller_runs and _running_loop() is None
         cached = self._submit_cached if self.response_cache is not None else None
         return self._on_current_version(request, _submit, caller_runs, cached)
@@ -288,8 +299,22 @@ class DataPlane(DeployOperations):
                 return self._infer(request, timeout_s)
         return self._infer(request, timeout_s)
 
+    def _submit_sequence(self, request: InferRequest) -> Future[InferResult]:
+        """A stateful model's request, through its sequence (never the response cache)."""
+        assert request.sequence is not None
+        lv = self.repository.resolve(request.model, request.version)
+        if lv.manifest.sequence is None:
+            lv.batcher.record_rejected(0)
+            raise stateless_refusal(request.model)
+
+        def run(req: InferRequest) -> Future[InferResult]:
+            return self._on_current_version(req, _submit, False)
+
+        return self.sequences.submit(request, request.sequence, lv.manifest, lv.version, run)
+
     def _infer(self, request: InferRequest, timeout_s: float | None) -> InferResult:
-        if not self._caller_runs or _running_loop() is not None:
+        if (not self._caller_runs or _running_loop() is not None
+                or request.sequence is not None):
             future = self.submit(request)
             try:
                 return future.result(timeout_s)
@@ -310,6 +335,9 @@ class DataPlane(DeployOperations):
         lv = self.repository.resolve(request.model, request.version)
         if lv.streamer is None:
             return iter((self.infer(request),))
+        if request.sequence is not None:  # a decoupled model is never stateful
+            lv.batcher.record_rejected(_now() - start)
+            raise stateless_refusal(request.model)
         try:
             rows = lv.signature.validate(request)
         except AgentError:
@@ -414,6 +442,9 @@ class DataPlane(DeployOperations):
         lv.slot.last_used = time.monotonic()
         if lv.streamer is not None:  # a decoupled model answers only over a stream
             raise lv.streamer.refusal()
+        if lv.manifest.sequence is not None and request.sequence is None:
+            lv.batcher.record_rejected(_now() - start)
+            raise missing_id(request.model)
         try:
             rows = lv.signature.validate(request)
         except AgentError:  # a rejected request is a failed request of this version
@@ -503,6 +534,10 @@ class DataPlane(DeployOperations):
             out = [e for e in out if e.state == ServingState.READY.value]
         return out
 
+    def sequence_slots(self) -> dict[str, tuple[int, int]]:
+        """Stateful models that have had sequences: name -> (slots held, slots)."""
+        return self.sequences.slots()
+
     def load_model(self, name: str) -> None:
         """Load the versions on disk that ``name``'s ``version_policy`` names (without a model
         manager "active" is the highest); READY versions stay, others are unloaded."""
@@ -517,5 +552,6 @@ class DataPlane(DeployOperations):
     def close(self) -> None:
         """Stop accepting requests, drain and unload every model."""
         self._closed = True
+        self.sequences.close()
         self.orchestrator.close()
         self.repository.close()

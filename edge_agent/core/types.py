@@ -55,6 +55,15 @@ class PolledCaller:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class SequenceFlags:
+    """A stateful model's request: its sequence's id (a uint64 or a string) and flags."""
+
+    id: int | str
+    start: bool = False
+    end: bool = False
+
+
 @dataclass(slots=True)
 class InferRequest:
     """One inference call as the core sees it: numpy arrays keyed by input name.
@@ -64,6 +73,7 @@ class InferRequest:
     model's priority (1 is the highest: it is batched and runs first when executions wait).
     ``caller`` (None: nobody leaves) lets the core drop the request if its caller gives up
     before it runs. ``trace`` (None: untraced) receives the request's timestamps.
+    ``sequence``: a stateful model's request (:mod:`edge_agent.core.sequences`).
     """
 
     model: str
@@ -75,6 +85,7 @@ class InferRequest:
     priority: int = 0
     caller: Caller | None = None
     trace: RequestTrace | None = None
+    sequence: SequenceFlags | None = None
 
 
 @dataclass(slots=True)

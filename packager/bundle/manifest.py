@@ -62,6 +62,100 @@ class BatchingConfig:
         return cls(**{k: v for k, v in kw.items() if k in known})
 
 
+CONTROL_KINDS = {"START": ("INT32", "FP32", "BOOL"), "END": ("INT32", "FP32", "BOOL"),
+                 "READY": ("INT32", "FP32", "BOOL"),
+                 "CORRID": ("UINT64", "INT64", "UINT32", "INT32", "BYTES")}
+"""Control input kinds (Triton's ``CONTROL_SEQUENCE_<KIND>``) and the datatypes each may have."""
+
+SEQUENCE_STRATEGIES = ("direct", "oldest")
+_KINDS_TEXT = ", ".join(f"{k} {'/'.join(v)}" for k, v in CONTROL_KINDS.items())
+
+
+PYTHON_SEQUENCE_CONTROLS = (("START", "_SEQUENCE_START", "INT32"),
+                            ("END", "_SEQUENCE_END", "INT32"),
+                            ("CORRID", "_SEQUENCE_ID", "BYTES"))
+"""The control inputs (kind, name, datatype, shape [1]) a stateful Python model's spec gets:
+the agent fills them, the Python backend turns them into ``ctx.sequence_*``."""
+
+
+@dataclass(frozen=True)
+class ControlInput:
+    """A model input the agent fills for each request of a sequence (Triton's control_input):
+    START/END/READY 1 or 0 (true/false), CORRID the sequence's id."""
+
+    kind: str
+    name: str
+    datatype: str
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ControlInput:
+        return cls(kind=str(d["kind"]), name=str(d["name"]), datatype=str(d["datatype"]))
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """Implicit state (Triton's ``sequence_batching.state``): the agent feeds input
+    ``input_name`` with what output ``output_name`` answered to the sequence's request before
+    (zeros at START) and keeps both out of what callers send and get."""
+
+    input_name: str
+    output_name: str
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StateSpec:
+        return cls(input_name=str(d["input_name"]), output_name=str(d["output_name"]))
+
+
+@dataclass(frozen=True)
+class SequenceConfig:
+    """A stateful model's sequence batcher (Triton's ``sequence_batching``): every request of
+    one sequence goes to one slot, in arrival order."""
+
+    strategy: str = "direct"
+    max_sequence_idle_us: int = 1_000_000
+    max_candidate_sequences: int = 64
+    control_inputs: tuple[ControlInput, ...] = ()
+    states: tuple[StateSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.strategy not in SEQUENCE_STRATEGIES:
+            raise BundleError(f"sequence strategy {self.strategy!r} is not one of "
+                              f"{', '.join(SEQUENCE_STRATEGIES)}")
+        if self.max_sequence_idle_us < 1 or self.max_candidate_sequences < 1:
+            raise BundleError("sequence max_sequence_idle_us and max_candidate_sequences must "
+                              "be >= 1")
+        names = [c.name for c in self.control_inputs] + [t.input_name for t in self.states]
+        if len(set(names)) != len(names):
+            raise BundleError(f"sequence control and state inputs name one input twice: "
+                              f"{names}")
+        for c in self.control_inputs:
+            if c.datatype not in CONTROL_KINDS.get(c.kind, ()):
+                raise BundleError(
+                    f"sequence control input {c.name!r}: kind {c.kind!r} with datatype "
+                    f"{c.datatype!r} is not served (kinds and datatypes: "
+                    f"{_KINDS_TEXT})")
+
+    def control(self, kind: str) -> ControlInput | None:
+        """The control input of ``kind``, if the model has one."""
+        return next((c for c in self.control_inputs if c.kind == kind), None)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SequenceConfig:
+        if not isinstance(d, dict):
+            raise BundleError("manifest key 'sequence' must be an object")
+        return cls(strategy=str(d.get("strategy", "direct")),
+                   max_sequence_idle_us=int(d.get("max_sequence_idle_us", 1_000_000)),
+                   max_candidate_sequences=int(d.get("max_candidate_sequences", 64)),
+                   control_inputs=tuple(ControlInput.from_dict(c)
+                                        for c in d.get("control_inputs", ())),
+                   states=tuple(StateSpec.from_dict(t) for t in d.get("states", ())))
+
+    def hidden(self) -> tuple[set[str], set[str]]:
+        """The inputs and outputs the agent fills and takes: not a caller's."""
+        return ({c.name for c in self.control_inputs} | {t.input_name for t in self.states},
+                {t.output_name for t in self.states})
+
+
 @dataclass(frozen=True)
 class FileEntry:
     """One file of the bundle besides the manifest and signature (path is POSIX, relative)."""
@@ -123,6 +217,25 @@ def _input_formats(d: dict[str, Any], name: str) -> dict[str, str]:
         raise BundleError(f"manifest of {name!r}: {exc}") from None
 
 
+def _sequence(d: dict[str, Any]) -> SequenceConfig | None:
+    if "sequence" not in d:
+        return None
+    config = SequenceConfig.from_dict(d["sequence"])
+    inputs = {str(t["name"]): t for t in d["inputs"]}
+    outputs = {str(t["name"]): t for t in d["outputs"]}
+    missing = [c.name for c in config.control_inputs if c.name not in inputs]
+    if missing:
+        raise BundleError(f"manifest of {d.get('name', '')!r}: sequence control inputs "
+                          f"{missing} are not inputs of the model")
+    for t in config.states:
+        given, answered = inputs.get(t.input_name), outputs.get(t.output_name)
+        if given is None or answered is None or given["datatype"] != answered["datatype"]:
+            raise BundleError(f"manifest of {d.get('name', '')!r}: sequence state "
+                              f"{t.input_name}/{t.output_name} must be an input and an "
+                              "output of one datatype")
+    return config
+
+
 @dataclass(frozen=True)
 class Manifest:
     """Everything the agent needs to know about one model version for one device profile."""
@@ -162,6 +275,8 @@ class Manifest:
 
     # input name -> "NCHW" | "NHWC" (packager/bundle/input_format.py); written only when set
     input_formats: dict[str, str] = field(default_factory=dict)
+    # a stateful model's sequence batcher; written only when set
+    sequence: SequenceConfig | None = None
 
     def __post_init__(self) -> None:
         for key, default in LEGACY_FLAGS.items():
@@ -185,6 +300,10 @@ class Manifest:
                 del d[key]
         if not self.input_formats:
             del d["input_formats"]
+        if self.sequence is None:
+            del d["sequence"]
+        elif not self.sequence.states:
+            del d["sequence"]["states"]
         return d
 
     def canonical_bytes(self) -> bytes:
@@ -225,6 +344,7 @@ class Manifest:
                 labels=_labels(d.get("labels", {})),
                 **{key: _flag(d[key], key) for key in LEGACY_FLAGS if key in d},
                 input_formats=_input_formats(d, str(d.get("name", ""))),
+                sequence=_sequence(d),
             )
         except BundleError:
             raise

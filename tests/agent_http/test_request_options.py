@@ -273,8 +273,8 @@ def test_a_classification_output_cannot_go_to_shared_memory(served: Served) -> N
 
 
 def test_server_metadata_lists_exactly_the_extensions_served(grpc_client, http_client) -> None:
-    served = {"classification", "schedule_policy", "model_configuration", "statistics",
-              "logging", "trace"}
+    served = {"classification", "sequence", "schedule_policy", "model_configuration",
+              "statistics", "logging", "trace"}
     # model control is off on this agent: no model_repository; HTTP adds its binary data;
     # system shared memory is not served over TCP or HTTP unless configured (it is not here)
     assert set(grpc_client.get_server_metadata().extensions) == served

@@ -27,8 +27,8 @@ def test_server_metadata_lists_what_is_served(tmp_path: Path, bundles: Bundles,
         with tc.InferenceServerClient(agent.grpc) as triton:
             extensions = set(triton.get_server_metadata().extensions)
             # system shared memory: not over TCP unless [grpc] tcp_shared_memory = true
-            assert extensions == {"classification", "schedule_policy", "model_configuration",
-                                  "statistics", "logging", "trace"} | (
+            assert extensions == {"classification", "sequence", "schedule_policy",
+                                  "model_configuration", "statistics", "logging", "trace"} | (
                 {"model_repository"} if control else set())
             assert "binary_tensor_data" not in extensions  # an HTTP extension: not served here
             group = triton.get_model_config("mlp").config.instance_group[0]

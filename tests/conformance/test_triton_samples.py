@@ -71,3 +71,16 @@ def test_every_example_model_is_written(tmp_path: Path) -> None:
     assert 'entry = "repeat:repeat"' in spec and "decoupled = true" in spec
     labels = models["densenet_onnx"].labels
     assert labels is not None and len(labels.read_text().splitlines()) == 1000
+
+
+def test_simple_sequence_adds_start_and_is_built_stateful(tmp_path: Path) -> None:
+    models = {m.name: m for m in write_triton_example_models(tmp_path)}
+    for name in ("simple_sequence", "simple_dyna_sequence"):
+        assert models[name].build_args[:2] == ("--sequence", "oldest")
+    session = ort.InferenceSession(str(models["simple_sequence"].source),
+                                   providers=["CPUExecutionProvider"])
+    col = np.array([[4], [9]], np.int32)
+    feed = {"INPUT": col, "START": np.array([[1], [0]], np.int32),
+            "READY": np.ones((2, 1), np.int32)}
+    (out,) = session.run(None, feed)
+    assert out.ravel().tolist() == [5, 9]  # what Triton's sequence examples check

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from edge_agent.config.models import MAX_PRIORITY_VALUE
+from edge_agent.core.types import SequenceFlags
 from edge_agent.errors import InvalidInputError
 
 Protocol = Literal["grpc", "http"]
@@ -39,8 +40,12 @@ REQUEST_OPTIONS: Mapping[str, frozenset[Protocol]] = {
     "timeout": BOTH,
     "binary_data_output": HTTP,
     "triton_enable_empty_final_response": GRPC,
+    "sequence_id": BOTH,
+    "sequence_start": BOTH,
+    "sequence_end": BOTH,
 }
-"""Request parameters served, and over which protocol."""
+"""Request parameters served, and over which protocol (the sequence ones for stateful models
+only: a stateless model refuses them, :mod:`edge_agent.core.sequences`)."""
 
 INPUT_OPTIONS: Mapping[str, frozenset[Protocol]] = {
     **{key: BOTH for key in SHARED_MEMORY},
@@ -57,11 +62,10 @@ OUTPUT_OPTIONS: Mapping[str, frozenset[Protocol]] = {
 
 _SEQUENCE = ("sequence_id", "sequence_start", "sequence_end")
 
+MAX_SEQUENCE_ID_BYTES = 256
+"""Longest string sequence id accepted."""
+
 REFUSED: Mapping[str, str] = {
-    **{key: "the model is not stateful: this agent serves no sequence batching, so it would "
-            "answer each request of the sequence as if it stood alone; send the requests "
-            "without sequence_id, sequence_start and sequence_end"
-       for key in _SEQUENCE},
     "binary_data_output": "binary tensor data is HTTP's; gRPC always answers raw contents",
     "binary_data": "binary tensor data is HTTP's; gRPC always answers raw contents",
     "binary_data_size": "binary tensor data is HTTP's; send the tensor in "
@@ -84,6 +88,8 @@ class RequestOptions:
     """HTTP: every output not named in ``outputs`` is answered as binary data."""
     empty_final_response: bool = False
     """gRPC streams: an empty response flagged final follows a decoupled model's last."""
+    sequence: SequenceFlags | None = None
+    """A stateful model's request: its sequence id and START/END flags."""
 
 
 DEFAULTS = RequestOptions()
@@ -103,21 +109,35 @@ def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _asks_for_sequence(key: str, value: Any) -> bool:
-    """sequence_id 0 or "" and a false sequence_start/end ask for nothing (Triton's clients
-    send them only with a sequence id)."""
-    if key == "sequence_id":
-        return value not in (0, "", None) or isinstance(value, bool)
-    return value is not False and value is not None
+def _sequence(params: Mapping[str, Any]) -> SequenceFlags | None:
+    """The request's sequence (None: sequence_id absent, 0 or ""; Triton's clients send the
+    flags only with an id); InvalidInputError for a wrong value."""
+    seq = params.get("sequence_id")
+    if seq in (0, "", None) and not isinstance(seq, bool):
+        if params.get("sequence_start") or params.get("sequence_end"):
+            raise InvalidInputError("request parameters 'sequence_start' and 'sequence_end' "
+                                    "need a non-zero or non-empty 'sequence_id'")
+        return None
+    if _integer(seq):
+        if not 0 < seq < 2**64:
+            raise InvalidInputError("request parameter 'sequence_id' must be a uint64 or a "
+                                    "string")
+    elif not isinstance(seq, str) or len(seq.encode()) > MAX_SEQUENCE_ID_BYTES:
+        raise InvalidInputError(f"request parameter 'sequence_id' must be a uint64 or a "
+                                f"string of at most {MAX_SEQUENCE_ID_BYTES} bytes")
+    flags = [params.get(key, False) for key in ("sequence_start", "sequence_end")]
+    if not all(isinstance(f, bool) for f in flags):
+        raise InvalidInputError("request parameters 'sequence_start' and 'sequence_end' must "
+                                "be true or false")
+    return SequenceFlags(seq, start=flags[0], end=flags[1])
 
 
 def _refusals(params: Mapping[str, Any], served: Mapping[str, frozenset[Protocol]],
               protocol: Protocol) -> list[str]:
     """"'a', 'b' (why)" for each reason some parameters are refused, in the order given."""
-    sequence = any(_asks_for_sequence(k, params[k]) for k in _SEQUENCE if k in params)
     by_reason: dict[str, list[str]] = {}
     for key in params:
-        if protocol in served.get(key, ()) or (key in _SEQUENCE and not sequence):
+        if protocol in served.get(key, ()):
             continue
         by_reason.setdefault(REFUSED.get(key, "unknown parameter"), []).append(f"'{key[:64]}'")
     return [f"{', '.join(keys)} ({reason})" for reason, keys in by_reason.items()]
@@ -155,7 +175,8 @@ def parse_request(params: Mapping[str, Any], protocol: Protocol, model: str) -> 
             raise InvalidInputError(f"request parameter '{key}' must be true or false")
     return RequestOptions(priority=priority, timeout_us=timeout or None,
                           binary_data_output=flags["binary_data_output"],
-                          empty_final_response=flags["triton_enable_empty_final_response"])
+                          empty_final_response=flags["triton_enable_empty_final_response"],
+                          sequence=_sequence(params))
 
 
 def check_input(params: Mapping[str, Any], protocol: Protocol, name: str) -> None:

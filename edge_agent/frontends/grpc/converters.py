@@ -61,7 +61,42 @@ from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import model_config_pb2 as mc
 from edge_agent.frontends.grpc.input_format import input_format
 from edge_agent.frontends.grpc.wire_types import CONTENTS_FIELDS, config_data_type
-from packager.bundle.manifest import TensorSpec, label_file
+from packager.bundle.manifest import Manifest, SequenceConfig, TensorSpec, label_file
+
+_CONTROL_KINDS = {"START": mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START,
+                  "READY": mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_READY,
+                  "END": mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_END,
+                  "CORRID": mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID}
+
+
+def _sequence_batching(seq: SequenceConfig, m: Manifest) -> mc.ModelSequenceBatching:
+    """A stateful model's sequence batcher as Triton shows it."""
+    out = mc.ModelSequenceBatching(max_sequence_idle_microseconds=seq.max_sequence_idle_us)
+    inputs = {t.name: t for t in m.inputs}
+    for state in seq.states:
+        spec = inputs[state.input_name]
+        out.state.append(mc.ModelSequenceBatching.State(
+            input_name=state.input_name, output_name=state.output_name,
+            data_type=config_data_type(spec.datatype), dims=_dims(spec, m.batched)))
+    if seq.strategy == "oldest":  # its requests batch in the dynamic batcher
+        out.oldest.max_candidate_sequences = seq.max_candidate_sequences
+        out.oldest.max_queue_delay_microseconds = m.batching.max_queue_delay_us
+        out.oldest.preferred_batch_size.extend(m.batching.preferred_batch_sizes)
+    else:
+        out.direct.SetInParent()
+    for c in seq.control_inputs:
+        control = mc.ModelSequenceBatching.Control(kind=_CONTROL_KINDS[c.kind])
+        if c.kind == "CORRID":
+            control.data_type = config_data_type(c.datatype)
+        elif c.datatype == "INT32":
+            control.int32_false_true.extend((0, 1))
+        elif c.datatype == "FP32":
+            control.fp32_false_true.extend((0.0, 1.0))
+        else:
+            control.bool_false_true.extend((False, True))
+        out.control_input.append(mc.ModelSequenceBatching.ControlInput(name=c.name,
+                                                                       control=[control]))
+    return out
 
 
 def _options(msg: pb.ModelInferRequest) -> RequestOptions:
@@ -292,6 +327,7 @@ def to_infer_request(msg: pb.ModelInferRequest, shm: SharedMemoryRegistry | None
         id=msg.id,
         timeout_us=options.timeout_us,
         priority=options.priority,
+        sequence=options.sequence,
     )
     return request, bool(raws)
 
@@ -408,6 +444,7 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
     m = info.manifest
     b = m.batching
     batched = b.max_batch_size > 0
+    controls, states = m.sequence.hidden() if m.sequence else (set(), set())
     config = mc.ModelConfig(
         name=m.name,
         platform=triton_platform(info.backend),
@@ -415,17 +452,19 @@ def to_model_config(info: ModelConfigInfo) -> mc.ModelConfig:
         max_batch_size=b.max_batch_size,
         input=[mc.ModelInput(name=s.name, data_type=config_data_type(s.datatype),
                              format=input_format(m, s.name), dims=_dims(s, batched))
-               for s in m.inputs],
+               for s in m.inputs if s.name not in controls],
         output=[mc.ModelOutput(name=s.name, data_type=config_data_type(s.datatype),
                                dims=_dims(s, batched),
                                label_filename=label_file(s.name) if s.name in m.labels else "")
-                for s in m.outputs],
+                for s in m.outputs if s.name not in states],
         instance_group=[_instance_group(m.name, info)],
         default_model_filename=m.artifacts.get(info.backend, ""),
     )
     if is_decoupled(m):
         config.model_transaction_policy.decoupled = True
-    if batched:
+    if m.sequence is not None:  # Triton: sequence_batching or dynamic_batching, not both
+        config.sequence_batching.CopyFrom(_sequence_batching(m.sequence, m))
+    elif batched:
         config.dynamic_batching.CopyFrom(mc.ModelDynamicBatching(
             preferred_batch_size=list(b.preferred_batch_sizes),
             max_queue_delay_microseconds=b.max_queue_delay_us,

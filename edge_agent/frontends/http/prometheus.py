@@ -169,6 +169,7 @@ class AgentCollector(Collector):
         info = GaugeMetricFamily("edge_agent_info", "The agent's version", labels=["version"])
         info.add_metric([__version__], 1)
         yield info
+        yield from _sequences(self._dp.sequence_slots())
         if self._versions is not None:
             yield from self._models(self._versions())
         if self._history is not None:
@@ -276,6 +277,18 @@ def _lifecycle(totals: Sequence[LifecycleTotal]) -> Iterator[Metric]:
                 took.add_metric([t.model, t.reason], t.count, t.seconds)
         yield count
         yield took
+
+
+def _sequences(slots: dict[str, tuple[int, int]]) -> Iterator[Metric]:
+    active = GaugeMetricFamily("edge_sequences_active", "Live sequences of a stateful model "
+                               "(slots held)", labels=["model"])
+    total = GaugeMetricFamily("edge_sequence_slots", "Sequence slots of a stateful model "
+                              "(max_candidate_sequences)", labels=["model"])
+    for model, (held, count) in sorted(slots.items()):
+        active.add_metric([model], held)
+        total.add_metric([model], count)
+    yield active
+    yield total
 
 
 def _system(sample: SystemSample) -> Iterator[Metric]:

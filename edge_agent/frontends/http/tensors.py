@@ -272,7 +272,8 @@ def decode_request(body: bytes, header_length: int | None, model: str, version: 
             f"(set {HEADER_LENGTH} to the JSON's length and {BINARY_SIZE} on each binary input)")
     call = InferCall(InferRequest(model=model, inputs=inputs,
                                   version=parse_version(version, model), id=request_id,
-                                  timeout_us=options.timeout_us, priority=options.priority))
+                                  timeout_us=options.timeout_us, priority=options.priority,
+                                  sequence=options.sequence))
     call.all_binary = options.binary_data_output
     _decode_outputs(doc.get("outputs"), call, where, shm, output_count)
     return call
