@@ -28,7 +28,7 @@ import grpc
 
 from edge_agent import grpc_internals
 from edge_agent.config.management import TlsFiles
-from edge_agent.errors import ConfigError, InvalidInputError
+from edge_agent.errors import AgentError, ConfigError
 from edge_agent.frontends.common.undecodable import Undecodable, safe_deserializer
 from edge_agent.logthrottle import LogThrottle
 from edge_agent.state.token import tokens_equal
@@ -354,7 +354,7 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  #
         return grpc.stream_stream_rpc_method_handler(deny)
 
 
-def _refuse(context: grpc.ServicerContext, error: InvalidInputError) -> NoReturn:
+def _refuse(context: grpc.ServicerContext, error: AgentError) -> NoReturn:
     # not frontends.grpc.status: clients import this module (bearer) and load no front end
     context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover

@@ -103,8 +103,8 @@ class OverBudget(Undecodable):
         super().__init__(message_type, str(refusal))
         self.refusal = refusal
 
-    def error(self) -> AgentError:  # type: ignore[override]
+    def error(self) -> AgentError:
         return self.refusal
 
-    def refused(self, method: str, peer: str) -> AgentError:  # type: ignore[override]
+    def refused(self, method: str, peer: str) -> AgentError:
         return self.refusal

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from edge_agent.errors import InvalidInputError
+from edge_agent.errors import AgentError, InvalidInputError
 from edge_agent.logthrottle import LogThrottle
 
 __all__ = ["Undecodable", "safe_deserializer"]
@@ -31,12 +31,12 @@ class Undecodable:
         self.message_type = message_type
         self.reason = reason
 
-    def error(self) -> InvalidInputError:
+    def error(self) -> AgentError:
         """The error the caller gets."""
         return InvalidInputError(f"the request is not a valid {self.message_type} message "
                                  f"({self.reason[:200]})")
 
-    def refused(self, method: str, peer: str) -> InvalidInputError:
+    def refused(self, method: str, peer: str) -> AgentError:
         """Log the refusal (rate-limited, no traceback) and return the error the caller gets."""
         # one budget per method: a flood on one (say the management API's) never hides
         # another's first lines
