@@ -25,6 +25,7 @@ class ErrorCode(Enum):
     UNSIGNED_CODE = "UNSIGNED_CODE"
     REGISTRY = "REGISTRY"
     REGISTRY_UNAVAILABLE = "REGISTRY_UNAVAILABLE"
+    TRANSFER_STOPPED = "TRANSFER_STOPPED"
     REGISTRY_AUTH = "REGISTRY_AUTH"
     ARTIFACT_NOT_FOUND = "ARTIFACT_NOT_FOUND"
     ARTIFACT_REJECTED = "ARTIFACT_REJECTED"
@@ -127,7 +128,7 @@ class RegistryUnavailableError(RegistryError):
 class TransferStoppedError(RegistryError):
     """A transfer was ended from our side before it finished (an agent shutting down)."""
 
-    code = ErrorCode.REGISTRY_UNAVAILABLE
+    code = ErrorCode.TRANSFER_STOPPED
 
 
 class RegistryAuthError(RegistryError):

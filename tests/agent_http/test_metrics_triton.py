@@ -53,8 +53,9 @@ def _traffic(client_url: str, n: int, seed: int) -> None:
 
 
 def test_pending_summaries_memory_and_cache_ratio_after_traffic(http_agent: HttpAgent) -> None:
-    threads = [threading.Thread(target=_traffic, args=(http_agent.http, 25, i))
-               for i in range(8)]
+    # 4 callers: the test agent serves 8 HTTP connections and other fixtures hold some
+    threads = [threading.Thread(target=_traffic, args=(http_agent.http, 50, i))
+               for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -63,11 +64,15 @@ def test_pending_summaries_memory_and_cache_ratio_after_traffic(http_agent: Http
     mlp1 = {"model": "mlp", "version": "1"}
 
     def settled() -> dict[str, list[Sample]]:
+        # the answers were sent; each request's accounting follows its answer
         found = samples(http_agent)
-        return found if value(found, "nv_inference_pending_request_count", **mlp1) == 0 else {}
+        done = value(found, "nv_inference_pending_request_count", **mlp1) == 0 and all(
+            value(found, name + "_count", **mlp1) >= 200 for name in SUMMARIES)
+        return found if done else {}
 
     found = eventually(settled, timeout=60, interval=0.2,
-                       message="pending requests of mlp v1 never returned to 0")
+                       message="pending requests of mlp v1 never returned to 0, or the 200 "
+                               "requests were never all counted")
     for name in SUMMARIES:
         assert value(found, name + "_count", **mlp1) >= 200
         assert value(found, name + "_sum", **mlp1) > 0
