@@ -49,13 +49,13 @@ def split(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def post(address: str, path: str, body: bytes, headers: dict[str, str],
-         timeout: float = 120.0) -> int:
-    """POST ``body``; the status (0 when the connection failed)."""
+def request(address: str, method: str, path: str, body: bytes | None = None,
+            headers: dict[str, str] | None = None, timeout: float = 30.0) -> int:
+    """One request on a new connection; the status (0 when the connection failed)."""
     host, port = split(address)
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("POST", path, body=body, headers=headers)
+        conn.request(method, path, body=body, headers=headers or {})
         response = conn.getresponse()
         response.read()
         return response.status
@@ -63,21 +63,17 @@ def post(address: str, path: str, body: bytes, headers: dict[str, str],
         return 0
     finally:
         conn.close()
+
+
+def post(address: str, path: str, body: bytes, headers: dict[str, str],
+         timeout: float = 120.0) -> int:
+    """POST ``body``; the status (0 when the connection failed)."""
+    return request(address, "POST", path, body, headers, timeout)
 
 
 def get(address: str, path: str, timeout: float = 30.0) -> int:
     """GET ``path``; the status (0 when the connection failed)."""
-    host, port = split(address)
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    except OSError:
-        return 0
-    finally:
-        conn.close()
+    return request(address, "GET", path, timeout=timeout)
 
 
 def raw_exchange(address: str, data: bytes, timeout: float = 30.0) -> bytes:

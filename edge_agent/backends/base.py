@@ -9,7 +9,6 @@ there. Everything the batcher relies on is declared here: ``infer`` on an instan
 from __future__ import annotations
 
 import enum
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from edge_agent.config.device_bounds import usable_cores
 from packager.bundle.manifest import Manifest, TensorSpec
 
 
@@ -77,13 +77,6 @@ class BackendOptions:
     host: Host | None = field(default=None, compare=False, repr=False)
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def threads_per_instance(threads: int, instances: int) -> int:
     """Runtime threads for each instance: ``threads`` when set (> 0); otherwise the cores this
     process may use split between ``instances`` when there are several, or 0 (the runtime's
@@ -92,7 +85,7 @@ def threads_per_instance(threads: int, instances: int) -> int:
     if threads > 0:
         return threads
     if instances > 1:
-        return max(1, _cores() // instances)
+        return max(1, usable_cores() // instances)
     return 0
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edge_agent.config import AgentConfig, GrpcConfig, HttpConfig, ModelsConfig
@@ -79,6 +80,18 @@ def python_spec(directory: Path, name: str, entry: str, extra: str = "",
         shape = [4]
         '''))
     return path
+
+
+def infer_xy(url: str, model: str, x: np.ndarray) -> np.ndarray:
+    """``Y`` of a :func:`python_spec` model for ``x`` over gRPC (tritonclient)."""
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(url) as client:
+        inp = grpcclient.InferInput("X", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        out = client.infer(model, [inp], client_timeout=120).as_numpy("Y")
+        assert out is not None
+        return out
 
 
 @dataclass

@@ -11,21 +11,14 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from edge_agent.config.models import ModelOverrides
 from tests.pipelines.conftest import Built, build, python_spec, running_agent
+from tests.pipelines.conftest import infer_xy as infer
 
 GOOD = np.ones((1, 4), np.float32)
 BAD = -GOOD
-
-
-def infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
-    with grpcclient.InferenceServerClient(url) as client:
-        inp = grpcclient.InferInput("X", list(x.shape), "FP32")
-        inp.set_data_from_numpy(x)
-        return client.infer(model, [inp], client_timeout=120).as_numpy("Y")
 
 
 def pids(label: str) -> set[int]:

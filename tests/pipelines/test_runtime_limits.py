@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from edge_agent.config.models import ModelOverrides
-from tests.pipelines.conftest import Built, build, python_spec, running_agent
+from tests.pipelines.conftest import Built, build, infer_xy, python_spec, running_agent
 from tests.support.eventually import eventually
 
 GREEDY = '''
@@ -46,15 +45,6 @@ GOOD = np.ones((1, 4), np.float32)
 BAD = -GOOD
 
 
-def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
-    with grpcclient.InferenceServerClient(url) as client:
-        inp = grpcclient.InferInput("X", list(x.shape), "FP32")
-        inp.set_data_from_numpy(x)
-        out = client.infer(model, [inp]).as_numpy("Y")
-        assert out is not None
-        return out
-
-
 @pytest.fixture(scope="module")
 def bundles(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     src = tmp_path_factory.mktemp("greedy")
@@ -69,13 +59,13 @@ def test_a_model_over_its_memory_limit_is_killed_and_replaced(
     models = {"grow": ModelOverrides(isolation="process", memory_limit_mib=256)}
     with running_agent(tmp_path / "agent", built.public_key, models=models) as agent:
         assert agent.deploy(bundles["grow"]).ok
-        np.testing.assert_array_equal(_infer(agent.tcp, "grow", GOOD), GOOD * 2)
+        np.testing.assert_array_equal(infer_xy(agent.tcp, "grow", GOOD), GOOD * 2)
         with pytest.raises(InferenceServerException) as err:
-            _infer(agent.tcp, "grow", BAD)
+            infer_xy(agent.tcp, "grow", BAD)
         message = str(err.value)
         assert "memory_limit_mib" in message and "256 MiB" in message, message
         # the replacement serves the next request
-        np.testing.assert_array_equal(_infer(agent.tcp, "grow", GOOD), GOOD * 2)
+        np.testing.assert_array_equal(infer_xy(agent.tcp, "grow", GOOD), GOOD * 2)
 
 
 def test_a_child_a_model_started_dies_with_its_runtime_process(
@@ -83,7 +73,7 @@ def test_a_child_a_model_started_dies_with_its_runtime_process(
     models = {"spawn": ModelOverrides(isolation="process")}
     with running_agent(tmp_path / "agent", built.public_key, models=models) as agent:
         assert agent.deploy(bundles["spawn"]).ok
-        child = int(_infer(agent.tcp, "spawn", GOOD).reshape(-1)[0])
+        child = int(infer_xy(agent.tcp, "spawn", GOOD).reshape(-1)[0])
         assert psutil.pid_exists(child)
         assert psutil.Process(child).ppid() != os.getpid()  # the runtime process's child
     # the agent stopped: the runtime process and what it started are gone
