@@ -31,9 +31,11 @@ from edge_agent.backends.base import (
     Host,
     artifact_path,
 )
+from edge_agent.backends.python_requests import requests_calling, requests_streaming
 from edge_agent.errors import AgentError, BackendError
 from packager.bundle.backend_options import PythonOptions
 from packager.bundle.datatypes import numpy_dtype
+from packager.bundle.function_signature import CALLING_CONTEXT, CALLING_REQUESTS
 from packager.bundle.manifest import Manifest
 
 NAME = "python"
@@ -138,6 +140,14 @@ class PythonBackend:
                                f"{entry!r} is not 'module:function'")
         check_requires(manifest, [str(r) for r in opts.requires])
         self._fn = import_entry(Path(model_dir), manifest, entry)
+        if opts.calling == CALLING_REQUESTS:  # PyTriton's calling: a list of requests
+            batched = manifest.batching.max_batch_size > 0
+            self._fn = (requests_streaming if manifest.decoupled
+                        else requests_calling)(self._fn, batched)
+        elif opts.calling != CALLING_CONTEXT:
+            raise BackendError(f"model {manifest.name!r}: backend_options.python.calling "
+                               f"{opts.calling!r} is not {CALLING_CONTEXT!r} or "
+                               f"{CALLING_REQUESTS!r}; rebuild it with this edge-pack")
         self._label = f"model {manifest.name!r} version {manifest.version}"
         self._entry = entry
         self._ctx = ModelContext(manifest.name, manifest.version, options.host, self._label)

@@ -95,6 +95,9 @@ class PythonOptions(_Options):
     backend: ClassVar[str] = "python"
     entry: str = _kind(str, "")
     requires: tuple[str, ...] = _kind(list, ())
+    calling: str = _kind(str, "context")
+    """"context": ``fn(inputs, ctx)`` over the batch; "requests": PyTriton's list of requests
+    (packager/bundle/function_signature.py)."""
 
 
 @dataclass(frozen=True)
