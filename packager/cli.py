@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
                         "a pipeline; docs/bundle-format.md)")
     b.add_argument("--name", help="model name (letters, digits, _ . -); required for ONNX, "
                                   "optional for a spec (must repeat the spec's name)")
+    b.add_argument("--requires", action="append", default=[], metavar="DIST",
+                   help="MODULE:FUNCTION only: a distribution the function needs on the "
+                        "device (repeatable; never guessed from the environment)")
     b.add_argument("--version", required=True, dest="model_version", metavar="N",
                    help="model version, a positive integer")
     b.add_argument("--profile", required=True, action="append", dest="profiles", metavar="P",
@@ -146,6 +149,22 @@ def _parser() -> argparse.ArgumentParser:
                         "when they were built from another source (a rebuild from the same "
                         "source replaces them without it)")
     b.add_argument("--quiet", action="store_true", help="no progress display")
+
+    sp = sub.add_parser("spec", help="print the model spec of a bound Python function",
+                        formatter_class=fmt,
+                        description="Import MODULE and print the TOML spec (kind = \"python\", "
+                                    "PyTriton's calling) of FUNCTION's @signature "
+                                    "(edge_agent.inline): `edge-pack build MODULE:FUNCTION` "
+                                    "builds the same.",
+                        epilog="example:\n  edge-pack spec classifier.py:classify --name "
+                               "zero_shot --requires numpy\n")
+    sp.add_argument("target", metavar="MODULE:FUNCTION",
+                    help="a .py file (or a module name under the current directory) and the "
+                         "function in it")
+    sp.add_argument("--name", help="model name (default: the function's name)")
+    sp.add_argument("--requires", action="append", default=[], metavar="DIST",
+                    help="a distribution the function needs on the device (repeatable; "
+                         "never guessed)")
 
     i = sub.add_parser("inspect", help="show a bundle's manifest", formatter_class=fmt,
                        epilog="examples:\n  edge-pack inspect dist/mlp-1-x86_64-cpu-openvino."
@@ -248,6 +267,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from packager.labels import parse_label_args
 
     version = check_version(args.model_version)
+    from packager.function_spec import is_function_target
+
+    if is_function_target(str(args.model)):
+        return _build_function(args, version)
+    if args.requires:
+        from packager.bundle.errors import UsageError
+
+        raise UsageError("--requires applies to MODULE:FUNCTION (a spec lists its requires)")
     if args.name is None and args.model.suffix != ".toml":
         from packager.bundle.errors import UsageError
 
@@ -409,6 +436,33 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _build_function(args: argparse.Namespace, version: int) -> int:
+    from packager.function_spec import build_function_bundles
+
+    only_onnx = [flag for flag, given in (
+        ("--dynamic-batch", args.dynamic_batch), ("--max-batch", args.max_batch),
+        ("--member", args.member), ("--labels", args.labels),
+        ("--response-cache", args.response_cache)) if given]
+    if only_onnx:
+        from packager.bundle.errors import UsageError
+
+        raise UsageError(f"{', '.join(only_onnx)} do not apply to MODULE:FUNCTION: its "
+                         "@signature sets the tensors and max_batch_size")
+    paths = build_function_bundles(str(args.model), name=args.name, version=version,
+                                   profiles=args.profiles, out_dir=args.out, key_path=args.key,
+                                   requires=args.requires, overwrite=args.overwrite)
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _cmd_spec(args: argparse.Namespace) -> int:
+    from packager.function_spec import find_function, spec_text
+
+    print(spec_text(find_function(args.target), args.name, args.requires), end="")
+    return 0
+
+
 def _cmd_registry(args: argparse.Namespace) -> int:
     from packager.registry_cli import run
 
@@ -417,7 +471,7 @@ def _cmd_registry(args: argparse.Namespace) -> int:
 
 _COMMANDS = {"keygen": _cmd_keygen, "build": _cmd_build, "inspect": _cmd_inspect,
              "verify": _cmd_verify, "profiles": _cmd_profiles, "push": _cmd_registry,
-             "pull": _cmd_registry, "sample": _cmd_sample}
+             "pull": _cmd_registry, "sample": _cmd_sample, "spec": _cmd_spec}
 
 
 @quiet_on_broken_pipe

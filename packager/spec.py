@@ -17,6 +17,7 @@ from typing import Any
 
 from packager.bundle.errors import BundleError, UsageError
 from packager.bundle.format import check_member_path, check_model_name
+from packager.bundle.function_signature import CALLING_CONTEXT, CALLING_REQUESTS
 from packager.bundle.input_format import check_input_formats
 from packager.bundle.manifest import (
     DATATYPES,
@@ -32,7 +33,8 @@ KINDS = ("python", "pipeline")
 _COMMON_KEYS = {"name", "kind", "max_batch_size", "inputs", "outputs", "description",
                 "instances", "input_formats", "labels"}
 _PYTHON_KEYS = _COMMON_KEYS | {"source", "entry", "requires", "decoupled", "warmup",
-                               "sequence"}
+                               "sequence", "calling"}
+CALLINGS = (CALLING_CONTEXT, CALLING_REQUESTS)
 _SEQUENCE_KEYS = {"strategy", "max_sequence_idle_us", "max_candidate_sequences"}
 _PIPELINE_KEYS = _COMMON_KEYS | {"steps"}
 _TENSOR_KEYS = {"name", "datatype", "shape"}
@@ -57,6 +59,7 @@ class ModelSpec:
     sources: tuple[Path, ...] = ()
     entry: str = ""
     requires: tuple[str, ...] = ()
+    calling: str = CALLING_CONTEXT
     decoupled: bool = False
     warmup: bool = False
     instances: int = 0
@@ -176,8 +179,12 @@ def _python(spec: Path, d: dict[str, Any]) -> dict[str, Any]:
     if flags["decoupled"] and flags["warmup"]:
         raise _fail(spec, "decoupled = true cannot be warmed up (its responses stream over "
                           "ModelStreamInfer); set warmup = false")
+    calling = d.get("calling", CALLING_CONTEXT)
+    if calling not in CALLINGS:
+        raise _fail(spec, f"calling = {calling!r} must be \"context\" (fn(inputs, ctx)) or "
+                          "\"requests\" (PyTriton's: a list of requests)")
     return {"sources": sources, "entry": entry, "requires": tuple(requires),
-            "decoupled": flags["decoupled"], "warmup": flags["warmup"]}
+            "decoupled": flags["decoupled"], "warmup": flags["warmup"], "calling": calling}
 
 
 def _sequence(spec: Path, value: Any, mbs: int, instances: int, decoupled: bool,

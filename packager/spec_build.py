@@ -24,6 +24,7 @@ from typing import Any
 from packager import __version__
 from packager.bundle.errors import UsageError
 from packager.bundle.format import CODE_DIR, bundle_filename, sha256_file
+from packager.bundle.function_signature import CALLING_CONTEXT
 from packager.bundle.manifest import BatchingConfig, Manifest
 from packager.bundle.pipeline import Step, check_wiring
 from packager.bundle.profiles import DeviceProfile
@@ -64,6 +65,8 @@ def _stage_files(spec: ModelSpec, root: Path) -> tuple[dict[str, str], dict[str,
         entry_file = f"{CODE_DIR}/{Path(*module.split('.')).with_suffix('.py').as_posix()}"
         opts = {"entry": spec.entry, "requires": list(spec.requires),
                 "sources": [f"{CODE_DIR}/{s.as_posix()}" for s in spec.sources]}
+        if spec.calling != CALLING_CONTEXT:  # written only when set: other bundles keep their bytes
+            opts["calling"] = spec.calling
         return {"python": entry_file}, {"python": opts}
     steps = [s.to_dict() for s in spec.steps]
     (root / PIPELINE_FILE).write_text(json.dumps({"steps": steps}, indent=2, sort_keys=True),

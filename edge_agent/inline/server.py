@@ -112,9 +112,10 @@ class FunctionServer:
     def run(self) -> BoundAddresses:
         """Start serving (non-blocking): readiness and health report SERVING."""
         addresses = self.start()
-        self.dataplane.load_all(only=lambda _name, _version: False)  # marks the plane ready
-        assert self._ends is not None
-        self._ends.grpc.mark_serving()
+        if not self.dataplane.ready():
+            self.dataplane.load_all(only=lambda _name, _version: False)  # marks it ready
+            assert self._ends is not None
+            self._ends.grpc.mark_serving()
         return addresses
 
     def serve(self) -> None:
