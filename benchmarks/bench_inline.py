@@ -7,11 +7,12 @@ served three ways, measured in one run with the same closed-loop load generator:
 - the same module built with ``edge-pack build MODULE:FUNCTION`` and served by ``edge-agent
   serve`` (the Python backend's default isolation: a runtime process per instance).
 
-Per server: start -> ready (process start until both models answer ready), MLP p50 at 1 in
-flight, MLP and squeezenet throughput at 16 in flight; then the ratios against PyTriton and
-bundle/inline::
+Per server: start -> ready (process start until both models answer ready; the servers start
+one at a time, then all stay up), then interleaved rounds of MLP p50 at 1 in flight, MLP and
+squeezenet throughput at 16 in flight (the median round per figure; on a shared machine only
+interleaved figures compare); then the ratios against PyTriton and bundle/inline::
 
-    python -m benchmarks.bench_inline --seconds 5
+    python -m benchmarks.bench_inline --rounds 3 --seconds 3
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def _bundles(work: Path, env: dict[str, str]) -> tuple[Path, list[Path]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--skip-pytriton", action="store_true")
     args = parser.parse_args(argv)
@@ -150,14 +152,33 @@ def main(argv: list[str] | None = None) -> int:
     runs.append(("bundle", [sys.executable, "-m", "edge_agent.cli", "serve", "--state-dir",
                             str(state), "--config", str(toml), "--grpc", "127.0.0.1:8132",
                             "--no-uds", "--trust", str(pub)], "127.0.0.1:8132", env))
-    for name, cmd, target, run_env in runs:
-        with started(cmd, target, run_env, work / f"{name}.log") as ready_s:
-            results[name] = (ready_s, measure(target, args.seconds))
-        print(f"{name:9s} start->ready {ready_s:6.2f} s", flush=True)
+    with contextlib.ExitStack() as stack:
+        ready: dict[str, float] = {}
+        for name, cmd, target, run_env in runs:  # started one at a time: start->ready alone
+            ready[name] = stack.enter_context(started(cmd, target, run_env,
+                                                      work / f"{name}.log"))
+            print(f"{name:9s} start->ready {ready[name]:6.2f} s", flush=True)
+        rounds: dict[str, list[dict[str, LoadResult]]] = {name: [] for name in ready}
+        for i in range(args.rounds):  # interleaved: the machine's load hits each alike
+            for name, _cmd, target, _env in runs:
+                rounds[name].append(measure(target, args.seconds))
+                print(f"round {i + 1} {name:9s} " + "  ".join(
+                    f"{k}: {r.throughput:.0f}/s p50 {r.p50_ms:.2f} ms"
+                    for k, r in rounds[name][-1].items()), flush=True)
+    for name in ready:
+        results[name] = (ready[name], {k: _median([r[k] for r in rounds[name]])
+                                       for k in rounds[name][0]})
+        print(f"{name:9s} median of {args.rounds} rounds, start->ready {ready[name]:.2f} s")
         for key, r in results[name][1].items():
             print(f"  {key:16s} {r.line()}", flush=True)
     _ratios(results)
     return 0
+
+
+def _median(results: list[LoadResult]) -> LoadResult:
+    """The round with the median throughput (its p50 with it)."""
+    ordered = sorted(results, key=lambda r: r.throughput)
+    return ordered[len(ordered) // 2]
 
 
 def _ratios(results: dict[str, tuple[float, dict[str, LoadResult]]]) -> None:

@@ -30,17 +30,17 @@ from edge_agent.inline.decorators import (
 from edge_agent.inline.signature import BindError, Tensor, signature
 
 if TYPE_CHECKING:
-    from edge_agent.inline.server import FunctionServer
+    from edge_agent.inline.server import FunctionServer, serve_command
 
 __all__ = ["BindError", "FunctionServer", "Tensor", "batch", "fill_optionals", "first_value",
-           "group_by_values", "sample", "signature"]
+           "group_by_values", "sample", "serve_command", "signature"]
 
 
 def __getattr__(name: str) -> Any:
     # the server (gRPC, the agent's composition) loads on first use: a bundle's code that
     # imports the decorators on a device stays light
-    if name == "FunctionServer":
-        from edge_agent.inline.server import FunctionServer
+    if name in ("FunctionServer", "serve_command"):
+        from edge_agent.inline import server
 
-        return FunctionServer
+        return getattr(server, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,6 +15,7 @@ generated entry modules) lives in a private temporary directory unless ``state_d
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import platform
@@ -50,7 +51,7 @@ from packager.bundle.function_signature import (
 from packager.bundle.manifest import MANIFEST_NAME, BatchingConfig, Manifest
 from packager.bundle.writer import file_entries
 
-__all__ = ["FunctionServer"]
+__all__ = ["FunctionServer", "serve_command"]
 
 log = logging.getLogger(__name__)
 
@@ -277,3 +278,24 @@ def _write_model(model_dir: Path, name: str, token: str, found: FunctionSignatur
         warmup=False, decoupled=found.decoupled)
     manifest = dataclasses.replace(manifest, files=file_entries(model_dir))
     (model_dir / MANIFEST_NAME).write_bytes(manifest.canonical_bytes())
+
+
+def serve_command(functions: dict[str, Callable[..., Any]], argv: Sequence[str] | None = None,
+                  description: str = "") -> None:
+    """A script's ``main``: serve ``functions`` (model name -> function with a ``@signature``)
+    with ``--address`` (gRPC HOST:PORT, default 127.0.0.1:8001), ``--uds PATH`` and
+    ``--http HOST:PORT`` from the command line; prints ``serving on TARGET...`` once ready,
+    and returns on SIGINT/SIGTERM."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--address", default="127.0.0.1:8001",
+                        help="gRPC HOST:PORT (port 0: any free one)")
+    parser.add_argument("--uds", default=None, help="also gRPC on this Unix socket path")
+    parser.add_argument("--http", default=None, help="KServe REST and /metrics on HOST:PORT")
+    args = parser.parse_args(argv)
+    with FunctionServer(address=args.address, uds=args.uds, http=args.http) as server:
+        for name, fn in functions.items():
+            server.bind(model_name=name, infer_func=fn)
+        addresses = server.run()
+        print("serving on", " ".join(addresses.targets()),
+              f"http {addresses.http}" if addresses.http else "", flush=True)
+        server.serve()

@@ -12,11 +12,9 @@ and call it with the unmodified tritonclient (model "linear", input "x" FP32 [-1
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
-from edge_agent.inline import Tensor, batch, signature
+from edge_agent.inline import Tensor, batch, serve_command, signature
 
 WEIGHTS = np.array([[0.5, -1.0], [2.0, 0.25], [-0.75, 1.5]], dtype=np.float32)
 BIAS = np.array([0.1, -0.2], dtype=np.float32)
@@ -32,18 +30,8 @@ def infer(x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve ``infer`` as model "linear" until Ctrl-C or SIGTERM."""
-    from edge_agent.inline import FunctionServer
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", default="127.0.0.1:8001", help="gRPC HOST:PORT")
-    parser.add_argument("--http", default=None, help="HTTP HOST:PORT (KServe REST, /metrics)")
-    args = parser.parse_args(argv)
-    with FunctionServer(address=args.address, http=args.http) as server:
-        server.bind(model_name="linear", infer_func=infer)
-        print("serving on", " ".join(server.run().targets()),
-              f"http {server.addresses.http}" if args.http else "", flush=True)
-        server.serve()
+    """Serve ``infer`` as model "linear" until Ctrl-C or SIGTERM (--address, --uds, --http)."""
+    serve_command({"linear": infer}, argv, description=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -10,11 +10,9 @@ tokenizer and a model in the same place.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
-from edge_agent.inline import Tensor, batch, signature
+from edge_agent.inline import Tensor, batch, serve_command, signature
 
 POSITIVE = frozenset({"good", "great", "love", "excellent", "happy", "fast"})
 NEGATIVE = frozenset({"bad", "awful", "hate", "terrible", "sad", "slow"})
@@ -42,17 +40,7 @@ def classify(text: np.ndarray) -> dict[str, np.ndarray]:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve ``classify`` as model "text_classifier" until Ctrl-C or SIGTERM."""
-    from edge_agent.inline import FunctionServer
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", default="127.0.0.1:8001", help="gRPC HOST:PORT")
-    parser.add_argument("--http", default=None, help="HTTP HOST:PORT (KServe REST, /metrics)")
-    args = parser.parse_args(argv)
-    with FunctionServer(address=args.address, http=args.http) as server:
-        server.bind(model_name="text_classifier", infer_func=classify)
-        print("serving on", " ".join(server.run().targets()),
-              f"http {server.addresses.http}" if args.http else "", flush=True)
-        server.serve()
+    serve_command({"text_classifier": classify}, argv, description=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
