@@ -163,3 +163,28 @@ def test_bind_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
         srv.bind("double", double)
         with pytest.raises(BindError, match="bound already"):
             srv.bind("double", double)
+
+
+def test_decoupled_function_streams_each_yield(tmp_path: Path) -> None:
+    import queue
+
+    def count(requests: list[dict[str, np.ndarray]]) -> Iterator[list[dict[str, np.ndarray]]]:
+        n = int(requests[0]["n"].reshape(-1)[0])
+        for i in range(n):
+            yield [{"i": np.array([i], dtype=np.int32)}]
+
+    with FunctionServer(address="127.0.0.1:0") as srv:
+        srv.bind("count", count, inputs=[Tensor("n", np.int32, (1,))],
+                 outputs=[Tensor("i", np.int32, (1,))], decoupled=True)
+        srv.run()
+        client = grpcclient.InferenceServerClient(srv.addresses.tcp)
+        answers: queue.Queue[object] = queue.Queue()
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        try:
+            client.async_stream_infer("count", [_input("n", np.array([3], np.int32), "INT32")],
+                                      request_id="r")
+            got = [answers.get(timeout=60) for _ in range(3)]
+        finally:
+            client.stop_stream()
+            client.close()
+    assert [int(r.as_numpy("i")[0]) for r in got] == [0, 1, 2]  # type: ignore[attr-defined]
