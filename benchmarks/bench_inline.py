@@ -5,7 +5,9 @@ served three ways, measured in one run with the same closed-loop load generator:
   batcher, the function behind ZMQ; needs the /tmp/pt venv of the anchor's README);
 - ``edge_agent.inline.FunctionServer`` in its own process (``--serve``);
 - the same module built with ``edge-pack build MODULE:FUNCTION`` and served by ``edge-agent
-  serve`` (the Python backend's default isolation: a runtime process per instance).
+  serve``: "bundle" with the Python backend's default isolation (a runtime process per
+  instance), "bundle-thread" with ``isolation = "thread"`` (in the agent's process, as the
+  bound function runs).
 
 Per server: start -> ready (process start until both models answer ready; the servers start
 one at a time, then all stay up), then interleaved rounds of MLP p50 at 1 in flight, MLP and
@@ -142,16 +144,18 @@ def main(argv: list[str] | None = None) -> int:
     runs.append(("inline", [sys.executable, "-m", "benchmarks.bench_inline", "--serve",
                             "8131"], "127.0.0.1:8131", env))
     pub, bundles = _bundles(work, env)
-    state = work / "state"
-    for bundle in bundles:
-        subprocess.run([sys.executable, "-m", "edge_agent.cli", "add-bundle", "--state-dir",
-                        str(state), "--pubkey", str(pub), str(bundle)], check=True, env=env,
-                       capture_output=True)
-    toml = work / "agent.toml"
-    toml.write_text("".join(f"[models.{m}]\nmax_queue_delay_us = 500\n" for m in MODELS))
-    runs.append(("bundle", [sys.executable, "-m", "edge_agent.cli", "serve", "--state-dir",
-                            str(state), "--config", str(toml), "--grpc", "127.0.0.1:8132",
-                            "--no-uds", "--trust", str(pub)], "127.0.0.1:8132", env))
+    for name, port, isolation in (("bundle", 8132, "auto"), ("bundle-thread", 8133, "thread")):
+        state = work / name
+        for bundle in bundles:
+            subprocess.run([sys.executable, "-m", "edge_agent.cli", "add-bundle",
+                            "--state-dir", str(state), "--pubkey", str(pub), str(bundle)],
+                           check=True, env=env, capture_output=True)
+        toml = work / f"{name}.toml"
+        toml.write_text("".join(f"[models.{m}]\nmax_queue_delay_us = 500\n"
+                                f"isolation = \"{isolation}\"\n" for m in MODELS))
+        runs.append((name, [sys.executable, "-m", "edge_agent.cli", "serve", "--state-dir",
+                            str(state), "--config", str(toml), "--grpc", f"127.0.0.1:{port}",
+                            "--no-uds", "--trust", str(pub)], f"127.0.0.1:{port}", env))
     with contextlib.ExitStack() as stack:
         ready: dict[str, float] = {}
         for name, cmd, target, run_env in runs:  # started one at a time: start->ready alone
@@ -195,6 +199,7 @@ def _ratios(results: dict[str, tuple[float, dict[str, LoadResult]]]) -> None:
     line("inline", "pytriton")
     line("bundle", "pytriton")
     line("bundle", "inline")
+    line("bundle-thread", "inline")
 
 
 if __name__ == "__main__":
