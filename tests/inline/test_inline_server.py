@@ -188,3 +188,27 @@ def test_decoupled_function_streams_each_yield(tmp_path: Path) -> None:
             client.stop_stream()
             client.close()
     assert [int(r.as_numpy("i")[0]) for r in got] == [0, 1, 2]  # type: ignore[attr-defined]
+
+
+def test_response_cache_answers_a_repeated_request_without_calling_again() -> None:
+    calls: list[int] = []
+
+    @batch
+    def slow_square(x: np.ndarray) -> dict[str, np.ndarray]:
+        calls.append(len(x))
+        return {"y": x * x}
+
+    with FunctionServer(address="127.0.0.1:0", response_cache_mib=4) as srv:
+        srv.bind("square", slow_square, inputs=[Tensor("x", np.float32, (2,))],
+                 outputs=[Tensor("y", np.float32, (2,))], max_batch_size=4,
+                 response_cache=True)
+        srv.run()
+        client = grpcclient.InferenceServerClient(srv.addresses.tcp)
+        x = np.array([[3, 4]], dtype=np.float32)
+        first = client.infer("square", [_input("x", x, "FP32")]).as_numpy("y")
+        second = client.infer("square", [_input("x", x, "FP32")]).as_numpy("y")
+        stats = client.get_inference_statistics("square", as_json=True)["model_stats"][0]
+        client.close()
+    np.testing.assert_array_equal(first, second)
+    assert calls == [1]
+    assert int(stats["inference_stats"]["cache_hit"]["count"]) == 1
