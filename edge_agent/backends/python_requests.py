@@ -11,8 +11,8 @@ splitting and stacking again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import numpy as np
 
@@ -23,29 +23,66 @@ log = logging.getLogger(__name__)
 Arrays = dict[str, np.ndarray]
 
 
-class Requests(list[Arrays]):
+class Requests(Sequence[Arrays]):
     """The requests of one execution, each a dict of arrays with a batch dim of 1 (views of
-    ``merged``, the batch as the batcher merged it); ``batched`` False: one request, the
-    model's inputs as they came (no batch dim)."""
+    ``merged``, the batch as the batcher merged it, cut when read); ``batched`` False: one
+    request, the model's inputs as they came (no batch dim)."""
 
     def __init__(self, merged: Arrays, batched: bool) -> None:
-        rows = next(iter(merged.values())).shape[0] if batched and merged else 1
-        super().__init__([{k: v[i:i + 1] for k, v in merged.items()} for i in range(rows)]
-                         if batched else [dict(merged)])
         self.merged = merged
         self.batched = batched
+        self._rows = next(iter(merged.values())).shape[0] if batched and merged else 1
+
+    def __len__(self) -> int:
+        return self._rows
+
+    @overload
+    def __getitem__(self, index: int) -> Arrays: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Arrays]: ...
+
+    def __getitem__(self, index: int | slice) -> Arrays | list[Arrays]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._rows))]
+        i = _position(index, self._rows)
+        if not self.batched:
+            return dict(self.merged)
+        return {k: v[i:i + 1] for k, v in self.merged.items()}
 
 
-class Results(list[Arrays]):
-    """Per-request outputs cut from one batch's outputs (``merged``), as ``@batch`` answers."""
+class Results(Sequence[Arrays]):
+    """Per-request outputs of one batch's outputs (``merged``), cut when read, as ``@batch``
+    answers: ``sizes`` rows each."""
 
     def __init__(self, merged: Arrays, sizes: list[int]) -> None:
-        start, parts = 0, []
-        for n in sizes:
-            parts.append({k: v[start:start + n] for k, v in merged.items()})
-            start += n
-        super().__init__(parts)
         self.merged = merged
+        self._starts = [0]
+        for n in sizes:
+            self._starts.append(self._starts[-1] + n)
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> Arrays: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Arrays]: ...
+
+    def __getitem__(self, index: int | slice) -> Arrays | list[Arrays]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = _position(index, len(self))
+        start, end = self._starts[i], self._starts[i + 1]
+        return {k: v[start:end] for k, v in self.merged.items()}
+
+
+def _position(index: int, length: int) -> int:
+    """``index`` (negative: from the end) as a position in 0..length-1; IndexError outside."""
+    if not -length <= index < length:
+        raise IndexError(f"request {index} of {length}")
+    return index % length
 
 
 def merge_results(results: Any, requests: Requests, label: str) -> Arrays:
@@ -55,7 +92,8 @@ def merge_results(results: Any, requests: Requests, label: str) -> Arrays:
         return merged
     if isinstance(results, Mapping):  # one dict for the one request of an unbatched model
         results = [results]
-    if not isinstance(results, list | tuple) or len(results) != len(requests):
+    if not isinstance(results, Sequence) or isinstance(results, str | bytes) \
+            or len(results) != len(requests):
         got = f"{len(results)} answers" if isinstance(results, list | tuple) \
             else f"a {type(results).__name__}"
         raise BackendError(f"{label} returned {got} for {len(requests)} request(s); return a "

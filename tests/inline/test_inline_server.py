@@ -212,3 +212,23 @@ def test_response_cache_answers_a_repeated_request_without_calling_again() -> No
     np.testing.assert_array_equal(first, second)
     assert calls == [1]
     assert int(stats["inference_stats"]["cache_hit"]["count"]) == 1
+
+
+def test_an_undecorated_function_gets_one_request_per_row() -> None:
+    seen: list[int] = []
+
+    def per_request(requests: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        seen.append(len(requests))
+        assert all(r["x"].shape == (1, 2) for r in requests)
+        return [{"y": r["x"].sum(axis=1, keepdims=True)} for r in requests]
+
+    with FunctionServer(address="127.0.0.1:0") as srv:
+        srv.bind("sum", per_request, inputs=[Tensor("x", np.float32, (2,))],
+                 outputs=[Tensor("y", np.float32, (1,))], max_batch_size=8)
+        srv.run()
+        client = grpcclient.InferenceServerClient(srv.addresses.tcp)
+        x = np.array([[1, 2], [3, 4], [5, 6]], dtype=np.float32)
+        y = client.infer("sum", [_input("x", x, "FP32")]).as_numpy("y")
+        client.close()
+    assert seen == [3]
+    assert y.reshape(-1).tolist() == [3, 7, 11]
