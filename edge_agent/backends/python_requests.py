@@ -23,18 +23,14 @@ log = logging.getLogger(__name__)
 Arrays = dict[str, np.ndarray]
 
 
-class Requests(Sequence[Arrays]):
-    """The requests of one execution, each a dict of arrays with a batch dim of 1 (views of
-    ``merged``, the batch as the batcher merged it, cut when read); ``batched`` False: one
-    request, the model's inputs as they came (no batch dim)."""
+class _Cuts(Sequence[Arrays]):
+    """Per-request dicts of arrays cut from one batch's arrays (``merged``) when read."""
 
-    def __init__(self, merged: Arrays, batched: bool) -> None:
+    def __init__(self, merged: Arrays) -> None:
         self.merged = merged
-        self.batched = batched
-        self._rows = next(iter(merged.values())).shape[0] if batched and merged else 1
 
-    def __len__(self) -> int:
-        return self._rows
+    def _cut(self, position: int) -> Arrays:
+        raise NotImplementedError
 
     @overload
     def __getitem__(self, index: int) -> Arrays: ...
@@ -44,19 +40,38 @@ class Requests(Sequence[Arrays]):
 
     def __getitem__(self, index: int | slice) -> Arrays | list[Arrays]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._rows))]
-        i = _position(index, self._rows)
+            return [self._cut(i) for i in range(*index.indices(len(self)))]
+        return self._cut(_position(index, len(self)))
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+
+class Requests(_Cuts):
+    """The requests of one execution, each a dict of arrays with a batch dim of 1 (views of
+    ``merged``, the batch as the batcher merged it); ``batched`` False: one request, the
+    model's inputs as they came (no batch dim)."""
+
+    def __init__(self, merged: Arrays, batched: bool) -> None:
+        super().__init__(merged)
+        self.batched = batched
+        self._rows = next(iter(merged.values())).shape[0] if batched and merged else 1
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def _cut(self, position: int) -> Arrays:
         if not self.batched:
             return dict(self.merged)
-        return {k: v[i:i + 1] for k, v in self.merged.items()}
+        return {k: v[position:position + 1] for k, v in self.merged.items()}
 
 
-class Results(Sequence[Arrays]):
-    """Per-request outputs of one batch's outputs (``merged``), cut when read, as ``@batch``
-    answers: ``sizes`` rows each."""
+class Results(_Cuts):
+    """Per-request outputs of one batch's outputs (``merged``), ``sizes`` rows each, as
+    ``@batch`` answers."""
 
     def __init__(self, merged: Arrays, sizes: list[int]) -> None:
-        self.merged = merged
+        super().__init__(merged)
         self._starts = [0]
         for n in sizes:
             self._starts.append(self._starts[-1] + n)
@@ -64,17 +79,8 @@ class Results(Sequence[Arrays]):
     def __len__(self) -> int:
         return len(self._starts) - 1
 
-    @overload
-    def __getitem__(self, index: int) -> Arrays: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Arrays]: ...
-
-    def __getitem__(self, index: int | slice) -> Arrays | list[Arrays]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        i = _position(index, len(self))
-        start, end = self._starts[i], self._starts[i + 1]
+    def _cut(self, position: int) -> Arrays:
+        start, end = self._starts[position], self._starts[position + 1]
         return {k: v[start:end] for k, v in self.merged.items()}
 
 
