@@ -8,8 +8,9 @@ front ends, no bundle and no model repository (PyTriton's ``Triton`` shape)::
 
 Each bound function is a Python model of the agent (``backends/python_backend.py``, PyTriton's
 calling: ``backends/python_requests.py``) served in this process's threads: the dynamic
-batcher, statistics, Prometheus metrics (``http=``), shared memory, the response cache and
-the request-option rules apply as to a deployed bundle. The state (the metrics store, the
+batcher, statistics, Prometheus metrics (``http=``), shared memory (over ``uds``), the
+response cache (``response_cache_mib``) and the request-option rules apply as to a deployed
+bundle. The state (the metrics store, the
 generated entry modules) lives in a private temporary directory unless ``state_dir`` is given.
 """
 
