@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edge_agent.core.types import InferRequest, InferResult, SequenceFlags
-from edge_agent.errors import InvalidInputError, QueueFullError
+from edge_agent.errors import BackendError, InvalidInputError, QueueFullError
 from packager.bundle.datatypes import numpy_dtype
-from packager.bundle.manifest import Manifest, SequenceConfig, TensorSpec
+from packager.bundle.manifest import BatchingConfig, Manifest, SequenceConfig, TensorSpec
 
 Run = Callable[[InferRequest], "Future[InferResult]"]
 """Hands a request (control inputs filled, version pinned) to the model's batcher."""
@@ -76,6 +76,33 @@ def client_outputs(manifest: Manifest) -> tuple[TensorSpec, ...]:
         return manifest.outputs
     _, hidden = manifest.sequence.hidden()
     return tuple(t for t in manifest.outputs if t.name not in hidden)
+
+
+def instances_problem(manifest: Manifest, instances: int) -> str | None:
+    """Why ``manifest``'s model cannot be served by ``instances`` instances; None if it can.
+
+    Triton binds each sequence to one instance because its state lives there. Here an ONNX
+    model's implicit state is kept by the agent and sent with each request, so any instance
+    serves any step; a stateful Python model's ``ctx.state`` lives in its instance (a runtime
+    process each), so it runs one instance."""
+    if manifest.sequence is None or manifest.backend != "python" or instances <= 1:
+        return None
+    return (f"model {manifest.name!r} version {manifest.version} is a stateful Python model: "
+            "its ctx.state lives in the one instance that runs each request of a sequence, so "
+            f"it is served by one instance, not instances = {instances}; remove the 'instances' "
+            f"setting of [models.{manifest.name}] in agent.toml (or its live setting)")
+
+
+def served_instances(manifest: Manifest, batching: BatchingConfig,
+                     asked: int | None) -> BatchingConfig:
+    """``batching`` with the instances a stateful Python model runs (one: a bundle built
+    before that rule may say more); BackendError when the agent's settings ask more
+    (``asked``)."""
+    if instances_problem(manifest, batching.instances) is None:
+        return batching
+    if asked is not None and asked > 1:
+        raise BackendError(instances_problem(manifest, asked) or "")
+    return dataclasses.replace(batching, instances=1)
 
 
 def _not_started(model: str, seq: int | str) -> InvalidInputError:
