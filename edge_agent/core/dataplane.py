@@ -195,6 +195,7 @@ class DataPlane(DeployOperations):
         self.response_cache = ResponseCache(response_cache_bytes) if response_cache_bytes > 0 \
             else None
         self.sequences = Sequences()
+        self._drain_timeout_s = drain_timeout_s
         self._closed = False
         self._startup_done = threading.Event()
         if autoload:
@@ -298,6 +299,16 @@ class DataPlane(DeployOperations):
             with self.gate.yielded():
                 return self._infer(request, timeout_s)
         return self._infer(request, timeout_s)
+
+    def unload_version(self, name: str, version: int, *,
+                       drain_timeout_s: float | None = None) -> bool:
+        """:meth:`DeployOperations.unload_version`, after the version's live sequences have
+        ended (within the same drain timeout; those still live then are ended)."""
+        timeout = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        t0 = time.monotonic()
+        ended = self.sequences.drain(name, version, timeout)
+        left = max(0.0, timeout - (time.monotonic() - t0))
+        return super().unload_version(name, version, drain_timeout_s=left) and ended
 
     def _submit_sequence(self, request: InferRequest) -> Future[InferResult]:
         """A stateful model's request, through its sequence (never the response cache)."""

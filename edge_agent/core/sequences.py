@@ -105,6 +105,14 @@ def served_instances(manifest: Manifest, batching: BatchingConfig,
     return dataclasses.replace(batching, instances=1)
 
 
+def _version_gone(model: str, seq: int | str, version: int | None) -> InvalidInputError:
+    return InvalidInputError(
+        f"inference request for sequence {seq} to model '{model}': the sequence was ended by "
+        f"the agent because version {version}, which served it, was unloaded (a deploy or "
+        "rollback switched the model) before its END; its state is gone and another version "
+        "never continues it: start the sequence again with sequence_start")
+
+
 def _not_started(model: str, seq: int | str) -> InvalidInputError:
     return InvalidInputError(f"inference request for sequence {seq} to model '{model}' must "
                              "specify the START flag on the first request of the sequence")
@@ -132,6 +140,8 @@ class _Model:
     live: dict[int | str, _Live] = field(default_factory=dict)
     used: int = 0  # slots held (a sequence whose END is in flight still holds its slot)
     waiting: deque[Callable[[], None]] = field(default_factory=deque)  # oldest: admissions
+    # sequences ended because their version was unloaded: id -> (version, when)
+    gone: dict[int | str, tuple[int | None, float]] = field(default_factory=dict)
 
 
 class Sequences:
@@ -161,7 +171,10 @@ class Sequences:
                 model.manifest, model.config = manifest, config  # ones keep theirs
             self._expire(request.model, model)
             live = model.live.get(flags.id)
+            ended = model.gone.pop(flags.id, None)
             if not flags.start:
+                if ended is not None and (live is None or live.ended):
+                    raise _version_gone(request.model, flags.id, ended[0])
                 if live is None or live.ended:
                     raise _not_started(request.model, flags.id)
                 self._chain(request.model, model, live, request, flags, outer, run)
@@ -216,6 +229,30 @@ class Sequences:
                 self._expire(name, model)
             return {name: (m.used, m.config.max_candidate_sequences)
                     for name, m in self._models.items()}
+
+    def drain(self, name: str, version: int, timeout_s: float) -> bool:
+        """Before ``name``'s ``version`` is unloaded: wait up to ``timeout_s`` for its live
+        sequences to end (END answered, or idle past ``max_sequence_idle_us``), new ones
+        going to the default version meanwhile; end those still live then, their next request
+        refused (never served by another version). True when none had to be ended."""
+        deadline = self._clock() + max(0.0, timeout_s)
+        while True:
+            with self._lock:
+                model = self._models.get(name)
+                if model is None:
+                    return True
+                self._expire(name, model)
+                left = [live for live in model.live.values() if live.version == version]
+                if not left:
+                    return True
+                if self._clock() >= deadline or self._stop.is_set():
+                    for live in left:
+                        del model.live[live.id]
+                        live.ended = True
+                        model.gone[live.id] = (version, self._clock())
+                        self._release(name, model)
+                    return False
+            time.sleep(SWEEP_S)
 
     def close(self) -> None:
         """Stop the idle sweeper."""
@@ -288,6 +325,9 @@ class Sequences:
         """Release sequences idle past the model's ``max_sequence_idle_us`` (none in flight)."""
         limit = model.config.max_sequence_idle_us / 1e6
         now = self._clock()
+        for seq, (_, when) in list(model.gone.items()):
+            if now - when > limit:  # past the idle time it would have been released anyway
+                del model.gone[seq]
         for seq, live in list(model.live.items()):
             if (live.tail is None or live.tail.done()) and now - live.last > limit:
                 del model.live[seq]
