@@ -317,6 +317,8 @@ class DataPlane(DeployOperations):
         if lv.manifest.sequence is None:
             lv.batcher.record_rejected(0)
             raise stateless_refusal(request.model)
+        if lv.streamer is not None:  # a decoupled one streams: DataPlane.stream
+            raise lv.streamer.refusal()
 
         def run(req: InferRequest) -> Future[InferResult]:
             return self._on_current_version(req, _submit, False)
@@ -346,9 +348,22 @@ class DataPlane(DeployOperations):
         lv = self.repository.resolve(request.model, request.version)
         if lv.streamer is None:
             return iter((self.infer(request),))
-        if request.sequence is not None:  # a decoupled model is never stateful
-            lv.batcher.record_rejected(_now() - start)
-            raise stateless_refusal(request.model)
+        if request.sequence is not None:
+            if lv.manifest.sequence is None:
+                lv.batcher.record_rejected(_now() - start)
+                raise stateless_refusal(request.model)
+            return self.sequences.stream(request, request.sequence, lv.manifest, lv.version,
+                                         self._stream_pinned)
+        return self._stream_on(lv, request, start)
+
+    def _stream_pinned(self, request: InferRequest) -> Iterator[InferResult]:
+        """A sequence's request streamed on the version it is pinned to."""
+        lv = self.repository.resolve(request.model, request.version)
+        return self._stream_on(lv, request, _now())
+
+    def _stream_on(self, lv: LoadedVersion, request: InferRequest,
+                   start: int) -> Iterator[InferResult]:
+        assert lv.streamer is not None
         try:
             rows = lv.signature.validate(request)
         except AgentError:

@@ -21,19 +21,29 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from edge_agent.core.types import InferRequest, InferResult, SequenceFlags
-from edge_agent.errors import BackendError, InvalidInputError, QueueFullError
+from edge_agent.errors import (
+    BackendError,
+    InvalidInputError,
+    QueueFullError,
+    RequestCancelledError,
+)
 from packager.bundle.datatypes import numpy_dtype
 from packager.bundle.manifest import BatchingConfig, Manifest, SequenceConfig, TensorSpec
 
 Run = Callable[[InferRequest], "Future[InferResult]"]
 """Hands a request (control inputs filled, version pinned) to the model's batcher."""
+
+RunStream = Callable[[InferRequest], Iterator[InferResult]]
+"""Streams a decoupled model's responses to a request (control inputs filled, version
+pinned)."""
 
 _NUMPY = {"INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_, "UINT64": np.uint64,
           "INT64": np.int64, "UINT32": np.uint32}
@@ -213,6 +223,22 @@ class Sequences:
             self._start_sweeper()
             return outer
 
+    def stream(self, request: InferRequest, flags: SequenceFlags, manifest: Manifest,
+               version: int, run: RunStream) -> Iterator[InferResult]:
+        """A decoupled stateful model's responses to ``request``: admitted as :meth:`submit`
+        admits (refusals raised now), streamed once the sequence's requests before it have
+        streamed theirs; the sequence's next request waits until this stream is exhausted,
+        fails or is closed."""
+        ready: Future[InferRequest] = Future()  # the request, controls filled, on its turn
+        finished: Future[InferResult] = Future()  # this stream's end
+
+        def turn(req: InferRequest) -> Future[InferResult]:
+            ready.set_result(req)
+            return finished
+
+        answered = self.submit(request, flags, manifest, version, turn)
+        return _Stream(ready, finished, answered, run, request)
+
     def active(self, name: str) -> int:
         """Slots ``name``'s sequences hold now (idle ones released first)."""
         with self._lock:
@@ -346,6 +372,59 @@ class Sequences:
                 for name, model in self._models.items():
                     if model.waiting:
                         self._expire(name, model)
+
+
+class _Stream:
+    """The responses of one request of a decoupled model's sequence (an iterator): it waits
+    for its turn, then passes the model's responses through; exhausted, failed or closed, it
+    lets the sequence's next request go."""
+
+    def __init__(self, ready: Future[InferRequest], finished: Future[InferResult],
+                 answered: Future[InferResult], run: RunStream, request: InferRequest) -> None:
+        self._ready, self._finished, self._answered = ready, finished, answered
+        self._run, self._request = run, request
+        self._responses: Iterator[InferResult] | None = None
+
+    def __iter__(self) -> _Stream:
+        return self
+
+    def __next__(self) -> InferResult:
+        try:
+            if self._responses is None:
+                either: list[Future[Any]] = [self._ready, self._answered]
+                wait(either, return_when=FIRST_COMPLETED)
+                if not self._ready.done():  # failed or cancelled before its turn
+                    raise self._answered.exception() or RuntimeError("no answer")
+                self._responses = self._run(self._ready.result())
+            return next(self._responses)
+        except StopIteration:
+            self._end(None)
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+
+    def close(self) -> None:
+        """Stop the model's responses (if they started) and let the sequence go on."""
+        close = getattr(self._responses, "close", None)
+        if close is not None:
+            close()
+        self._end(RequestCancelledError(
+            f"request {self._request.id or '(no id)'} of sequence to model "
+            f"'{self._request.model}': its stream was closed by its caller"))
+
+    def __del__(self) -> None:  # dropped without close: the sequence must not stall
+        if not self._finished.done():
+            self.close()
+
+    def _end(self, error: BaseException | None) -> None:
+        if self._finished.done():
+            return
+        if error is None:
+            self._finished.set_result(InferResult(self._request.model, 0, {},
+                                                  self._request.id))
+        else:
+            self._finished.set_exception(error)
 
 
 def _state_inputs(request: InferRequest, live: _Live, manifest: Manifest,
