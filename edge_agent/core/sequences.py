@@ -248,6 +248,15 @@ class Sequences:
             self._expire(name, model)
             return model.used
 
+    def live_on(self, name: str, version: int) -> int:
+        """Live sequences of ``name`` pinned to ``version`` (idle ones released first)."""
+        with self._lock:
+            model = self._models.get(name)
+            if model is None:
+                return 0
+            self._expire(name, model)
+            return sum(1 for live in model.live.values() if live.version == version)
+
     def slots(self) -> dict[str, tuple[int, int]]:
         """Each model's (slots held, slots), idle sequences released first."""
         with self._lock:

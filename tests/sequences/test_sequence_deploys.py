@@ -29,6 +29,7 @@ from packager.spec_build import build_spec_bundles
 from packager.triton_samples import write_python_spec
 from tests.sequences.conftest import ORT, make_accumulator
 from tests.sequences.test_python_sequence import ACCUMULATE, IO
+from tests.support.cli import console
 from tests.support.eventually import eventually
 from tests.support.harness import InProcessAgent, sections, start_agent
 
@@ -85,7 +86,7 @@ def _sum(client: tg.InferenceServerClient, value: int, seq: int, *, start: bool 
 
 def test_a_deploy_waits_for_live_sequences_and_new_ones_start_on_it(
         tmp_path: Path, signed: Signed) -> None:
-    with _agent(tmp_path / "state", signed, drain_timeout_s=300) as agent, \
+    with _agent(tmp_path / "state", signed, drain_timeout_s=60) as agent, \
             contextlib.closing(tg.InferenceServerClient(agent.tcp)) as client:
         assert agent.deploy(signed.sums[1]).ok
         assert _sum(client, 3, 1, start=True) == 3
@@ -98,13 +99,23 @@ def test_a_deploy_waits_for_live_sequences_and_new_ones_start_on_it(
             assert _sum(client, 4, 2, start=True) == 8  # a new sequence: version 2 (2 x 4)
             assert _sum(client, 4, 1) == 7  # the live one: version 1 and its state (3 + 4)
             assert deploy.is_alive() and not outcome  # version 1 is kept for sequence 1
+            with agent.client() as management:  # ListModels: live sequences per version
+                listed = {v.version: v for v in management.models("sum")}
+            assert (listed[1].sequences_active, listed[1].sequence_slots) == (1, 8)
+            assert (listed[2].sequences_active, listed[2].sequence_slots) == (1, 8)
             assert _sum(client, 1, 2) == 10
             assert _sum(client, 1, 1, end=True) == 8  # sequence 1 ends on version 1
         finally:
-            deploy.join(300)
+            deploy.join(120)
         assert outcome and outcome[0].ok, outcome
         eventually(lambda: not agent.dataplane.model_ready("sum", 1), timeout=60,
                    message="version 1 stayed loaded after its last sequence ended")
+        token = tmp_path / "token"
+        token.write_text(agent.token)
+        status = console(None, "status", "--insecure", "--agent", agent.management,
+                         "--token-file", str(token))
+        assert status.code == 0, status.err
+        assert "sequences" in status.out and "│ 1/8 " in status.out, status.out
         assert _sum(client, 5, 2, end=True) == 20  # sequence 2 never moved (10 + 2 x 5)
 
 
