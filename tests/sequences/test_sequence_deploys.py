@@ -22,6 +22,7 @@ import pytest
 import tritonclient.grpc as tg
 from tritonclient.utils import InferenceServerException
 
+from edge_agent.client.agent_client import ManagementError
 from packager.build import build_bundles
 from packager.bundle.manifest import SequenceConfig, StateSpec
 from packager.bundle.signing import generate_keypair
@@ -169,3 +170,9 @@ def test_kill_9_with_a_live_sequence_refuses_it_and_serves_new_ones(
         assert call(2, 12, start=True) == 2  # a new sequence works
         assert call(3, 11, start=True) == 3  # and the old id, started again
         assert call(4, 11) == 7
+        with agent.client() as management, pytest.raises(ManagementError) as refused:
+            management.set_model_settings("pyacc", {"instances": "2"})
+        assert refused.value.status == "INVALID_ARGUMENT"
+        assert "setting 'instances' = 2" in str(refused.value)
+        assert "stateful Python model" in str(refused.value)
+        assert call(5, 11) == 12  # nothing changed
