@@ -252,7 +252,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         table = Table(title="model versions", title_justify="left")
         for col in ("model", "version", "active", "state", "backend", "load ms", "RSS MiB",
                     "load", "loads/unloads", "waits (mean ms)", "response cache",
-                    "cancelled", "parity on device", "error"):
+                    "cancelled", "sequences", "parity on device", "error"):
             table.add_column(col)
         parity = {(p.model, p.version): p.figures for p in s.parity}
         for v in s.versions:
@@ -265,6 +265,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                           f"{v.load_waits} ({v.load_wait_ms / v.load_waits:.0f})"
                           if v.load_waits else "-", cache_cell(v),
                           str(v.cancelled_requests) if v.cancelled_requests else "-",
+                          f"{v.sequences_active}/{v.sequence_slots}"
+                          if v.sequence_slots else "-",
                           parity.get((v.model, v.version), "-"),
                           v.load_error[:60] if cut else v.load_error)
         console.print(table)

@@ -39,6 +39,18 @@ LOAD_THREADS = 8
 console = Console()
 
 
+def fresh_workdir(doc: str, default: str, argv: list[str] | None) -> Path:
+    """An example script's ``--workdir`` (``default`` unless given; ``doc``: its help),
+    emptied and created."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=Path(default))
+    workdir: Path = parser.parse_args(argv).workdir.resolve()
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    return workdir
+
+
 def step(n: int, title: str) -> None:
     console.rule(f"[bold cyan]Step {n}[/]  {title}", align="left")
 

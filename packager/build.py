@@ -59,6 +59,7 @@ from packager.onnx_tools import (
 )
 from packager.progress import Steps
 from packager.quantize import has_quantizable_ops, held_out_parity, quantize_static_int8
+from packager.sequence_parity import check_sequence
 from packager.staging import check_replace, load_profiles, open_stage, publish
 from packager.trees import TreeModel, check_native, convert_tree_model, has_ml_ops, tree_kind
 
@@ -260,6 +261,17 @@ def _check_controls(sequence: SequenceConfig | None, prepared: PreparedModel) ->
                              f"{', '.join(answered)})")
 
 
+def _with_sequence(report: dict[str, Any], sequence: dict[str, Any]) -> None:
+    """A stateful model's parity report with its sequence check folded in."""
+    report["sequence"] = sequence
+    if not sequence["passed"]:
+        report["passed"] = False
+        report["max_abs_error"] = max(report["max_abs_error"], sequence["max_abs_error"])
+        report["max_rel_error"] = max(report["max_rel_error"], sequence["max_rel_error"])
+        report["inputs"] = (f"a {sequence['steps']}-request sequence (START to END, each "
+                            "runner carrying its own implicit state)")
+
+
 def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, version: int,
                max_batch: int | None, allow_parity_failure: bool, stage: Path, key: Any,
                steps: Steps, reference_inputs: GivenInputs | None = None,
@@ -321,6 +333,9 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         else:
             parity["artifacts"][art.backend] = check_parity(source, runner, prepared.inputs,
                                                             batch_sizes, tol)
+            if sequence is not None:
+                _with_sequence(parity["artifacts"][art.backend], check_sequence(
+                    source, runner, prepared.inputs, sequence, prepared.batched, tol))
             if i == 0 and not os.environ.get("SOURCE_DATE_EPOCH"):
                 # the served artifact's load cost, for the agent's memory budget (a memory
                 # figure differs between runs: reproducible builds leave it out)

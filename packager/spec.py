@@ -187,16 +187,16 @@ def _python(spec: Path, d: dict[str, Any]) -> dict[str, Any]:
             "decoupled": flags["decoupled"], "warmup": flags["warmup"], "calling": calling}
 
 
-def _sequence(spec: Path, value: Any, mbs: int, instances: int, decoupled: bool,
+def _sequence(spec: Path, value: Any, mbs: int, instances: int,
               inputs: tuple[TensorSpec, ...]) -> SequenceConfig:
     """A stateful Python model's ``[sequence]`` table (its control inputs are added)."""
     if not isinstance(value, dict) or set(value) - _SEQUENCE_KEYS:
         raise _fail(spec, f"[sequence] must be a table of {sorted(_SEQUENCE_KEYS)}, e.g. "
                           "sequence = { strategy = \"oldest\" }")
-    if mbs or instances > 1 or decoupled:
-        raise _fail(spec, "a stateful model (sequence) is served with max_batch_size = 0, "
-                          "one instance and not decoupled: its ctx.state lives in the one "
-                          "instance that runs each request of the sequence")
+    if mbs or instances > 1:
+        raise _fail(spec, "a stateful model (sequence) is served with max_batch_size = 0 and "
+                          "one instance: its ctx.state lives in the one instance that runs "
+                          "each request of the sequence")
     taken = {name for _, name, _ in PYTHON_SEQUENCE_CONTROLS} & {t.name for t in inputs}
     if taken:
         raise _fail(spec, f"inputs {sorted(taken)} are the names of the control inputs the "
@@ -303,8 +303,7 @@ def load_spec(path: Path | str, name: str | None = None) -> ModelSpec:
     if kind == "python":
         extra = _python(spec, data)
         if "sequence" in data:
-            extra["sequence"] = _sequence(spec, data["sequence"], mbs, instances,
-                                          extra["decoupled"], inputs)
+            extra["sequence"] = _sequence(spec, data["sequence"], mbs, instances, inputs)
             inputs += tuple(TensorSpec(name, datatype, (1,))
                             for _, name, datatype in PYTHON_SEQUENCE_CONTROLS)
         return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,

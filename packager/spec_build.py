@@ -39,7 +39,8 @@ PIPELINE_FILE = "pipeline.json"
 
 def _batching(profile: DeviceProfile, spec: ModelSpec) -> BatchingConfig:
     b = profile.batching
-    instances = spec.instances or b.instances
+    # a stateful model's ctx.state lives in its one instance
+    instances = 1 if spec.sequence is not None else spec.instances or b.instances
     if spec.max_batch_size <= 0:
         return dataclasses.replace(b, max_batch_size=0, preferred_batch_sizes=(),
                                    max_queue_delay_us=0, instances=instances)

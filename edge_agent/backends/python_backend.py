@@ -186,9 +186,12 @@ class PythonBackend:
 
     def stream(self, inputs: dict[str, np.ndarray], instance: int = 0,
                execution: int = 0) -> Iterator[dict[str, np.ndarray]]:
-        """A decoupled model's responses: each output dict its generator yields, checked."""
+        """A decoupled model's responses: each output dict its generator yields, checked
+        (a stateful one's ``ctx.state`` is kept when the generator ends)."""
+        given = dict(inputs)
+        ctx = self._context(given)
         try:
-            produced = self._fn(dict(inputs), self._ctx)
+            produced = self._fn(given, ctx)
         except BackendError:
             raise
         except Exception as exc:
@@ -209,12 +212,14 @@ class PythonBackend:
                 except Exception as exc:
                     raise BackendError(f"{self._entry} raised {type(exc).__name__}: {exc} "
                                        f"after {sent} response(s)") from exc
-                yield self._checked(result, inputs)
+                yield self._checked(result, given)
                 sent += 1
         finally:
             close = getattr(produced, "close", None)
             if close is not None:
                 close()  # a caller that stops early ends the user's generator too
+            if self._states is not None:
+                self._states.finished(ctx)
 
     def _checked(self, result: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not isinstance(result, dict):

@@ -45,7 +45,8 @@ def version_info(m: pb.ModelVersionInfo) -> VersionInfo:
                        residency=m.residency, loads=m.loads, unloads=m.unloads,
                        load_waits=m.load_waits, load_wait_ms=m.load_wait_ms,
                        response_cache=m.response_cache, cache_hits=m.cache_hits,
-                       cache_misses=m.cache_misses, cancelled_requests=m.cancelled_requests)
+                       cache_misses=m.cache_misses, cancelled_requests=m.cancelled_requests,
+                       sequences_active=m.sequences_active, sequence_slots=m.sequence_slots)
 
 
 def doctor_report(m: pb.DoctorReport) -> DoctorReport:

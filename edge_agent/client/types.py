@@ -56,6 +56,8 @@ class VersionInfo:
     cache_hits: int = 0
     cache_misses: int = 0
     cancelled_requests: int = 0  # since loaded: callers that left before their request ran
+    sequences_active: int = 0  # a stateful version's live sequences
+    sequence_slots: int = 0  # its model's sequence slots; 0: not stateful
 
     @property
     def cache_hit_rate(self) -> float | None:

@@ -195,6 +195,7 @@ class DataPlane(DeployOperations):
         self.response_cache = ResponseCache(response_cache_bytes) if response_cache_bytes > 0 \
             else None
         self.sequences = Sequences()
+        self._drain_timeout_s = drain_timeout_s
         self._closed = False
         self._startup_done = threading.Event()
         if autoload:
@@ -299,6 +300,16 @@ class DataPlane(DeployOperations):
                 return self._infer(request, timeout_s)
         return self._infer(request, timeout_s)
 
+    def unload_version(self, name: str, version: int, *,
+                       drain_timeout_s: float | None = None) -> bool:
+        """:meth:`DeployOperations.unload_version`, after the version's live sequences have
+        ended (within the same drain timeout; those still live then are ended)."""
+        timeout = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        t0 = time.monotonic()
+        ended = self.sequences.drain(name, version, timeout)
+        left = max(0.0, timeout - (time.monotonic() - t0))
+        return super().unload_version(name, version, drain_timeout_s=left) and ended
+
     def _submit_sequence(self, request: InferRequest) -> Future[InferResult]:
         """A stateful model's request, through its sequence (never the response cache)."""
         assert request.sequence is not None
@@ -306,6 +317,8 @@ class DataPlane(DeployOperations):
         if lv.manifest.sequence is None:
             lv.batcher.record_rejected(0)
             raise stateless_refusal(request.model)
+        if lv.streamer is not None:  # a decoupled one streams: DataPlane.stream
+            raise lv.streamer.refusal()
 
         def run(req: InferRequest) -> Future[InferResult]:
             return self._on_current_version(req, _submit, False)
@@ -335,9 +348,22 @@ class DataPlane(DeployOperations):
         lv = self.repository.resolve(request.model, request.version)
         if lv.streamer is None:
             return iter((self.infer(request),))
-        if request.sequence is not None:  # a decoupled model is never stateful
-            lv.batcher.record_rejected(_now() - start)
-            raise stateless_refusal(request.model)
+        if request.sequence is not None:
+            if lv.manifest.sequence is None:
+                lv.batcher.record_rejected(_now() - start)
+                raise stateless_refusal(request.model)
+            return self.sequences.stream(request, request.sequence, lv.manifest, lv.version,
+                                         self._stream_pinned)
+        return self._stream_on(lv, request, start)
+
+    def _stream_pinned(self, request: InferRequest) -> Iterator[InferResult]:
+        """A sequence's request streamed on the version it is pinned to."""
+        lv = self.repository.resolve(request.model, request.version)
+        return self._stream_on(lv, request, _now())
+
+    def _stream_on(self, lv: LoadedVersion, request: InferRequest,
+                   start: int) -> Iterator[InferResult]:
+        assert lv.streamer is not None
         try:
             rows = lv.signature.validate(request)
         except AgentError:

@@ -17,6 +17,7 @@ from edge_agent.config.models import ModelOverrides
 from edge_agent.core.cache import CacheStats, ResponseCache
 from edge_agent.core.orchestrator import LoadedHook, Loader, Orchestrator, ResidencyStats
 from edge_agent.core.repository import LoadedVersion, ModelRepository, VersionSlot
+from edge_agent.core.sequences import Sequences
 from edge_agent.errors import AgentError
 
 if TYPE_CHECKING:
@@ -134,14 +135,21 @@ class DeployPort(Protocol):
         does not, or the agent has no cache)."""
         ...
 
+    # ------------------------------------------------------------------ sequences
+    def version_sequences(self, name: str, version: int) -> tuple[int, int] | None:
+        """A loaded stateful version's live sequences and its model's slots
+        (``max_candidate_sequences``); None when it is not loaded or not stateful."""
+        ...
+
 
 class DeployOperations:
-    """The :class:`DeployPort` half of the data plane, over its repository, orchestrator and
-    response cache (set by the data plane's constructor)."""
+    """The :class:`DeployPort` half of the data plane, over its repository, orchestrator,
+    response cache and sequences (set by the data plane's constructor)."""
 
     repository: ModelRepository
     orchestrator: Orchestrator
     response_cache: ResponseCache | None
+    sequences: Sequences
 
     @property
     def state_dir(self) -> Path:
@@ -237,3 +245,13 @@ class DeployOperations:
         if cached is None or not cached.response_cache:
             return None
         return cache.stats(name, version)
+
+    def version_sequences(self, name: str, version: int) -> tuple[int, int] | None:
+        try:
+            loaded = self.repository.lookup(name, version).loaded
+        except AgentError:
+            return None
+        if loaded is None or loaded.manifest.sequence is None:
+            return None
+        return (self.sequences.live_on(name, version),
+                loaded.manifest.sequence.max_candidate_sequences)

@@ -31,6 +31,7 @@ from edge_agent.core.decoupled import DecoupledRunner, is_decoupled
 from edge_agent.core.gate import DEFAULT_PRIORITY, ExecutionGate, nice_for
 from edge_agent.core.observer import InferenceObserver, NullObserver
 from edge_agent.core.overrides import batch_ceiling, effective_batching
+from edge_agent.core.sequences import served_instances
 from edge_agent.core.tallies import LifecycleTally
 from edge_agent.core.triton_wording import unknown_model
 from edge_agent.core.validation import Signature
@@ -347,6 +348,7 @@ class ModelRepository:
         ov = overrides if overrides is not None else self.overrides_for(mv.name)
         manifest = _with_openvino_overrides(manifest, ov)
         batching = effective_batching(manifest.batching, ov, batch_ceiling(manifest))
+        batching = served_instances(manifest, batching, ov.instances)
         # the backend sizes what depends on the batch (a TensorRT engine) for the served one
         manifest = dataclasses.replace(manifest, batching=batching)
         priority = ov.priority or DEFAULT_PRIORITY

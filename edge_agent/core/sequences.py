@@ -21,19 +21,29 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from edge_agent.core.types import InferRequest, InferResult, SequenceFlags
-from edge_agent.errors import InvalidInputError, QueueFullError
+from edge_agent.errors import (
+    BackendError,
+    InvalidInputError,
+    QueueFullError,
+    RequestCancelledError,
+)
 from packager.bundle.datatypes import numpy_dtype
-from packager.bundle.manifest import Manifest, SequenceConfig, TensorSpec
+from packager.bundle.manifest import BatchingConfig, Manifest, SequenceConfig, TensorSpec
 
 Run = Callable[[InferRequest], "Future[InferResult]"]
 """Hands a request (control inputs filled, version pinned) to the model's batcher."""
+
+RunStream = Callable[[InferRequest], Iterator[InferResult]]
+"""Streams a decoupled model's responses to a request (control inputs filled, version
+pinned)."""
 
 _NUMPY = {"INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_, "UINT64": np.uint64,
           "INT64": np.int64, "UINT32": np.uint32}
@@ -78,6 +88,41 @@ def client_outputs(manifest: Manifest) -> tuple[TensorSpec, ...]:
     return tuple(t for t in manifest.outputs if t.name not in hidden)
 
 
+def instances_problem(manifest: Manifest, instances: int) -> str | None:
+    """Why ``manifest``'s model cannot be served by ``instances`` instances; None if it can.
+
+    Triton binds each sequence to one instance because its state lives there. Here an ONNX
+    model's implicit state is kept by the agent and sent with each request, so any instance
+    serves any step; a stateful Python model's ``ctx.state`` lives in its instance (a runtime
+    process each), so it runs one instance."""
+    if manifest.sequence is None or manifest.backend != "python" or instances <= 1:
+        return None
+    return (f"model {manifest.name!r} version {manifest.version} is a stateful Python model: "
+            "its ctx.state lives in the one instance that runs each request of a sequence, so "
+            f"it is served by one instance, not instances = {instances}; remove the 'instances' "
+            f"setting of [models.{manifest.name}] in agent.toml (or its live setting)")
+
+
+def served_instances(manifest: Manifest, batching: BatchingConfig,
+                     asked: int | None) -> BatchingConfig:
+    """``batching`` with the instances a stateful Python model runs (one: a bundle built
+    before that rule may say more); BackendError when the agent's settings ask more
+    (``asked``)."""
+    if instances_problem(manifest, batching.instances) is None:
+        return batching
+    if asked is not None and asked > 1:
+        raise BackendError(instances_problem(manifest, asked) or "")
+    return dataclasses.replace(batching, instances=1)
+
+
+def _version_gone(model: str, seq: int | str, version: int | None) -> InvalidInputError:
+    return InvalidInputError(
+        f"inference request for sequence {seq} to model '{model}': the sequence was ended by "
+        f"the agent because version {version}, which served it, was unloaded (a deploy or "
+        "rollback switched the model) before its END; its state is gone and another version "
+        "never continues it: start the sequence again with sequence_start")
+
+
 def _not_started(model: str, seq: int | str) -> InvalidInputError:
     return InvalidInputError(f"inference request for sequence {seq} to model '{model}' must "
                              "specify the START flag on the first request of the sequence")
@@ -105,6 +150,8 @@ class _Model:
     live: dict[int | str, _Live] = field(default_factory=dict)
     used: int = 0  # slots held (a sequence whose END is in flight still holds its slot)
     waiting: deque[Callable[[], None]] = field(default_factory=deque)  # oldest: admissions
+    # sequences ended because their version was unloaded: id -> (version, when)
+    gone: dict[int | str, tuple[int | None, float]] = field(default_factory=dict)
 
 
 class Sequences:
@@ -134,7 +181,10 @@ class Sequences:
                 model.manifest, model.config = manifest, config  # ones keep theirs
             self._expire(request.model, model)
             live = model.live.get(flags.id)
+            ended = model.gone.pop(flags.id, None)
             if not flags.start:
+                if ended is not None and (live is None or live.ended):
+                    raise _version_gone(request.model, flags.id, ended[0])
                 if live is None or live.ended:
                     raise _not_started(request.model, flags.id)
                 self._chain(request.model, model, live, request, flags, outer, run)
@@ -173,6 +223,22 @@ class Sequences:
             self._start_sweeper()
             return outer
 
+    def stream(self, request: InferRequest, flags: SequenceFlags, manifest: Manifest,
+               version: int, run: RunStream) -> Iterator[InferResult]:
+        """A decoupled stateful model's responses to ``request``: admitted as :meth:`submit`
+        admits (refusals raised now), streamed once the sequence's requests before it have
+        streamed theirs; the sequence's next request waits until this stream is exhausted,
+        fails or is closed."""
+        ready: Future[InferRequest] = Future()  # the request, controls filled, on its turn
+        finished: Future[InferResult] = Future()  # this stream's end
+
+        def turn(req: InferRequest) -> Future[InferResult]:
+            ready.set_result(req)
+            return finished
+
+        answered = self.submit(request, flags, manifest, version, turn)
+        return _Stream(ready, finished, answered, run, request)
+
     def active(self, name: str) -> int:
         """Slots ``name``'s sequences hold now (idle ones released first)."""
         with self._lock:
@@ -182,6 +248,15 @@ class Sequences:
             self._expire(name, model)
             return model.used
 
+    def live_on(self, name: str, version: int) -> int:
+        """Live sequences of ``name`` pinned to ``version`` (idle ones released first)."""
+        with self._lock:
+            model = self._models.get(name)
+            if model is None:
+                return 0
+            self._expire(name, model)
+            return sum(1 for live in model.live.values() if live.version == version)
+
     def slots(self) -> dict[str, tuple[int, int]]:
         """Each model's (slots held, slots), idle sequences released first."""
         with self._lock:
@@ -189,6 +264,30 @@ class Sequences:
                 self._expire(name, model)
             return {name: (m.used, m.config.max_candidate_sequences)
                     for name, m in self._models.items()}
+
+    def drain(self, name: str, version: int, timeout_s: float) -> bool:
+        """Before ``name``'s ``version`` is unloaded: wait up to ``timeout_s`` for its live
+        sequences to end (END answered, or idle past ``max_sequence_idle_us``), new ones
+        going to the default version meanwhile; end those still live then, their next request
+        refused (never served by another version). True when none had to be ended."""
+        deadline = self._clock() + max(0.0, timeout_s)
+        while True:
+            with self._lock:
+                model = self._models.get(name)
+                if model is None:
+                    return True
+                self._expire(name, model)
+                left = [live for live in model.live.values() if live.version == version]
+                if not left:
+                    return True
+                if self._clock() >= deadline or self._stop.is_set():
+                    for live in left:
+                        del model.live[live.id]
+                        live.ended = True
+                        model.gone[live.id] = (version, self._clock())
+                        self._release(name, model)
+                    return False
+            time.sleep(SWEEP_S)
 
     def close(self) -> None:
         """Stop the idle sweeper."""
@@ -261,6 +360,9 @@ class Sequences:
         """Release sequences idle past the model's ``max_sequence_idle_us`` (none in flight)."""
         limit = model.config.max_sequence_idle_us / 1e6
         now = self._clock()
+        for seq, (_, when) in list(model.gone.items()):
+            if now - when > limit:  # past the idle time it would have been released anyway
+                del model.gone[seq]
         for seq, live in list(model.live.items()):
             if (live.tail is None or live.tail.done()) and now - live.last > limit:
                 del model.live[seq]
@@ -279,6 +381,59 @@ class Sequences:
                 for name, model in self._models.items():
                     if model.waiting:
                         self._expire(name, model)
+
+
+class _Stream:
+    """The responses of one request of a decoupled model's sequence (an iterator): it waits
+    for its turn, then passes the model's responses through; exhausted, failed or closed, it
+    lets the sequence's next request go."""
+
+    def __init__(self, ready: Future[InferRequest], finished: Future[InferResult],
+                 answered: Future[InferResult], run: RunStream, request: InferRequest) -> None:
+        self._ready, self._finished, self._answered = ready, finished, answered
+        self._run, self._request = run, request
+        self._responses: Iterator[InferResult] | None = None
+
+    def __iter__(self) -> _Stream:
+        return self
+
+    def __next__(self) -> InferResult:
+        try:
+            if self._responses is None:
+                either: list[Future[Any]] = [self._ready, self._answered]
+                wait(either, return_when=FIRST_COMPLETED)
+                if not self._ready.done():  # failed or cancelled before its turn
+                    raise self._answered.exception() or RuntimeError("no answer")
+                self._responses = self._run(self._ready.result())
+            return next(self._responses)
+        except StopIteration:
+            self._end(None)
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+
+    def close(self) -> None:
+        """Stop the model's responses (if they started) and let the sequence go on."""
+        close = getattr(self._responses, "close", None)
+        if close is not None:
+            close()
+        self._end(RequestCancelledError(
+            f"request {self._request.id or '(no id)'} of sequence to model "
+            f"'{self._request.model}': its stream was closed by its caller"))
+
+    def __del__(self) -> None:  # dropped without close: the sequence must not stall
+        if not self._finished.done():
+            self.close()
+
+    def _end(self, error: BaseException | None) -> None:
+        if self._finished.done():
+            return
+        if error is None:
+            self._finished.set_result(InferResult(self._request.model, 0, {},
+                                                  self._request.id))
+        else:
+            self._finished.set_exception(error)
 
 
 def _state_inputs(request: InferRequest, live: _Live, manifest: Manifest,

@@ -29,9 +29,11 @@ from edge_agent.config.device_bounds import check_model_bounds
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.deploy_port import DeployPort
 from edge_agent.core.overrides import max_batch_problem
+from edge_agent.core.sequences import instances_problem
 from edge_agent.deploy.errors import InvalidSettingsError
 from edge_agent.errors import AgentError
 from edge_agent.state import StateStore
+from packager.bundle.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -127,19 +129,22 @@ class LiveSettings:
         after.update(set_values)
         merged = self.merged(model, after)
         if "max_batch_size" in set_values and merged.max_batch_size is not None:
-            self._check_max_batch(model, merged.max_batch_size)
+            self._check(model, "max_batch_size", merged.max_batch_size, max_batch_problem)
+        if "instances" in set_values and merged.instances is not None:
+            self._check(model, "instances", merged.instances, instances_problem)
         return before, after, merged
 
-    def _check_max_batch(self, model: str, value: int) -> None:
-        """InvalidSettingsError when the loaded model's batch dimension does not allow
-        ``value`` (a model not loaded is checked at its load, where the value is bounded)."""
+    def _check(self, model: str, key: str, value: int,
+               problem_of: Callable[[Manifest, int], str | None]) -> None:
+        """InvalidSettingsError when the loaded model does not allow ``value`` for ``key``
+        (a model not loaded is checked at its load)."""
         try:
             manifest = self.plane.resolve(model).manifest
         except AgentError:
             return
-        problem = max_batch_problem(manifest, value)
+        problem = problem_of(manifest, value)
         if problem is not None:
-            raise InvalidSettingsError(f"setting 'max_batch_size' = {value}: {problem}")
+            raise InvalidSettingsError(f"setting '{key}' = {value}: {problem}")
 
     def apply_stored(self, notify: Callable[[str], None]) -> None:
         """At start-up, before any load: lay every model's committed live settings over its

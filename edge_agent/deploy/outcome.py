@@ -58,3 +58,5 @@ class VersionView:
     cache_hits: int = 0  # since loaded
     cache_misses: int = 0
     cancelled_requests: int = 0  # since loaded: callers that left before their request ran
+    sequences_active: int = 0  # a stateful version's live sequences
+    sequence_slots: int = 0  # its model's slots (max_candidate_sequences); 0: not stateful

@@ -65,6 +65,8 @@ class VersionQueries:
                                        is ServingState.UNAVAILABLE else "")
             counts = self.plane.cache_counts(rec.model, rec.version) if mv is not None \
                 else None
+            slots = self.plane.version_sequences(rec.model, rec.version) if mv is not None \
+                else None
             out.append(VersionView(
                 model=rec.model, version=rec.version,
                 active=active.get(rec.model) == rec.version, state=state,
@@ -76,6 +78,8 @@ class VersionQueries:
                 cache_misses=counts.miss.count if counts else 0,
                 cancelled_requests=mv.loaded.batcher.stats.cancel.count
                 if mv is not None and mv.loaded is not None else 0,
+                sequences_active=slots[0] if slots else 0,
+                sequence_slots=slots[1] if slots else 0,
                 **self._residency(rec.model, rec.version, mv is not None)))
         return out
 

@@ -51,7 +51,8 @@ def version_pb(v: VersionView) -> pb.ModelVersionInfo:
         pinned=v.pinned, residency=v.residency, loads=v.loads, unloads=v.unloads,
         load_waits=v.load_waits, load_wait_ms=v.load_wait_ms,
         response_cache=v.response_cache, cache_hits=v.cache_hits,
-        cache_misses=v.cache_misses, cancelled_requests=v.cancelled_requests)
+        cache_misses=v.cache_misses, cancelled_requests=v.cancelled_requests,
+        sequences_active=v.sequences_active, sequence_slots=v.sequence_slots)
 
 
 def point_pb(p: StoredMetricPoint) -> pb.MetricPoint:

@@ -14,8 +14,6 @@ Needs ``pip install 'edgeship[all]'`` (packager, agent and tritonclient).
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -60,14 +58,9 @@ def local(mlp: Path, images: list[bytes]) -> list[list[bytes]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", type=Path, default=Path("pipeline-out"))
-    args = parser.parse_args(argv)
-    workdir = args.workdir.resolve()
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
-    from examples.demo import LocalAgent
+    from examples.demo import LocalAgent, fresh_workdir
+
+    workdir = fresh_workdir(__doc__ or "", "pipeline-out", argv)
 
     print("1-2. build the bundles")
     mlp, public, bundles = build(workdir)

@@ -56,9 +56,10 @@ def seq_bundles(tmp_path_factory: pytest.TempPathFactory) -> SequenceBundles:
         stateless=build("plain", None))
 
 
-def make_accumulator(path: Path, factor: int = 1) -> Path:
+def make_accumulator(path: Path, factor: int = 1, keep_state: bool = True) -> Path:
     """An ONNX running sum with implicit state: INT32 INPUT, STATE_IN [batch, 1] ->
-    OUTPUT = STATE_OUT = STATE_IN + factor * INPUT."""
+    OUTPUT = STATE_OUT = STATE_IN + factor * INPUT (``keep_state`` False: STATE_IN is read
+    and dropped, OUTPUT = factor * INPUT)."""
     from onnx import TensorProto, helper
 
     from packager.samples import _save
@@ -67,11 +68,12 @@ def make_accumulator(path: Path, factor: int = 1) -> Path:
     scale = helper.make_tensor("factor", i32, [], [factor])
     graph = helper.make_graph(
         [helper.make_node("Mul", ["INPUT", "factor"], ["scaled"]),
-         helper.make_node("Add", ["STATE_IN", "scaled"], ["OUTPUT"]),
+         helper.make_node("Mul", ["STATE_IN", "keep"], ["kept"]),
+         helper.make_node("Add", ["kept", "scaled"], ["OUTPUT"]),
          helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])], "accumulator",
         [helper.make_tensor_value_info(n, i32, shape) for n in ("INPUT", "STATE_IN")],
         [helper.make_tensor_value_info(n, i32, shape) for n in ("OUTPUT", "STATE_OUT")],
-        initializer=[scale])
+        initializer=[scale, helper.make_tensor("keep", i32, [], [int(keep_state)])])
     return _save(graph, path, 17, producer="edge-toolkit-tests")
 
 

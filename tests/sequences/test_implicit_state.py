@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_agent.config.models import ModelOverrides
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest, SequenceFlags
 from edge_agent.errors import ModelNotFoundError
@@ -60,6 +61,18 @@ def test_running_sum_reset_at_start(dp: DataPlane) -> None:
 
 
 def test_running_sums_of_16_concurrent_sequences(dp: DataPlane) -> None:
+    _sixteen_sums(dp)
+
+
+def test_running_sums_on_two_instances(tmp_path: Path, acc_bundle: Path) -> None:
+    """The state travels with each request, so a sequence's steps may run on either
+    instance and still add up."""
+    with plane(tmp_path, [acc_bundle], overrides={"sum": ModelOverrides(instances=2)}) as dp:
+        assert dp.model_config("sum").instances == 2
+        _sixteen_sums(dp)
+
+
+def _sixteen_sums(dp: DataPlane) -> None:
     steps = 10
 
     def one(seq: int) -> list[int]:

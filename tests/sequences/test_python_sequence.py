@@ -131,3 +131,15 @@ def test_kill_9_of_the_runtime_process_never_serves_an_empty_state(dp: DataPlane
     eventually(refused, message="the lost state was never reported")
     assert _call(dp, "accp", 2, 77, start=True)[0] == 2  # started again: served
     assert _call(dp, "accp", 3, 77)[0] == 5
+
+
+def test_an_instances_override_above_one_is_refused_for_a_stateful_python_model(
+        tmp_path: Path, acc_bundles: list[Path]) -> None:
+    """ctx.state lives in the instance (a runtime process each): a sequence spread over two
+    would lose it, so the agent refuses to load such a model rather than serve it wrong."""
+    with plane(tmp_path, acc_bundles, overrides={
+            "accp": ModelOverrides(isolation="process", instances=2)}) as served:
+        with pytest.raises(AgentError, match="one instance") as refused:
+            _call(served, "accp", 5, 1, start=True)
+        assert "instances = 2" in str(refused.value) and "agent.toml" in str(refused.value)
+        assert _call(served, "acc", 5, 1, start=True)[0] == 5  # the other model is served

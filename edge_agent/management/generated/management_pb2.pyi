@@ -48,7 +48,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class ModelVersionInfo(_message.Message):
-    __slots__ = ("model", "version", "active", "state", "stored_state", "profile", "backend", "load_ms", "rss_delta_bytes", "load_error", "size_bytes", "added_at", "parity_checked", "parity_ok", "parity", "memory_bytes", "memory_source", "load_mode", "pinned", "residency", "loads", "unloads", "load_waits", "load_wait_ms", "response_cache", "cache_hits", "cache_misses", "cancelled_requests")
+    __slots__ = ("model", "version", "active", "state", "stored_state", "profile", "backend", "load_ms", "rss_delta_bytes", "load_error", "size_bytes", "added_at", "parity_checked", "parity_ok", "parity", "memory_bytes", "memory_source", "load_mode", "pinned", "residency", "loads", "unloads", "load_waits", "load_wait_ms", "response_cache", "cache_hits", "cache_misses", "cancelled_requests", "sequences_active", "sequence_slots")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,8 @@ class ModelVersionInfo(_message.Message):
     CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
     CACHE_MISSES_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCES_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: int
     active: bool
@@ -105,7 +107,9 @@ class ModelVersionInfo(_message.Message):
     cache_hits: int
     cache_misses: int
     cancelled_requests: int
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: bool = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ..., parity_checked: bool = ..., parity_ok: bool = ..., parity: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., load_mode: _Optional[str] = ..., pinned: bool = ..., residency: _Optional[str] = ..., loads: _Optional[int] = ..., unloads: _Optional[int] = ..., load_waits: _Optional[int] = ..., load_wait_ms: _Optional[float] = ..., response_cache: bool = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., cancelled_requests: _Optional[int] = ...) -> None: ...
+    sequences_active: int
+    sequence_slots: int
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., active: bool = ..., state: _Optional[str] = ..., stored_state: _Optional[str] = ..., profile: _Optional[str] = ..., backend: _Optional[str] = ..., load_ms: _Optional[float] = ..., rss_delta_bytes: _Optional[int] = ..., load_error: _Optional[str] = ..., size_bytes: _Optional[int] = ..., added_at: _Optional[float] = ..., parity_checked: bool = ..., parity_ok: bool = ..., parity: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., load_mode: _Optional[str] = ..., pinned: bool = ..., residency: _Optional[str] = ..., loads: _Optional[int] = ..., unloads: _Optional[int] = ..., load_waits: _Optional[int] = ..., load_wait_ms: _Optional[float] = ..., response_cache: bool = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., cancelled_requests: _Optional[int] = ..., sequences_active: _Optional[int] = ..., sequence_slots: _Optional[int] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("versions",)
