@@ -1,7 +1,7 @@
 """ONNX Runtime artifacts with their weights as ONNX external data: ``model.onnx`` (the graph)
-plus ``model.onnx.data`` (the initializers, each large one aligned to 64 KiB) beside it.
+plus ``model.onnx.data`` (the initializers of 1 KiB or more, one after the other) beside it.
 
-ONNX Runtime maps an aligned external initializer from the file instead of copying it out of
+ONNX Runtime maps an external initializer from the file instead of copying it out of
 the model's protobuf, so a load no longer peaks at twice what the model keeps (with the
 session options of ``packager.bundle.ort_memory``; docs/performance.md "The memory budget in
 resident memory"). Models with fewer weight bytes than :data:`THRESHOLD_BYTES` stay
