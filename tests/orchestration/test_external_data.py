@@ -174,3 +174,56 @@ def test_a_runtime_process_serves_it_under_a_budget(built: Built, tmp_path: Path
         assert any(p.endswith("model.onnx.data") for p in maps), maps
     finally:
         dp.close()
+
+
+def _graph_reading(location: str) -> bytes:
+    """A graph of the padded CNN's signature whose one weight is external data at
+    ``location``."""
+    from onnx import TensorProto, helper
+
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [1], [0.0])
+    weight.ClearField("float_data")
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "4")):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["data_0"], ["m"], axes=[2, 3], keepdims=1),
+         helper.make_node("Tile", ["m", "reps"], ["t"]),
+         helper.make_node("Add", ["t", "w"], ["softmaxout_1"])], "reads-outside",
+        [helper.make_tensor_value_info("data_0", TensorProto.FLOAT, [-1, 3, 224, 224])],
+        [helper.make_tensor_value_info("softmaxout_1", TensorProto.FLOAT, [-1, 1000, 1, 1])],
+        [weight, helper.make_tensor("reps", TensorProto.INT64, [4], [1, 334, 1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return bytes(model.SerializeToString())
+
+
+def test_a_graph_naming_a_file_outside_its_version_is_not_loaded(built: Built,
+                                                                 tmp_path: Path) -> None:
+    import dataclasses
+
+    from packager.bundle.manifest import MANIFEST_NAME, SIGNATURE_NAME
+    from packager.bundle.writer import file_entries
+
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\x00\x00\x80\x3f")
+    state = tmp_path / "state"
+    _install(built, state)
+    version = state / "models" / "big" / "1"
+    graph = version / GRAPH
+    graph.chmod(0o644)
+    graph.write_bytes(_graph_reading(str(Path("..") / ".." / ".." / ".." / ".." / ".."
+                                         / secret.name)))
+    manifest = Manifest.from_json((version / MANIFEST_NAME).read_bytes())
+    (version / SIGNATURE_NAME).unlink()
+    staged = [e for e in file_entries(version) if e.path != MANIFEST_NAME]
+    (version / MANIFEST_NAME).write_bytes(
+        dataclasses.replace(manifest, files=tuple(staged)).canonical_bytes())
+    on_demand = ModelOverrides(load="on-demand", instances=1, isolation="thread")
+    dp = DataPlane(state, overrides={"big": on_demand}, memory_budget_bytes=1024 * MIB)
+    try:
+        with pytest.raises(Exception, match="escapes model directory"):
+            dp.infer(InferRequest("big", {"data_0": np.zeros((1, 3, 224, 224), np.float32)}),
+                     timeout_s=600)
+    finally:
+        dp.close()
