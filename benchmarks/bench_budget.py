@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python -m benchmarks.bench_budget                 # ~10 minutes, 201 MiB copies
     PYTHONPATH=. python -m benchmarks.bench_budget --pad-mib 80 --rounds 1
+    PYTHONPATH=. python -m benchmarks.bench_budget --isolation process   # runtime processes
 
 Three copies of a light squeezenet padded to ``--pad-mib`` MiB of weights (ONNX Runtime
 profile, built with edge-pack), every model ``load = "on-demand"``, ``memory_budget_mib`` =
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4,
                     help="passes over the three copies per caller")
     ap.add_argument("--work", type=Path, default=None, help="keep the built copies here")
+    ap.add_argument("--isolation", default="auto", choices=("auto", "thread", "process"),
+                    help="[models.NAME] isolation of the three copies")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp:
         work = args.work or Path(tmp)
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = 0
         for callers in (int(c) for c in args.callers.split(",")):
             t0 = time.monotonic()
-            out = run(state, figure, callers, args.rounds)
+            out = run(state, figure, callers, args.rounds, isolation=args.isolation)
             ratio = out.peak_above_empty / out.budget
             worst, failed = max(worst, ratio), failed + out.failed
             print(f"  {callers} callers: {out.requests} requests, {out.failed} failed; peak RSS "

@@ -26,6 +26,8 @@ from packager.bundle.errors import BundleError, ModelError, ParityError, UsageEr
 from packager.bundle.format import bundle_filename, check_model_name, sha256_file
 from packager.bundle.input_format import check_input_formats
 from packager.bundle.manifest import (
+    EXTERNAL_DATA_FORMAT,
+    FORMAT_VERSION,
     LOAD_COST_KEY,
     BatchingConfig,
     Manifest,
@@ -375,6 +377,7 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
     if prepared.tree is not None:
         toolchain.update(prepared.tree.toolchain)
     primary = artifacts[0]
+    external_data = {a.backend: a.external_data for a in artifacts if a.external_data}
     manifest = Manifest(
         name=name, version=version, profile=profile.name, arch=profile.arch,
         backend=primary.backend, precision=primary.precision,
@@ -386,6 +389,8 @@ def _build_one(prepared: PreparedModel, profile: DeviceProfile, *, name: str, ve
         parity=parity, toolchain=toolchain, created=created,
         response_cache=response_cache, labels=dict(labels or {}),
         input_formats=input_formats or {}, sequence=sequence,
+        external_data=external_data,
+        format_version=EXTERNAL_DATA_FORMAT if external_data else FORMAT_VERSION,
     )
     write_label_files(root, manifest.labels)
     out = stage / bundle_filename(name, version, profile.name)

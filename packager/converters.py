@@ -14,6 +14,7 @@ import onnx
 
 from packager.artifact import Artifact
 from packager.bundle.errors import ConversionError
+from packager.external_data import externalize
 from packager.onnx_tools import custom_domain_nodes
 from packager.quantize import DYNAMIC, STATIC, quantize_dynamic_int8
 from packager.tensorrt_build import to_tensorrt
@@ -129,5 +130,7 @@ def _to_onnxruntime(src: Path, model: onnx.ModelProto, out_dir: Path, precision:
         level, quantization = "basic", DYNAMIC
     else:
         _ort_optimize(src, entry, level)
+    data = externalize(entry)
     return Artifact("onnxruntime", precision, "artifacts/onnxruntime/model.onnx",
-                    {"optimization_level": level, "quantization": quantization})
+                    {"optimization_level": level, "quantization": quantization},
+                    external_data=tuple(f"artifacts/onnxruntime/{name}" for name in data))

@@ -79,7 +79,10 @@ def render_manifest(m: Manifest, signed: bool, path: Path, console: Console | No
         art.add_column(col)
     for backend, entry in sorted(m.artifacts.items()):
         opts = m.backend_options.get(backend, {})
-        art.add_row(backend, entry, ", ".join(f"{k}={v}" for k, v in sorted(opts.items())))
+        data = m.external_data.get(backend, ())
+        art.add_row(backend, entry + "".join(f"\n+ {d.rpartition('/')[2]} (weights)"
+                                             for d in data),
+                    ", ".join(f"{k}={v}" for k, v in sorted(opts.items())))
     console.print(art)
 
     par = Table(title=f"parity ({'passed' if m.parity.get('passed') else 'FAILED'})",

@@ -62,9 +62,11 @@ class BackendOptions:
     is the agent serving the model, for backends that call other models (None: loaded alone,
     e.g. by ``edge-agent check``). ``memory_limit_bytes`` bounds the resident memory of each
     runtime process of an isolated backend, its children included (0: no limit).
-    ``budgeted``: the agent has a memory budget, so a backend keeps no memory between
-    executions that it can give back (ONNX Runtime: no CPU memory arena, which otherwise keeps
-    the activations of the largest batch run for as long as the model is loaded).
+    ``budgeted``: the agent has a memory budget, so a backend keeps one copy of the weights
+    and no memory between executions that it can give back (ONNX Runtime:
+    ``packager.bundle.ort_memory.keep_one_copy``: no CPU memory arena, which otherwise keeps
+    the activations of the largest batch run, no prepacked or re-laid-out weight copies);
+    runtime processes get it too.
     """
 
     threads: int = 0

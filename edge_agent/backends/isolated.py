@@ -86,7 +86,8 @@ def load_request(model_dir: Path, manifest: Manifest, options: BackendOptions,
         "op": "load", "model_dir": str(Path(model_dir).resolve()),
         "manifest": manifest.to_dict(), "preferred": preferred,
         "options": {"threads": threads, "device": options.device,
-                    "state_dir": str(options.state_dir) if options.state_dir else None},
+                    "state_dir": str(options.state_dir) if options.state_dir else None,
+                    "budgeted": options.budgeted},
     }
 
 

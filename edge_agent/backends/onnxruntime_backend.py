@@ -30,6 +30,7 @@ from edge_agent.backends.base import (
 from edge_agent.errors import BackendError, RuntimeMissingError
 from packager.bundle.backend_options import OnnxRuntimeOptions
 from packager.bundle.manifest import Manifest
+from packager.bundle.ort_memory import keep_one_copy
 
 NAME = "onnxruntime"
 
@@ -70,6 +71,10 @@ class OnnxRuntimeBackend:
         except ImportError as exc:  # pragma: no cover - registry checks first
             raise RuntimeMissingError(f"onnxruntime is not installed: {exc}") from exc
         path = artifact_path(model_dir, manifest, NAME)
+        for data in manifest.external_data.get(NAME, ()):  # weights beside the graph
+            if not (Path(model_dir) / data).is_file():
+                raise BackendError(f"onnxruntime artifact {path} of model {manifest.name!r} "
+                                   f"keeps its weights in {data}, which is missing")
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -78,8 +83,8 @@ class OnnxRuntimeBackend:
         if threads > 0:
             so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
-        if options.budgeted:  # measured: the arena kept +51 MiB after one batch of 8 (40 MiB
-            so.enable_cpu_mem_arena = False  # CNN); without it RSS is back to its load figure
+        if options.budgeted:  # one copy of the weights, none kept by the arena (measured)
+            keep_one_copy(so, ort)
         # Intra-op threads do not spin-wait by default: in the agent they share the cores with
         # the gRPC threads, and spinning cost CPU the server needed (benchmarks/bench_serve.py,
         # docs/performance.md). A bundle may turn spinning back on with

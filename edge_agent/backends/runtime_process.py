@@ -62,7 +62,7 @@ def load(request: dict[str, Any], host: Host | None = None) -> Backend:
     options = BackendOptions(threads=int(opts["threads"]), instances=1,
                              device=opts.get("device"),
                              state_dir=Path(opts["state_dir"]) if opts.get("state_dir") else None,
-                             host=host)
+                             budgeted=bool(opts.get("budgeted", False)), host=host)
     manifest = Manifest.from_dict(request["manifest"])
     return load_backend(Path(request["model_dir"]), manifest, options,
                         preferred=request.get("preferred"))

@@ -273,6 +273,11 @@ class Orchestrator:
             return self.needed_for(manifest)
         return 0, "unknown"
 
+    def load_peak_of(self, name: str, version: int) -> int | None:
+        """The highest resident-memory growth measured while a load of the version ran (None:
+        never loaded under this orchestrator)."""
+        return self._figures.load_peak.get((name, version))
+
     def needed_for(self, manifest: Manifest) -> tuple[int, str]:
         """The best memory figure for a version not necessarily on disk yet."""
         measured = self._figures.measured.get((manifest.name, manifest.version))

@@ -13,6 +13,11 @@ from typing import Any
 from packager.bundle.errors import BundleError
 
 FORMAT_VERSION = 1
+EXTERNAL_DATA_FORMAT = 2
+"""The format version of a bundle whose ONNX artifact keeps its weights in a data file beside
+the graph (``external_data``): a reader that knows only version 1 refuses it by its version
+rather than loading a graph without knowing about the file it needs."""
+FORMAT_VERSIONS = (FORMAT_VERSION, EXTERNAL_DATA_FORMAT)
 MANIFEST_NAME = "manifest.json"
 SIGNATURE_NAME = "manifest.sig"
 
@@ -204,6 +209,15 @@ def input_shapes(inputs: tuple[TensorSpec, ...], batched: bool) -> dict[str, tup
     return {t.name: t.shape[1:] if batched else t.shape for t in inputs}
 
 
+def _external_data(value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(x, str) for x in v)
+            for v in value.values()):
+        raise BundleError("manifest key 'external_data' must map backends to non-empty lists "
+                          "of file paths")
+    return {str(k): tuple(v) for k, v in value.items()}
+
+
 def _input_formats(d: dict[str, Any], name: str) -> dict[str, str]:
     if "input_formats" not in d:
         return {}
@@ -277,8 +291,16 @@ class Manifest:
     input_formats: dict[str, str] = field(default_factory=dict)
     # a stateful model's sequence batcher; written only when set
     sequence: SequenceConfig | None = None
+    # backend -> the data files its ONNX entry keeps its weights in (ONNX external data, beside
+    # the entry); written only when some (format version 2)
+    external_data: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if (self.format_version == EXTERNAL_DATA_FORMAT) != bool(self.external_data):
+            raise BundleError(
+                f"manifest of {self.name!r}: format_version {self.format_version} "
+                + ("needs 'external_data'" if self.format_version == EXTERNAL_DATA_FORMAT
+                   else f"with 'external_data' must be {EXTERNAL_DATA_FORMAT}"))
         for key, default in LEGACY_FLAGS.items():
             legacy = _legacy_flag(self.backend_options, self.backend, key, default)
             if getattr(self, key) == default and legacy != default:  # a bundle of before
@@ -304,6 +326,10 @@ class Manifest:
             del d["sequence"]
         elif not self.sequence.states:
             del d["sequence"]["states"]
+        if self.external_data:
+            d["external_data"] = {k: list(v) for k, v in self.external_data.items()}
+        else:
+            del d["external_data"]
         return d
 
     def canonical_bytes(self) -> bytes:
@@ -315,10 +341,11 @@ class Manifest:
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
         try:
             fv = int(d.get("format_version", 0))
-            if fv != FORMAT_VERSION:
+            if fv not in FORMAT_VERSIONS:
                 raise BundleError(
                     f"manifest format_version {fv} is not supported (this reader knows "
-                    f"{FORMAT_VERSION}); upgrade edgeship or rebuild the bundle")
+                    f"{', '.join(map(str, FORMAT_VERSIONS))}); upgrade edgeship or rebuild "
+                    "the bundle")
             return cls(
                 name=str(d["name"]),
                 version=int(d["version"]),
@@ -345,6 +372,7 @@ class Manifest:
                 **{key: _flag(d[key], key) for key in LEGACY_FLAGS if key in d},
                 input_formats=_input_formats(d, str(d.get("name", ""))),
                 sequence=_sequence(d),
+                external_data=_external_data(d.get("external_data", {})),
             )
         except BundleError:
             raise

@@ -59,6 +59,16 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
         if entry not in seen:
             raise BundleError(f"{where}: artifact {entry!r} of backend {backend!r} is not among "
                               "the manifest's files")
+    for backend, data in manifest.external_data.items():
+        graph = manifest.artifacts.get(backend)
+        if graph is None:
+            raise BundleError(f"{where}: external_data names backend {backend!r}, which has no "
+                              "artifact")
+        folder = graph.rpartition("/")[0]
+        for path in data:
+            if path not in seen or path.rpartition("/")[0] != folder:
+                raise BundleError(f"{where}: external data file {path!r} of {graph!r} must be "
+                                  "one of the manifest's files, beside the artifact")
 
 
 CODE_BACKENDS = frozenset({"python"})

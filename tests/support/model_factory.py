@@ -107,21 +107,27 @@ def varied_light_model(name: str, out_dir: Path, seed: int = 0) -> Path:
 
 
 def padded_light_model(name: str, out_dir: Path, pad_mib: float) -> Path:
-    """A copy of light CNN ``name`` that holds ``pad_mib`` MiB more weights, all in memory once
-    loaded: a float32 table gathered at an index computed from the input (always 0, a zero
-    entry added to the output), so no runtime can fold it away. Same outputs as the source.
+    """A copy of light CNN ``name`` that holds ``pad_mib`` MiB more weights, every byte read by
+    each inference as a real CNN's are: a 1x1 convolution (1024 input channels) of a vector
+    computed from the input (always zeros), whose largest output (0) is added to the output,
+    so no runtime can fold it away. Same outputs as the source.
     """
     import numpy as np
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(light_model_path(name)))
     graph = model.graph
-    table = np.ones(max(1, int(pad_mib * (1 << 20)) // 4), np.float32)
-    table[0] = 0.0  # the entry gathered
+    width = 1024
+    table = np.full((max(1, int(pad_mib * (1 << 20)) // (4 * width)), width, 1, 1), 0.5,
+                    np.float32)
     graph.initializer.append(numpy_helper.from_array(table, "pad_table"))
+    graph.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "pad_zero"))
+    graph.initializer.append(numpy_helper.from_array(np.array([1, width, 1, 1], np.int64),
+                                                     "pad_shape"))
     if model.ir_version < 4:  # this IR version lists initializers among the graph's inputs
-        graph.input.append(helper.make_tensor_value_info("pad_table", onnx.TensorProto.FLOAT,
-                                                         list(table.shape)))
+        for init in ("pad_table", "pad_zero", "pad_shape"):
+            t = next(i for i in graph.initializer if i.name == init)
+            graph.input.append(helper.make_tensor_value_info(init, t.data_type, list(t.dims)))
     out = graph.output[0].name
     weights = {i.name for i in graph.initializer}
     data = next(i.name for i in graph.input if i.name not in weights)
@@ -129,14 +135,12 @@ def padded_light_model(name: str, out_dir: Path, pad_mib: float) -> Path:
         node.output[:] = [o if o != out else "pad_pre" for o in node.output]
     graph.node.extend([
         helper.make_node("Mul", [data, "pad_zero"], ["pad_zeros"]),
-        helper.make_node("ReduceMax", ["pad_zeros"], ["pad_max"], keepdims=0),
-        helper.make_node("Cast", ["pad_max"], ["pad_index"], to=onnx.TensorProto.INT64),
-        helper.make_node("Gather", ["pad_table", "pad_index"], ["pad_entry"]),
+        helper.make_node("ReduceMax", ["pad_zeros"], ["pad_max"], keepdims=1),
+        helper.make_node("Expand", ["pad_max", "pad_shape"], ["pad_vector"]),
+        helper.make_node("Conv", ["pad_vector", "pad_table"], ["pad_conv"]),
+        helper.make_node("ReduceMax", ["pad_conv"], ["pad_entry"], keepdims=0),
         helper.make_node("Add", ["pad_pre", "pad_entry"], [out]),
     ])
-    graph.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "pad_zero"))
-    if model.ir_version < 4:
-        graph.input.append(helper.make_tensor_value_info("pad_zero", onnx.TensorProto.FLOAT, []))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"padded_{name}_{pad_mib:g}.onnx"
     onnx.save(model, str(path))
