@@ -92,7 +92,7 @@ Every section is one frozen dataclass, parsed by one table-driven validator
 (:mod:`edge_agent.config.fields`): [grpc] (:mod:`.grpc`), [http] (:mod:`.http`), [models],
 [agent] and [response_cache] (:mod:`.models`), [trace] (:mod:`.trace`, docs/tracing.md), and
 the management sections ([management], [mdns], [metrics], [registry]: :mod:`.management`, see
-docs/management-api.md). Unknown keys are errors, so a typo never goes unnoticed.
+docs/management-api.md), [fleet] (:mod:`.fleet`, docs/fleet.md). Unknown keys are errors, so a typo never goes unnoticed.
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ from typing import Any
 
 from edge_agent.config.deploy import ManagerSettings
 from edge_agent.config.fields import non_negative_int, parse_address, string
+from edge_agent.config.fleet import FleetConfig, fleet_section
 from edge_agent.config.grpc import GrpcConfig, grpc_section
 from edge_agent.config.http import HttpConfig, http_section, listen_address
 from edge_agent.config.management import SECTIONS as MANAGEMENT_SECTIONS
@@ -147,6 +148,8 @@ class AgentConfig:
     """``[registry]``: where deploys by reference may pull from."""
     trace: TraceConfig = field(default_factory=TraceConfig)
     """``[trace]``: Triton's trace settings at start and the OpenTelemetry collector."""
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    """``[fleet]``: desired state through an MQTT broker (off unless ``broker``)."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -170,7 +173,7 @@ def with_management(config: AgentConfig, sections: ManagementSections) -> AgentC
                                registry=sections.registry)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent", "trace",
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent", "trace", "fleet",
              *MANAGEMENT_SECTIONS)
 
 
@@ -224,6 +227,7 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
     config = with_management(AgentConfig(
         state_dir=Path(state_dir), grpc=grpc_cfg, http=http_cfg, models=models_section(data),
         trace=trace_section(data.get("trace", {})),
+        fleet=fleet_section(data, Path(path).parent if path is not None else None),
         source=Path(path) if path is not None else None), mgmt)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:
