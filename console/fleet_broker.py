@@ -75,6 +75,8 @@ class FleetBroker:
         self._connected = Connected()
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
+        self.client.on_subscribe = self._on_subscribe
+        self._subscribed = False
 
     def __enter__(self) -> FleetBroker:
         self.connect()
@@ -84,7 +86,8 @@ class FleetBroker:
         self.close()
 
     def connect(self, timeout_s: float = 15.0) -> None:
-        """Connect and subscribe to every agent's presence, status and metrics."""
+        """Connect and subscribe to every agent's presence, status and metrics and every
+        group's desired state."""
         try:
             self.client.connect(self.broker.host, self.broker.port, keepalive=30)
         except OSError as exc:
@@ -96,7 +99,8 @@ class FleetBroker:
         except ConnectionError as exc:
             self.close()
             raise FleetBrokerError(str(exc)) from None
-        self.client.subscribe([(p.ALL_PRESENCE, 1), (p.ALL_STATUS, 1), (p.ALL_METRICS, 0)])
+        self.client.subscribe([(p.ALL_PRESENCE, 1), (p.ALL_STATUS, 1), (p.ALL_METRICS, 0),
+                               (p.ALL_GROUPS_DESIRED, 1)])
 
     def close(self) -> None:
         """Disconnect."""
@@ -105,6 +109,13 @@ class FleetBroker:
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any,
                     properties: Any) -> None:
         self._connected.record(reason)
+
+    def _on_subscribe(self, client: Any, userdata: Any, mid: int, reasons: Any,
+                      properties: Any) -> None:
+        with self._lock:  # the retained messages follow the SUBACK
+            self._subscribed = True
+            self._last_message = time.monotonic()
+            self._lock.notify_all()
 
     def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
         topic, payload = message.topic, bytes(message.payload)
@@ -131,14 +142,15 @@ class FleetBroker:
 
     # ------------------------------------------------------------------ reading
     def settle(self, timeout_s: float = 10.0) -> None:
-        """Wait until the retained messages have arrived (quiet for SETTLE_S)."""
+        """Wait until the retained messages have arrived: the subscription acknowledged, then
+        quiet for SETTLE_S."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
             while time.monotonic() < deadline:
                 quiet = time.monotonic() - self._last_message
-                if quiet >= SETTLE_S:
+                if self._subscribed and quiet >= SETTLE_S:
                     return
-                self._lock.wait(SETTLE_S - quiet)
+                self._lock.wait(max(0.05, SETTLE_S - quiet))
 
     def group_agents(self, group: str) -> list[AgentView]:
         """The agents that said they are in ``group`` (online or not), by id."""
@@ -150,7 +162,6 @@ class FleetBroker:
     def current(self, group: str, timeout_s: float = 3.0) -> p.Desired | None:
         """The group's retained desired state (not verified: it is ours to replace), or None
         when there is none."""
-        self.client.subscribe(p.group_desired_topic(group), 1)
         self.settle(timeout_s)
         with self._lock:
             payload = self.desired.get(group)

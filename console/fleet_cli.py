@@ -105,17 +105,16 @@ def parse_references(items: list[str]) -> dict[str, p.ModelTarget]:
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     """Run one ``fleet`` action."""
-    from console.fleet_broker import FleetBrokerError
+    from packager.extras import refusal
 
+    if refused := refusal("fleet", "edge-console fleet"):
+        raise ConsoleError(refused)
     try:
         p.check_name("group", args.group)
     except ValueError as exc:
         raise ConsoleError(str(exc)) from None
-    try:
-        with _broker(args) as broker:
-            return int(_ACTIONS[args.fleet_command](args, broker))
-    except FleetBrokerError:
-        raise
+    with _broker(args) as broker:
+        return int(_ACTIONS[args.fleet_command](args, broker))
 
 
 def _deploy(args: argparse.Namespace, broker: Any) -> int:

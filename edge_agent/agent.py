@@ -36,7 +36,7 @@ from edge_agent.config import AgentConfig, RegistrySettings
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.deploy.manager import ModelManager
 from edge_agent.deploy.pause import hooks_from_environment
-from edge_agent.errors import AgentError
+from edge_agent.errors import AgentError, ConfigError
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
 from edge_agent.frontends.common.typed_budget import TypedBudget
@@ -273,6 +273,10 @@ def start_fleet(config: AgentConfig, state: StateParts, core: CoreParts,
     """Join the fleet through ``[fleet] broker`` (docs/fleet.md); None when it is not set."""
     if config.fleet.broker is None:
         return None
+    from packager.extras import refusal
+
+    if refused := refusal("fleet", "[fleet] broker"):
+        raise ConfigError(refused)
     from edge_agent.fleet.member import FleetMember
 
     device = core.manager.device

@@ -92,7 +92,8 @@ Every section is one frozen dataclass, parsed by one table-driven validator
 (:mod:`edge_agent.config.fields`): [grpc] (:mod:`.grpc`), [http] (:mod:`.http`), [models],
 [agent] and [response_cache] (:mod:`.models`), [trace] (:mod:`.trace`, docs/tracing.md), and
 the management sections ([management], [mdns], [metrics], [registry]: :mod:`.management`, see
-docs/management-api.md), [fleet] (:mod:`.fleet`, docs/fleet.md). Unknown keys are errors, so a typo never goes unnoticed.
+docs/management-api.md), [fleet] (:mod:`.fleet`, docs/fleet.md). Unknown keys are errors, so
+a typo never goes unnoticed.
 """
 
 from __future__ import annotations

@@ -125,6 +125,7 @@ def metrics_topic(agent_id: str) -> str:
 ALL_PRESENCE = f"{PREFIX}/agents/+/presence"
 ALL_STATUS = f"{PREFIX}/agents/+/status"
 ALL_METRICS = f"{PREFIX}/agents/+/metrics"
+ALL_GROUPS_DESIRED = f"{PREFIX}/groups/+/desired"
 
 
 def agent_of(topic: str) -> str | None:

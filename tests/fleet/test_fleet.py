@@ -148,17 +148,22 @@ def test_rollout_in_waves_then_rollback_reaches_the_agent_behind_nat(
 
 
 def test_a_failing_wave_halts_and_restores_the_changed_agents(
-        fleet: Fleet, console: FleetBroker) -> None:
+        fleet: Fleet, console: FleetBroker, capsys: pytest.CaptureFixture[str]) -> None:
     # b may not pull from bad/: the one wave of all three fails there, a and nat changed
     v3 = fleet.push(fleet.bundles.mlp[3], "bad/mlp:3")
     _wait_versions(console, fleet, {"a": 1, "b": 1, "nat": 1})
+    capsys.readouterr()  # edge-pack push's own lines
     code = edge_console(["fleet", "deploy", "--broker", fleet.broker.url, "--group",
                          fleet.group, "--key", str(fleet.bundles.private_key), f"mlp={v3}",
                          "--waves", "100%", "--soak", "1", "--max-failed", "0",
-                         "--timeout", str(WAIT_S)])
+                         "--timeout", str(WAIT_S), "--json"])
     assert code == 1  # halted
-    failed = _agent_status(console, fleet.group, fleet.agents["b"].name)
-    assert "[registry] allow" in json.dumps(failed), failed  # b's report says why
+    result = json.loads(capsys.readouterr().out)
+    a, b, nat = (fleet.agents[k].name for k in ("a", "b", "nat"))
+    assert result["halted"] and len(result["waves"]) == 1
+    assert list(result["waves"][0]["failed"]) == [b]
+    assert "[registry] allow" in result["waves"][0]["failed"][b]  # b's report says why
+    assert set(result["restored"]) >= {a, nat} and not result["not_restored"]
     _wait_versions(console, fleet, {"a": 1, "b": 1, "nat": 1})
     with fleet.agents["a"].client() as c:  # a had changed to 3 and is back on 1
         assert any(d.to_version == 3 for d in c.deployments("mlp"))
