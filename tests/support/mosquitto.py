@@ -4,6 +4,7 @@ from the OS, a generated config (anonymous, no persistence), stopped by the call
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import shutil
 import socket
@@ -21,19 +22,23 @@ SKIP_REASON = ("mosquitto is not installed (Debian package mosquitto; scripts/sy
 
 
 class Mosquitto:
-    """One ``mosquitto -c CONFIG`` listening on 127.0.0.1 only; ``extra`` adds config lines
-    (TLS, ACL)."""
+    """One ``mosquitto -c CONFIG`` listening on 127.0.0.1 only; ``tls`` (certificate, key)
+    makes it mqtts://; ``extra`` adds config lines (an ACL)."""
 
-    def __init__(self, root: Path, extra: str = "") -> None:
+    def __init__(self, root: Path, extra: str = "", tls: tuple[Path, Path] | None = None
+                 ) -> None:
         self.root = root
+        self.tls = tls
         self.extra = extra
+        if tls is not None:
+            self.extra += f"certfile {tls[0]}\nkeyfile {tls[1]}\n"
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = root / "mosquitto.log"
 
     @property
     def url(self) -> str:
-        return f"mqtt://127.0.0.1:{self.port}"
+        return f"{'mqtts' if self.tls else 'mqtt'}://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 30.0) -> Mosquitto:
         assert BINARY is not None
@@ -41,7 +46,9 @@ class Mosquitto:
         for _ in range(5):  # the port may be taken between picking and binding
             self.port = free_port()
             config = self.root / "mosquitto.conf"
-            config.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
+            # as root mosquitto would drop to the user "mosquitto", who cannot read our files
+            config.write_text(f"user {getpass.getuser()}\n"
+                              f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
                               "persistence false\nmax_queued_messages 100000\n"
                               f"log_dest stderr\n{self.extra}")
             with self.log.open("ab") as log:
@@ -61,9 +68,10 @@ class Mosquitto:
 
 
 @contextlib.contextmanager
-def running_mosquitto(root: Path, extra: str = "") -> Iterator[Mosquitto]:
+def running_mosquitto(root: Path, extra: str = "", tls: tuple[Path, Path] | None = None
+                      ) -> Iterator[Mosquitto]:
     """A started broker, stopped on exit."""
-    broker = Mosquitto(root, extra).start()
+    broker = Mosquitto(root, extra, tls).start()
     try:
         yield broker
     finally:
