@@ -88,6 +88,12 @@ Example ``agent.toml``::
     trace_rate = 1000                 # one request traced of every 1000
     trace_count = -1                  # traces left (-1: no limit); docs/tracing.md
 
+    [fleet]                           # desired state through an MQTT broker (docs/fleet.md)
+    broker = "mqtts://broker:8883"    # off unless set; mqtt:// only to a loopback host
+    group = "store-cameras"           # the group whose signed desired state this agent follows
+    agent_id = "cam-17"               # default: [management] name; ca_file, client_cert +
+                                      # client_key or username + password_file: see docs
+
 Every section is one frozen dataclass, parsed by one table-driven validator
 (:mod:`edge_agent.config.fields`): [grpc] (:mod:`.grpc`), [http] (:mod:`.http`), [models],
 [agent] and [response_cache] (:mod:`.models`), [trace] (:mod:`.trace`, docs/tracing.md), and

@@ -131,6 +131,23 @@ def test_unsigned_wrong_key_and_replayed_states_are_refused(
         console.client.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)
 
 
+def test_an_agents_own_state_applies_live_settings(fleet: Fleet, console: FleetBroker) -> None:
+    agent = fleet.agents["b"]
+    topic = p.agent_desired_topic(agent.name)
+    target = p.ModelTarget(fleet.refs["v1"], {"max_queue_delay_us": 500})
+    console.publish(p.Desired(fleet.group, 1, {"mlp": target}, agent=agent.name), fleet.key)
+    try:
+        def live() -> str | None:
+            with agent.client() as c:
+                return next((s.value for s in c.model_settings("mlp")
+                             if s.key == "max_queue_delay_us" and s.source == "live"), None)
+
+        assert console.wait_until(lambda: live() == "500", WAIT_S), live()
+        assert _agent_status(console, fleet.group, agent.name)["agent_revision"] == 1
+    finally:
+        console.client.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)
+
+
 def test_rollout_in_waves_then_rollback_reaches_the_agent_behind_nat(
         fleet: Fleet, console: FleetBroker) -> None:
     v2 = fleet.push(fleet.bundles.mlp[2], "edge/mlp:2")
