@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,11 +51,37 @@ class AgentView:
     def revision(self) -> int:
         return int((self.status or {}).get("revision") or 0)
 
+    @property
+    def models(self) -> dict[str, Any]:
+        """The status's models: name -> {ref, state, version, error}."""
+        return dict((self.status or {}).get("models") or {})
+
+    @property
+    def state(self) -> str:
+        """``offline``, ``failed`` (a model failed), ``ok`` or ``pending`` (no report yet)."""
+        if not self.online:
+            return "offline"
+        models = self.models.values()
+        if any(m.get("state") == "failed" for m in models):
+            return "failed"
+        return "ok" if models else "pending"
+
+    def versions(self) -> list[str]:
+        """``model:version`` of each model reported."""
+        return [f"{m}:{s.get('version')}" for m, s in sorted(self.models.items())]
+
     def model_state(self, model: str, ref: str) -> str:
         """``ok``/``failed`` once the agent reported on ``ref`` for ``model``, else
         ``pending``."""
         entry = ((self.status or {}).get("models") or {}).get(model) or {}
         return str(entry.get("state")) if entry.get("ref") == ref else "pending"
+
+
+def counts(agents: list[AgentView]) -> tuple[Counter[str], Counter[str]]:
+    """Agents per state and per ``model:version``."""
+    states: Counter[str] = Counter(a.state for a in agents)
+    versions: Counter[str] = Counter(v for a in agents for v in a.versions())
+    return states, versions
 
 
 class FleetBroker:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ EXAMPLES = """examples:
       --waves 1,5%,25%,100% --soak 60 --max-failed 2%
   edge-console fleet status --broker mqtts://broker:8883 --group cams
   edge-console fleet agents --broker mqtts://broker:8883 --group cams --json
+  edge-console fleet view --broker mqtts://broker:8883 --group cams
   edge-console fleet rollback --broker mqtts://broker:8883 --group cams --key edge-pack.key"""
 
 
@@ -29,6 +29,7 @@ def add_parser(sub: Any) -> None:
                            formatter_class=raw)
     actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION", required=True)
     for name, text in (("deploy", "publish a signed desired state wave by wave"),
+                       ("view", "a live terminal view of the group (counts, filter)"),
                        ("status", "the group's desired state and its agents' counts"),
                        ("rollback", "publish the previous desired state to every agent"),
                        ("agents", "every agent of the group, its state and versions")):
@@ -171,15 +172,9 @@ def _agents(args: argparse.Namespace, broker: Any) -> int:
 def _status(args: argparse.Namespace, broker: Any) -> int:
     current = broker.current(args.group)
     agents = broker.group_agents(args.group)
-    states: Counter[str] = Counter()
-    versions: Counter[str] = Counter()
-    for a in agents:
-        models = (a.status or {}).get("models") or {}
-        states["offline" if not a.online else
-               "failed" if any(m.get("state") == "failed" for m in models.values()) else
-               "ok" if models else "pending"] += 1
-        for m, s in models.items():
-            versions[f"{m}:{s.get('version')}"] += 1
+    from console.fleet_broker import counts
+
+    states, versions = counts(agents)
     doc = {"group": args.group, "desired": current.to_json() if current else None,
            "agents": len(agents), "states": dict(states), "versions": dict(versions)}
     if args.json:
@@ -193,4 +188,12 @@ def _status(args: argparse.Namespace, broker: Any) -> int:
     return 0
 
 
-_ACTIONS = {"deploy": _deploy, "rollback": _rollback, "agents": _agents, "status": _status}
+def _view(args: argparse.Namespace, broker: Any) -> int:
+    from console.fleet_view import BrokerFleetApp
+
+    BrokerFleetApp(broker, args.group).run()
+    return 0
+
+
+_ACTIONS = {"deploy": _deploy, "rollback": _rollback, "agents": _agents, "status": _status,
+            "view": _view}
