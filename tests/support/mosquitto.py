@@ -47,8 +47,9 @@ class Mosquitto:
             self.port = free_port()
             config = self.root / "mosquitto.conf"
             # as root mosquitto would drop to the user "mosquitto", who cannot read our files
+            anonymous = "" if "allow_anonymous" in self.extra else "allow_anonymous true\n"
             config.write_text(f"user {getpass.getuser()}\n"
-                              f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
+                              f"listener {self.port} 127.0.0.1\n{anonymous}"
                               "persistence false\nmax_queued_messages 100000\n"
                               f"log_dest stderr\n{self.extra}")
             with self.log.open("ab") as log:
