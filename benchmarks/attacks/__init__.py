@@ -60,6 +60,7 @@ Attack = Callable[[Target, threading.Event, Tally], None]
 
 # name -> module (under benchmarks.attacks) defining ``attack``.
 ATTACKS: dict[str, str] = {
+    "fleet_forgery": "fleet_forgery",  # a hostile MQTT broker floods forged desired states
     "gives_up": "gives_up",  # 1 ms deadlines and cancelled calls: never run (issue 25)
     "grpc_idle_and_amplify": "grpc_idle_and_amplify",
     "http_hostile": "http_hostile",

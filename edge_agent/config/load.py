@@ -112,7 +112,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.config.deploy import ManagerSettings
-from edge_agent.config.fields import non_negative_int, parse_address, string
+from edge_agent.config.fields import expect_table, non_negative_int, parse_address, string
 from edge_agent.config.fleet import FleetConfig, fleet_section
 from edge_agent.config.grpc import GrpcConfig, grpc_section
 from edge_agent.config.http import HttpConfig, http_section, listen_address
@@ -199,12 +199,14 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                 no_uds: bool = False, no_grpc: bool = False,
                 max_message_bytes: int | None = None,
                 management: Mapping[str, Any] | None = None,
-                http_address: str | None = None) -> AgentConfig:
+                http_address: str | None = None,
+                fleet: Mapping[str, Any] | None = None) -> AgentConfig:
     """Read ``path`` (optional) and apply the flags given (not None) on top of it.
 
     ``management``: the management flags (keyword arguments of
     :func:`edge_agent.config.management.management_sections`); ``http_address``: ``--http``
-    (HOST:PORT, a bare port on 127.0.0.1, or "none")."""
+    (HOST:PORT, a bare port on 127.0.0.1, or "none"); ``fleet``: ``[fleet]`` keys given as
+    flags (None: not given), laid over the file's table."""
     data = read_toml(path) if path is not None else {}
     for key in data:
         if key not in _SECTIONS:
@@ -234,7 +236,9 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
     config = with_management(AgentConfig(
         state_dir=Path(state_dir), grpc=grpc_cfg, http=http_cfg, models=models_section(data),
         trace=trace_section(data.get("trace", {})),
-        fleet=fleet_section(data, Path(path).parent if path is not None else None),
+        fleet=fleet_section({"fleet": {**expect_table("fleet", data.get("fleet", {})), **{
+            k: v for k, v in (fleet or {}).items() if v is not None}}},
+            Path(path).parent if path is not None else None),
         source=Path(path) if path is not None else None), mgmt)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:

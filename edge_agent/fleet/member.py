@@ -30,6 +30,7 @@ from edge_agent.deploy.registry_source import deploy_by_reference, pull_guard
 from edge_agent.errors import AgentError, ConfigError
 from edge_agent.fleet import protocol as p
 from edge_agent.fleet.link import BrokerCredentials, Connected, make_client, shut
+from edge_agent.logthrottle import LogThrottle
 from edge_agent.metrics import MetricsStore
 from packager.bundle.errors import PackagerError
 from packager.bundle.oci.client import TransferGuard
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "fleet.json"
 SCOPES = ("group", "agent")
+REFUSAL_REPORT_S = 30.0
+"""A status that differs only by a new refusal is published at most this often: a broker
+that floods forged documents gets one report per period, not one per document."""
 
 
 @dataclass
@@ -97,6 +101,10 @@ class FleetMember:
         self._status: dict[str, p.ModelStatus] = {}
         self._refused: dict[str, Any] | None = None
         self._last_status = b""
+        self._last_core = b""  # the last status published without its refusal
+        self._published_at = -REFUSAL_REPORT_S
+        self._deferred = False  # a refusal not reported yet
+        self._refusal_log = LogThrottle(log, interval_s=60.0, burst=5)
         self._tried: set[tuple[str, str]] = set()  # (model, ref) that failed: not again
         self._thread = threading.Thread(target=self._run, name="edge-fleet", daemon=True)
         password = (config.password_file.read_text().strip()
@@ -146,7 +154,7 @@ class FleetMember:
                        qos=1, retain=True)
         client.subscribe([(p.group_desired_topic(self.group), 1),
                           (p.agent_desired_topic(self.agent_id), 1)])
-        self._last_status = b""  # publish the status again on every connect
+        self._last_status = self._last_core = b""  # the status again on every connect
         self._inbox.put(("", b""))
         log.info("fleet: connected to %s", self.broker)
 
@@ -158,7 +166,9 @@ class FleetMember:
         with caller.acting_as(f"the fleet broker {self.broker} (group {self.group})"):
             next_metrics = time.monotonic() + self.config.metrics_interval_s
             while not self._stop.is_set():
-                timeout = max(0.1, next_metrics - time.monotonic())
+                wake = next_metrics if not self._deferred else min(
+                    next_metrics, self._published_at + REFUSAL_REPORT_S)
+                timeout = max(0.1, wake - time.monotonic())
                 try:
                     item = self._inbox.get(timeout=timeout)
                 except queue.Empty:
@@ -221,7 +231,9 @@ class FleetMember:
             p.check_revision(desired, self._held.revisions.get(scope, 0),
                              self._held.digests.get(scope, ""), digest)
         except p.FleetProtocolError as exc:
-            log.warning("fleet: refused a %s desired state (%s): %s", scope, exc.reason, exc)
+            self._refusal_log.log(logging.WARNING, f"refused-{exc.reason}",
+                                  "fleet: refused a %s desired state (%s): %s", scope,
+                                  exc.reason, exc)
             self._refused = {"scope": scope, "reason": exc.reason, "message": str(exc),
                              "at": round(time.time(), 3)}
             return
@@ -326,9 +338,16 @@ class FleetMember:
         agent_revision = self._held.revisions.get("agent", 0)
         body = p.status_document(self.agent_id, self.group, self.revision(), self._status,
                                  self._refused, 0.0, agent_revision)
+        core = p.status_document(self.agent_id, self.group, self.revision(), self._status,
+                                 None, 0.0, agent_revision)
         if body == self._last_status or not self.client.is_connected():
             return
-        self._last_status = body
+        now = time.monotonic()
+        if core == self._last_core and now - self._published_at < REFUSAL_REPORT_S:
+            self._deferred = True  # only the refusal changed: reported with the period
+            return
+        self._last_status, self._last_core = body, core
+        self._published_at, self._deferred = now, False
         self.client.publish(p.status_topic(self.agent_id),
                             p.status_document(self.agent_id, self.group, self.revision(),
                                               self._status, self._refused, time.time(),

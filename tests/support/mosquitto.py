@@ -25,9 +25,11 @@ class Mosquitto:
     """One ``mosquitto -c CONFIG`` listening on 127.0.0.1 only; ``tls`` (certificate, key)
     makes it mqtts://; ``extra`` adds config lines (an ACL)."""
 
-    def __init__(self, root: Path, extra: str = "", tls: tuple[Path, Path] | None = None
-                 ) -> None:
+    def __init__(self, root: Path, extra: str = "", tls: tuple[Path, Path] | None = None,
+                 port: int = 0) -> None:
+        """``port`` 0: one from the OS."""
         self.root = root
+        self.fixed_port = port
         self.tls = tls
         self.extra = extra
         if tls is not None:
@@ -44,7 +46,7 @@ class Mosquitto:
         assert BINARY is not None
         self.root.mkdir(parents=True, exist_ok=True)
         for _ in range(5):  # the port may be taken between picking and binding
-            self.port = free_port()
+            self.port = self.fixed_port or free_port()
             config = self.root / "mosquitto.conf"
             # as root mosquitto would drop to the user "mosquitto", who cannot read our files
             anonymous = "" if "allow_anonymous" in self.extra else "allow_anonymous true\n"

@@ -102,3 +102,17 @@ def test_the_fleet_table(tmp_path: Path) -> None:
                          ({"broker": "mqtts://b", "group": "g", "typo": 1}, "unknown")):
         with pytest.raises(ConfigError, match=match):
             fleet_section({"fleet": table}, tmp_path)
+
+
+def test_the_serve_flags_lay_over_the_table(tmp_path: Path) -> None:
+    from edge_agent.config import load_config
+
+    toml = tmp_path / "agent.toml"
+    toml.write_text('[fleet]\nbroker = "mqtts://file:8883"\ngroup = "from-file"\n'
+                    "keepalive_s = 12\n")
+    cfg = load_config(toml, state_dir=tmp_path, fleet={"broker": "mqtt://127.0.0.1:1999",
+                                                       "group": None}).fleet
+    assert (cfg.broker, cfg.group, cfg.keepalive_s) == ("mqtt://127.0.0.1:1999", "from-file",
+                                                        12)
+    with pytest.raises(ConfigError, match=r"fleet\.group"):
+        load_config(None, state_dir=tmp_path, fleet={"broker": "mqtts://b"})
