@@ -71,6 +71,19 @@ ATTACKS: dict[str, str] = {
 }
 
 
+def fixed_port(env: str) -> int:
+    """A loopback port for a server an attack starts later but the agent is told of at its
+    start: ``$env`` when set, else one free now."""
+    import os
+    import socket
+
+    if os.environ.get(env):
+        return int(os.environ[env])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def agent_args(names: list[str]) -> list[str]:
     """The ``edge-agent serve`` flags the attacks ``names`` need (their ``AGENT_ARGS``)."""
     out: list[str] = []

@@ -15,24 +15,14 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from benchmarks.attacks import Tally, Target
+from benchmarks.attacks import Tally, Target, fixed_port
 
-
-def _port() -> int:
-    if os.environ.get("EDGE_FLEET_BROKER_PORT"):
-        return int(os.environ["EDGE_FLEET_BROKER_PORT"])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-PORT = _port()
+PORT = fixed_port("EDGE_FLEET_BROKER_PORT")
 GROUP = "soak-fleet"
 AGENT_ARGS = ["--fleet-broker", f"mqtt://127.0.0.1:{PORT}", "--fleet-group", GROUP]
 """``edge-agent serve`` flags that make the agent follow this attack's broker."""
