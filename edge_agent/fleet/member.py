@@ -274,6 +274,12 @@ class FleetMember:
     def _converge_model(self, model: str, target: p.ModelTarget) -> p.ModelStatus:
         store = self.manager.store
         active = store.active_version(model)
+        before = self._status.get(model)
+        if (before is not None and before.ref == target.ref and before.state == "ok"
+                and before.version != active):  # rolled back on the device: do not fight it
+            self._tried.add((model, target.ref))
+            return p.ModelStatus(target.ref, "failed", active, f"version {before.version} is "
+                                 f"no longer active (now {active}): rolled back on this device")
         known = self._held.deployed.get(target.ref)
         if known is not None and known[0] == model and known[1] == active:
             return self._settle(model, target, active)
@@ -329,12 +335,6 @@ class FleetMember:
 
     # ------------------------------------------------------------------ reports
     def _publish_status(self) -> None:
-        for model, status in list(self._status.items()):  # an automatic rollback since
-            active = self.manager.store.active_version(model)
-            if status.state == "ok" and active != status.version:
-                self._status[model] = p.ModelStatus(
-                    status.ref, "failed", active, f"version {status.version} is no longer "
-                    f"active (now {active}): rolled back on this device")
         agent_revision = self._held.revisions.get("agent", 0)
         body = p.status_document(self.agent_id, self.group, self.revision(), self._status,
                                  self._refused, 0.0, agent_revision)
