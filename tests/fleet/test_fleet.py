@@ -164,6 +164,34 @@ def test_rollout_in_waves_then_rollback_reaches_the_agent_behind_nat(
     assert _active(fleet.agents["a"]) == 1
 
 
+def test_a_change_on_the_device_is_reported_not_fought(fleet: Fleet,
+                                                       console: FleetBroker) -> None:
+    agent = fleet.agents["a"]
+    _wait_versions(console, fleet, {"a": 1})
+    with agent.client() as c:  # an operator (or the device's automatic rollback) changes it
+        assert c.activate("mlp", 2).ok
+
+    def metrics() -> int:
+        view = _view(console, fleet.group, agent.name)
+        return 0 if view is None or view.metrics is None else int(view.metrics["at"])
+
+    try:
+        assert console.wait_until(lambda: "no longer active" in json.dumps(
+            _agent_status(console, fleet.group, agent.name)), WAIT_S)
+        seen = metrics()  # two more wakes of the agent's fleet link (every 5 s here) ...
+        assert console.wait_until(lambda: metrics() > seen, WAIT_S)
+        seen = metrics()
+        assert console.wait_until(lambda: metrics() > seen, WAIT_S)
+        assert _active(agent) == 2  # ... and it did not switch back to the desired version
+    finally:
+        with agent.client() as c:
+            c.activate("mlp", 1)
+    _wait_versions(console, fleet, {"a": 1})
+    assert console.wait_until(lambda: _view(console, fleet.group, agent.name) is not None
+                              and _view(console, fleet.group, agent.name).state == "ok",
+                              WAIT_S)
+
+
 def test_a_failing_wave_halts_and_restores_the_changed_agents(
         fleet: Fleet, console: FleetBroker, capsys: pytest.CaptureFixture[str]) -> None:
     # b may not pull from bad/: the one wave of all three fails there, a and nat changed
