@@ -155,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     from console.settings_cmd import add_parser as add_settings_parser
 
     add_settings_parser(sub, _common)
+
+    from console.fleet_cli import add_parser as add_fleet_parser
+
+    add_fleet_parser(sub)
     sub.add_parser("ui", help="the terminal UI (the default; see edge-console ui --help)",
                    add_help=False)
     return parser
@@ -411,6 +415,12 @@ def cmd_settings(args: argparse.Namespace) -> int:
     return run(args, _targets(args), _settings(args))
 
 
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from console.fleet_cli import cmd_fleet as run
+
+    return run(args)
+
+
 @quiet_on_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edge-console`` command."""
@@ -439,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
 
     handlers = {"agents": cmd_agents, "status": cmd_status, "deploy": cmd_deploy,
                 "rollback": cmd_rollback, "remove": cmd_remove, "doctor": cmd_doctor,
-                "logs": cmd_logs, "settings": cmd_settings}
+                "logs": cmd_logs, "settings": cmd_settings, "fleet": cmd_fleet}
     try:
         return handlers[args.command](args)
     except (ConsoleError, AgentError) as exc:

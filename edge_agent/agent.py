@@ -32,11 +32,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from edge_agent import __version__, log_ring
-from edge_agent.config import AgentConfig
+from edge_agent.config import AgentConfig, RegistrySettings
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.deploy.manager import ModelManager
 from edge_agent.deploy.pause import hooks_from_environment
-from edge_agent.errors import AgentError
+from edge_agent.errors import AgentError, ConfigError
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.shared_memory import SharedMemoryRegistry
 from edge_agent.frontends.common.typed_budget import TypedBudget
@@ -55,6 +55,7 @@ from edge_agent.tracing import Tracing
 if TYPE_CHECKING:
     from edge_agent.core.api import DataPlaneAPI
     from edge_agent.discovery import AgentAdvert, BackgroundAdvertiser
+    from edge_agent.fleet.member import FleetMember
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +268,26 @@ def start_management(config: AgentConfig, state: StateParts, core: CoreParts,
                            fingerprint=fp, advert=link.running)
 
 
+def start_fleet(config: AgentConfig, state: StateParts, core: CoreParts,
+                registry: Callable[[], RegistrySettings]) -> FleetMember | None:
+    """Join the fleet through ``[fleet] broker`` (docs/fleet.md); None when it is not set."""
+    if config.fleet.broker is None:
+        return None
+    from packager.extras import refusal
+
+    if refused := refusal("fleet", "[fleet] broker"):
+        raise ConfigError(refused)
+    from edge_agent.fleet.member import FleetMember
+
+    device = core.manager.device
+    member = FleetMember(config.fleet, core.manager, state_dir=config.state_dir,
+                         name=config.management.name, registry=registry, metrics=state.metrics,
+                         info={"name": config.management.name, "arch": device.arch,
+                               "profile": device.profile, "agent_version": __version__})
+    member.start()
+    return member
+
+
 class _AdvertLink:
     """The mDNS advert, re-announced when the servicer reports a change (models, profile)."""
 
@@ -322,6 +343,7 @@ class Agent:
         self._core: CoreParts | None = None
         self._ends: FrontEnds | None = None
         self._mgmt: ManagementParts | None = None
+        self._fleet: FleetMember | None = None
         self._stopping = ""  # what _stop is doing (for the stop deadline's message)
 
     # -- the parts (after on_ready) ---------------------------------------------------------
@@ -406,6 +428,8 @@ class Agent:
             start_models(self._core)
             if not stop.is_set():  # a SIGTERM during loading: never report ready
                 self._mgmt = start_management(config, self._state, self._core, self._ends)
+                self._fleet = start_fleet(config, self._state, self._core,
+                                          lambda: self.config.registry)
                 self._ends.grpc.mark_serving()
                 notifier.start_watchdog(healthy=self._core.dataplane.live)
                 active = [f"{v.model}:{v.version}" for v in self._core.manager.versions()
@@ -434,6 +458,10 @@ class Agent:
 
     def _stop(self) -> None:
         """Stop whatever started, in reverse order (safe after a partial start)."""
+        if self._fleet is not None:
+            self._stopping = "leaving the fleet broker"
+            self._fleet.stop()
+            self._fleet = None
         if self._mgmt is not None:
             self._stopping = "stopping the management API"
             self._mgmt.stop()

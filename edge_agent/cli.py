@@ -139,7 +139,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     flags = dict(config=args.config, state_dir=args.state_dir, grpc_address=args.grpc,
                  uds=args.uds, no_uds=args.no_uds, max_message_bytes=args.max_message_bytes,
-                 management=cli_extras.management_flag_values(args), http_address=args.http)
+                 management=cli_extras.management_flag_values(args), http_address=args.http,
+                 fleet=cli_extras.fleet_flag_values(args))
     config = load_config(flags.pop("config"), **flags)
     # A missing state directory is created (0700) when the agent locks it, before any write.
 

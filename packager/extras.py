@@ -17,6 +17,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "tune": ("plotext",),  # on top of [agent]
     "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),  # agent tracing
     "trees": ("xgboost", "lightgbm", "sklearn", "skops", "onnxmltools", "skl2onnx"),  # + [pack]
+    "fleet": ("paho",),  # [fleet] in agent.toml, edge-console fleet (docs/fleet.md)
 }
 """Extra name -> the Python modules whose absence means that extra is not installed."""
 

@@ -5,6 +5,7 @@
 #   systemd-analyze   the unit-file check (package systemd)
 #   docker-registry   a real OCI registry (the CNCF distribution server) for push/pull/deploy-by-reference
 #   prometheus        a real Prometheus server that scrapes the agent's /metrics
+#   mosquitto         a real MQTT broker for the fleet tests and bench (tests/fleet/)
 #   systemd-nspawn    boots a Debian root file system to run the agent's unit under systemd
 #   debootstrap       builds that root file system (package systemd-container for nspawn)
 #   libb64-0d         a library Triton's perf_analyzer loads (tests/conformance/test_perf_analyzer.py)
@@ -15,6 +16,7 @@ if [ "${EDGE_SKIP_SYSTEM_DEPS:-0}" != 1 ]; then
     command -v systemd-analyze >/dev/null 2>&1 || _missing+=(systemd)
     command -v docker-registry >/dev/null 2>&1 || _missing+=(docker-registry)
     command -v prometheus >/dev/null 2>&1 || _missing+=(prometheus)
+    command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || _missing+=(mosquitto)
     command -v systemd-nspawn >/dev/null 2>&1 || _missing+=(systemd-container)
     command -v debootstrap >/dev/null 2>&1 || _missing+=(debootstrap)
     [ -e /usr/lib/x86_64-linux-gnu/libb64.so.0d ] || [ -e /usr/lib/aarch64-linux-gnu/libb64.so.0d ] \

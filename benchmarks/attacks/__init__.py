@@ -60,6 +60,7 @@ Attack = Callable[[Target, threading.Event, Tally], None]
 
 # name -> module (under benchmarks.attacks) defining ``attack``.
 ATTACKS: dict[str, str] = {
+    "fleet_forgery": "fleet_forgery",  # a hostile MQTT broker floods forged desired states
     "gives_up": "gives_up",  # 1 ms deadlines and cancelled calls: never run (issue 25)
     "grpc_idle_and_amplify": "grpc_idle_and_amplify",
     "http_hostile": "http_hostile",
@@ -68,6 +69,19 @@ ATTACKS: dict[str, str] = {
     "shm_deputy": "shm_deputy",
     "typed_contents": "typed_contents",
 }
+
+
+def fixed_port(env: str) -> int:
+    """A loopback port for a server an attack starts later but the agent is told of at its
+    start: ``$env`` when set, else one free now."""
+    import os
+    import socket
+
+    if os.environ.get(env):
+        return int(os.environ[env])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def agent_args(names: list[str]) -> list[str]:

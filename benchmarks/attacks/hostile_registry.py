@@ -14,24 +14,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 import time
 
-from benchmarks.attacks import Tally, Target
+from benchmarks.attacks import Tally, Target, fixed_port
 from packager.bundle.format import MAX_TOTAL_BYTES
 from packager.bundle.oci import layout as L
 
-
-def _port() -> int:
-    if os.environ.get("EDGE_HOSTILE_REGISTRY_PORT"):
-        return int(os.environ["EDGE_HOSTILE_REGISTRY_PORT"])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-PORT = _port()
+PORT = fixed_port("EDGE_HOSTILE_REGISTRY_PORT")
 REPOSITORY = "hostile/mlp"
 AGENT_ARGS = ["--registry-allow", f"127.0.0.1:{PORT}/hostile", "--registry-insecure"]
 """``edge-agent serve`` flags that let the agent pull from this attack's registry."""

@@ -88,11 +88,18 @@ Example ``agent.toml``::
     trace_rate = 1000                 # one request traced of every 1000
     trace_count = -1                  # traces left (-1: no limit); docs/tracing.md
 
+    [fleet]                           # desired state through an MQTT broker (docs/fleet.md)
+    broker = "mqtts://broker:8883"    # off unless set; mqtt:// only to a loopback host
+    group = "store-cameras"           # the group whose signed desired state this agent follows
+    agent_id = "cam-17"               # default: [management] name; ca_file, client_cert +
+                                      # client_key or username + password_file: see docs
+
 Every section is one frozen dataclass, parsed by one table-driven validator
 (:mod:`edge_agent.config.fields`): [grpc] (:mod:`.grpc`), [http] (:mod:`.http`), [models],
 [agent] and [response_cache] (:mod:`.models`), [trace] (:mod:`.trace`, docs/tracing.md), and
 the management sections ([management], [mdns], [metrics], [registry]: :mod:`.management`, see
-docs/management-api.md). Unknown keys are errors, so a typo never goes unnoticed.
+docs/management-api.md), [fleet] (:mod:`.fleet`, docs/fleet.md). Unknown keys are errors, so
+a typo never goes unnoticed.
 """
 
 from __future__ import annotations
@@ -105,7 +112,8 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.config.deploy import ManagerSettings
-from edge_agent.config.fields import non_negative_int, parse_address, string
+from edge_agent.config.fields import expect_table, non_negative_int, parse_address, string
+from edge_agent.config.fleet import FleetConfig, fleet_section
 from edge_agent.config.grpc import GrpcConfig, grpc_section
 from edge_agent.config.http import HttpConfig, http_section, listen_address
 from edge_agent.config.management import SECTIONS as MANAGEMENT_SECTIONS
@@ -147,6 +155,8 @@ class AgentConfig:
     """``[registry]``: where deploys by reference may pull from."""
     trace: TraceConfig = field(default_factory=TraceConfig)
     """``[trace]``: Triton's trace settings at start and the OpenTelemetry collector."""
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    """``[fleet]``: desired state through an MQTT broker (off unless ``broker``)."""
     source: Path | None = None  # the agent.toml read (SIGHUP re-reads it)
 
     @property
@@ -170,7 +180,7 @@ def with_management(config: AgentConfig, sections: ManagementSections) -> AgentC
                                registry=sections.registry)
 
 
-_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent", "trace",
+_SECTIONS = ("state_dir", "grpc", "models", "response_cache", "http", "agent", "trace", "fleet",
              *MANAGEMENT_SECTIONS)
 
 
@@ -189,12 +199,14 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
                 no_uds: bool = False, no_grpc: bool = False,
                 max_message_bytes: int | None = None,
                 management: Mapping[str, Any] | None = None,
-                http_address: str | None = None) -> AgentConfig:
+                http_address: str | None = None,
+                fleet: Mapping[str, Any] | None = None) -> AgentConfig:
     """Read ``path`` (optional) and apply the flags given (not None) on top of it.
 
     ``management``: the management flags (keyword arguments of
     :func:`edge_agent.config.management.management_sections`); ``http_address``: ``--http``
-    (HOST:PORT, a bare port on 127.0.0.1, or "none")."""
+    (HOST:PORT, a bare port on 127.0.0.1, or "none"); ``fleet``: ``[fleet]`` keys given as
+    flags (None: not given), laid over the file's table."""
     data = read_toml(path) if path is not None else {}
     for key in data:
         if key not in _SECTIONS:
@@ -224,6 +236,9 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
     config = with_management(AgentConfig(
         state_dir=Path(state_dir), grpc=grpc_cfg, http=http_cfg, models=models_section(data),
         trace=trace_section(data.get("trace", {})),
+        fleet=fleet_section({"fleet": {**expect_table("fleet", data.get("fleet", {})), **{
+            k: v for k, v in (fleet or {}).items() if v is not None}}},
+            Path(path).parent if path is not None else None),
         source=Path(path) if path is not None else None), mgmt)
     uds_path = config.uds_path
     if uds_path is not None and len(str(uds_path).encode()) > UDS_PATH_MAX:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge_agent.config.management import RegistrySettings
 from edge_agent.deploy import caller
@@ -41,6 +42,10 @@ from packager.bundle.oci.ref import (
     RegistryPolicy,
     parse_reference,
 )
+
+if TYPE_CHECKING:
+    from edge_agent.deploy.manager import ModelManager
+    from edge_agent.deploy.outcome import DeployOutcome
 
 log = logging.getLogger(__name__)
 
@@ -188,3 +193,18 @@ def pull_for_device(text: str, settings: RegistrySettings, device: DeviceInfo, d
     log.info("pulled %s: layer %s (%s), %d bytes in %.1f s", ref, entry.digest,
              result.profile, result.size, time.monotonic() - started)
     return result
+
+
+def deploy_by_reference(manager: ModelManager, text: str, settings: RegistrySettings, *,
+                        guard: TransferGuard | None = None) -> DeployOutcome:
+    """Deploy by reference without a protocol around it (the fleet link): the same pull
+    (:func:`pull_for_device`: allow list, digests, space, deadline) into a fresh incoming file,
+    then the same pipeline as an upload (signature, parity, hot swap, automatic rollback).
+    Pull failures raise AgentError; pipeline failures are outcomes. The file is removed."""
+    path = manager.new_upload_path()
+    try:
+        pull_for_device(text, settings, manager.device, path, guard=guard)
+        return manager.deploy(path, source="bundle", origin=text)
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -78,6 +78,12 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     r.add_argument("--registry-auth-file", type=Path, metavar="FILE",
                    help="registry credentials: a docker-style config.json "
                         "([registry] auth_file)")
+    f = serve.add_argument_group("fleet through an MQTT broker ([fleet] in agent.toml; "
+                                 "docs/fleet.md)")
+    f.add_argument("--fleet-broker", metavar="URL",
+                   help="follow a signed desired state from this broker (mqtts://HOST:8883; "
+                        "[fleet] broker)")
+    f.add_argument("--fleet-group", metavar="NAME", help="the fleet group ([fleet] group)")
 
 
 def management_flag_values(args: argparse.Namespace) -> dict[str, object]:
@@ -89,6 +95,11 @@ def management_flag_values(args: argparse.Namespace) -> dict[str, object]:
             "registry_insecure": args.registry_insecure,
             "registry_ca_file": args.registry_ca_file,
             "registry_auth_file": args.registry_auth_file}
+
+
+def fleet_flag_values(args: argparse.Namespace) -> dict[str, object]:
+    """The serve flags laid over ``[fleet]`` (None: not given)."""
+    return {"broker": args.fleet_broker, "group": args.fleet_group}
 
 
 def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

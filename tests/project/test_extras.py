@@ -16,7 +16,7 @@ DIST_OF = {"numpy": "numpy", "grpc": "grpcio", "grpc_health": "grpcio-health-che
            "textual": "textual", "onnx": "onnx", "onnxruntime": "onnxruntime",
            "openvino": "openvino", "plotext": "plotext", "xgboost": "xgboost-cpu",
            "lightgbm": "lightgbm", "sklearn": "scikit-learn", "skops": "skops",
-           "onnxmltools": "onnxmltools", "skl2onnx": "skl2onnx",
+           "onnxmltools": "onnxmltools", "skl2onnx": "skl2onnx", "paho": "paho-mqtt",
            "opentelemetry.sdk": "opentelemetry-sdk",
            "opentelemetry.exporter.otlp.proto.http": "opentelemetry-exporter-otlp-proto-http"}
 

@@ -33,6 +33,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_process_group(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM a server started with ``start_new_session``, SIGKILL after 15 s; waited for."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=15)
+
+
 class RegistryProcess:
     """One ``docker-registry serve`` with filesystem storage under ``root``."""
 
@@ -105,16 +119,7 @@ class RegistryProcess:
         return False
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=15)
+        stop_process_group(self.proc)
 
     def blob_file(self, digest: str) -> Path:
         """Where the filesystem driver keeps a blob's bytes."""

@@ -53,8 +53,8 @@ from edge_agent.state import StateStore
 from tests.support.eventually import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
-READY = re.compile(r"edge-agent ready: listening on (?P<listen>.*?); management on "
-                   r"(?P<mgmt>\S+?);")
+READY = re.compile(r"edge-agent ready: listening on (?P<listen>.*?); (?:management on "
+                   r"(?P<mgmt>\S+?)|management off);")
 START_DEADLINE_S = 120.0
 
 
@@ -318,7 +318,7 @@ class AgentProcess:
             match = READY.search(line)
             if match:
                 tcp = [t for t in match["listen"].split(", ") if not t.startswith("unix:")]
-                self.grpc, self.management = tcp[0], match["mgmt"]
+                self.grpc, self.management = tcp[0], match["mgmt"] or ""
                 return self
         self.kill()
         raise AssertionError(f"agent {self.name} did not become ready:\n" + "".join(self.output))
