@@ -32,7 +32,7 @@ from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.cache import ResponseCache
 from edge_agent.core.deploy_port import DeployOperations
 from edge_agent.core.gate import ExecutionGate
-from edge_agent.core.hosting import PlaneHost
+from edge_agent.core.hosting import ParentCall, PlaneHost
 from edge_agent.core.observer import InferenceObserver
 from edge_agent.core.orchestrator import LoadRaced, Orchestrator
 from edge_agent.core.overrides import (
@@ -442,6 +442,10 @@ class DataPlane(DeployOperations):
         lv.slot.last_used = time.monotonic()
         if lv.streamer is not None:  # a decoupled model answers only over a stream
             raise lv.streamer.refusal()
+        if request.caller is not None and lv.batcher.backend.name in CALLS_MODELS \
+                and not isinstance(request.trace, ParentCall):
+            # its nested calls inherit its caller: the batcher makes this the running trace
+            request.trace = ParentCall(request.trace, request.caller)
         if lv.manifest.sequence is not None and request.sequence is None:
             lv.batcher.record_rejected(_now() - start)
             raise missing_id(request.model)
