@@ -85,15 +85,20 @@ SOURCE = textwrap.dedent('''
     ''')
 
 
+def tensors(inputs: tuple[str, ...], outputs: tuple[str, ...]) -> str:
+    """The ``[[inputs]]`` and ``[[outputs]]`` tables of a spec, each FP32 [4]."""
+    return "".join(f'[[{kind}]]\nname = "{n}"\ndatatype = "FP32"\nshape = [4]\n'
+                   for kind, names in (("inputs", inputs), ("outputs", outputs))
+                   for n in names)
+
+
 def spec(directory: Path, name: str, entry: str, inputs: tuple[str, ...] = ("X",),
          extra: str = "") -> Path:
     """An unbatched Python model ``name`` over FP32 [4] ``inputs`` -> ``Y`` FP32 [4]."""
-    tensors = "".join(f'[[inputs]]\nname = "{i}"\ndatatype = "FP32"\nshape = [4]\n'
-                      for i in inputs)
     path = directory / f"{name}.toml"
     path.write_text(f'name = "{name}"\nkind = "python"\nsource = ["branching_models.py"]\n'
                     f'entry = "branching_models:{entry}"\nmax_batch_size = 0\n{extra}\n'
-                    f'{tensors}[[outputs]]\nname = "Y"\ndatatype = "FP32"\nshape = [4]\n')
+                    + tensors(inputs, ("Y",)))
     return path
 
 
