@@ -126,14 +126,15 @@ class AgentHost:
         ended = False
         try:
             while True:
-                reply, answer = self._ask({"op": "pull", "id": call})
+                try:
+                    reply, answer = self._ask({"op": "pull", "id": call})
+                except Exception:
+                    ended = True  # the agent closed the stream with its error
+                    raise
                 if not reply.get("item"):
                     ended = True
                     return
                 yield answer
-        except BaseException:
-            ended = True  # the agent closed the stream with its error
-            raise
         finally:
             if not ended:  # left early: the agent stops the model's generator
                 self.drop(call)

@@ -78,6 +78,28 @@ SOURCE = textwrap.dedent('''
         return {"Y": inputs["X"]}
 
 
+    def ticker(inputs, ctx):
+        """Up to 50 responses, 20 ms apart; how many it produced is written when it ends."""
+        x = inputs["X"]
+        produced = 0
+        try:
+            for i in range(50):
+                produced += 1
+                yield {"Y": x + i}
+                time.sleep(0.02)
+        finally:
+            path = os.path.join(MEET, "ticker-%d" % int(x.reshape(-1)[1]))
+            with open(path + ".tmp", "w") as f:
+                f.write(str(produced))
+            os.replace(path + ".tmp", path)
+
+
+    def first(inputs, ctx):
+        """The decoupled child's first response; the loop is left at once."""
+        for response in ctx.stream("ticker", {"X": inputs["X"]}):
+            return {"Y": response["Y"]}
+
+
     def count(inputs, ctx):
         x = inputs["X"]
         for i in range(int(x.reshape(-1)[0])):

@@ -25,6 +25,8 @@ MODELS = {
     "fan": ("fan", ("X",), ""), "fan_inproc": ("fan", ("X",), ""),
     "listen": ("listen", ("X",), ""), "listen_inproc": ("listen", ("X",), ""),
     "patient": ("patient", ("X",), ""), "patient_inproc": ("patient", ("X",), ""),
+    "ticker": ("ticker", ("X",), "decoupled = true"),
+    "first": ("first", ("X",), ""), "first_inproc": ("first", ("X",), ""),
 }
 """The children, and each parent twice: in a runtime process and in the agent's process."""
 
@@ -32,9 +34,15 @@ RUNS = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
-def agent(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+def meet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the models announce themselves (and the ticker writes its tallies)."""
+    return tmp_path_factory.mktemp("meet")
+
+
+@pytest.fixture(scope="module")
+def agent(built: Built, meet: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     src = tmp_path_factory.mktemp("bls-async")
-    made = bundles(src, built, tmp_path_factory.mktemp("meet"), MODELS)
+    made = bundles(src, built, meet, MODELS)
     inproc = {name: ModelOverrides(isolation="thread") for name in MODELS
               if name.endswith("_inproc")}
     with running_agent(tmp_path_factory.mktemp("agent"), built.public_key, models=inproc,
@@ -76,6 +84,17 @@ def test_stream_takes_every_response_of_a_decoupled_child(agent: Agent, parent: 
     x = np.array([4.0, 1.0, 2.0, -3.0], np.float32)
     # count yields x + 0, x + 1, x + 2, x + 3
     np.testing.assert_allclose(call(agent.uds, parent, x), 4 * x + 6)
+
+
+@pytest.mark.parametrize("parent", ["first", "first_inproc"])
+def test_leaving_a_stream_early_stops_the_decoupled_child(agent: Agent, meet: Path,
+                                                          parent: str) -> None:
+    run = next(RUNS)
+    x = np.array([7.0, run, 0.0, 1.0], np.float32)
+    np.testing.assert_allclose(call(agent.tcp, parent, x), x)  # the first response: x + 0
+    tally = meet / f"ticker-{run}"
+    eventually(tally.exists, message="the ticker's generator never ended")
+    assert int(tally.read_text()) < 50  # stopped, not run to its end
 
 
 @pytest.mark.parametrize("parent", ["patient", "patient_inproc"])
