@@ -223,8 +223,8 @@ class PipelineBackend:
             tensors[v] = result[k]
 
     def cancel(self, instance: int, execution: int) -> bool:
-        """A pipeline does not stop its running steps (each step's own timeout does); the
-        steps of a request whose caller left are not started."""
+        """A pipeline does not stop its running steps (each step's own timeout does); in an
+        unbatched pipeline, the steps of a request whose caller left are not started."""
         return False
 
     def close(self) -> None:

@@ -493,9 +493,11 @@ class DataPlane(DeployOperations):
         lv.slot.last_used = time.monotonic()
         if lv.streamer is not None:  # a decoupled model answers only over a stream
             raise lv.streamer.refusal()
-        if request.caller is not None and lv.batcher.backend.name in CALLS_MODELS \
+        if request.caller is not None and lv.batching.max_batch_size <= 1 \
+                and lv.batcher.backend.name in CALLS_MODELS \
                 and not isinstance(request.trace, ParentCall):
-            # its nested calls inherit its caller: the batcher makes this the running trace
+            # its nested calls inherit its caller (the batcher makes this the running trace);
+            # only where an execution serves one request: a batch's children serve them all
             request.trace = ParentCall(request.trace, request.caller)
         if lv.manifest.sequence is not None and request.sequence is None:
             lv.batcher.record_rejected(_now() - start)
