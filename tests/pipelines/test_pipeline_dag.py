@@ -24,7 +24,7 @@ MEMBERS = {"meet_a": ("meet_a", ("X",), ""), "meet_b": ("meet_b", ("X",), ""),
 
 # the merge step comes first and the branches after it: the order is the graph's, not the list's
 DIAMOND = 'name = "diamond"\nkind = "pipeline"\nmax_batch_size = 0\n' + tensors(
-    ("X",), ("Y", "Z")) + '''
+    ("X",), ("Y", "Z", "W")) + '''
 [[steps]]
 model = "add"
 inputs = { A = "left", B = "right" }
@@ -45,6 +45,11 @@ model = "double"
 inputs = { X = "Y" }
 outputs = { Y = "Z" }
 when = { tensor = "X", op = ">", value = 0 }
+
+[[steps]]
+model = "double"
+inputs = { X = "Z" }
+outputs = { Y = "W" }
 '''
 
 RUNS = itertools.count(1)
@@ -66,7 +71,7 @@ def _build(capsys: pytest.CaptureFixture[str], spec: Path, out: Path) -> tuple[i
     ('when = { tensor = "X", op = ">", value = 0 }',
      'when = { tensor = "X", op = ">", value = "0" }', "steps[3].when.value = '0' must be a"),
     ('when = { tensor = "X", op = ">", value = 0 }',
-     'when = { tensor = "W", op = ">", value = 0 }', "steps[3] (double) reads ['W']"),
+     'when = { tensor = "V", op = ">", value = 0 }', "steps[3] (double) reads ['V']"),
     ('when = { tensor = "X", op = ">", value = 0 }', 'when = "X > 0"',
      "steps[3].when must be a table with exactly tensor, op and value"),
     ("max_batch_size = 0", "max_batch_size = 4",
@@ -93,9 +98,9 @@ def test_steps_in_any_order_build_with_their_condition(tmp_path: Path,
     with tarfile.open(bundle) as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
     steps = manifest["backend_options"]["pipeline"]["steps"]
-    assert [s["model"] for s in steps] == ["add", "meet_a", "meet_b", "double"]
+    assert [s["model"] for s in steps] == ["add", "meet_a", "meet_b", "double", "double"]
     assert steps[3]["when"] == {"tensor": "X", "op": ">", "value": 0}
-    assert all("when" not in s for s in steps[:3])  # an unconditional step is stored as before
+    assert all("when" not in s for i, s in enumerate(steps) if i != 3)  # stored as before
 
 
 @pytest.fixture(scope="module")
@@ -112,12 +117,12 @@ def agent(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ag
         yield running
 
 
-def _diamond(url: str, x: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _diamond(url: str, x: np.ndarray) -> tuple[np.ndarray | None, ...]:
     with grpcclient.InferenceServerClient(url) as client:
         inp = grpcclient.InferInput("X", list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
         result = client.infer("diamond", [inp], client_timeout=120)
-        return result.as_numpy("Y"), result.as_numpy("Z")
+        return result.as_numpy("Y"), result.as_numpy("Z"), result.as_numpy("W")
 
 
 def _executions(url: str, model: str) -> int:
@@ -131,17 +136,20 @@ def test_the_branches_run_at_the_same_time_and_the_condition_gates_its_step(
     # meet_a (2x) and meet_b (3x) each answer only once the other has started: in sequence
     # the first would wait for the second, which never starts
     x = np.array([1.0, next(RUNS), 2.0, 3.0], np.float32)
-    y, z = _diamond(agent.tcp, x)
-    assert y is not None and z is not None
+    y, z, w = _diamond(agent.tcp, x)
+    assert y is not None and z is not None and w is not None
     np.testing.assert_allclose(y, 5 * x)
     np.testing.assert_allclose(z, 10 * x)  # every X > 0: the optional step ran
+    np.testing.assert_allclose(w, 20 * x)  # and the step that reads its output
 
     doubled = _executions(agent.tcp, "double")
     x = np.array([1.0, next(RUNS), -2.0, 3.0], np.float32)
-    y, z = _diamond(agent.uds, x)
+    y, z, w = _diamond(agent.uds, x)
     assert y is not None
     np.testing.assert_allclose(y, 5 * x)
-    assert z is None  # the condition failed: the step was skipped and its output is absent
+    # the condition failed: the step was skipped and its output is absent, and so was the
+    # step that reads that output
+    assert z is None and w is None
     assert _executions(agent.tcp, "double") == doubled
 
 
