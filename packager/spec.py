@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packager.bundle.errors import BundleError, UsageError
+from packager.bundle.errors import BundleError, ModelError, UsageError
 from packager.bundle.format import check_member_path, check_model_name
 from packager.bundle.function_signature import CALLING_CONTEXT, CALLING_REQUESTS
 from packager.bundle.input_format import check_input_formats
@@ -26,7 +26,7 @@ from packager.bundle.manifest import (
     SequenceConfig,
     TensorSpec,
 )
-from packager.bundle.pipeline import Step
+from packager.bundle.pipeline import CONDITION_OPS, Condition, Step, step_order
 from packager.labels import load_labels
 
 KINDS = ("python", "pipeline")
@@ -38,7 +38,8 @@ CALLINGS = (CALLING_CONTEXT, CALLING_REQUESTS)
 _SEQUENCE_KEYS = {"strategy", "max_sequence_idle_us", "max_candidate_sequences"}
 _PIPELINE_KEYS = _COMMON_KEYS | {"steps"}
 _TENSOR_KEYS = {"name", "datatype", "shape"}
-_STEP_KEYS = {"model", "version", "inputs", "outputs"}
+_STEP_KEYS = {"model", "version", "inputs", "outputs", "when"}
+_WHEN_KEYS = {"tensor", "op", "value"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_BATCH_LIMIT = 1 << 16
@@ -219,8 +220,25 @@ def _names(spec: Path, where: str, value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def _condition(spec: Path, where: str, value: Any) -> Condition | None:
+    if value is None:
+        return None
+    example = '{ tensor = "score", op = ">", value = 0.5 }'
+    if not isinstance(value, dict) or set(value) != _WHEN_KEYS:
+        raise _fail(spec, f"{where} must be a table with exactly tensor, op and value, e.g. "
+                          f"{example}")
+    tensor, op, number = value["tensor"], value["op"], value["value"]
+    if not isinstance(tensor, str) or not tensor:
+        raise _fail(spec, f"{where}.tensor must name a pipeline tensor")
+    if op not in CONDITION_OPS:
+        raise _fail(spec, f"{where}.op = {op!r} is not one of {list(CONDITION_OPS)}")
+    if not isinstance(number, (int, float)):
+        raise _fail(spec, f"{where}.value = {number!r} must be a number or a boolean")
+    return Condition(tensor, op, number)
+
+
 def _pipeline(spec: Path, d: dict[str, Any], inputs: tuple[TensorSpec, ...],
-              outputs: tuple[TensorSpec, ...], name: str) -> tuple[Step, ...]:
+              outputs: tuple[TensorSpec, ...], name: str, max_batch: int) -> tuple[Step, ...]:
     raw = d.get("steps")
     if not isinstance(raw, list) or not raw:
         raise _fail(spec, "a pipeline needs at least one [[steps]] table")
@@ -246,16 +264,26 @@ def _pipeline(spec: Path, d: dict[str, Any], inputs: tuple[TensorSpec, ...],
             version = _int(spec, f"{where}.version", version, 1, 2**31)
         ins = _names(spec, f"{where}.inputs", s.get("inputs"))
         outs = _names(spec, f"{where}.outputs", s.get("outputs"))
-        missing = sorted(v for v in ins.values() if v not in known)
-        if missing:
-            raise _fail(spec, f"{where} ({model}) reads {missing}, which no pipeline input or "
-                              "earlier step produces")
+        when = _condition(spec, f"{where}.when", s.get("when"))
+        if when is not None and max_batch > 0:
+            raise _fail(spec, f"{where}.when: a condition decides for a whole execution, and "
+                              "batched rows of different requests would decide for each "
+                              "other; set max_batch_size = 0")
         for v in outs.values():
             if v in known:
                 raise _fail(spec, f"{where} ({model}) writes tensor {v!r}, which already "
                                   "exists; each pipeline tensor is written once")
             known.add(v)
-        steps.append(Step(str(model), version, ins, outs))
+        steps.append(Step(str(model), version, ins, outs, when))
+    for i, step in enumerate(steps):
+        missing = sorted(v for v in step.reads if v not in known)
+        if missing:
+            raise _fail(spec, f"steps[{i}] ({step.model}) reads {missing}, which no pipeline "
+                              "input or step produces")
+    try:
+        step_order(steps, lambda i: f"steps[{i}] ({steps[i].model})")
+    except ModelError as exc:
+        raise _fail(spec, str(exc)) from None
     unproduced = sorted(t.name for t in outputs if t.name not in known)
     if unproduced:
         raise _fail(spec, f"pipeline output(s) {unproduced} are produced by no step")
@@ -308,7 +336,7 @@ def load_spec(path: Path | str, name: str | None = None) -> ModelSpec:
                             for _, name, datatype in PYTHON_SEQUENCE_CONTROLS)
         return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
                          input_formats=formats, labels=labels, **extra)
-    steps = _pipeline(spec, data, inputs, outputs, str(model))
+    steps = _pipeline(spec, data, inputs, outputs, str(model), mbs)
     return ModelSpec(spec, str(model), kind, mbs, inputs, outputs, instances=instances,
                      steps=steps, input_formats=formats, labels=labels)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -41,6 +43,25 @@ class Host(Protocol):
         """Run ``inputs`` on ``model`` (its active version, or ``version``) as a client's
         request would run, and return its outputs (all, or those named in ``outputs``).
         Raises the agent's AgentError subclasses (unknown model, bad input, failure)."""
+        ...
+
+    def submit(self, model: str, inputs: dict[str, np.ndarray], version: int | None = None,
+               outputs: list[str] | None = None) -> Future[dict[str, np.ndarray]]:
+        """Start the request :meth:`infer` would run, never on the calling thread, and return
+        at once; the future holds its outputs or its AgentError. Wait for it inside
+        :meth:`waiting`."""
+        ...
+
+    def stream(self, model: str, inputs: dict[str, np.ndarray],
+               version: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """The responses of decoupled ``model`` to ``inputs``, produced as they are taken
+        (a model that is not decoupled gives its one answer); closing it early stops the
+        model's generator."""
+        ...
+
+    def waiting(self) -> AbstractContextManager[None]:
+        """The calling execution gives its execution slot up while the body waits for calls
+        it submitted (so that they may run on it)."""
         ...
 
     def model_config(self, model: str, version: int | None = None) -> HostedModel:

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,74 @@ def load_request(model_dir: Path, manifest: Manifest, options: BackendOptions,
     }
 
 
+CALL_OPS = frozenset({"call", "start", "await", "drop", "open", "pull"})
+"""The messages a runtime process sends mid-execution to call other models (each answered
+with one reply): ``call`` runs one request (``ctx.infer``); ``start`` begins one and
+``await`` fetches its answer (``ctx.infer_async``); ``open`` begins a stream and ``pull``
+fetches its next response (``ctx.stream``); ``drop`` forgets a started call or stream."""
+
+
+class _Children:
+    """The calls one runtime process's execution started on the agent, by the process's id
+    for them; those still open when the execution ends are cancelled (streams closed)."""
+
+    def __init__(self, owner: IsolatedBackend) -> None:
+        self._owner = owner
+        self._open: dict[int, Future[dict[str, np.ndarray]] | Iterator[dict[str, np.ndarray]]] = {}
+
+    def answer(self, request: dict[str, Any], inputs: dict[str, np.ndarray],
+               ) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
+        """The reply to one CALL_OPS message."""
+        op = request.get("op")
+        host = self._owner.host
+        if op == "call" or host is None:
+            return self._owner.call(request, inputs)
+        call = int(request.get("id", 0))
+        model, version = str(request.get("model")), request.get("version")
+        try:
+            if op == "start":
+                self._open[call] = host.submit(model, inputs, version)
+            elif op == "open":
+                self._open[call] = host.stream(model, inputs, version)
+            elif op == "await":
+                future = self._open.pop(call)
+                assert isinstance(future, Future)
+                return {"ok": True}, future.result()
+            elif op == "pull":
+                responses = self._open[call]
+                assert not isinstance(responses, Future)
+                with host.waiting():
+                    item = next(responses, None)
+                if item is None:
+                    del self._open[call]
+                    return {"ok": True, "item": False}, None
+                return {"ok": True, "item": True}, item
+            else:  # drop
+                self._forget(self._open.pop(call, None))
+        except AgentError as exc:
+            self._forget(self._open.pop(call, None))
+            return {"ok": False, "error": str(exc)}, None
+        except (KeyError, AssertionError):
+            return {"ok": False, "error": f"no call {call} is open (it ended, or was never "
+                                          "started)"}, None
+        return {"ok": True}, None
+
+    @staticmethod
+    def _forget(child: Future[dict[str, np.ndarray]] | Iterator[dict[str, np.ndarray]] | None,
+                ) -> None:
+        if isinstance(child, Future):
+            child.cancel()
+        elif child is not None:
+            close = getattr(child, "close", None)
+            if close is not None:
+                close()
+
+    def close(self) -> None:
+        """The execution ended: cancel what it left open."""
+        while self._open:
+            self._forget(self._open.popitem()[1])
+
+
 class _RuntimeProcess:
     """One runtime process serving one instance; restarts itself after a kill or a crash."""
 
@@ -105,6 +174,7 @@ class _RuntimeProcess:
         self.info: dict[str, Any] = {}
         self._over_limit = ""  # why the memory watch killed the process ("" when it did not)
         self._watch_stop = threading.Event()
+        self._children = _Children(owner)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -249,11 +319,13 @@ class _RuntimeProcess:
         try:
             conn.send({"op": "infer"}, inputs)
             reply, outputs = conn.recv(copy=True)
-            while reply.get("op") == "call":  # a Python model's ctx.infer, mid-execution
-                conn.send(*self._owner.call(reply, outputs))
+            while reply.get("op") in CALL_OPS:  # a Python model's ctx.infer, mid-execution
+                conn.send(*self._children.answer(reply, outputs))
                 reply, outputs = conn.recv(copy=True)
         except (EOFError, OSError, WireError) as exc:
             raise self._lost(cancelled=executions.end(self.instance)) from exc
+        finally:
+            self._children.close()
         if executions.end(self.instance):
             # killed just after it answered: replace the process before the next execution
             self._lost(cancelled=True)
@@ -274,8 +346,8 @@ class _RuntimeProcess:
             while True:
                 reply, outputs = conn.recv(copy=True)
                 op = reply.get("op")
-                if op == "call":  # ctx.infer from the generator
-                    conn.send(*self._owner.call(reply, outputs))
+                if op in CALL_OPS:  # ctx.infer from the generator
+                    conn.send(*self._children.answer(reply, outputs))
                 elif op == "item":
                     yield outputs
                     conn.send({"op": "next"})
@@ -288,6 +360,7 @@ class _RuntimeProcess:
         finally:
             if not done:  # the caller stopped taking responses: stop the generator
                 self._stop_stream(conn)
+            self._children.close()
         if executions.end(self.instance):
             self._lost(cancelled=True)
         if not reply.get("ok"):
@@ -301,7 +374,7 @@ class _RuntimeProcess:
             conn.sock.settimeout(self._owner.load_timeout_s)
             while True:
                 reply, _ = conn.recv(copy=True)
-                if reply.get("op") == "call":
+                if reply.get("op") in CALL_OPS:
                     conn.send({"ok": False, "error": "the stream was stopped"})
                 elif reply.get("op") != "item":
                     break
@@ -391,7 +464,7 @@ class IsolatedBackend:
         self.load_timeout_s = load_timeout_s
         self.nice = options.nice  # of every runtime process (a background model's: above 0)
         self.memory_limit_bytes = options.memory_limit_bytes  # of each process (0: none)
-        self._host: Host | None = options.host  # answers the processes' nested calls
+        self.host: Host | None = options.host  # answers the processes' nested calls
         instances = max(1, options.instances)
         self.load_request = load_request(model_dir, manifest, options, preferred)
         self.executions = RunningExecutions(instances)
@@ -426,10 +499,10 @@ class IsolatedBackend:
         model was loaded with; the reply to send back (the process's model names the call
         in its error)."""
         model = str(request.get("model"))
-        if self._host is None:
+        if self.host is None:
             return {"ok": False, "error": f"no agent hosts model {self.label}"}, None
         try:
-            outputs = self._host.infer(model, inputs, request.get("version"))
+            outputs = self.host.infer(model, inputs, request.get("version"))
         except AgentError as exc:
             return {"ok": False, "error": str(exc)}, None
         return {"ok": True}, outputs

@@ -11,6 +11,7 @@ fails only the execution in flight.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import importlib.metadata
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +48,11 @@ _imported: set[str] = set()  # top-level module names of Python models imported 
 
 class ModelContext:
     """What a Python model's function gets besides its inputs: its name, version, a logger,
-    and ``infer`` to call other models on the agent (Business Logic Scripting) through the
-    host the backend was loaded with. A stateful model's (spec ``[sequence]``) also gets its
-    request's ``sequence_id`` (an int, or the string a caller sent), ``sequence_start``,
-    ``sequence_end`` and ``state``: a dict kept for the sequence from its START, dropped when
-    it ends or idles out."""
+    and ``infer``, ``infer_async`` and ``stream`` to call other models on the agent (Business
+    Logic Scripting) through the host the backend was loaded with. A stateful model's (spec
+    ``[sequence]``) also gets its request's ``sequence_id`` (an int, or the string a caller
+    sent), ``sequence_start``, ``sequence_end`` and ``state``: a dict kept for the sequence
+    from its START, dropped when it ends or idles out."""
 
     def __init__(self, name: str, version: int, host: Host | None = None,
                  label: str = "") -> None:
@@ -75,6 +77,85 @@ class ModelContext:
             return self._host.infer(model, dict(inputs), version)
         except AgentError as exc:
             raise BackendError(f"{self._label}: ctx.infer({model!r}) failed: {exc}") from exc
+
+    def infer_async(self, model: str, inputs: dict[str, np.ndarray],
+                    version: int | None = None) -> Future[dict[str, np.ndarray]]:
+        """Start ``ctx.infer(model, inputs, version)`` and return at once: a
+        ``concurrent.futures.Future`` of its outputs (``result()`` raises BackendError when it
+        fails; in async code, ``await asyncio.wrap_future(f)``). Several started before the
+        first is awaited run side by side. Take every result before the function returns:
+        the calls still running then are cancelled."""
+        host = self._hosting(f"ctx.infer_async({model!r})")
+        try:
+            started = host.submit(model, dict(inputs), version)
+        except AgentError as exc:
+            raise BackendError(f"{self._label}: ctx.infer_async({model!r}) failed: "
+                               f"{exc}") from exc
+        return _Relabelled(started, f"{self._label}: ctx.infer_async({model!r}) failed")
+
+    def stream(self, model: str, inputs: dict[str, np.ndarray],
+               version: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """The responses of decoupled ``model`` to ``inputs``, each as the model yields it (a
+        model that is not decoupled gives its one answer); BackendError when it fails.
+        Leaving the loop early stops the model's generator."""
+        host = self._hosting(f"ctx.stream({model!r})")
+        responses = host.stream(model, dict(inputs), version)
+        try:
+            yield from responses
+        except AgentError as exc:
+            raise BackendError(f"{self._label}: ctx.stream({model!r}) failed: {exc}") from exc
+        finally:
+            close = getattr(responses, "close", None)
+            if close is not None:
+                close()
+
+    def _hosting(self, call: str) -> Host:
+        if self._host is None:
+            raise BackendError(f"{self._label}: {call} needs the agent's data plane, and no "
+                               "agent hosts this model")
+        return self._host
+
+
+class _Relabelled(Future[dict[str, np.ndarray]]):
+    """A nested call's future whose failure is a BackendError naming the calling model."""
+
+    def __init__(self, started: Future[dict[str, np.ndarray]], label: str) -> None:
+        super().__init__()
+        self._started = started
+        self._label = label
+        started.add_done_callback(self._settle)
+        self.add_done_callback(self._forward_cancel)
+
+    def _settle(self, started: Future[dict[str, np.ndarray]]) -> None:
+        if self.done():
+            return
+        try:
+            outputs = started.result()
+        except BaseException as exc:
+            error = exc if not isinstance(exc, AgentError) else \
+                BackendError(f"{self._label}: {exc}")
+            with contextlib.suppress(InvalidStateError):
+                self.set_exception(error)
+            return
+        with contextlib.suppress(InvalidStateError):
+            self.set_result(outputs)
+
+    def _forward_cancel(self, _: Future[dict[str, np.ndarray]]) -> None:
+        if self.cancelled():
+            self._started.cancel()
+
+    def result(self, timeout: float | None = None) -> dict[str, np.ndarray]:
+        """The outputs, once the call is answered (the host's future does the waiting: it
+        gives the execution's slot up meanwhile, or fetches the answer from the agent)."""
+        if not self.done():
+            self._started.exception(timeout)
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The call's error (None when it succeeded), once it is answered."""
+        if not self.done():
+            self._started.exception(timeout)
+        return super().exception(timeout)
 
 
 def check_requires(manifest: Manifest, requires: list[str]) -> None:

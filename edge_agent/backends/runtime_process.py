@@ -11,6 +11,8 @@ closes, so a killed agent leaves no runtime behind.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import mmap
 import os
 import signal
@@ -18,6 +20,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,21 +75,73 @@ def load(request: dict[str, Any], host: Host | None = None) -> Backend:
 class AgentHost:
     """The :class:`~edge_agent.backends.base.Host` of a runtime process: a nested request is
     sent to the agent in the middle of an execution (the agent answers it on its side's host
-    before it expects this execution's result)."""
+    before it expects this execution's result). ``submit`` and ``stream`` start the call on
+    the agent and fetch its answers when they are asked for (``{"op": "await"}``,
+    ``{"op": "pull"}``), so the wire stays one reply per message."""
 
     def __init__(self, conn: Channel) -> None:
         self._conn = conn
+        self._lock = threading.Lock()  # one exchange on the socket at a time
+        self._ids = itertools.count(1)
+
+    def _ask(self, header: dict[str, Any],
+             inputs: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Send one request to the agent and return its reply; BackendError when refused."""
+        from edge_agent.errors import BackendError
+
+        with self._lock:
+            self._conn.send(header, inputs)
+            reply, answer = self._conn.recv(copy=True)
+        if not reply.get("ok"):
+            raise BackendError(str(reply.get("error", "the agent refused the call")))
+        return reply, answer
 
     def infer(self, model: str, inputs: dict[str, Any], version: int | None = None,
               outputs: list[str] | None = None) -> dict[str, Any]:
         """One request to ``model`` on the agent; BackendError with the agent's reason."""
-        from edge_agent.errors import BackendError
-
-        self._conn.send({"op": "call", "model": model, "version": version}, inputs)
-        reply, answer = self._conn.recv(copy=True)
-        if not reply.get("ok"):
-            raise BackendError(str(reply.get("error", f"the agent did not run {model!r}")))
+        _, answer = self._ask({"op": "call", "model": model, "version": version}, inputs)
         return answer if outputs is None else {k: answer[k] for k in outputs}
+
+    def submit(self, model: str, inputs: dict[str, Any], version: int | None = None,
+               outputs: list[str] | None = None) -> Future[dict[str, Any]]:
+        """Start one request on the agent; its answer is fetched when the future is waited
+        for."""
+        call = next(self._ids)
+        self._ask({"op": "start", "id": call, "model": model, "version": version}, inputs)
+        return _Remote(self, call, outputs)
+
+    def fetch(self, call: int) -> dict[str, Any]:
+        """The answer to started call ``call`` (waits for it on the agent)."""
+        return self._ask({"op": "await", "id": call})[1]
+
+    def drop(self, call: int) -> None:
+        """The agent forgets call ``call`` (cancels it if it still waits)."""
+        self._ask({"op": "drop", "id": call})
+
+    def stream(self, model: str, inputs: dict[str, Any],
+               version: int | None = None) -> Iterator[dict[str, Any]]:
+        """The responses of ``model`` on the agent, each fetched when it is taken."""
+        call = next(self._ids)
+        self._ask({"op": "open", "id": call, "model": model, "version": version}, inputs)
+        ended = False
+        try:
+            while True:
+                try:
+                    reply, answer = self._ask({"op": "pull", "id": call})
+                except Exception:
+                    ended = True  # the agent closed the stream with its error
+                    raise
+                if not reply.get("item"):
+                    ended = True
+                    return
+                yield answer
+        finally:
+            if not ended:  # left early: the agent stops the model's generator
+                self.drop(call)
+
+    def waiting(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to give up here: the agent's side waits without its slot."""
+        return contextlib.nullcontext()
 
     def model_config(self, model: str, version: int | None = None) -> HostedModel:
         """Not offered to a runtime process (only in-agent backends check other models)."""
@@ -93,6 +149,41 @@ class AgentHost:
 
         raise BackendError(f"model {model!r}: a runtime process cannot read another model's "
                            "configuration; load this backend in the agent's process")
+
+
+class _Remote(Future[dict[str, Any]]):
+    """A call started on the agent from a runtime process: waiting for it fetches its
+    answer (``done()`` is False until then); a cancel drops it on the agent."""
+
+    def __init__(self, host: AgentHost, call: int, outputs: list[str] | None) -> None:
+        super().__init__()
+        self._host, self._call, self._outputs = host, call, outputs
+
+    def _fetch(self) -> None:
+        if self.done() or not self.set_running_or_notify_cancel():
+            return
+        try:
+            answer = self._host.fetch(self._call)
+        except BaseException as exc:
+            self.set_exception(exc)
+            return
+        outputs = self._outputs
+        self.set_result(answer if outputs is None else {k: answer[k] for k in outputs})
+
+    def result(self, timeout: float | None = None) -> dict[str, Any]:
+        self._fetch()
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._fetch()
+        return super().exception(timeout)
+
+    def cancel(self) -> bool:
+        cancelled = super().cancel()
+        if cancelled:
+            with contextlib.suppress(Exception):  # the execution may have ended
+                self._host.drop(self._call)
+        return cancelled
 
 
 def _stream(conn: Channel, backend: Any, inputs: dict[str, Any]) -> None:
