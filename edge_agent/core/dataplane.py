@@ -333,6 +333,7 @@ class DataPlane(DeployOperations):
         ended = self.sequences.drain(name, version, timeout)
         left = max(0.0, timeout - (time.monotonic() - t0))
         return super().unload_version(name, version, drain_timeout_s=left) and ended
+
     def _optional(self, request: InferRequest) -> Mapping[str, str]:
         """Of the outputs ``request`` names, those its model may leave out (a pipeline's
         outputs written by steps with a condition): output -> the step that writes it."""
