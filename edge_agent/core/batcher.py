@@ -3,11 +3,13 @@
 Batches form greedily from what queued up while every instance was busy. A request that finds
 nothing in flight and an idle instance runs at once: on the caller's thread when the caller allows
 it (no thread handoff at all), otherwise on an idle worker; so one caller pays almost nothing over
-a direct backend call, while concurrent callers queue and share executions. When an instance
-comes free with requests queued, it is handed to the blocked caller at the queue's head (a
-leader), whose own thread forms and runs the batch for the callers behind it, then hands the
-instance on: no batcher thread on the way and no wake-up of its own answer; batcher threads run
-only batches led by a Future (``submit``) or a niced model's. ``max_queue_delay_us``
+a direct backend call, while concurrent callers queue and share executions. For a tiny model
+(executions under ``parallel_min_ns``: the front end bounds it), an instance that comes free
+with requests queued is handed to the blocked caller at the queue's head (a leader), whose own
+thread forms and runs the batch for the callers behind it, then hands the instance on: no
+batcher thread on the way and no wake-up for its own answer. Batcher threads run the batches of
+larger models (batch after batch, no wake-up between them), those led by a Future (``submit``)
+and a niced model's. ``max_queue_delay_us``
 is only spent waiting for more rows (up to the smallest preferred batch size) when the batch
 already holds more than one request and every instance is busy, and never longer than half of
 a recent execution's compute time, so tiny models never idle an instance waiting. With several
@@ -440,10 +442,12 @@ class DynamicBatcher:
     def _promote(self, instance: int) -> bool:
         """Hand ``instance`` to the caller blocked at the head of the queue, to run its batch
         on its own thread (lock held); False when the head is not a blocked caller, or the
-        model's executions run on niced workers."""
+        model is not a tiny one (see :meth:`_parallel_ok`: a compute-bound model's worker runs
+        batch after batch without a wake-up between them), or its executions run niced."""
         head = self._queue[0]
         waiter = head.future
-        if type(waiter) is not _Waiter or waiter._claim or self._nice:
+        if type(waiter) is not _Waiter or waiter._claim or self._nice or not (
+                0 < self._floor_ns < self._parallel_min_ns):
             return False
         self._queue.popleft()
         head.queued = False
@@ -674,8 +678,6 @@ class DynamicBatcher:
             queue_total = t0 * n - enq
             total_sum = t3 * n - enq
         with self._lock:
-            if release >= 0:
-                self._hand_on(release)
             s = self.stats
             if ok:
                 self._infer_ewma_ns += (infer_ns - self._infer_ewma_ns) >> 3
@@ -720,6 +722,8 @@ class DynamicBatcher:
                 d.ns += output_ns
             else:
                 s.fail.add(total_sum, n)
+            if release >= 0:  # after the estimates above: _hand_on reads them
+                self._hand_on(release)
             self._inflight -= n
             if self._closed and self._inflight == 0:
                 self._drained.notify_all()

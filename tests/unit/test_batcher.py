@@ -214,7 +214,7 @@ def _callers(batcher: DynamicBatcher, inputs: list[np.ndarray], answers: dict[in
     return threads
 
 
-def test_blocked_callers_run_their_batch_on_a_callers_thread_not_a_batcher_thread() -> None:
+def test_a_tiny_models_blocked_callers_run_their_batch_on_a_callers_thread() -> None:
     hold = threading.Event()
     ran_on: list[str] = []  # the thread of every execution (fail_when runs on it)
 
@@ -223,7 +223,9 @@ def test_blocked_callers_run_their_batch_on_a_callers_thread_not_a_batcher_threa
         return False
 
     backend = FakeBackend(hold=hold, fail_when=record_thread)
-    batcher = make(backend)
+    # every execution counts as a tiny model's (the front end bounds those), however long held
+    batcher = DynamicBatcher(backend, model="m", version=3, config=BATCHED,
+                             parallel_min_ns=1 << 62)
     answers: dict[int, object] = {}
     threads: list[threading.Thread] = []
     try:
@@ -254,7 +256,9 @@ def test_callers_giving_up_while_queued_never_strand_the_instance() -> None:
         return False
 
     backend = FakeBackend(hold=hold, fail_when=work)
-    batcher = make(backend, BatchingConfig(max_batch_size=1, instances=1, max_queue_size=64))
+    batcher = DynamicBatcher(backend, model="m", version=3, parallel_min_ns=1 << 62,
+                             config=BatchingConfig(max_batch_size=1, instances=1,
+                                                   max_queue_size=64))
     answers: dict[int, object] = {}
     threads: list[threading.Thread] = []
     try:
