@@ -20,7 +20,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.bench_serve import ENV, ORT, Proc
+from benchmarks.bench_serve import ENV, ORT, Proc, _cpu_s
 
 
 def classify(frames: list[str]) -> str:
@@ -49,12 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, metavar="AGENT_TOML")
     parser.add_argument("--top", type=int, default=0, metavar="N",
                         help="also print the N innermost frames of ours that hold the GIL most")
+    parser.add_argument("--leaves", type=int, default=0, metavar="N",
+                        help="also print the N innermost frames (any code) that hold the GIL most")
+    parser.add_argument("--raw", type=Path, metavar="FILE",
+                        help="also keep py-spy's raw stacks (one collapsed stack a line) here")
     args = parser.parse_args(argv)
     py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if py_spy is None:
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
         return 1
     from edge_agent.cli import main as agent_cli
+    from edge_agent.perf.server_stats import stats_reader
     from packager.build import build_bundles
     from tests.support.model_factory import make_mlp
 
@@ -74,18 +79,31 @@ def main(argv: list[str] | None = None) -> int:
                  "--model", "mlp", "-c", str(args.concurrency), "-t", str(args.seconds + 2)],
                 env=ENV, stdout=subprocess.PIPE, text=True)
             raw = work / "profile.txt"
+            read_stats = stats_reader(f"unix:{sock}", "mlp")
+            stats0, cpu0 = read_stats(), _cpu_s(agent.pid)
             subprocess.run([py_spy, "record", "--pid", str(agent.pid), "--gil", "--format",
                             "raw", "--rate", "400", "--duration", str(int(args.seconds)),
                             "-o", str(raw)], check=True, capture_output=True)
+            window = read_stats() - stats0
+            cpu_s = _cpu_s(agent.pid) - cpu0
             print("load:", load.communicate(timeout=120)[0].strip())
+            requests = window.success_count or 1
+            print(f"server (profiled window, py-spy included): {cpu_s * 1e6 / requests:.0f} us "
+                  f"CPU per request, {window.inference_count / max(1, window.execution_count):.1f}"
+                  f" rows per execution")
+            print("\n".join(window.report()))
         finally:
             agent.stop()
+        if args.raw:
+            shutil.copyfile(raw, args.raw)
         layers: Counter[str] = Counter()
         ours: Counter[str] = Counter()
+        leaves: Counter[str] = Counter()
         for line in raw.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
             frames = stack.split(";")
             layers[classify(frames)] += int(count)
+            leaves[frames[-1]] += int(count)
             mine = [f for f in frames if "edge_agent/" in f]
             if mine:
                 ours[mine[-1]] += int(count)
@@ -96,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.top:
         print(f"innermost edge_agent frame of the GIL holder (top {args.top}):")
         for frame, n in ours.most_common(args.top):
+            print(f"  {100 * n / total:5.1f}%  {frame}")
+    if args.leaves:
+        print(f"innermost frame of the GIL holder (top {args.leaves}):")
+        for frame, n in leaves.most_common(args.leaves):
             print(f"  {100 * n / total:5.1f}%  {frame}")
     return 0
 

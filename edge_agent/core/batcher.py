@@ -3,7 +3,13 @@
 Batches form greedily from what queued up while every instance was busy. A request that finds
 nothing in flight and an idle instance runs at once: on the caller's thread when the caller allows
 it (no thread handoff at all), otherwise on an idle worker; so one caller pays almost nothing over
-a direct backend call, while concurrent callers queue and share executions. ``max_queue_delay_us``
+a direct backend call, while concurrent callers queue and share executions. For a tiny model
+(executions under ``parallel_min_ns``: the front end bounds it), an instance that comes free
+with requests queued is handed to the blocked caller at the queue's head (a leader), whose own
+thread forms and runs the batch for the callers behind it, then hands the instance on: no
+batcher thread on the way and no wake-up for its own answer. Batcher threads run the batches of
+larger models (batch after batch, no wake-up between them), those led by a Future (``submit``)
+and a niced model's. ``max_queue_delay_us``
 is only spent waiting for more rows (up to the smallest preferred batch size) when the batch
 already holds more than one request and every instance is busy, and never longer than half of
 a recent execution's compute time, so tiny models never idle an instance waiting. With several
@@ -71,12 +77,30 @@ class _Waiter:
     answers and a cancel wins (``list.append`` is atomic); a later one raises
     InvalidStateError, as a Future's does."""
 
-    __slots__ = ("_claim", "_lock")
+    __slots__ = ("_claim", "_lock", "lead")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lock.acquire()
         self._claim: list[Any] = []
+        self.lead = -1  # an instance handed to the waiting caller to run a batch on itself
+
+    def promote(self, instance: int) -> None:
+        """Wake the waiting caller to run a batch on ``instance`` (batcher lock held; only
+        for a waiter nobody answered or cancelled, whose request left the queue)."""
+        self.lead = instance
+        self._lock.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until answered or promoted; False after ``timeout``."""
+        return self._lock.acquire(timeout=-1 if timeout is None else timeout)
+
+    def answer(self) -> InferResult:
+        """The answer once :meth:`wait` returned for it (raises the request's error)."""
+        result, error = self._claim[0]
+        if error is not None:
+            raise error
+        return result  # type: ignore[no-any-return]  # _claim holds (InferResult, error) pairs
 
     def _settle(self, answer: Any) -> None:
         claim = self._claim
@@ -98,12 +122,9 @@ class _Waiter:
 
     def result(self, timeout: float | None = None) -> InferResult:
         """The answer (raises the request's error); FutureTimeoutError after ``timeout``."""
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+        if not self.wait(timeout):
             raise FutureTimeoutError()
-        result, error = self._claim[0]
-        if error is not None:
-            raise error
-        return result  # type: ignore[no-any-return]  # _claim holds (InferResult, error) pairs
+        return self.answer()
 
 
 class _Pending:
@@ -306,15 +327,21 @@ class DynamicBatcher:
         if caller is not None and item.caller is None:
             self._watch(item, caller)
         future: _Waiter = item.future  # type: ignore[assignment]  # _admit gave it a waiter
-        try:
-            return future.result(wait_s)
-        except FutureTimeoutError:
-            if not future.cancel():  # answered as the wait ended
-                return future.result()
-            self._withdraw(item)  # not run if it is still queued (counted cancelled)
-            raise RequestTimeoutError(
-                f"model {self.model!r} version {self.version}: no answer within {wait_s} s "
-                f"(request {request_id or '(no id)'})") from None
+        if not future.wait(wait_s):
+            with self._lock:  # promotions happen under it: either promoted or cancelled
+                promoted = future.lead >= 0
+                cancelled = not promoted and future.cancel()
+            if cancelled:
+                self._withdraw(item)  # not run if it is still queued (counted cancelled)
+                raise RequestTimeoutError(
+                    f"model {self.model!r} version {self.version}: no answer within {wait_s} s "
+                    f"(request {request_id or '(no id)'})") from None
+            future.wait(None)  # answered or promoted as the wait ended: consume the wake
+        if future.lead >= 0:  # this thread runs the batch: its own request and those queued
+            instance, future.lead = future.lead, -1
+            self._lead(item, instance)
+            future.wait(None)  # answered by the batch it ran
+        return future.answer()
 
     def _admit(self, item: _Pending, caller_runs: bool,
                waiter: type[Future[InferResult]] | type[_Waiter] = Future) -> int:
@@ -384,6 +411,61 @@ class DynamicBatcher:
                     if not batch:
                         continue
                 self._execute(batch, instance, release=False)
+
+    def _lead(self, item: _Pending, instance: int) -> None:
+        """Run, on the calling thread, the batch of promoted ``item`` (taken out of the queue
+        by :meth:`_promote`) and what queued behind it; then hand ``instance`` on. No batcher
+        thread on the way: one wake-up for the whole batch's leader, none for a worker."""
+        batch = [item]
+        dropped: list[_Pending] = []
+        with self._lock:
+            batch += self._take_more(item.rows, dropped)
+            if self._queue and self._free and self._instances > 1 and self._parallel_ok():
+                self._hand_on(self._free.pop())  # a second instance starts on the rest
+        if dropped:
+            self._expire(dropped)
+        if self._delay_ns and len(batch) > 1:
+            batch = self._fill(_Worker(), batch)  # drops the expired and the gone itself
+        else:
+            now = _now()
+            gone = [p for p in batch if (p.deadline and now > p.deadline) or (
+                p.caller is not None and not p.caller.is_active())]
+            if gone:
+                self._expire(gone)
+                batch = [p for p in batch if p not in gone]
+        if batch:
+            self._execute(batch, instance, release=True)
+        else:
+            with self._lock:
+                self._hand_on(instance)
+
+    def _promote(self, instance: int) -> bool:
+        """Hand ``instance`` to the caller blocked at the head of the queue, to run its batch
+        on its own thread (lock held); False when the head is not a blocked caller, or the
+        model is not a tiny one (see :meth:`_parallel_ok`: a compute-bound model's worker runs
+        batch after batch without a wake-up between them), or its executions run niced."""
+        head = self._queue[0]
+        waiter = head.future
+        if type(waiter) is not _Waiter or waiter._claim or self._nice or not (
+                0 < self._floor_ns < self._parallel_min_ns):
+            return False
+        self._queue.popleft()
+        head.queued = False
+        waiter.promote(instance)
+        return True
+
+    def _hand_on(self, instance: int) -> None:
+        """A free ``instance`` (lock held): to the queue's head caller, else to an idle worker
+        when requests wait, else back to the free list."""
+        if self._queue:
+            if self._promote(instance):
+                return
+            if self._idle:
+                w = self._idle.pop()
+                w.instance = instance
+                w.wake.release()
+                return
+        self._free.append(instance)
 
     def _take_batch(self) -> tuple[list[_Pending], list[_Pending]]:
         """Pop requests up to the target rows (lock held); split off requests past deadline
@@ -596,13 +678,6 @@ class DynamicBatcher:
             queue_total = t0 * n - enq
             total_sum = t3 * n - enq
         with self._lock:
-            if release >= 0:
-                if self._queue and self._idle:
-                    w = self._idle.pop()
-                    w.instance = release
-                    w.wake.release()
-                else:
-                    self._free.append(release)
             s = self.stats
             if ok:
                 self._infer_ewma_ns += (infer_ns - self._infer_ewma_ns) >> 3
@@ -647,6 +722,8 @@ class DynamicBatcher:
                 d.ns += output_ns
             else:
                 s.fail.add(total_sum, n)
+            if release >= 0:  # after the estimates above: _hand_on reads them
+                self._hand_on(release)
             self._inflight -= n
             if self._closed and self._inflight == 0:
                 self._drained.notify_all()

@@ -4,6 +4,7 @@ bound, failures and closing."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 
@@ -13,7 +14,12 @@ import pytest
 from edge_agent.core.batcher import DynamicBatcher
 from edge_agent.core.gate import ExecutionGate
 from edge_agent.core.types import InferResult
-from edge_agent.errors import BackendError, ModelUnavailableError, QueueFullError
+from edge_agent.errors import (
+    BackendError,
+    ModelUnavailableError,
+    QueueFullError,
+    RequestTimeoutError,
+)
 from packager.bundle.manifest import BatchingConfig
 from tests.support.eventually import eventually
 from tests.support.fake_backend import FakeBackend
@@ -188,4 +194,92 @@ def test_an_execution_holds_a_gate_slot_while_it_runs(held: Held) -> None:
         first.result(60)
         eventually(lambda: gate.running == 0, timeout=60, message="slot never given back")
     finally:
+        batcher.close()
+
+
+def _callers(batcher: DynamicBatcher, inputs: list[np.ndarray], answers: dict[int, object],
+             wait_s: float | None = None, start: int = 0) -> list[threading.Thread]:
+    """One blocked ``infer`` caller thread per input (named caller-i, i from ``start``); each
+    stores its answer (or its error) in ``answers[i]``."""
+    def call(i: int, x: np.ndarray) -> None:
+        try:
+            answers[i] = batcher.infer({"x": x}, len(x), wait_s=wait_s)
+        except Exception as exc:
+            answers[i] = exc
+
+    threads = [threading.Thread(target=call, args=(i, x), name=f"caller-{i}")
+               for i, x in enumerate(inputs, start)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_a_tiny_models_blocked_callers_run_their_batch_on_a_callers_thread() -> None:
+    hold = threading.Event()
+    ran_on: list[str] = []  # the thread of every execution (fail_when runs on it)
+
+    def record_thread(_: dict[str, np.ndarray]) -> bool:
+        ran_on.append(threading.current_thread().name)
+        return False
+
+    backend = FakeBackend(hold=hold, fail_when=record_thread)
+    # every execution counts as a tiny model's (the front end bounds those), however long held
+    batcher = DynamicBatcher(backend, model="m", version=3, config=BATCHED,
+                             parallel_min_ns=1 << 62)
+    answers: dict[int, object] = {}
+    threads: list[threading.Thread] = []
+    try:
+        inputs = [rows(1, 0.0), rows(1, 100.0), rows(2, 200.0), rows(1, 300.0)]
+        threads = _callers(batcher, inputs[:1], answers)  # runs inline, held
+        backend.wait_entered()
+        threads += _callers(batcher, inputs[1:], answers, start=1)
+        eventually(lambda: batcher.snapshot_stats().pending_count == 3, timeout=60)
+        hold.set()
+        for t in threads:
+            t.join(60)
+        for i, x in enumerate(inputs):
+            np.testing.assert_array_equal(answers[i].outputs["y"], x * 2)  # type: ignore[attr-defined]
+        assert [c.rows for c in backend.calls] == [1, 4]  # the three queued ones: one batch
+        assert all(name.startswith("caller-") for name in ran_on), ran_on
+        assert batcher.inflight == 0
+    finally:
+        hold.set()
+        for t in threads:
+            t.join(60)
+        batcher.close()
+
+
+def test_callers_giving_up_while_queued_never_strand_the_instance() -> None:
+    hold = threading.Event()
+    def work(_: dict[str, np.ndarray]) -> bool:
+        time.sleep(0.005)  # each execution takes a few ms: the waits below end meanwhile
+        return False
+
+    backend = FakeBackend(hold=hold, fail_when=work)
+    batcher = DynamicBatcher(backend, model="m", version=3, parallel_min_ns=1 << 62,
+                             config=BatchingConfig(max_batch_size=1, instances=1,
+                                                   max_queue_size=64))
+    answers: dict[int, object] = {}
+    threads: list[threading.Thread] = []
+    try:
+        threads = _callers(batcher, [rows(1, 0.0)], answers)  # runs inline, held
+        backend.wait_entered()
+        for i in range(1, 25):  # waits ending between 10 and 240 ms
+            threads += _callers(batcher, [rows(1, float(i))], answers, wait_s=0.01 * i,
+                                start=i)
+        eventually(lambda: batcher.snapshot_stats().pending_count >= 1, timeout=60)
+        hold.set()
+        for t in threads:
+            t.join(60)
+        assert isinstance(answers[0], InferResult)
+        for i in range(1, 25):  # each answered once: its result, or its wait's end
+            assert isinstance(answers[i], InferResult | RequestTimeoutError), answers[i]
+        # whatever the races' outcomes, the instance came back: a new request runs
+        x = rows(1, 500.0)
+        np.testing.assert_array_equal(batcher.infer({"x": x}, 1, wait_s=60).outputs["y"], x * 2)
+        eventually(lambda: batcher.inflight == 0, timeout=60)
+    finally:
+        hold.set()
+        for t in threads:
+            t.join(60)
         batcher.close()
