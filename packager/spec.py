@@ -26,7 +26,7 @@ from packager.bundle.manifest import (
     SequenceConfig,
     TensorSpec,
 )
-from packager.bundle.pipeline import CONDITION_OPS, Condition, Step, step_order
+from packager.bundle.pipeline import CONDITION_OPS, Step, StepCondition, step_order
 from packager.labels import load_labels
 
 KINDS = ("python", "pipeline")
@@ -220,7 +220,7 @@ def _names(spec: Path, where: str, value: Any) -> dict[str, str]:
     return dict(value)
 
 
-def _condition(spec: Path, where: str, value: Any) -> Condition | None:
+def _condition(spec: Path, where: str, value: Any) -> StepCondition | None:
     if value is None:
         return None
     example = '{ tensor = "score", op = ">", value = 0.5 }'
@@ -234,7 +234,7 @@ def _condition(spec: Path, where: str, value: Any) -> Condition | None:
         raise _fail(spec, f"{where}.op = {op!r} is not one of {list(CONDITION_OPS)}")
     if not isinstance(number, (int, float)):
         raise _fail(spec, f"{where}.value = {number!r} must be a number or a boolean")
-    return Condition(tensor, op, number)
+    return StepCondition(tensor, op, number)
 
 
 def _pipeline(spec: Path, d: dict[str, Any], inputs: tuple[TensorSpec, ...],

@@ -31,8 +31,8 @@ from packager.bundle.backend_options import PipelineOptions
 from packager.bundle.errors import PackagerError
 from packager.bundle.manifest import Manifest
 from packager.bundle.pipeline import (
-    Condition,
     Step,
+    StepCondition,
     check_wiring,
     dependencies,
     producers,
@@ -59,7 +59,7 @@ _OPS: dict[str, Callable[[Any, Any], Any]] = {
     "<": operator.lt, "<=": operator.le}
 
 
-def holds(when: Condition, tensor: np.ndarray) -> bool:
+def holds(when: StepCondition, tensor: np.ndarray) -> bool:
     """Whether every element of ``tensor`` compares ``when.op`` to ``when.value`` (False for
     an empty tensor)."""
     array = np.asarray(tensor)

@@ -24,7 +24,7 @@ CONDITION_OPS = ("==", "!=", ">", ">=", "<", "<=")
 
 
 @dataclass(frozen=True)
-class Condition:
+class StepCondition:
     """A step's ``when``: the step runs only when every element of pipeline tensor ``tensor``
     compares ``op`` to ``value`` (an empty tensor never does). A plain comparison, never code."""
 
@@ -45,7 +45,7 @@ class Condition:
         return {"tensor": self.tensor, "op": self.op, "value": self.value}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Condition:
+    def from_dict(cls, d: dict[str, Any]) -> StepCondition:
         value = d["value"]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             value = bool(value) if isinstance(value, bool) else float(value)
@@ -61,7 +61,7 @@ class Step:
     version: int | None
     inputs: dict[str, str]
     outputs: dict[str, str]
-    when: Condition | None = None
+    when: StepCondition | None = None
 
     @property
     def reads(self) -> list[str]:
@@ -85,7 +85,7 @@ class Step:
         return cls(str(d["model"]), None if v is None else int(v),
                    {str(k): str(x) for k, x in d["inputs"].items()},
                    {str(k): str(x) for k, x in d["outputs"].items()},
-                   None if when is None else Condition.from_dict(when))
+                   None if when is None else StepCondition.from_dict(when))
 
 
 def producers(steps: Sequence[Step]) -> dict[str, int]:
@@ -168,7 +168,7 @@ def _check_batching(where: str, manifest: Manifest, member: Manifest) -> None:
                          f"max_batch_size {mine}")
 
 
-def _check_condition(where: str, when: Condition, known: dict[str, TensorSpec | None],
+def _check_condition(where: str, when: StepCondition, known: dict[str, TensorSpec | None],
                      batched: bool) -> None:
     if batched:
         raise ModelError(f"{where}: a condition (when) decides for a whole execution, and "
