@@ -32,6 +32,7 @@ def _port() -> int:
 
 
 PORT = _port()
+os.environ["EDGE_HOSTILE_REGISTRY_PORT"] = str(PORT)  # the same port in a spawned attacker
 REPOSITORY = "hostile/mlp"
 AGENT_ARGS = ["--registry-allow", f"127.0.0.1:{PORT}/hostile", "--registry-insecure"]
 """``edge-agent serve`` flags that let the agent pull from this attack's registry."""
