@@ -28,16 +28,18 @@ from tests.support.eventually import eventually
 from tests.support.spin_model import spin_input
 from tests.support.traffic import infer_request
 
-SLOW_TRIPS = 300_000  # a run of a fraction of a second to seconds, whatever the machine's load
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+SLOW_TRIPS = 1_000_000  # a run of a second or more, whatever the machine's load
 
 
 @pytest.fixture
 def served(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, AdmissionPool]]:
-    """An agent serving ``spin`` with 2 handler threads (8 slots) and a 500 ms deadline floor."""
+    """An agent serving ``spin`` with 2 handler threads (8 slots), a 500 ms deadline floor and
+    120 s for a call's request to arrive."""
     install(bundles.spin, tmp_path)
     config = load_config(state_dir=tmp_path, grpc_address="127.0.0.1:0", no_uds=True)
     config = dataclasses.replace(config, grpc=dataclasses.replace(
-        config.grpc, workers=2, deadline_floor_ms=500))
+        config.grpc, workers=2, deadline_floor_ms=500, request_arrival_s=120))
     dataplane = DataPlane(tmp_path)
     server = AgentServer(dataplane, config)
     try:
@@ -68,6 +70,13 @@ def _infer(stub: pb_grpc.GRPCInferenceServiceStub, trips: int, timeout: float | 
 def _admitted(pool: AdmissionPool, n: int) -> None:
     eventually(lambda: pool.admitted == n, timeout=60, interval=0.01,
                message=lambda: f"{pool.admitted} admitted, not {n}")
+
+
+def _refused(futures: list[grpc.Future], n: int) -> list[grpc.RpcError]:
+    """The errors of the first ``n`` of ``futures`` to end (waited for)."""
+    eventually(lambda: sum(f.done() for f in futures) >= n, timeout=60, interval=0.01,
+               message=lambda: f"{sum(f.done() for f in futures)} ended, not {n}")
+    return [f.exception() for f in futures if f.done()]
 
 
 def test_a_connection_that_fills_the_slots_leaves_one_for_another_connection(
@@ -102,38 +111,44 @@ def test_a_connection_that_fills_the_slots_leaves_one_for_another_connection(
 
 
 def test_connections_share_the_slots(served: tuple[str, AdmissionPool]) -> None:
+    """Calls that never send their request hold their slots (until the test ends them)."""
     address, pool = served
-    first, second = _connection(address), _connection(address)
-    outcomes: dict[str, list[str]] = {"first": [], "second": []}
-    lock = threading.Lock()
+    release = threading.Event()
 
-    def hold(name: str, channel: grpc.Channel) -> None:
-        outcome = _infer(pb_grpc.GRPCInferenceServiceStub(channel), SLOW_TRIPS, 120)
-        with lock:
-            outcomes[name].append(outcome)
+    def never() -> Iterator[bytes]:
+        release.wait(120)
+        yield from ()
 
-    leads = [threading.Thread(target=hold, args=("first", first)),
-             threading.Thread(target=hold, args=("second", second))]
-    rest = [threading.Thread(target=hold, args=(name, channel))
-            for name, channel in (("second", second), ("first", first)) for _ in range(6)]
+    channels = {name: _connection(address) for name in ("first", "second")}
+    calls = {name: ch.stream_unary(INFER, request_serializer=None, response_deserializer=None)
+             for name, ch in channels.items()}
+    held: dict[str, list[grpc.Future]] = {name: [] for name in channels}
+
+    def open_calls(name: str, n: int) -> list[grpc.Future]:
+        new = [calls[name].future(never(), timeout=120) for _ in range(n)]
+        held[name] += new
+        return new
+
     try:
-        for n, lead in enumerate(leads, 1):  # both connections hold a call
-            lead.start()
-            _admitted(pool, n)
-        for t in rest:
-            t.start()
-        # two connections: each holds at most half of the 8 slots
-        eventually(lambda: sum(map(len, outcomes.values())) >= 5, timeout=60, interval=0.01,
-                   message=lambda: str(outcomes))
-        refused = [o for os_ in outcomes.values() for o in os_ if o != "ok"]
-        assert refused and all(o.startswith("RESOURCE_EXHAUSTED") for o in refused), outcomes
+        open_calls("first", 1)  # both connections hold a call
+        _admitted(pool, 1)
+        open_calls("second", 1)
+        _admitted(pool, 2)
+        for i, name in enumerate(("first", "second"), 1):  # 6 more each: its share, 4 of 8
+            more = open_calls(name, 6)
+            _admitted(pool, 2 + 3 * i)
+            refused = _refused(more, 3)
+            assert len(refused) == 3, refused
+            for exc in refused:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
+                assert "its share" in exc.details(), exc.details()
+        assert pool.admitted == pool.limit
     finally:
-        for t in (*leads, *rest):
-            t.join(120)
-        first.close()
-        second.close()
-    assert outcomes["first"].count("ok") >= 1 and outcomes["second"].count("ok") >= 1, outcomes
-    assert outcomes["first"].count("ok") <= pool.limit // 2, outcomes
+        release.set()
+        for f in held["first"] + held["second"]:
+            f.cancel()
+        for ch in channels.values():
+            ch.close()
 
 
 def test_a_call_whose_deadline_is_below_the_floor_is_shed_without_a_slot(
