@@ -175,6 +175,19 @@ def cancel(event: Any) -> None:
     event.call.cancel()
 
 
+def time_left(event: Any) -> float:
+    """Seconds left before the deadline of ``event``'s call (from :func:`rpc_event`; huge
+    when it has none), as ``_Context.time_remaining`` computes it."""
+    return float(event.call_details.deadline - time.time())
+
+
+def connection(event: Any) -> bytes:
+    """The peer of ``event``'s call ("ipv4:127.0.0.1:PORT", "unix:..."): one per connection
+    over TCP."""
+    peer: bytes = event.call.peer()
+    return peer
+
+
 def answer(event: Any, code: grpc.StatusCode, details: str) -> None:
     """End the call of ``event`` (from :func:`rpc_event`) with ``code`` and ``details``, its
     request unread and no handler run: the core's cancel-with-status, which a server stream

@@ -399,12 +399,12 @@ class AdmissionPool(WatchedPool):
         if event is None:
             why = self._admit(connection)
         else:
-            left = event.call_details.deadline - time.time()
+            left = grpc_internals.time_left(event)
             if left < self.deadline_floor_s or left < self._service_s:
                 self.shed += 1
                 why = LATE
             else:
-                connection = event.call.peer()
+                connection = grpc_internals.connection(event)
                 why = self._admit(connection)
         if why:
             if event is not None:
