@@ -26,8 +26,9 @@ Example ``agent.toml``::
     deadline_floor_ms = 2             # a call arriving with less deadline left than this, or
                                       # than the recent time to serve a call, is answered
                                       # DEADLINE_EXCEEDED at once (never takes a slot)
-    max_concurrent_streams = 16       # calls and streams open at once on one connection (HTTP/2
-                                      # setting: a client queues the rest itself)
+    max_concurrent_streams = 0        # calls and streams open at once on one connection (HTTP/2
+                                      # setting: a client queues the rest itself; 0: unset).
+                                      # 16 holds a flood from one connection (docs/security.md)
     repository_control = false        # true: KServe RepositoryModelLoad/Unload are allowed on
                                       # the inference port, WITHOUT authentication (as Triton)
     log_control = false               # true: the logging extension (LogSettings, /v2/logging)
