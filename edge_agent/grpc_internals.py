@@ -26,7 +26,11 @@ The hooks, with the grpcio source they rely on (``grpc/_server.py``, the same fi
     (``_handle_unary_unary`` and its three siblings, lines 897-906, 921-930, 945-954,
     969-978): the call's event is argument :data:`EVENT_INDEX`; its ``call.cancel()`` ends the
     call (what ``_Context.cancel`` does, lines 386-387) and ``call_details.method`` names it.
-    Used to cancel calls whose request never arrives (:func:`rpc_event`, :func:`cancel`).
+    Used to cancel calls whose request never arrives (:func:`rpc_event`, :func:`cancel`),
+    and to answer calls the inference pool sheds or refuses before any handler runs
+    (:func:`answer`: the event's ``call.cancel(code, details)``, cygrpc's
+    ``grpc_call_cancel_with_status``; ``call_details.deadline`` and ``call.peer()`` tell the
+    pool the call's deadline and connection).
 
 Public APIs only elsewhere: handlers are built from the services' protobuf descriptors with
 ``grpc.*_rpc_method_handler`` (:func:`service_handlers`, :func:`rebuild`), never by capturing
@@ -169,6 +173,30 @@ def rpc_event(args: tuple[Any, ...]) -> Any:
 def cancel(event: Any) -> None:
     """Cancel the call of ``event`` (from :func:`rpc_event`)."""
     event.call.cancel()
+
+
+def time_left(event: Any) -> float:
+    """Seconds left before the deadline of ``event``'s call (from :func:`rpc_event`; huge
+    when it has none), as ``_Context.time_remaining`` computes it."""
+    return float(event.call_details.deadline - time.time())
+
+
+def connection(event: Any) -> bytes:
+    """The peer of ``event``'s call ("ipv4:127.0.0.1:PORT", "unix:..."): one per connection
+    over TCP."""
+    peer: bytes = event.call.peer()
+    return peer
+
+
+def answer(event: Any, code: grpc.StatusCode, details: str) -> None:
+    """End the call of ``event`` (from :func:`rpc_event`) with ``code`` and ``details``, its
+    request unread and no handler run: the core's cancel-with-status, which a server stream
+    answers with that status in its trailers (``Call.cancel(code, details)`` of cygrpc); a
+    plain cancel (CANCELLED) where it is refused."""
+    try:
+        event.call.cancel(code.value[0], details)
+    except TypeError:
+        event.call.cancel()
 
 
 def event_method(event: Any) -> str:

@@ -154,6 +154,14 @@ class AgentServer:
             ("grpc.server_handshake_timeout_ms", int(cfg.handshake_timeout_s * 1000)),
             ("grpc.http2.settings_timeout", int(cfg.handshake_timeout_s * 1000)),
         ]
+        if cfg.max_concurrent_streams > 0:
+            # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: a client's calls beyond it wait in the
+            # client, so one connection cannot flood the calls gRPC's core holds for the
+            # server's one Python thread that takes them up (whose backlog beyond 1,000 made
+            # the core cancel calls of every connection at random). Off by default: a burst
+            # beyond it on a new connection, before the client has the setting, is refused
+            # (REFUSED_STREAM, which grpcio's clients report as UNAVAILABLE)
+            options.append(("grpc.max_concurrent_streams", cfg.max_concurrent_streams))
         if cfg.connection_idle_s > 0:
             options.append(("grpc.max_connection_idle_ms", int(cfg.connection_idle_s * 1000)))
         # callers beyond CALLS_PER_WORKER per handler thread get RESOURCE_EXHAUSTED at once
@@ -162,7 +170,8 @@ class AgentServer:
         # a stream holds a thread of its pool only where grpcio lacks the non-blocking hook
         streamers = 2 if grpc_internals.hooks().non_blocking else cfg.max_streams
         self._pools = [AdmissionPool(cfg.workers, cfg.workers * CALLS_PER_WORKER,
-                                     request_arrival_s=arrival),
+                                     request_arrival_s=arrival,
+                                     deadline_floor_s=cfg.deadline_floor_ms / 1000),
                        futures.ThreadPoolExecutor(streamers, thread_name_prefix="grpc-stream"),
                        WatchedPool(4, request_arrival_s=arrival, thread_name_prefix="grpc-health")]
         main, stream_pool, health_pool = self._pools

@@ -81,7 +81,9 @@ def fixed_port(env: str) -> int:
         return int(os.environ[env])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        port = int(s.getsockname()[1])
+    os.environ[env] = str(port)  # the same port in an attacker process spawned later
+    return port
 
 
 def agent_args(names: list[str]) -> list[str]:
@@ -103,15 +105,25 @@ def load(name: str) -> Attack:
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
+def channel(address: str, *options: tuple[str, Any]) -> Any:
+    """A gRPC channel to ``address`` on a connection of its own, as a hostile caller in a
+    process of its own has: grpcio shares one connection between the channels of a process
+    that have the same target and options, which would put an attack on the legitimate
+    callers' connection."""
+    import grpc
+
+    return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1),
+                                                   *options])
+
+
 def infer_until(target: Target, stop: threading.Event, tally: Tally, payload: bytes,
                 kind: str) -> None:
     """Send ModelInfer wire bytes ``payload`` without pause until ``stop``; tally each answer
     as ``"{kind} CODE"`` (an answer that is not refused counts as a failure)."""
     import grpc
 
-    with grpc.insecure_channel(target.grpc, options=[
-            ("grpc.max_send_message_length", 64 << 20)]) as channel:
-        call = channel.unary_unary(INFER)
+    with channel(target.grpc, ("grpc.max_send_message_length", 64 << 20)) as ch:
+        call = ch.unary_unary(INFER)
         while not stop.is_set():
             try:
                 call(payload, timeout=30)

@@ -9,7 +9,7 @@ import threading
 import grpc
 import numpy as np
 
-from benchmarks.attacks import Tally, Target
+from benchmarks.attacks import Tally, Target, channel
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
@@ -31,8 +31,8 @@ def _request(stub: pb_grpc.GRPCInferenceServiceStub, model: str) -> pb.ModelInfe
 def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
     """Until ``stop``: a burst of calls with a 1 ms deadline and a burst cancelled at once,
     then wait for every one of them to end (nothing is left open)."""
-    with grpc.insecure_channel(target.grpc) as channel:
-        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+    with channel(target.grpc) as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
         request = _request(stub, target.model)
         while not stop.is_set():
             late = [stub.ModelInfer.future(request, timeout=0.001) for _ in range(BURST)]

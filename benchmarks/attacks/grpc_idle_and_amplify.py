@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from benchmarks.attacks import Tally, Target, infer_until
+from benchmarks.attacks import Tally, Target, channel, infer_until
 
 STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 IDLE_STREAMS = 8
@@ -35,8 +35,8 @@ def _idle_stream(target: Target, stop: threading.Event, tally: Tally) -> None:
         return
         yield b""  # pragma: no cover - makes this a generator
 
-    with grpc.insecure_channel(target.grpc) as channel:
-        call = channel.stream_stream(STREAM)
+    with channel(target.grpc) as ch:
+        call = ch.stream_stream(STREAM)
         while not stop.is_set():
             responses = call(silent())
             tally.add("streams opened")

@@ -18,7 +18,7 @@ import uuid
 
 import grpc
 
-from benchmarks.attacks import Tally, Target
+from benchmarks.attacks import Tally, Target, channel
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
@@ -78,9 +78,9 @@ def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
     """Fill the region slots and unregister all, over the socket and over TCP, until ``stop``."""
     tag = f"edge_atk_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     keys = _objects(tag)
-    channels = [(grpc.insecure_channel(target.grpc), "refused_tcp")]
+    channels = [(channel(target.grpc), "refused_tcp")]
     if target.uds is not None:
-        channels.append((grpc.insecure_channel(f"unix:{target.uds}"), "refused_uds"))
+        channels.append((channel(f"unix:{target.uds}"), "refused_uds"))
     try:
         stubs = [(pb_grpc.GRPCInferenceServiceStub(ch), key) for ch, key in channels]
         while not stop.is_set():
@@ -94,8 +94,8 @@ def attack(target: Target, stop: threading.Event, tally: Tally) -> None:
                     pb.SystemSharedMemoryUnregisterRequest(name=""), timeout=TIMEOUT_S)
             except grpc.RpcError:
                 tally.add("errors")
-        for channel, _ in channels:
-            channel.close()
+        for ch, _ in channels:
+            ch.close()
         for key in keys:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"/dev/shm{key}")

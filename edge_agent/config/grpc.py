@@ -43,6 +43,8 @@ class GrpcConfig:
     connection_idle_s: float = 300.0
     handshake_timeout_s: float = 10.0
     request_arrival_s: float = 10.0
+    deadline_floor_ms: int = 2  # calls with less deadline left are shed (DEADLINE_EXCEEDED)
+    max_concurrent_streams: int = 0  # calls and streams open at once per connection (0: unset)
     tcp_shared_memory: bool = False  # system shared memory over TCP (any local user may call)
     shared_memory_regions_per_user: int = 32  # regions whose objects one user owns
 
@@ -59,6 +61,8 @@ KEYS = (
     Key("tcp_shared_memory", boolean),
     Key("log_control", boolean),
     Key("uds_mode", non_negative_int),
+    Key("deadline_floor_ms", non_negative_int),
+    Key("max_concurrent_streams", non_negative_int),
     *(Key(name, positive_int) for name in (
         "max_message_bytes", "workers", "max_streams", "max_streams_per_peer",
         "max_response_bytes", "max_connections", "shared_memory_regions_per_user")),

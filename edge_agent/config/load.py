@@ -23,6 +23,12 @@ Example ``agent.toml``::
     handshake_timeout_s = 10          # a connection that does not finish HTTP/2 setup is closed
     request_arrival_s = 10            # a call whose request message has not arrived this long
                                       # after a handler took it up is cancelled
+    deadline_floor_ms = 2             # a call arriving with less deadline left than this, or
+                                      # than the recent time to serve a call, is answered
+                                      # DEADLINE_EXCEEDED at once (never takes a slot)
+    max_concurrent_streams = 0        # calls and streams open at once on one connection (HTTP/2
+                                      # setting: a client queues the rest itself; 0: unset).
+                                      # 16 holds a flood from one connection (docs/security.md)
     repository_control = false        # true: KServe RepositoryModelLoad/Unload are allowed on
                                       # the inference port, WITHOUT authentication (as Triton)
     log_control = false               # true: the logging extension (LogSettings, /v2/logging)

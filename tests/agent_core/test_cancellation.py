@@ -45,7 +45,7 @@ def agent(bundles: Bundles, tmp_path: Path) -> Iterator[InProcessAgent]:
     install(bundles.spin, state)
     toml = tmp_path / "agent.toml"
     toml.write_text("[agent]\nmax_concurrent_executions = 1\n"
-                    "[grpc]\nworkers = 64\n"
+                    "[grpc]\nworkers = 64\nmax_concurrent_streams = 128\n"
                     "[http]\nmax_connections = 64\n"
                     "[models.spin]\ninstances = 1\n")
     config = load_config(toml, state_dir=state, grpc_address="127.0.0.1:0", no_uds=True,

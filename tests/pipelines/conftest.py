@@ -140,12 +140,13 @@ Agent = InProcessAgent
 def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: bool = False,
                   models: dict[str, ModelOverrides] | None = None, keep_versions: int = 3,
                   repository_control: bool = False, http: bool = False,
-                  response_cache_bytes: int = 0,
+                  response_cache_bytes: int = 0, log_control: bool = False,
                   trace: TraceConfig | None = None,
                   max_concurrent_executions: int = 0) -> Iterator[Agent]:
     """An in-process agent (TCP on port 0 and a Unix socket; HTTP on port 0 with ``http``)
-    trusting ``public_key``; ``trace``: its [trace] section; ``max_concurrent_executions``:
-    its gate (0: the core count)."""
+    trusting ``public_key``; ``trace``: its [trace] section; ``log_control``: callers may
+    change the log and trace settings; ``max_concurrent_executions``: its gate (0: the core
+    count)."""
     options = sections("pipeline-agent", *([public_key] if public_key else []), insecure=True,
                        allow_unsigned=allow_unsigned, keep_versions=keep_versions)
     uds = state_dir / "run" / "i.sock"
@@ -154,7 +155,8 @@ def running_agent(state_dir: Path, public_key: Path | None, *, allow_unsigned: b
                                              response_cache_bytes=response_cache_bytes,
                                              max_concurrent_executions=max_concurrent_executions),
                          grpc=GrpcConfig(address="127.0.0.1:0", uds_enabled=True, uds=uds,
-                                         workers=24, repository_control=repository_control),
+                                         workers=24, repository_control=repository_control,
+                                         log_control=log_control),
                          http=HttpConfig(listen="127.0.0.1:0" if http else None),
                          trace=trace or TraceConfig())
     with running(config, options, name="pipeline-agent") as agent:

@@ -59,7 +59,8 @@ def _check_timed(spans: list[Any], parent: Any) -> None:
 def test_a_pipeline_request_and_a_ctx_infer_are_traced_in_the_callers_trace(
         built: Built, tmp_path: Path, receiver: Receiver) -> None:
     config = TraceConfig(otlp_endpoint=receiver.url)  # OFF at start: turned on by the client
-    with running_agent(tmp_path / "agent", built.public_key, http=True, trace=config) as agent:
+    with running_agent(tmp_path / "agent", built.public_key, http=True, trace=config,
+                       log_control=True) as agent:
         for name in ("mlp", "prep", "post", "classify"):
             assert agent.deploy(built.bundles[name]).ok, name
         assert agent.deploy(_bundle(tmp_path, built, "gate", "gate")).ok
@@ -115,7 +116,8 @@ def test_a_pipeline_request_and_a_ctx_infer_are_traced_in_the_callers_trace(
 
 def test_trace_settings_are_answered_as_triton_answers_them(built: Built,
                                                             tmp_path: Path) -> None:
-    with running_agent(tmp_path / "agent", built.public_key, http=True) as agent:
+    with running_agent(tmp_path / "agent", built.public_key, http=True,
+                       log_control=True) as agent:
         http = httpclient.InferenceServerClient(agent.http)
         try:
             assert "trace" in http.get_server_metadata()["extensions"]
@@ -151,3 +153,35 @@ def test_trace_settings_are_answered_as_triton_answers_them(built: Built,
             assert "INVALID_ARGUMENT" in str(err.value.status())
             got = client.get_trace_settings(model_name="mlp", as_json=True)["settings"]
             assert got["trace_count"]["value"] == ["7"]
+
+
+def test_trace_settings_are_read_by_anyone_and_changed_only_with_log_control(
+        built: Built, tmp_path: Path) -> None:
+    """One rule for the trace and logging extensions: any local caller reads the settings;
+    changing them needs ``[grpc] log_control = true`` (before: anyone could turn on tracing of
+    every request)."""
+    with running_agent(tmp_path / "agent", built.public_key, http=True) as agent:
+        http = httpclient.InferenceServerClient(agent.http)
+        try:
+            before = http.get_trace_settings()
+            assert http.get_trace_settings(model_name="mlp") == before
+            with pytest.raises(InferenceServerException) as refused:
+                http.update_trace_settings(settings={"trace_rate": "5"})
+            assert "log_control" in str(refused.value), str(refused.value)
+            with pytest.raises(InferenceServerException) as refused:
+                http.update_trace_settings("mlp", {"trace_count": "3"})
+            assert "log_control" in str(refused.value), str(refused.value)
+            assert http.get_trace_settings() == before  # nothing changed
+        finally:
+            http.close()
+        with grpcclient.InferenceServerClient(agent.tcp) as client:
+            got = client.get_trace_settings(as_json=True)["settings"]
+            assert got["trace_rate"]["value"] == before["trace_rate"]
+            with pytest.raises(InferenceServerException) as err:
+                client.update_trace_settings(settings={"trace_rate": "5"})
+            assert "UNAVAILABLE" in str(err.value.status()) and "log_control" in str(err.value)
+            with pytest.raises(InferenceServerException) as err:
+                client.update_trace_settings(model_name="mlp", settings={"trace_level": ["OFF"]})
+            assert "log_control" in str(err.value)
+            got = client.get_trace_settings(model_name="mlp", as_json=True)["settings"]
+            assert got["trace_rate"]["value"] == before["trace_rate"]

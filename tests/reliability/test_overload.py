@@ -28,6 +28,7 @@ from tests.support.traffic import served_version
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 BURST = 1500  # concurrent calls; the agent admits 4 per handler thread (8)
+PER_CONNECTION = 15  # below [grpc] max_concurrent_streams (16)
 ROWS = 32
 
 
@@ -40,18 +41,24 @@ def _payload() -> bytes:
 
 
 async def _burst(target: str, n: int) -> list[tuple[str, str]]:
+    """``n`` calls at once, at most PER_CONNECTION on each connection (the agent lets a
+    connection have 16 calls open: a client queues the rest itself)."""
     payload = _payload()
-    async with grpc.aio.insecure_channel(target) as channel:
-        call = channel.unary_unary(INFER)
+    channels = [grpc.aio.insecure_channel(target, options=[
+        ("grpc.use_local_subchannel_pool", 1)]) for _ in range(-(-n // PER_CONNECTION))]
 
-        async def one() -> tuple[str, str]:
-            try:
-                await call(payload, timeout=120)
-                return "OK", ""
-            except grpc.aio.AioRpcError as exc:
-                return exc.code().name, exc.details() or ""
+    async def one(i: int) -> tuple[str, str]:
+        try:
+            await channels[i // PER_CONNECTION].unary_unary(INFER)(payload, timeout=120)
+            return "OK", ""
+        except grpc.aio.AioRpcError as exc:
+            return exc.code().name, exc.details() or ""
 
-        return await asyncio.gather(*(one() for _ in range(n)))
+    try:
+        return await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        for channel in channels:
+            await channel.close()
 
 
 def _successes(target: str) -> int:

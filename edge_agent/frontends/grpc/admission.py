@@ -2,12 +2,13 @@
 for the bytes of responses in flight.
 
 :class:`AdmissionPool` is the inference server's handler pool. It admits at most ``limit``
-unary calls (queued or running); a call beyond that runs on a small refusal pool whose only
-job is to answer RESOURCE_EXHAUSTED at once (:func:`refused` tells the handler). Streams and
-health run on pools of their own (:func:`~edge_agent.grpc_internals.on_pool`), so
-neither counts here and neither can starve the other. The pools are LeanPool instances: fixed
-threads on one queue that hand gRPC a minimal future (no Future, condition or semaphore per
-call) when :mod:`~edge_agent.grpc_internals` found that gRPC allows it.
+unary calls (queued or running), shared fairly between connections, and sheds calls whose
+deadline is too short to be served; a call not admitted is answered at once without a
+thread. Streams and health run on pools of their own
+(:func:`~edge_agent.grpc_internals.on_pool`), so neither counts here and neither can starve
+the other. The pools are LeanPool instances: fixed threads on one queue that hand gRPC a
+minimal future (no Future, condition or semaphore per call) when
+:mod:`~edge_agent.grpc_internals` found that gRPC allows it.
 :class:`ResponseBudget` bounds the bytes of encoded responses that are waiting to be sent,
 whatever the callers ask for.
 """
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
+import grpc
+
 from edge_agent import grpc_internals
 from edge_agent.errors import QueueFullError
 from edge_agent.logthrottle import LogThrottle
@@ -33,6 +36,23 @@ _local = threading.local()
 
 BUSY = "busy"
 CLOSING = "closing"
+LATE = "late"
+SHARE = "share"
+
+REFUSED = ("the agent is at its limit of concurrent calls (4 per handler thread, "
+           "grpc.workers); retry shortly")
+CLOSING_MESSAGE = "the agent is shutting down (draining in-flight requests); retry shortly"
+LATE_MESSAGE = ("the call's deadline leaves less time than the agent takes to serve a call "
+                "now (or than grpc.deadline_floor_ms); not run: send a longer deadline")
+SHARE_MESSAGE = ("this connection already holds its share of the agent's concurrent calls "
+                 "(4 per handler thread, grpc.workers, shared between the connections with "
+                 "calls in flight); retry shortly, or open another connection")
+_ANSWERS = {
+    BUSY: (grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED),
+    CLOSING: (grpc.StatusCode.UNAVAILABLE, CLOSING_MESSAGE),
+    LATE: (grpc.StatusCode.DEADLINE_EXCEEDED, LATE_MESSAGE),
+    SHARE: (grpc.StatusCode.RESOURCE_EXHAUSTED, SHARE_MESSAGE),
+}
 
 
 def refused() -> str:
@@ -120,7 +140,7 @@ _DONE_LOCK = threading.Lock()  # held for a few instructions: a call's callbacks
 class _Call:
     """One submitted call, and the part of a Future gRPC's server uses (a done callback)."""
 
-    __slots__ = ("args", "callbacks", "ended", "fn", "kwargs")
+    __slots__ = ("args", "callbacks", "connection", "ended", "fn", "kwargs", "t0")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
@@ -129,6 +149,8 @@ class _Call:
         self.kwargs = kwargs
         self.callbacks: list[Callable[[Any], object]] | None = None
         self.ended = False
+        self.connection: bytes = b""  # AdmissionPool: whose share it holds
+        self.t0 = 0.0  # AdmissionPool: when it was admitted
 
     def add_done_callback(self, fn: Callable[[Any], object]) -> None:
         """Call ``fn(self)`` when the call has run (at once if it has)."""
@@ -170,6 +192,8 @@ class _FutureCall(futures.Future[None]):
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
+        self.connection = b""
+        self.t0 = 0.0
 
     def end(self) -> None:
         self.set_result(None)
@@ -284,18 +308,44 @@ class WatchedPool(LeanPool):
 
 
 class AdmissionPool(WatchedPool):
-    """A handler pool that admits at most ``limit`` calls at once (queued or running)."""
+    """A handler pool that admits at most ``limit`` calls at once (queued or running), shared
+    fairly between connections, and sheds calls that cannot be served in time.
+
+    When the call's event is at hand (hook ``rpc_event``), a call not admitted is answered at
+    once by gRPC's core (:func:`~edge_agent.grpc_internals.answer`: no thread, its request
+    never read), and before a call takes a slot:
+
+    * **late**: a call whose deadline leaves less than ``deadline_floor_s``, or less than the
+      recent time an admitted call took from admission to its end (a moving average), is
+      answered DEADLINE_EXCEEDED (:data:`LATE`);
+    * **share**: slots are shared between connections (grpc's peer string, whose port tells
+      the connections of one address apart): a connection is admitted while it holds fewer
+      than its share, ``limit // connections with calls in flight`` (itself included; all
+      of them when alone), even when others hold more than theirs (shares shrink as
+      connections arrive), up to ``limit + limit // 4`` calls in all; so a caller on its
+      own connection gets its share however many calls another connection keeps open
+      (:data:`SHARE`, RESOURCE_EXHAUSTED).
+
+    Without the event (hook missing) only ``limit`` applies, and refusals run on a small
+    refusal pool whose handlers answer RESOURCE_EXHAUSTED (:func:`refused` tells them).
+    """
 
     def __init__(self, workers: int, limit: int, *, request_arrival_s: float = 10.0,
-                 thread_name_prefix: str = "grpc") -> None:
+                 deadline_floor_s: float = 0.0, thread_name_prefix: str = "grpc") -> None:
         super().__init__(workers, request_arrival_s=request_arrival_s,
                          thread_name_prefix=thread_name_prefix)
         self.limit = limit
+        self.headroom = max(1, limit // 4)  # for connections under their share, beyond limit
+        self.deadline_floor_s = deadline_floor_s
         self._lock = threading.Lock()
         self._admitted = 0
+        self._held: dict[bytes, int] = {}  # connection -> its calls admitted now
+        self._service_s = 0.0  # moving average: admission to end of an admitted call
         self._refusals = WatchedPool(2, request_arrival_s=request_arrival_s,
                                      thread_name_prefix=f"{thread_name_prefix}-refuse")
         self.closing = False
+        self.shed = 0  # calls answered DEADLINE_EXCEEDED before taking a slot
+        self.over_share = 0  # calls refused for their connection's share
 
     def close(self) -> None:
         """Admit no more calls: from now on they are refused as :data:`CLOSING` (the server
@@ -316,28 +366,85 @@ class AdmissionPool(WatchedPool):
         """Calls admitted now (queued or running)."""
         return self._admitted
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    @property
+    def service_s(self) -> float:
+        """The recent time an admitted call took from admission to its end (moving average)."""
+        return self._service_s
+
+    def held(self, connection: bytes) -> int:
+        """Calls of ``connection`` (grpc's peer string) admitted now."""
+        return self._held.get(connection, 0)
+
+    def _admit(self, connection: bytes) -> str:
+        """Take a slot for a call of ``connection`` ("" when taken), else why not."""
         with self._lock:
-            admit = self._admitted < self.limit and not self.closing
-            if admit:
-                self._admitted += 1
-        if not admit:
-            return self._refusals.submit(_refuse_closing if self.closing else _refuse, fn,
-                                         *args, **kwargs)
+            if self.closing:
+                return CLOSING
+            held = self._held.get(connection, 0)
+            others = len(self._held) - (held > 0)  # connections with calls in flight
+            if held >= max(1, self.limit // (others + 1)):
+                if not others:
+                    return BUSY
+                self.over_share += 1
+                return SHARE
+            if self._admitted >= self.limit + self.headroom:
+                return BUSY
+            self._admitted += 1
+            self._held[connection] = held + 1
+            return ""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        event = grpc_internals.rpc_event(args) if self._watch else None
+        connection = b""
+        if event is None:
+            why = self._admit(connection)
+        else:
+            left = grpc_internals.time_left(event)
+            if left < self.deadline_floor_s or left < self._service_s:
+                self.shed += 1
+                why = LATE
+            else:
+                connection = grpc_internals.connection(event)
+                why = self._admit(connection)
+        if why:
+            if event is not None:
+                return self._answered(event, why, fn, args, kwargs)
+            refuse = _refuse_closing if why == CLOSING else _refuse
+            return self._refusals.submit(refuse, fn, *args, **kwargs)
         call = self._new_call(fn, args, kwargs)
+        call.connection = connection
+        call.t0 = time.monotonic()
         try:
             self._put(call)
         except BaseException:
-            self._release()
+            self._release(call)
             raise
         return call
 
-    def _release(self) -> None:
+    def _answered(self, event: Any, why: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> _Call | _FutureCall:
+        """Answer a call that is not admitted at once, with the status ``why`` names, its
+        request unread and no handler run (a cancel-with-status in gRPC's core: no thread,
+        no message, nothing queued)."""
+        code, details = _ANSWERS[why]
+        grpc_internals.answer(event, code, details)
+        call = self._new_call(fn, args, kwargs)
+        call.end()
+        return call
+
+    def _release(self, call: _Call | _FutureCall) -> None:
+        took = time.monotonic() - call.t0
         with self._lock:
             self._admitted -= 1
+            held = self._held[call.connection] - 1
+            if held:
+                self._held[call.connection] = held
+            else:
+                del self._held[call.connection]
+            self._service_s += (took - self._service_s) / 16
 
     def _ended(self, call: _Call | _FutureCall) -> None:
-        self._release()
+        self._release(call)
         call.end()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:

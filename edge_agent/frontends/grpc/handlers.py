@@ -25,7 +25,13 @@ from edge_agent import grpc_internals
 from edge_agent.errors import QueueFullError
 from edge_agent.frontends.common.typed_budget import OverBudget, TypedBudget
 from edge_agent.frontends.common.undecodable import Undecodable, safe_deserializer
-from edge_agent.frontends.grpc.admission import CLOSING, refused, request_arrived
+from edge_agent.frontends.grpc.admission import (
+    CLOSING,
+    CLOSING_MESSAGE,
+    REFUSED,
+    refused,
+    request_arrived,
+)
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.frontends.grpc.generated import health_pb2, health_pb2_grpc
@@ -40,9 +46,6 @@ INFERENCE_SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 LIVENESS = frozenset({"ServerLive", "ServerReady"})
 """KServe's own health calls: served on the health pool, never refused."""
-REFUSED = ("the agent is at its limit of concurrent calls (4 per handler thread, "
-           "grpc.workers); retry shortly")
-CLOSING_MESSAGE = "the agent is shutting down (draining in-flight requests); retry shortly"
 _INFERENCE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 _HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
 _TYPED = frozenset({"ModelInfer", "ModelStreamInfer"})

@@ -23,7 +23,10 @@ from edge_agent.errors import AgentError, DecoupledModelError
 from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.control import RepositoryControl
-from edge_agent.frontends.common.logging_extension import log_settings_call
+from edge_agent.frontends.common.logging_extension import (
+    log_settings_call,
+    trace_settings_call,
+)
 from edge_agent.frontends.common.names import model_name, parse_version
 from edge_agent.frontends.common.shared_memory import (
     TCP_SETTING,
@@ -194,12 +197,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def TraceSetting(self, request: pb.TraceSettingRequest,
                      context: _Ctx) -> pb.TraceSettingResponse:
         """Triton's trace extension: no settings reads them, settings change them (an empty
-        value clears one); the model's settings with ``model_name``, else the global ones."""
+        value clears one; only with ``[grpc] log_control``); the model's settings with
+        ``model_name``, else the global ones."""
         model = model_name(request.model_name) if request.model_name else ""
-        tracing = self._context.tracing
-        settings = tracing.update(model, {k: list(v.value) or None
-                                          for k, v in request.settings.items()}) \
-            if request.settings else tracing.get(model)
+        settings = trace_settings_call(
+            self._context.tracing, model,
+            {k: list(v.value) or None for k, v in request.settings.items()},
+            allowed=self._context.log_control, peer=context.peer())
         value = pb.TraceSettingResponse.SettingValue
         return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in settings.items()})
 

@@ -27,7 +27,7 @@ from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.classification import classify
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.errors import error_message, http_status
-from edge_agent.frontends.common.logging_extension import log_settings_call
+from edge_agent.frontends.common.logging_extension import log_settings_call, trace_settings_call
 from edge_agent.frontends.common.names import model_name, parse_version
 from edge_agent.frontends.common.shared_memory import (
     HTTP_SETTING,
@@ -291,7 +291,8 @@ class KServeRoutes:
                           ((tensors.HEADER_LENGTH, str(header_length)),))
 
     def _trace_setting(self, request: HttpRequest, params: dict[str, str]) -> HttpAnswer:
-        """Triton's trace extension: GET reads, POST changes (a null value clears one)."""
+        """Triton's trace extension: GET reads, POST changes (a null value clears one; only
+        with ``[grpc] log_control``)."""
         model = model_name(params["model"]) if "model" in params else ""
         if request.method == "GET":
             return _json(200, self.tracing.get(model))
@@ -302,7 +303,9 @@ class KServeRoutes:
                 raise TraceSettingError(f"trace setting '{key}': expected a string, a list "
                                         f"of strings or null, got {value!r}")
             settings[key] = [value] if isinstance(value, str) else value
-        return _json(200, self.tracing.update(model, settings))
+        return _json(200, trace_settings_call(self.tracing, model, settings,
+                                              allowed=self._context.log_control,
+                                              peer=request.peer))
 
     # -- statistics and repository -------------------------------------------------------
 
