@@ -7,11 +7,14 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-
+from edge_agent.errors import ConfigError
 from edge_agent.fleet.protocol import BrokerAddress
+from packager.extras import refusal
+
+if TYPE_CHECKING:  # imported at run time by make_client: every module imports without [fleet]
+    import paho.mqtt.client as mqtt
 
 
 @dataclass(frozen=True)
@@ -30,9 +33,16 @@ def make_client(client_id: str, broker: BrokerAddress,
                 will: tuple[str, bytes] | None = None) -> mqtt.Client:
     """An MQTT 5 client (not connected): TLS when ``broker.tls`` (the CA file, or the
     system's), a client certificate or username/password, ``will`` published retained (QoS 1)
-    by the broker when the connection is lost without a DISCONNECT."""
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id,
-                         protocol=MQTTProtocolVersion.MQTTv5)
+    by the broker when the connection is lost without a DISCONNECT; ConfigError in one line
+    when the ``[fleet]`` extra (paho-mqtt) is not installed."""
+    try:
+        import paho.mqtt.client as paho_client
+        from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+    except ImportError:
+        raise ConfigError(refusal("fleet", "a fleet broker")
+                          or "a fleet broker needs paho-mqtt") from None
+    client = paho_client.Client(CallbackAPIVersion.VERSION2, client_id=client_id,
+                                protocol=MQTTProtocolVersion.MQTTv5)
     if broker.tls:
         client.tls_set(ca_certs=str(credentials.ca_file) if credentials.ca_file else None,
                        certfile=str(credentials.client_cert) if credentials.client_cert
