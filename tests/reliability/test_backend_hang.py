@@ -27,6 +27,7 @@ from tests.reliability.models import HOT, make_hang_model
 from tests.support.bundles import Bundles
 from tests.support.eventually import eventually
 from tests.support.harness import AgentProcess
+from tests.support.processes import command_line
 from tests.support.traffic import Bystander, infer_request
 
 
@@ -79,8 +80,8 @@ def test_a_hung_inference_times_out_and_its_instance_is_replaced(
 
 def _runtime_processes(agent_pid: int, model: str) -> list[psutil.Process]:
     return [p for p in psutil.Process(agent_pid).children()
-            if "edge_agent.backends.runtime_process" in p.cmdline()
-            and p.cmdline()[-1].startswith(f"{model}:")]
+            if "edge_agent.backends.runtime_process" in command_line(p)
+            and command_line(p)[-1].startswith(f"{model}:")]
 
 
 @pytest.mark.slow

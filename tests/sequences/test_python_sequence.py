@@ -22,6 +22,7 @@ from packager.spec_build import build_spec_bundles
 from packager.triton_samples import write_python_example_models, write_python_spec
 from tests.sequences.conftest import ORT, plane
 from tests.support.eventually import eventually
+from tests.support.processes import command_line
 
 ACCUMULATE = '''
 import numpy as np
@@ -116,7 +117,7 @@ def test_a_decoupled_model_refuses_a_sequence(tmp_path: Path) -> None:
 def test_kill_9_of_the_runtime_process_never_serves_an_empty_state(dp: DataPlane) -> None:
     assert _call(dp, "accp", 5, 77, start=True)[0] == 5
     runtimes = [p for p in psutil.Process().children(recursive=True)
-                if "edge_agent.backends.runtime_process" in " ".join(p.cmdline())]
+                if "edge_agent.backends.runtime_process" in " ".join(command_line(p))]
     assert runtimes, "accp runs in no runtime process"
     for p in runtimes:
         os.kill(p.pid, signal.SIGKILL)

@@ -33,6 +33,7 @@ from tests.sequences.test_python_sequence import ACCUMULATE, IO
 from tests.support.cli import console
 from tests.support.eventually import eventually
 from tests.support.harness import InProcessAgent, sections, start_agent
+from tests.support.processes import command_line
 
 IDLE_US = 600_000_000  # sequences never idle out during a test
 
@@ -154,8 +155,8 @@ def test_kill_9_with_a_live_sequence_refuses_it_and_serves_new_ones(
         assert call(5, 11, start=True) == 5
         assert call(6, 11) == 11
         runtimes = [p for p in psutil.Process().children(recursive=True)
-                    if "edge_agent.backends.runtime_process" in " ".join(p.cmdline())
-                    and "pyacc" in " ".join(p.cmdline())]
+                    if "edge_agent.backends.runtime_process" in " ".join(command_line(p))
+                    and "pyacc" in " ".join(command_line(p))]
         assert len(runtimes) == 1, runtimes  # a stateful Python model: one instance
         os.kill(runtimes[0].pid, signal.SIGKILL)
 
