@@ -155,6 +155,12 @@ def test_rotating_the_token_ends_an_upload_opened_with_the_old_one(
         upload = StalledUpload(agent, len(data), chunks=0, after=[data])
         with upload:
             assert upload.sent_all.wait(30)
+            # rotate only once the agent has taken the call up (authenticated with the old
+            # token): on a busy machine the client sends its header before that
+            assert agent.runtime is not None and agent.runtime.management is not None
+            servicer = agent.runtime.management.server.servicer
+            eventually(lambda: servicer._deploys._value < servicer.max_deploys,
+                       message="the agent never took the upload up")
             rotate_token(agent.state_dir)
             upload.release.set()
             eventually(lambda: upload.outcome is not None,
