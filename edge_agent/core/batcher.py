@@ -50,6 +50,7 @@ from edge_agent.core.types import BatchStat, Caller, InferResult, ModelStats, Po
 from edge_agent.errors import (
     AgentError,
     BackendError,
+    InvalidInputError,
     ModelUnavailableError,
     QueueFullError,
     RequestCancelledError,
@@ -604,7 +605,10 @@ class DynamicBatcher:
         if error is not None:
             raise error
         if item.outputs is not None:
-            result = {n: result[n] for n in item.outputs}
+            try:
+                result = {n: result[n] for n in item.outputs}
+            except KeyError as exc:
+                raise self._not_produced(exc) from None
         return InferResult(self.model, self.version, result, item.id)
 
     def _execute(self, batch: Sequence[_Pending], instance: int, *, release: bool) -> None:
@@ -654,7 +658,11 @@ class DynamicBatcher:
         elif error is None:
             for p, part in zip(batch, parts, strict=True):
                 if p.outputs is not None:
-                    part = {n: part[n] for n in p.outputs}
+                    try:
+                        part = {n: part[n] for n in p.outputs}
+                    except KeyError as exc:
+                        _fail((p,), self._not_produced(exc))
+                        continue
                 try:  # noqa: SIM105 - hot path: try is free, suppress() is not
                     p.future.set_result(InferResult(model, version, part, p.id))  # type: ignore[union-attr]  # queued: has a future
                 except InvalidStateError:  # the caller cancelled its future
@@ -891,6 +899,16 @@ class DynamicBatcher:
             stats.recent_request_ns, stats.recent_queue_ns, stats.recent_compute_infer_ns = (
                 self._recent.samples())
         return stats
+
+    def _not_produced(self, missing: KeyError) -> InvalidInputError:
+        """The answer to a request naming an output this execution left out (a pipeline's
+        output written by a step its condition skipped)."""
+        name = str(missing.args[0])
+        step = getattr(self.backend, "optional_outputs", {}).get(name, "the step that writes it")
+        return InvalidInputError(
+            f"model {self.model!r}: output {name!r} was not produced for this request: {step} "
+            "was skipped (its condition did not hold, or it reads what a skipped step writes); "
+            "ask without naming it to get the outputs that were produced")
 
     def _named(self, exc: AgentError) -> AgentError:
         """A backend's error with this model's name and version in front, unless it has it."""

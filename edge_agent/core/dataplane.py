@@ -65,7 +65,6 @@ from edge_agent.core.types import (
 )
 from edge_agent.errors import (
     AgentError,
-    InvalidInputError,
     ModelNotFoundError,
     ModelUnavailableError,
     QueueFullError,
@@ -142,22 +141,6 @@ def _infer(batcher: DynamicBatcher, request: InferRequest, rows: int, timeout_us
     return batcher.infer(request.inputs, rows, outputs=request.outputs, request_id=request.id,
                          timeout_us=timeout_us, wait_s=wait_s, priority=request.priority,
                          caller=request.caller, trace=request.trace)
-
-
-def _selected(result: InferResult, wanted: list[str],
-              optional: Mapping[str, str]) -> InferResult:
-    """``result`` cut to the ``wanted`` outputs; InvalidInputError naming an output the model
-    left out (a skipped step's: ``optional`` says which step writes it)."""
-    missing = [n for n in wanted if n not in result.outputs]
-    if missing:
-        name = missing[0]
-        raise InvalidInputError(
-            f"model {result.model!r}: output {name!r} was not produced for this request: "
-            f"{optional.get(name, 'the step that writes it')} was skipped (its condition did "
-            "not hold, or it reads what a skipped step writes); ask without naming it to get "
-            "the outputs that were produced")
-    result.outputs = {n: result.outputs[n] for n in wanted}
-    return result
 
 
 class _Description(NamedTuple):
@@ -301,9 +284,6 @@ class DataPlane(DeployOperations):
         ``inline=False``: never run on the calling thread."""
         if request.sequence is not None:
             return self._submit_sequence(request)
-        optional = self._optional(request) if request.outputs is not None else None
-        if optional:
-            return self._submit_selecting(request, optional, inline)
         caller_runs = inline and self._caller_runs and _running_loop() is None
         cached = self._submit_cached if self.response_cache is not None else None
         return self._on_current_version(request, _submit, caller_runs, cached)
@@ -315,10 +295,6 @@ class DataPlane(DeployOperations):
 
         Called by an execution that holds a gate slot (a Python model's ``ctx.infer``), the
         slot is given up while the nested request runs."""
-        optional = self._optional(request) if request.outputs is not None else None
-        if optional:
-            wanted, request.outputs = request.outputs or [], None
-            return _selected(self.infer(request, timeout_s), wanted, optional)
         if self.gate.holds():
             with self.gate.yielded():
                 return self._infer(request, timeout_s)
@@ -333,33 +309,6 @@ class DataPlane(DeployOperations):
         ended = self.sequences.drain(name, version, timeout)
         left = max(0.0, timeout - (time.monotonic() - t0))
         return super().unload_version(name, version, drain_timeout_s=left) and ended
-
-    def _optional(self, request: InferRequest) -> Mapping[str, str]:
-        """Of the outputs ``request`` names, those its model may leave out (a pipeline's
-        outputs written by steps with a condition): output -> the step that writes it."""
-        try:
-            lv = self.repository.resolve(request.model, request.version)
-        except AgentError:
-            return {}
-        optional: Mapping[str, str] = getattr(lv.batcher.backend, "optional_outputs", {})
-        return {n: optional[n] for n in request.outputs or () if n in optional}
-
-    def _submit_selecting(self, request: InferRequest, optional: Mapping[str, str],
-                          inline: bool) -> Future[InferResult]:
-        """:meth:`submit` of a request naming outputs its model may leave out: it asks for
-        every output, and the answer is cut to those named (an error when one is absent)."""
-        wanted, request.outputs = request.outputs or [], None
-        started = self.submit(request, inline=inline)
-        answer: Future[InferResult] = Future()
-
-        def done(finished: Future[InferResult]) -> None:
-            try:
-                answer.set_result(_selected(finished.result(), wanted, optional))
-            except BaseException as exc:
-                answer.set_exception(exc)
-
-        started.add_done_callback(done)
-        return answer
 
     def _submit_sequence(self, request: InferRequest) -> Future[InferResult]:
         """A stateful model's request, through its sequence (never the response cache)."""
