@@ -151,6 +151,11 @@ class _Pending:
         self.queued = False
         self.trace = trace
 
+    def gone(self, now: int) -> bool:
+        """Past its deadline at ``now``, or its caller gone: never run."""
+        return bool(self.deadline and now > self.deadline) or (
+            self.caller is not None and not self.caller.is_active())
+
 
 def _polled(caller: Caller | None) -> Caller | None:
     """What a queued request keeps to ask when an instance comes to it: only a
@@ -428,12 +433,7 @@ class DynamicBatcher:
         if self._delay_ns and len(batch) > 1:
             batch = self._fill(_Worker(), batch)  # drops the expired and the gone itself
         else:
-            now = _now()
-            gone = [p for p in batch if (p.deadline and now > p.deadline) or (
-                p.caller is not None and not p.caller.is_active())]
-            if gone:
-                self._expire(gone)
-                batch = [p for p in batch if p not in gone]
+            batch = self._without_gone(batch)
         if batch:
             self._execute(batch, instance, release=True)
         else:
@@ -488,8 +488,7 @@ class DynamicBatcher:
                 target = share
         while queue and rows < target:
             item = queue[0]
-            if (item.deadline and now > item.deadline) or (
-                    item.caller is not None and not item.caller.is_active()):
+            if item.gone(now):
                 queue.popleft()
                 item.queued = False
                 expired.append(item)
@@ -545,17 +544,20 @@ class DynamicBatcher:
                         break
                 # a submitter (or close) cleared us and released the wake lock: consume it
                 worker.wake.acquire()
-        # the wait may have outlived some deadlines or callers: those never run
-        now = _now()
-        for p in batch:
-            if (p.deadline and now > p.deadline) or (
-                    p.caller is not None and not p.caller.is_active()):
-                dropped.append(p)
         if dropped:
             self._expire(dropped)
-            gone = set(map(id, dropped))
-            batch = [p for p in batch if id(p) not in gone]
-        return batch
+        return self._without_gone(batch)  # the wait may have outlived deadlines or callers
+
+    def _without_gone(self, batch: list[_Pending]) -> list[_Pending]:
+        """``batch`` less the requests past their deadline or whose caller is gone (answered
+        by :meth:`_expire`, never run)."""
+        now = _now()
+        gone = [p for p in batch if p.gone(now)]
+        if not gone:
+            return batch
+        self._expire(gone)
+        ids = set(map(id, gone))
+        return [p for p in batch if id(p) not in ids]
 
     def _take_more(self, rows: int, dropped: list[_Pending]) -> list[_Pending]:
         """More requests for a filling batch (lock held); those past their deadline or whose
