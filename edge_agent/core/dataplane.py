@@ -181,8 +181,10 @@ class DataPlane(DeployOperations):
         self.repository.runtime_memory_limit_bytes = default_runtime_memory_limit(
             memory_budget_bytes)
         self.repository.memory_budgeted = memory_budget_bytes is not None
+        self.sequences = Sequences()
         self.orchestrator = Orchestrator(self.repository, budget_bytes=memory_budget_bytes,
-                                         drain_timeout_s=drain_timeout_s)
+                                         drain_timeout_s=drain_timeout_s,
+                                         sequences=self.sequences)
         self.repository.load_guard = self.orchestrator.loading
         self.repository.on_change = self.orchestrator.persist
         if memory_budget_bytes is not None or any(
@@ -194,7 +196,6 @@ class DataPlane(DeployOperations):
         self._observer = observer
         self.response_cache = ResponseCache(response_cache_bytes) if response_cache_bytes > 0 \
             else None
-        self.sequences = Sequences()
         self._drain_timeout_s = drain_timeout_s
         self._closed = False
         self._startup_done = threading.Event()

@@ -35,6 +35,7 @@ from edge_agent.errors import AgentError, ModelNotFoundError, ModelUnavailableEr
 
 if TYPE_CHECKING:
     from edge_agent.core.repository import ModelRepository, VersionSlot
+    from edge_agent.core.sequences import Sequences
     from packager.bundle.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -190,8 +191,10 @@ class Orchestrator:
     unloads idle versions. Thread-safe."""
 
     def __init__(self, repository: ModelRepository, *, budget_bytes: int | None = None,
-                 drain_timeout_s: float = 30.0) -> None:
+                 drain_timeout_s: float = 30.0, sequences: Sequences | None = None) -> None:
         self.repository = repository
+        # a version with live sequences holds their state: never idle, drained before eviction
+        self._sequences = sequences
         self.budget_bytes = budget_bytes
         self._drain_timeout_s = drain_timeout_s
         self._figures = _Figures()
@@ -329,7 +332,9 @@ class Orchestrator:
                     admitted = False
                 if mv.state.value != "READY" and key != self._in_load and not admitted:
                     continue  # not in memory (a load waiting for its turn takes nothing yet)
-                busy = mv.loaded is not None and mv.loaded.batcher.inflight > 0
+                busy = (mv.loaded is not None and mv.loaded.batcher.inflight > 0) or (
+                    self._sequences is not None
+                    and self._sequences.live_on(name, mv.version) > 0)
                 out.append(Resident(
                     name, mv.version, self.memory_of(name, mv.version)[0], mv.last_used,
                     pinned=ov.pinned or self._pinned_by_pipeline(name, mv.version),
@@ -495,17 +500,20 @@ class Orchestrator:
         return name in self._unfit
 
     def _unload(self, name: str, version: int, reason: str, why: str) -> None:
-        """Unload one version (its in-flight requests are answered first); the next request
-        for the model loads it again."""
+        """Unload one version (its live sequences and in-flight requests are let finish
+        first, within the drain timeout); the next request for the model loads it again."""
         log.info("%s version %s: %s", name, version, why)
+        t0 = time.monotonic()
+        if self._sequences is not None:
+            self._sequences.drain(name, version, self._drain_timeout_s)
+        left = max(0.0, self._drain_timeout_s - (time.monotonic() - t0))
         with self._lock:
             self._reloadable.add(name)
             stats = self._stats_of(name)
             stats.unloads += 1
             stats.last_unload = why
         with contextlib.suppress(ModelNotFoundError):
-            self.repository.unload_version(name, version, drain_timeout_s=self._drain_timeout_s,
-                                           reason=reason)
+            self.repository.unload_version(name, version, drain_timeout_s=left, reason=reason)
         return_freed_memory()
         self.persist()  # the unload count (the repository's on_change wrote the unload)
 
