@@ -370,7 +370,11 @@ class DataPlane(DeployOperations):
         except AgentError:
             lv.batcher.record_rejected(_now() - start)
             raise
-        return _counted(lv.streamer.stream(request.inputs, request.id, request.caller),
+        parent = None
+        if request.caller is not None and lv.batcher.backend.name in CALLS_MODELS:
+            parent = request.trace if isinstance(request.trace, ParentCall) \
+                else ParentCall(request.trace, request.caller)  # its calls inherit its caller
+        return _counted(lv.streamer.stream(request.inputs, request.id, request.caller, parent),
                         lv.batcher, rows, start)
 
     # ------------------------------------------------------------------ response cache

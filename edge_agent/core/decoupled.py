@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edge_agent.core.observer import RequestTrace, swap_trace
 from edge_agent.core.types import Caller, InferResult
 from edge_agent.errors import (
     AgentError,
@@ -78,20 +79,23 @@ class DecoupledRunner:
             "start_stream and async_stream_infer), not ModelInfer")
 
     def stream(self, inputs: dict[str, np.ndarray], request_id: str = "",
-               caller: Caller | None = None) -> Iterator[InferResult]:
+               caller: Caller | None = None,
+               parent: RequestTrace | None = None) -> Iterator[InferResult]:
         """The responses to one request, produced as they are taken; closing the iterator
         early stops the model's generator and frees its instance. A request whose ``caller``
-        is gone by the time an instance is free never starts (RequestCancelledError)."""
+        is gone by the time an instance is free never starts (RequestCancelledError).
+        ``parent`` is made the running trace while the model produces each response, so the
+        models it calls inherit its caller (and are cancelled with it)."""
         with self._lock:
             if self._closed:
                 raise ModelUnavailableError(
                     f"model {self.model!r} version {self.version} is unloading; retry to "
                     "reach the current version")
             self._inflight += 1
-        return self._run(inputs, request_id, caller)
+        return self._run(inputs, request_id, caller, parent)
 
     def _run(self, inputs: dict[str, np.ndarray], request_id: str,
-             caller: Caller | None) -> Iterator[InferResult]:
+             caller: Caller | None, parent: RequestTrace | None) -> Iterator[InferResult]:
         try:
             instance = self._free.get()  # waits while every instance streams
         except BaseException:
@@ -110,6 +114,7 @@ class DecoupledRunner:
         try:
             while True:
                 timer = self._watch(instance, execution, timed_out)
+                outer = swap_trace(parent) if parent is not None else None
                 try:
                     outputs = next(responses)
                 except StopIteration:
@@ -117,6 +122,8 @@ class DecoupledRunner:
                 except AgentError as exc:
                     raise self._failed(exc, timed_out.is_set()) from exc
                 finally:
+                    if parent is not None:
+                        swap_trace(outer)
                     if timer is not None:
                         timer.cancel()
                 # the time the caller takes a response does not count against the model

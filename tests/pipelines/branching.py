@@ -78,6 +78,11 @@ SOURCE = textwrap.dedent('''
         return {"Y": inputs["X"]}
 
 
+    def patient_stream(inputs, ctx):
+        """patient, decoupled: its one response after ten calls to the slow child."""
+        yield patient(inputs, ctx)
+
+
     def ticker(inputs, ctx):
         """Up to 50 responses, 20 ms apart; how many it produced is written when it ends."""
         x = inputs["X"]

@@ -6,6 +6,7 @@ takes its children with it."""
 from __future__ import annotations
 
 import itertools
+import queue
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,8 @@ MODELS = {
     "patient": ("patient", ("X",), ""), "patient_inproc": ("patient", ("X",), ""),
     "ticker": ("ticker", ("X",), "decoupled = true"),
     "first": ("first", ("X",), ""), "first_inproc": ("first", ("X",), ""),
+    "patient_stream": ("patient_stream", ("X",), "decoupled = true"),
+    "patient_stream_inproc": ("patient_stream", ("X",), "decoupled = true"),
 }
 """The children, and each parent twice: in a runtime process and in the agent's process."""
 
@@ -105,6 +108,26 @@ def test_a_cancelled_parent_cancels_its_children(agent: Agent, parent: str) -> N
     with pytest.raises(InferenceServerException) as err:
         call(agent.tcp, parent, x, timeout_s=1.0)  # ten 0.3 s children: about 3 fit
     assert "Deadline" in str(err.value) or "DEADLINE" in str(err.value)
+    eventually(lambda: stats(agent.tcp, parent)["finished"] > done,
+               message=f"{parent}'s request never finished")
+    ran = stats(agent.tcp, "slow")["executions"] - before
+    assert 1 <= ran < 10, f"{ran} of the 10 children ran (the caller left after about 3)"
+
+
+@pytest.mark.parametrize("parent", ["patient_stream", "patient_stream_inproc"])
+def test_a_cancelled_decoupled_parent_cancels_its_children(agent: Agent, parent: str) -> None:
+    before = stats(agent.tcp, "slow")["executions"]
+    done = stats(agent.tcp, parent)["finished"]
+    errors: queue.Queue[InferenceServerException | None] = queue.Queue()
+    inp = grpcclient.InferInput("X", [4], "FP32")
+    inp.set_data_from_numpy(np.ones(4, np.float32))
+    with grpcclient.InferenceServerClient(agent.tcp) as client:
+        # the stream's deadline passes while the parent is in its ten 0.3 s children
+        client.start_stream(lambda result, error: errors.put(error), stream_timeout=1.0)
+        client.async_stream_infer(parent, [inp])
+        error = errors.get(timeout=120)
+        client.stop_stream()
+    assert error is not None and "deadline" in str(error).lower(), error
     eventually(lambda: stats(agent.tcp, parent)["finished"] > done,
                message=f"{parent}'s request never finished")
     ran = stats(agent.tcp, "slow")["executions"] - before
