@@ -92,11 +92,12 @@ def load_request(model_dir: Path, manifest: Manifest, options: BackendOptions,
     }
 
 
-CALL_OPS = frozenset({"call", "start", "await", "drop", "open", "pull"})
+CALL_OPS = frozenset({"call", "start", "await", "ready", "drop", "open", "pull"})
 """The messages a runtime process sends mid-execution to call other models (each answered
 with one reply): ``call`` runs one request (``ctx.infer``); ``start`` begins one and
-``await`` fetches its answer (``ctx.infer_async``); ``open`` begins a stream and ``pull``
-fetches its next response (``ctx.stream``); ``drop`` forgets a started call or stream."""
+``await`` fetches its answer (``ctx.infer_async``; ``ready`` asks whether it is there);
+``open`` begins a stream and ``pull`` fetches its next response (``ctx.stream``); ``drop``
+forgets a started call or stream."""
 
 
 class _Children:
@@ -125,6 +126,10 @@ class _Children:
                 future = self._open.pop(call)
                 assert isinstance(future, Future)
                 return {"ok": True}, future.result()
+            elif op == "ready":
+                started = self._open[call]
+                assert isinstance(started, Future)
+                return {"ok": True, "done": started.done()}, None
             elif op == "pull":
                 responses = self._open[call]
                 assert not isinstance(responses, Future)

@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,9 @@ from edge_agent.backends.ipc import Channel
 
 if TYPE_CHECKING:
     from edge_agent.backends.base import Backend, Host, HostedModel
+
+_POLL_S = 0.002
+"""How often a watched call asks the agent whether its answer is there."""
 
 
 def _end_group() -> None:
@@ -83,6 +86,17 @@ class AgentHost:
         self._conn = conn
         self._lock = threading.Lock()  # one exchange on the socket at a time
         self._ids = itertools.count(1)
+        self.execution = 0  # bumped when an execution's result is sent: its calls are over
+
+    def send(self, header: dict[str, Any], outputs: dict[str, Any] | None = None,
+             ack: bool = False) -> dict[str, Any] | None:
+        """Send an execution's message to the agent (a response, with ``ack`` its reply is
+        returned; the result, which ends the execution) in turn with the calls' exchanges."""
+        with self._lock:
+            if not ack:
+                self.execution += 1
+            self._conn.send(header, outputs)
+            return self._conn.recv()[0] if ack else None
 
     def _ask(self, header: dict[str, Any],
              inputs: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -114,8 +128,21 @@ class AgentHost:
         """The answer to started call ``call`` (waits for it on the agent)."""
         return self._ask({"op": "await", "id": call})[1]
 
-    def drop(self, call: int) -> None:
-        """The agent forgets call ``call`` (cancels it if it still waits)."""
+    def ready(self, call: int, execution: int) -> bool | None:
+        """Whether started call ``call`` has its answer on the agent (None: the execution
+        that started it has ended, nothing was asked)."""
+        with self._lock:
+            if execution != self.execution:
+                return None
+            self._conn.send({"op": "ready", "id": call})
+            reply, _ = self._conn.recv()
+        return bool(reply.get("done", True))
+
+    def drop(self, call: int, execution: int | None = None) -> None:
+        """The agent forgets call ``call`` (cancels it if it still waits); nothing is sent
+        once ``execution``, the one that started it, has ended (the agent cancelled it)."""
+        if execution is not None and execution != self.execution:
+            return
         self._ask({"op": "drop", "id": call})
 
     def stream(self, model: str, inputs: dict[str, Any],
@@ -153,15 +180,44 @@ class AgentHost:
 
 class _Remote(Future[dict[str, Any]]):
     """A call started on the agent from a runtime process: waiting for it fetches its
-    answer (``done()`` is False until then); a cancel drops it on the agent."""
+    answer; a cancel drops it on the agent. ``done()`` is False until it is waited for,
+    unless a done-callback is added (as ``asyncio.wrap_future`` does): then a thread asks
+    the agent every few milliseconds whether the answer is there and fetches it."""
 
     def __init__(self, host: AgentHost, call: int, outputs: list[str] | None) -> None:
         super().__init__()
         self._host, self._call, self._outputs = host, call, outputs
+        self._execution = host.execution
+        self._fetching = threading.Lock()
+        self._watched = False
+
+    def add_done_callback(self, fn: Callable[[Future[dict[str, Any]]], object]) -> None:
+        super().add_done_callback(fn)
+        with self._fetching:
+            if self._watched or self.done() or self.running():
+                return
+            self._watched = True
+        threading.Thread(target=self._watch, name=f"edge-call-{self._call}",
+                         daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self.done():
+            try:
+                ready = self._host.ready(self._call, self._execution)
+            except Exception:
+                ready = True  # fetching tells what went wrong
+            if ready is None:  # the execution ended without waiting for it: the agent
+                super().cancel()  # cancelled it; nothing more may be sent for it
+                return
+            if ready:
+                self._fetch()
+                return
+            time.sleep(_POLL_S)
 
     def _fetch(self) -> None:
-        if self.done() or not self.set_running_or_notify_cancel():
-            return
+        with self._fetching:
+            if self.done() or self.running() or not self.set_running_or_notify_cancel():
+                return
         try:
             answer = self._host.fetch(self._call)
         except BaseException as exc:
@@ -182,26 +238,25 @@ class _Remote(Future[dict[str, Any]]):
         cancelled = super().cancel()
         if cancelled:
             with contextlib.suppress(Exception):  # the execution may have ended
-                self._host.drop(self._call)
+                self._host.drop(self._call, self._execution)
         return cancelled
 
 
-def _stream(conn: Channel, backend: Any, inputs: dict[str, Any]) -> None:
+def _stream(host: AgentHost, backend: Any, inputs: dict[str, Any]) -> None:
     """Run a decoupled model's generator: each response is sent as ``{"op": "item"}`` and the
     next one is produced only when the agent has read it (``{"op": "next"}``; ``"stop"`` ends
     the generator early); the last message is ``{"ok": ...}`` as for an execution."""
     try:
         produced = backend.stream(inputs, 0)
         for outputs in produced:
-            conn.send({"op": "item"}, outputs)
-            ack, _ = conn.recv()
-            if ack.get("op") != "next":
+            ack = host.send({"op": "item"}, outputs, ack=True)
+            if ack is None or ack.get("op") != "next":
                 produced.close()
                 break
     except Exception as exc:
-        conn.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
+        host.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
         return
-    conn.send({"ok": True})
+    host.send({"ok": True})
 
 
 def serve(conn: Channel) -> int:
@@ -210,8 +265,9 @@ def serve(conn: Channel) -> int:
         request, _ = conn.recv()
     except EOFError:
         return 0
+    host = AgentHost(conn)
     try:
-        backend = load(request, AgentHost(conn))
+        backend = load(request, host)
     except Exception as exc:  # reported to the agent, which raises it as the load error
         conn.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
         return 1
@@ -228,14 +284,14 @@ def serve(conn: Channel) -> int:
         if request.get("op") == "close":
             break
         if request.get("op") == "stream":
-            _stream(conn, backend, inputs)
+            _stream(host, backend, inputs)
             continue
         try:
             outputs = backend.infer(inputs, 0)
         except Exception as exc:
-            conn.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
+            host.send({"ok": False, "error": str(exc), "type": type(exc).__name__})
             continue
-        conn.send({"ok": True}, outputs)
+        host.send({"ok": True}, outputs)
     backend.close()
     return 0
 

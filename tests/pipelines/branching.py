@@ -60,6 +60,21 @@ SOURCE = textwrap.dedent('''
         return {"Y": a.result()["Y"] + b.result()["Y"]}
 
 
+    def gather(inputs, ctx):
+        """fan, in async code: both children awaited through asyncio.wrap_future."""
+        import asyncio
+
+        x = inputs["X"]
+
+        async def both():
+            a = asyncio.wrap_future(ctx.infer_async("meet_a", {"X": x}))
+            b = asyncio.wrap_future(ctx.infer_async("meet_b", {"X": x}))
+            done = await asyncio.wait_for(asyncio.gather(a, b), 60)
+            return done[0]["Y"] + done[1]["Y"]
+
+        return {"Y": asyncio.run(both())}
+
+
     def listen(inputs, ctx):
         """The sum of the decoupled child's responses."""
         total = np.zeros_like(inputs["X"])

@@ -24,6 +24,7 @@ MODELS = {
     "meet_a": ("meet_a", ("X",), ""), "meet_b": ("meet_b", ("X",), ""),
     "slow": ("slow", ("X",), ""), "count": ("count", ("X",), "decoupled = true"),
     "fan": ("fan", ("X",), ""), "fan_inproc": ("fan", ("X",), ""),
+    "gather": ("gather", ("X",), ""), "gather_inproc": ("gather", ("X",), ""),
     "listen": ("listen", ("X",), ""), "listen_inproc": ("listen", ("X",), ""),
     "patient": ("patient", ("X",), ""), "patient_inproc": ("patient", ("X",), ""),
     "ticker": ("ticker", ("X",), "decoupled = true"),
@@ -80,6 +81,13 @@ def test_infer_async_runs_two_children_at_once(agent: Agent, parent: str) -> Non
     x = np.array([1.5, next(RUNS), -2.0, 4.0], np.float32)
     # meet_a answers 2x and meet_b 3x, each only once the other has started
     np.testing.assert_allclose(call(agent.tcp, parent, x), 5 * x)
+
+
+@pytest.mark.parametrize("parent", ["gather", "gather_inproc"])
+def test_infer_async_futures_are_awaitable_in_asyncio(agent: Agent, parent: str) -> None:
+    x = np.array([2.5, next(RUNS), 1.0, -1.0], np.float32)
+    # asyncio.wrap_future on both; each child answers only once the other has started
+    np.testing.assert_allclose(call(agent.uds, parent, x), 5 * x)
 
 
 @pytest.mark.parametrize("parent", ["listen", "listen_inproc"])
