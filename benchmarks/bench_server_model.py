@@ -4,22 +4,29 @@ Each serves a ModelInfer that parses the request, views the raw input with numpy
 with a 10-float raw output (the agent's per-request protocol work, without inference), over a
 Unix socket, driven by benchmarks.loadgen at 1 and 16 in flight.
 
-    python -m benchmarks.bench_server_model
+    python -m benchmarks.bench_server_model --rounds 3 --seconds 4
+
+Both servers are up at once and the rounds interleave them; each line shows the server
+process's CPU per request.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import tempfile
 import time
 from concurrent import futures
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
 import numpy as np
 
-from benchmarks.loadgen import infer_request_bytes, run_load
+from benchmarks.bench_serve import load, median_result
+from benchmarks.loadgen import LoadResult, infer_request_bytes
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 
@@ -63,23 +70,51 @@ def _serve_aio(address: str) -> None:
     asyncio.run(serve())
 
 
-def main() -> int:
+def _wait_ready(address: str, proc: mp.process.BaseProcess) -> None:
+    """Until the server at ``address`` accepts a channel (its process must stay alive)."""
+    deadline = time.monotonic() + 60
+    while proc.is_alive() and time.monotonic() < deadline:
+        with grpc.insecure_channel(address) as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=2)
+                return
+            except grpc.FutureTimeoutError:
+                continue
+    raise SystemExit(f"the server at {address} did not come up")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per measurement")
+    args = parser.parse_args(argv)
     payload = infer_request_bytes("mlp", {"input": np.zeros((1, 64), np.float32)})
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, target, args in (("sync thread pool", _serve_sync, (16,)),
-                                    ("grpc.aio", _serve_aio, ())):
+    servers = (("sync thread pool", _serve_sync, (16,)), ("grpc.aio", _serve_aio, ()))
+    results: dict[tuple[str, int], list[LoadResult]] = {}
+    print(f"grpcio {grpc.__version__}; load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        running = []
+        for label, target, extra in servers:
             address = f"unix:{Path(tmp) / label.replace(' ', '_')}.sock"
-            proc = mp.get_context("spawn").Process(target=target, args=(address, *args),
+            proc = mp.get_context("spawn").Process(target=target, args=(address, *extra),
                                                    daemon=True)
             proc.start()
-            try:
-                time.sleep(1.5)
-                for c in (1, 16):
-                    r = asyncio.run(run_load(address, payload, concurrency=c, seconds=4))
-                    print(f"{label:17s} {r.line()}")
-            finally:
-                proc.terminate()
-                proc.join(5)
+            stack.callback(proc.join, 5)
+            stack.callback(proc.terminate)
+            _wait_ready(address, proc)
+            running.append((label, address, proc))
+        for _ in range(args.rounds):  # interleaved: the same machine load for both servers
+            for c in (1, 16):
+                for label, address, proc in running:
+                    assert proc.pid is not None
+                    r = load(address, payload, c, args.seconds, proc.pid)
+                    results.setdefault((label, c), []).append(r)
+                    print(f"  {label:17s} {r.line()}")
+    print(f"medians of {args.rounds} rounds; load average {os.getloadavg()[0]:.1f} at the end")
+    for (label, _c), runs in results.items():
+        print(f"{label:17s} {median_result(runs).line()}")
     return 0
 
 

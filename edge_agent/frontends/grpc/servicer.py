@@ -11,7 +11,7 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias
@@ -78,10 +78,10 @@ def _over_uds(peer: str) -> bool:
     return peer.split(":", 1)[0] == "unix"
 
 
-def _has_tensor_parameters(request: pb.ModelInferRequest) -> bool:
-    """Whether any input or requested output of ``request`` carries parameters."""
-    return any(len(t.parameters) for t in request.inputs) or \
-        any(len(o.parameters) for o in request.outputs)
+def _has_parameters(tensors: Iterable[Any]) -> bool:
+    """Whether any of a request's ``tensors`` (its inputs or its requested outputs) carries
+    parameters."""
+    return any(len(t.parameters) for t in tensors)
 
 
 def _traceparent(context: _Ctx) -> str | None:
@@ -171,17 +171,20 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def _model_infer(self, request: pb.ModelInferRequest, context: _Ctx,
                      trace: RootTrace | None) -> pb.ModelInferResponse:
-        # the peer (~3 us) only for a request with tensor parameters (it may name a region)
-        shm = self._shm if self._tcp_shm or not _has_tensor_parameters(request) \
+        # one look at the tensors' parameters: outputs without any need no placement and no
+        # classes; the peer (~3 us) only when some tensor has them (it may name a region)
+        out_params = _has_parameters(request.outputs)
+        shm = self._shm if self._tcp_shm or not (out_params or _has_parameters(request.inputs)) \
             else self._shm_for(context.peer())
         infer_request, _ = converters.to_infer_request(request, shm, self._dp)
         infer_request.caller = context  # cancelled or past its deadline: never run
-        placed = converters.output_placements(request, shm)  # shared memory outputs
+        placed = converters.output_placements(request, shm) if out_params else None
         if trace is not None:
             infer_request.trace = trace
             trace.inputs(infer_request.inputs)
         result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
-        result = converters.classified(result, request, self._dp)
+        if out_params:  # the classification extension
+            result = converters.classified(result, request, self._dp)
         if trace is not None:
             trace.responded(version=result.version, outputs=result.outputs)
         nbytes = _response_bytes(result, infer_request.outputs)
