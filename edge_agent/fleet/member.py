@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "fleet.json"
 SCOPES = ("group", "agent")
+IDLE_CHECK_S = 60.0
+"""With ``metrics_interval_s = 0`` the worker still wakes this often to see what the device
+serves (an operator's change, a failed deploy's retry)."""
 REFUSAL_REPORT_S = 30.0
 """A status that differs only by a new refusal is published at most this often: a broker
 that floods forged documents gets one report per period, not one per document."""
@@ -181,7 +184,10 @@ class FleetMember:
     # ------------------------------------------------------------------ worker
     def _run(self) -> None:
         with caller.acting_as(f"the fleet broker {self.broker} (group {self.group})"):
-            next_metrics = time.monotonic() + self.config.metrics_interval_s
+            # the worker wakes at least this often (metrics, or a look at what the device
+            # serves when metrics are off: never a busy loop)
+            period = self.config.metrics_interval_s or IDLE_CHECK_S
+            next_metrics = time.monotonic() + period
             while not self._stop.is_set():
                 wake = min([next_metrics, *(f.due for f in self._failures.values())])
                 if self._deferred:
@@ -206,10 +212,10 @@ class FleetMember:
                     self._handle(latest)
                 except Exception:  # the link must outlive any one bad document
                     log.exception("fleet: handling a desired state failed")
-                if (self.config.metrics_interval_s > 0
-                        and time.monotonic() >= next_metrics):
-                    next_metrics = time.monotonic() + self.config.metrics_interval_s
-                    self._publish_metrics()
+                if time.monotonic() >= next_metrics:
+                    next_metrics = time.monotonic() + period
+                    if self.config.metrics_interval_s > 0:
+                        self._publish_metrics()
 
     def _handle(self, latest: Mapping[str, bytes]) -> None:
         for topic, payload in latest.items():
