@@ -66,6 +66,7 @@ class BrokerAgents(Vertical):
         self.source, self.group, self.own_filter = source, group, own_filter
         self.filter = Filter()
         self.shown: list[AgentView] = []
+        self._rows: list[tuple[str, ...]] = []
 
     def compose(self) -> ComposeResult:
         yield Static("connecting to the fleet broker...", id="summary")
@@ -109,13 +110,18 @@ class BrokerAgents(Vertical):
         where = f"group {self.group}" if self.group else "every group"
         self.query_one("#summary", Static).update(
             f"fleet broker {broker.broker}, {where}\n" + summary(agents, len(self.shown)))
+        rows: list[tuple[str, ...]] = [
+            (a.agent_id, a.state, str(a.revision), ", ".join(a.versions()) or "-",
+             str(((a.status or {}).get("refused") or {}).get("reason") or ""), a.group)
+            for a in self.shown[:MAX_ROWS]]
+        if rows == self._rows:  # the table is the costly part: rebuilt only on a change
+            return
+        self._rows = rows
         table = self.table
         row = table.cursor_row
         table.clear()
-        for a in self.shown[:MAX_ROWS]:
-            refused = (a.status or {}).get("refused") or {}
-            table.add_row(a.agent_id, a.state, str(a.revision), ", ".join(a.versions()) or "-",
-                          str(refused.get("reason") or ""), a.group, key=a.agent_id)
+        for cells in rows:
+            table.add_row(*cells, key=cells[0])
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
 
