@@ -2,7 +2,8 @@
 agents and a simulator of N agents speaking the same protocol (a few processes, one MQTT
 client per simulated agent), measured:
 
-1. the console's fleet view (``edge-console fleet agents --json``) complete for every agent;
+1. the console's fleet view complete for every agent: ``edge-console fleet agents --json``,
+   and the TUI (``edge-console ui --broker``, headless) until its broker panel counts them;
 2. a four-wave rollout (``1,5%,25%,100%``, ``--soak``) to every agent;
 3. the same with a share of the simulated agents failing the deploy (``--fail-rate``): where
    it halts and how many changed agents report the previous state again;
@@ -10,7 +11,7 @@ client per simulated agent), measured:
    message under ``edge/v1/agents/#`` counted for ``--steady-s``).
 
 Run: .venv/bin/python -m benchmarks.bench_fleet [--agents 1000] [--processes 4] [--soak 10]
-     [--fail-rate 0.05] [--steady-s 120] [--real-agents 3]
+     [--fail-rate 0.05] [--steady-s 120] [--real-agents 3] [--view-only]
 
 Needs mosquitto (and docker-registry for the real agents): scripts/system-deps.sh. The
 simulated agents verify every desired state's signature and revision as the agent does and
@@ -208,6 +209,7 @@ def main() -> int:
     ap.add_argument("--fail-rate", type=float, default=0.05)
     ap.add_argument("--steady-s", type=float, default=120.0)
     ap.add_argument("--real-agents", type=int, default=3)
+    ap.add_argument("--view-only", action="store_true", help="measure the views (1.) only")
     args = ap.parse_args()
     if args.worker:
         return run_worker(args)
@@ -271,6 +273,10 @@ def bench(args: argparse.Namespace) -> int:
         listed = len(json.loads(out))
         print(f"1. fleet view: {listed} of {total} agents listed by `edge-console fleet "
               f"agents --json` in {view_s:.2f} s (process start included)", flush=True)
+        print(f"   the TUI (--broker, headless): its broker panel counts {total} agents "
+              f"{tui_view_s(mq.url, group, total):.2f} s after the app started", flush=True)
+        if args.view_only:
+            return 0
 
         with FleetBroker(mq.url) as console:
             console.settle()
@@ -327,6 +333,30 @@ def bench(args: argparse.Namespace) -> int:
                   f"{per_day / 1024:.0f} KiB per agent per day (payload + MQTT headers, "
                   f"keep-alive pings not counted: 4 bytes per keepalive_s)", flush=True)
     return 0
+
+
+def tui_view_s(url: str, group: str, total: int, deadline_s: float = 120.0) -> float:
+    """Seconds from the console TUI's start with ``--broker`` (headless, Textual's test
+    driver) until its broker panel counts ``total`` agents of ``group``."""
+    import asyncio
+
+    from console.app import EdgeConsoleApp
+    from console.config import BrokerSettings, ConsoleSettings
+    from console.fleet_view import BrokerAgents
+
+    async def run() -> float:
+        app = EdgeConsoleApp(ConsoleSettings(discovery=False, broker=BrokerSettings(url, group)))
+        t0 = time.monotonic()
+        async with app.run_test(size=(160, 50)) as pilot:
+            panel = app.screen.query_one(BrokerAgents)
+            while f"\n{total} agents:" not in str(panel.query_one("#summary").render()):
+                if time.monotonic() - t0 > deadline_s:
+                    raise TimeoutError(f"the TUI did not count {total} agents in "
+                                       f"{deadline_s:g} s")
+                await pilot.pause(0.05)
+            return time.monotonic() - t0
+
+    return asyncio.run(run())
 
 
 def mq_address(url: str) -> p.BrokerAddress:

@@ -37,6 +37,7 @@ from console.screens.jump import JumpScreen
 
 if TYPE_CHECKING:
     from console.commands import LocalBundle
+    from console.fleet_broker import FleetBroker
     from console.rollout.staged import RolloutOutcome
 
 PROBE_THREADS = 16
@@ -89,6 +90,7 @@ class EdgeConsoleApp(App[None]):
         self._trust_queue: list[tuple[str, str]] = []  # (address, fingerprint) to ask next
         self._trust_open = False  # a trust prompt is on screen
         self.rollouts = Rollouts(clock=clock)  # run in the background, whatever is on screen
+        self.broker: FleetBroker | None = None  # the fleet's MQTT broker, once connected
 
     # -- lifecycle -----------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -99,11 +101,15 @@ class EdgeConsoleApp(App[None]):
             self.browse()
         if self.poll_enabled:
             self.poll_loop()
+        if self.settings.broker is not None:
+            self.connect_broker()
 
     async def on_unmount(self) -> None:
         self.workers.cancel_all()
         self._probe_pool.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self.connections.close)
+        if self.broker is not None:
+            await asyncio.to_thread(self.broker.close)
 
     # -- workers -------------------------------------------------------------------------------
     @work(exclusive=True, group="discovery", exit_on_error=False)
@@ -120,6 +126,35 @@ class EdgeConsoleApp(App[None]):
                     "--agent HOST:PORT or choose --mdns-interface")
             self.fleet.log("", "error", text)
             self.notify(text, severity="error", timeout=10)
+
+    @work(thread=True, exclusive=True, group="broker", exit_on_error=False)
+    def connect_broker(self) -> None:
+        """Connect to the fleet's MQTT broker (``--broker``, ``[fleet]``): its agents are
+        listed beside the mDNS ones (the fleet screen's broker panel)."""
+        import os
+
+        from console.fleet_broker import FleetBroker
+        from edge_agent.fleet.link import BrokerCredentials
+
+        cfg = self.settings.broker
+        assert cfg is not None
+        try:
+            broker = FleetBroker(cfg.url, BrokerCredentials(
+                cfg.ca, cfg.cert, cfg.key, cfg.username,
+                os.environ.get("EDGE_MQTT_PASSWORD") if cfg.username else None),
+                allow_plaintext=cfg.allow_plaintext)
+            broker.connect()
+        except Exception as exc:  # shown in the UI, never a traceback
+            text = f"fleet broker {cfg.url}: {exc}"
+            self.call_from_thread(self.fleet.log, "", "error", text)
+            self.call_from_thread(self.notify, text, severity="error", timeout=10)
+            return
+        if get_current_worker().is_cancelled:  # the app is closing
+            broker.close()
+            return
+        self.broker = broker
+        self.call_from_thread(self.fleet.log, "", "info",
+                              f"connected to the fleet broker {broker.broker}")
 
     @work(exclusive=True, group="poll", exit_on_error=False)
     async def poll_loop(self) -> None:
@@ -290,6 +325,42 @@ class EdgeConsoleApp(App[None]):
 
         if self.fleet.get(key) is not None:
             self.push_screen(AgentScreen(key))
+
+    @work(exclusive=True, group="drill-down", exit_on_error=False)
+    async def open_broker_agent(self, agent_id: str) -> None:
+        """Drill down on a fleet agent listed by the broker: its agent screen over the direct
+        management connection when the management address it said at connect answers from
+        here, else what the broker knows of it (:class:`BrokerAgentScreen`)."""
+        from console.config import StaticAgent, parse_address
+        from console.errors import ConsoleError
+        from console.screens.broker_agent import BrokerAgentScreen
+
+        view = self.broker.agent(agent_id) if self.broker is not None else None
+        if view is None:
+            self.notify(f"The fleet broker does not know {agent_id}", severity="warning")
+            return
+        why = "it has no management address (reached through the broker alone)"
+        if view.management:
+            try:
+                host, port = parse_address(view.management, where="management")
+            except ConsoleError:
+                host, port = "", 0
+            name = str(view.presence.get("name") or agent_id)
+            known = next((a for a in self.fleet.agents() if a.address == view.management),
+                         None) or FleetAgent(key=view.management, name=name, host=host,
+                                             port=port)
+            self.notify(f"{agent_id}: trying its management API {view.management}")
+            result = await asyncio.get_running_loop().run_in_executor(
+                self._probe_pool, self.connections.probe, known)
+            if result.state is AgentState.ONLINE:
+                if self.fleet.get(known.key) is None:
+                    self.fleet.add_static([StaticAgent(host, port, name)])
+                self.fleet.apply_probe(known.key, result)
+                self.open_agent(known.key)
+                return
+            why = (f"its management API {view.management} does not answer from here "
+                   f"({result.state.value}: {result.message})")
+        self.push_screen(BrokerAgentScreen(agent_id, why, clock=self.clock))
 
     def show_details(self, agent: FleetAgent) -> None:
         """Show the details modal of ``agent``."""

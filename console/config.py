@@ -34,6 +34,15 @@ The file is TOML, by default ``$XDG_CONFIG_HOME/edge-console/config.toml``
     cert = "console.pem"            # a client certificate (mTLS), with or without ca
     key = "console.key"
     server_name = "edge-agent"
+
+    [fleet]                         # a fleet's MQTT broker: its agents listed beside the
+    broker = "mqtts://broker:8883"  # mDNS ones (docs/fleet.md); or --broker
+    group = "cams"                  # only this group (default: every group); or --fleet-group
+    ca = "broker-ca.pem"            # the broker's CA (default: the system's)
+    cert = "console.crt"            # a client certificate and key, or ...
+    key = "console.key"
+    username = "fleet-console"      # ... a username (password: $EDGE_MQTT_PASSWORD)
+    allow_plaintext = false         # mqtt:// to another host than loopback
 """
 
 from __future__ import annotations
@@ -94,6 +103,19 @@ class StaticAgent:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """A fleet's MQTT broker whose agents the TUI lists (``[fleet]``, ``--broker``)."""
+
+    url: str
+    group: str | None = None  # None: every group
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    username: str | None = None  # the password comes from $EDGE_MQTT_PASSWORD
+    allow_plaintext: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ConsoleSettings:
     """Everything the TUI needs to know before it starts."""
 
@@ -110,6 +132,7 @@ class ConsoleSettings:
     insecure: bool = False  # plaintext to every agent (--insecure)
     accept_new: bool = False  # pin an agent's certificate at first contact without asking
     known_agents: Path | None = None  # the pins; None: known_agents beside the config file
+    broker: BrokerSettings | None = None  # a fleet's MQTT broker (agents beside mDNS ones)
     state_dir: Path | None = None  # what the console remembers (last bundle folder); None: nothing
     # asked at a first contact when accept_new is off: (address, fingerprint, file) -> trust?
     ask_new: Callable[[str, str, Path], bool] | None = field(default=None, compare=False)
@@ -223,7 +246,7 @@ def _number(data: Mapping[str, object], key: str, default: float, path: Path) ->
 def parse_settings(data: Mapping[str, object], path: Path) -> ConsoleSettings:
     """Settings from the parsed TOML of ``path`` (used for messages and relative paths)."""
     known = {"read_only", "poll_interval_s", "canary_soak_s", "discovery", "agents", "tokens",
-             "bundle_dir", "tls", "insecure", "known_agents"}
+             "bundle_dir", "tls", "insecure", "known_agents", "fleet"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConsoleConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; known keys: "
@@ -264,6 +287,7 @@ def parse_settings(data: Mapping[str, object], path: Path) -> ConsoleSettings:
     if not isinstance(tls_table, dict):
         raise ConsoleConfigError(f"{path}: [tls] must be a table (ca, cert, key, server_name)")
     return ConsoleSettings(
+        broker=_broker(data.get("fleet"), path),
         tls=_tls_files(tls_table, "", f"{path}: [tls]", path.parent),
         agents=tuple(agents), tokens=tokens, default_token=default_token,
         discovery=bool(disc.get("enabled", True)),
@@ -275,6 +299,37 @@ def parse_settings(data: Mapping[str, object], path: Path) -> ConsoleSettings:
         bundle_dir=Path(str(bundle_dir)).expanduser() if bundle_dir else None,
         insecure=insecure, known_agents=path.parent / Path(known_agents).expanduser()
         if known_agents else None)
+
+
+def _broker(table: object, path: Path) -> BrokerSettings | None:
+    """``[fleet]``: the broker's URL (checked when it connects), a group, credentials."""
+    if table is None:
+        return None
+    where = f"{path}: [fleet]"
+    if not isinstance(table, dict) or not isinstance(table.get("broker"), str):
+        raise ConsoleConfigError(f"{where}: needs broker = \"mqtts://HOST:8883\"")
+    unknown = sorted(set(table) - {"broker", "group", "ca", "cert", "key", "username",
+                                   "allow_plaintext"})
+    if unknown:
+        raise ConsoleConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    files = {}
+    for name in ("ca", "cert", "key"):
+        raw = table.get(name)
+        if raw is None:
+            continue
+        file = Path(str(raw)).expanduser()
+        file = file if file.is_absolute() else path.parent / file
+        if not file.is_file():
+            raise ConsoleConfigError(f"{where}: {name} file {file} does not exist")
+        files[name] = file
+    if ("cert" in files) != ("key" in files):
+        raise ConsoleConfigError(f"{where}: cert and key go together")
+    group, username = table.get("group"), table.get("username")
+    if not isinstance(table.get("allow_plaintext", False), bool):
+        raise ConsoleConfigError(f"{where}: allow_plaintext must be true or false")
+    return BrokerSettings(table["broker"], None if group is None else str(group),
+                          username=None if username is None else str(username),
+                          allow_plaintext=bool(table.get("allow_plaintext", False)), **files)
 
 
 def load_settings(path: Path | None = None) -> ConsoleSettings:

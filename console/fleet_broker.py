@@ -52,6 +52,11 @@ class AgentView:
         return int((self.status or {}).get("revision") or 0)
 
     @property
+    def management(self) -> str:
+        """The management API's HOST:PORT the agent said at connect ("": none)."""
+        return str(self.presence.get("management") or "")
+
+    @property
     def models(self) -> dict[str, Any]:
         """The status's models: name -> {ref, state, version, error}."""
         return dict((self.status or {}).get("models") or {})
@@ -179,12 +184,21 @@ class FleetBroker:
                     return
                 self._lock.wait(max(0.05, SETTLE_S - quiet))
 
-    def group_agents(self, group: str) -> list[AgentView]:
-        """The agents that said they are in ``group`` (online or not), by id."""
+    def group_agents(self, group: str | None) -> list[AgentView]:
+        """The agents that said they are in ``group`` (None: every group), online or not, by
+        id."""
         with self._lock:
             return sorted((AgentView(a.agent_id, dict(a.presence), a.status, a.metrics)
-                           for a in self.agents.values() if a.group == group),
+                           for a in self.agents.values()
+                           if group is None or a.group == group),
                           key=lambda a: a.agent_id)
+
+    def agent(self, agent_id: str) -> AgentView | None:
+        """One agent as the broker last told it (a copy), or None."""
+        with self._lock:
+            a = self.agents.get(agent_id)
+            return None if a is None else AgentView(a.agent_id, dict(a.presence), a.status,
+                                                    a.metrics)
 
     def current(self, group: str, timeout_s: float = 3.0) -> p.Desired | None:
         """The group's retained desired state (not verified: it is ours to replace), or None

@@ -198,17 +198,18 @@ class Rollout:
     def _restore(self, result: RolloutResult, models: Mapping[str, p.ModelTarget],
                  baseline: Mapping[str, p.ModelTarget], revision: int,
                  changed: Sequence[str]) -> None:
+        """Publish everyone back on ``baseline`` and wait for the ``changed`` agents to
+        report it. On a first rollout the baseline has none of ``models``: the agents remove
+        what the fleet put there (a model deployed on a device itself stays)."""
         result.halted, result.restored_revision = True, revision
         self._publish(p.Desired(self.group, revision, dict(models), 0.0, dict(baseline),
                                 issued_at=time.time(), note="halted: previous state restored"))
-        if not baseline:
-            result.not_restored = {a: "no previous state to restore (first rollout)"
-                                   for a in changed}
-            return
+        dropped = [m for m in models if m not in baseline]
 
         def back(agent: AgentView) -> bool:
             return agent.online and agent.revision >= revision and all(
-                agent.model_state(m, t.ref) == "ok" for m, t in baseline.items())
+                agent.model_state(m, t.ref) == "ok" for m, t in baseline.items()) and not any(
+                m in agent.models for m in dropped)
 
         self.broker.wait_until(lambda: all(back(a) or not a.online
                                            for a in self._views(changed)),
@@ -217,7 +218,10 @@ class Rollout:
             if back(agent):
                 result.restored.append(agent.agent_id)
             else:
-                result.not_restored[agent.agent_id] = _why_failed(agent, baseline) or "pending"
+                result.not_restored[agent.agent_id] = (
+                    _why_failed(agent, baseline)
+                    or ("still reports " + ", ".join(m for m in dropped if m in agent.models)
+                        if any(m in agent.models for m in dropped) else "pending"))
 
 
 def rollback(broker: FleetBroker, group: str, key: Ed25519PrivateKey) -> p.Desired:

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 from console.commands import read_token
-from console.config import load_settings
+from console.config import BrokerSettings, load_settings
 from console.errors import ConsoleError
 from console.flags import add_mdns_flags
 
@@ -20,6 +20,7 @@ EPILOG = textwrap.dedent("""\
       edge-console                                   # browse every interface, poll every 2 s
       edge-console ui --mdns-interface 192.168.1.20 --read-only
       edge-console ui --no-mdns --agent 10.0.0.7:50051 --token-file pi.token
+      edge-console ui --broker mqtts://broker:8883 --fleet-group cams   # + a fleet's agents
     """)
 
 
@@ -48,6 +49,11 @@ def build_tui_parser() -> argparse.ArgumentParser:
                    help="talk plaintext to agents started with --insecure (no TLS)")
     p.add_argument("--bundle-dir", type=Path, metavar="DIR",
                    help="where the deploy file picker starts (default: current directory)")
+    p.add_argument("--broker", metavar="URL",
+                   help="also list the agents of a fleet's MQTT broker (mqtts://HOST[:PORT]; "
+                        "credentials from the config file's [fleet] table)")
+    p.add_argument("--fleet-group", metavar="NAME",
+                   help="only this fleet group's agents (default: every group)")
     return p
 
 
@@ -72,6 +78,13 @@ def run_tui(argv: list[str] | None = None) -> int:
             settings = replace(settings, canary_soak_s=max(0.0, args.soak))
         if args.bundle_dir is not None:
             settings = replace(settings, bundle_dir=args.bundle_dir)
+        if args.broker or args.fleet_group:
+            broker = settings.broker or BrokerSettings(args.broker or "")
+            if not (args.broker or broker.url):
+                raise ConsoleError("--fleet-group needs --broker (or [fleet] broker in the "
+                                   "config file)")
+            settings = replace(settings, broker=replace(
+                broker, url=args.broker or broker.url, group=args.fleet_group or broker.group))
     except ConsoleError as exc:
         print(f"edge-console ui: error: {exc}", file=sys.stderr)
         return 1

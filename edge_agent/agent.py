@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -269,8 +270,11 @@ def start_management(config: AgentConfig, state: StateParts, core: CoreParts,
 
 
 def start_fleet(config: AgentConfig, state: StateParts, core: CoreParts,
-                registry: Callable[[], RegistrySettings]) -> FleetMember | None:
-    """Join the fleet through ``[fleet] broker`` (docs/fleet.md); None when it is not set."""
+                registry: Callable[[], RegistrySettings],
+                management: str | None = None) -> FleetMember | None:
+    """Join the fleet through ``[fleet] broker`` (docs/fleet.md); None when it is not set.
+    ``management``: the management API's bound HOST:PORT, said in the agent's presence so a
+    console that can reach it drills down over the direct connection."""
     if config.fleet.broker is None:
         return None
     from packager.extras import refusal
@@ -283,9 +287,19 @@ def start_fleet(config: AgentConfig, state: StateParts, core: CoreParts,
     member = FleetMember(config.fleet, core.manager, state_dir=config.state_dir,
                          name=config.management.name, registry=registry, metrics=state.metrics,
                          info={"name": config.management.name, "arch": device.arch,
-                               "profile": device.profile, "agent_version": __version__})
+                               "profile": device.profile, "agent_version": __version__,
+                               **({"management": dialable(management)} if management else {})})
     member.start()
     return member
+
+
+def dialable(address: str) -> str:
+    """``address`` (a bound HOST:PORT) as another machine dials it: a wildcard host (all
+    interfaces) becomes this machine's name."""
+    host, _, port = address.rpartition(":")
+    if host.strip("[]") in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return f"{host}:{port}"
 
 
 class _AdvertLink:
@@ -429,7 +443,8 @@ class Agent:
             if not stop.is_set():  # a SIGTERM during loading: never report ready
                 self._mgmt = start_management(config, self._state, self._core, self._ends)
                 self._fleet = start_fleet(config, self._state, self._core,
-                                          lambda: self.config.registry)
+                                          lambda: self.config.registry,
+                                          self._mgmt.address if self._mgmt else None)
                 self._ends.grpc.mark_serving()
                 notifier.start_watchdog(healthy=self._core.dataplane.live)
                 active = [f"{v.model}:{v.version}" for v in self._core.manager.versions()

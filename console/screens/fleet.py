@@ -1,4 +1,5 @@
-"""The fleet screen: every agent found by mDNS or listed by address, live."""
+"""The fleet screen: every agent found by mDNS or listed by address, live; with ``--broker``
+(or ``[fleet]``) the agents of a fleet's MQTT broker beside them (console/fleet_view.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Header, Input, Static
 
 from console.fleet import SORT_COLUMNS, AgentState, FleetAgent
+from console.fleet_view import BrokerAgents
 from console.messages import FleetChanged, SortRequested
 from console.screens.base import ConsoleScreen
 from console.widgets.console_footer import ConsoleFooter
@@ -55,6 +57,10 @@ class FleetScreen(ConsoleScreen):
         yield Header()
         yield FleetTable(id="fleet-table")
         yield Static("", id="fleet-status")
+        broker = self.console.settings.broker
+        if broker is not None:  # Tab moves between the two tables
+            yield BrokerAgents(lambda: self.console.broker, broker.group, own_filter=False,
+                               id="broker-agents")
         yield Input(placeholder="filter: words that must all match (regex), !word to exclude",
                     id="fleet-filter", classes="hidden")
         yield ConsoleFooter()
@@ -63,6 +69,12 @@ class FleetScreen(ConsoleScreen):
     def table(self) -> FleetTable:
         """The fleet table widget."""
         return self.query_one(FleetTable)
+
+    @property
+    def broker_panel(self) -> BrokerAgents | None:
+        """The fleet broker's agents (with ``--broker``), else None."""
+        found = self.query(BrokerAgents)
+        return found.first() if found else None
 
     def on_mount(self) -> None:
         self._unsubscribe = self.console.fleet.subscribe(
@@ -143,6 +155,8 @@ class FleetScreen(ConsoleScreen):
     def on_input_changed(self, event: Input.Changed) -> None:
         self.query_text = event.value.strip()
         self.refresh_fleet()
+        if self.broker_panel is not None:  # one filter for both lists
+            self.broker_panel.set_filter(self.query_text)
 
     def on_input_submitted(self, _: Input.Submitted) -> None:
         # the filter collapses into the header (sub-title) and the status line; / edits it
@@ -155,6 +169,8 @@ class FleetScreen(ConsoleScreen):
         box.add_class("hidden")
         self.query_text = ""
         self.refresh_fleet()
+        if self.broker_panel is not None:
+            self.broker_panel.set_filter("")
         self.table.focus()
 
     def sort_by(self, column: str, reverse: bool | None = None) -> None:
@@ -180,6 +196,12 @@ class FleetScreen(ConsoleScreen):
         box = self.query_one("#fleet-filter", Input)
         if self.focused is box:  # Enter in the filter bar keeps the filter, back to the table
             self.on_input_submitted(Input.Submitted(box, box.value))
+            return
+        panel = self.broker_panel
+        if panel is not None and self.focused is panel.table:  # a fleet agent: drill down
+            agent_id = panel.selected()
+            if agent_id is not None:
+                self.console.open_broker_agent(agent_id)
             return
         agent = self.selected_agent()
         if agent is None:

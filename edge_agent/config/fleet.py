@@ -14,6 +14,8 @@
     keepalive_s = 30                  # MQTT keep-alive; the broker sends the last will after
                                       # 1.5 x this without a packet
     metrics_interval_s = 60           # the metrics summary's period (0: none)
+    retry_initial_s = 30              # a failed deploy is tried again after this, doubling
+    retry_max_s = 900                 # ... up to this (reset by a new desired state)
     allow_plaintext = false
 """
 
@@ -42,6 +44,8 @@ class FleetConfig:
     password_file: Path | None = None
     keepalive_s: int = 30
     metrics_interval_s: float = 60.0
+    retry_initial_s: float = 30.0
+    retry_max_s: float = 900.0
     allow_plaintext: bool = False
 
 
@@ -55,10 +59,13 @@ def fleet_section(data: Mapping[str, Any], base_dir: Path | None) -> FleetConfig
             Key("username", string), Key("password_file", path),
             Key("keepalive_s", in_range(int, 5, 3600)),
             Key("metrics_interval_s", in_range((int, float), 0)),
+            Key("retry_initial_s", in_range((int, float), 1, 86400)),
+            Key("retry_max_s", in_range((int, float), 1, 7 * 86400)),
             Key("allow_plaintext", boolean))
     values = parse_table("fleet", data.get("fleet", {}), keys)
-    if "metrics_interval_s" in values:
-        values["metrics_interval_s"] = float(values["metrics_interval_s"])
+    for name in ("metrics_interval_s", "retry_initial_s", "retry_max_s"):
+        if name in values:
+            values[name] = float(values[name])
     config = FleetConfig(**values)
     if config.broker is None:
         if len(values):
@@ -68,6 +75,9 @@ def fleet_section(data: Mapping[str, Any], base_dir: Path | None) -> FleetConfig
     if not config.group:
         raise ConfigError("config key 'fleet.group' is missing: name the group whose desired "
                           "state this agent follows")
+    if config.retry_max_s < config.retry_initial_s:
+        raise ConfigError(f"config key 'fleet.retry_max_s' ({config.retry_max_s:g}) is below "
+                          f"'fleet.retry_initial_s' ({config.retry_initial_s:g}); raise it")
     if (config.client_cert is None) != (config.client_key is None):
         raise ConfigError("config keys 'fleet.client_cert' and 'fleet.client_key' go together")
     if (config.username is None) != (config.password_file is None):

@@ -218,21 +218,50 @@ class ModelManager:
                                         "roll back to another version first")
             if self.store.version(model, version) is None:
                 raise ModelNotFoundError(f"{model} has no version {version} on this device")
+            self._check_unpinned(model, [version])
+            return self._remove_locked(model, version)
+
+    def remove_model(self, model: str) -> DeployOutcome:
+        """Stop serving ``model`` and delete every version of it from memory and disk (the
+        active one last, which leaves the model with no active version); requests for it are
+        then refused as for a model never deployed. The fleet's removal of a model that a
+        newer desired state no longer names (docs/fleet.md)."""
+        with self.locks.hold(model):
+            versions = [r.version for r in self.store.versions(model)]
+            if not versions:
+                raise ModelNotFoundError(f"model {model!r} is not on this device")
+            self._check_unpinned(model, versions)
+            active = self.store.active_version(model)
+            self._unloaded(model)  # requests do not load it back while it goes
+            outcome: DeployOutcome | None = None
+            for version in sorted(versions, key=lambda v: v == active):
+                outcome = self._remove_locked(model, version)
+                if not outcome.ok:
+                    return outcome
+            assert outcome is not None
+            return outcome
+
+    def _check_unpinned(self, model: str, versions: Sequence[int]) -> None:
+        for version in versions:
             users = pipelines_pinning(self.plane, model, version)
             if users:
                 raise VersionInUseError(pinned_message(model, version, users))
-            dep = self.pipeline.begin(model, DeploymentKind.REMOVE, version, None)
-            try:
-                if self.pipeline.loaded(model, version):
-                    self.plane.unload_version(
-                        model, version, drain_timeout_s=self.settings.drain_timeout_s)
-                    self.journal.reached(dep, Step.UNLOADED, f"version {version} unloaded",
-                                         None)
-                self.files.delete(model, version)
-                done = self.journal.commit(dep, f"version {version} removed from disk", None)
-            except RecordingFailed as failure:
-                return self.journal.abandon(dep, model, failure, None)
-            return DeployOutcome(done, True, done.reason, self.store.active_version(model))
+
+    def _remove_locked(self, model: str, version: int) -> DeployOutcome:
+        """Unload ``version`` when loaded, delete its files, commit a REMOVE (the model's
+        lock held)."""
+        dep = self.pipeline.begin(model, DeploymentKind.REMOVE, version, None)
+        try:
+            if self.pipeline.loaded(model, version):
+                self.plane.unload_version(
+                    model, version, drain_timeout_s=self.settings.drain_timeout_s)
+                self.journal.reached(dep, Step.UNLOADED, f"version {version} unloaded",
+                                     None)
+            self.files.delete(model, version)
+            done = self.journal.commit(dep, f"version {version} removed from disk", None)
+        except RecordingFailed as failure:
+            return self.journal.abandon(dep, model, failure, None)
+        return DeployOutcome(done, True, done.reason, self.store.active_version(model))
 
     def model_settings(self, model: str) -> list[SettingView]:
         """Every setting of ``model``: its effective value and where it comes from."""

@@ -27,7 +27,7 @@ from edge_agent.config.management import RegistrySettings
 from edge_agent.deploy import caller
 from edge_agent.deploy.manager import ModelManager
 from edge_agent.deploy.registry_source import deploy_by_reference, pull_guard
-from edge_agent.errors import AgentError, ConfigError
+from edge_agent.errors import AgentError, ConfigError, ModelNotFoundError
 from edge_agent.fleet import protocol as p
 from edge_agent.fleet.link import BrokerCredentials, Connected, make_client, shut
 from edge_agent.logthrottle import LogThrottle
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "fleet.json"
 SCOPES = ("group", "agent")
+IDLE_CHECK_S = 60.0
+"""With ``metrics_interval_s = 0`` the worker still wakes this often to see what the device
+serves (an operator's change, a failed deploy's retry)."""
 REFUSAL_REPORT_S = 30.0
 """A status that differs only by a new refusal is published at most this often: a broker
 that floods forged documents gets one report per period, not one per document."""
@@ -53,13 +56,14 @@ class _Held:
     digests: dict[str, str] = field(default_factory=dict)  # scope -> that document's sha256
     documents: dict[str, str] = field(default_factory=dict)  # scope -> the verified payload
     deployed: dict[str, list[Any]] = field(default_factory=dict)  # ref -> [model, version]
+    owned: dict[str, float] = field(default_factory=dict)  # model the fleet put here -> when
 
     @classmethod
     def load(cls, path: Path) -> _Held:
         try:
             data = json.loads(path.read_text())
             return cls(**{k: data.get(k, {}) for k in ("revisions", "digests", "documents",
-                                                       "deployed")})
+                                                       "deployed", "owned")})
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError, TypeError) as exc:
@@ -70,6 +74,21 @@ class _Held:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.__dict__))
         os.replace(tmp, path)
+
+
+def backoff_s(attempts: int, initial_s: float, max_s: float) -> float:
+    """How long to wait after the ``attempts``-th failure in a row: ``initial_s`` doubling,
+    never more than ``max_s``."""
+    return float(min(max_s, initial_s * 2.0 ** min(max(attempts, 1) - 1, 40)))
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A deploy (or a removal) that failed: tried again at ``due`` (monotonic)."""
+
+    attempts: int
+    due: float
+    status: p.ModelStatus
 
 
 class FleetMember:
@@ -105,7 +124,8 @@ class FleetMember:
         self._published_at = -REFUSAL_REPORT_S
         self._deferred = False  # a refusal not reported yet
         self._refusal_log = LogThrottle(log, interval_s=60.0, burst=5)
-        self._tried: set[tuple[str, str]] = set()  # (model, ref) that failed: not again
+        self._failures: dict[tuple[str, str], _Failure] = {}  # (model, ref): backing off
+        self._left: set[tuple[str, str]] = set()  # (model, ref) changed on the device
         self._thread = threading.Thread(target=self._run, name="edge-fleet", daemon=True)
         password = (config.password_file.read_text().strip()
                     if config.password_file is not None else None)
@@ -164,10 +184,14 @@ class FleetMember:
     # ------------------------------------------------------------------ worker
     def _run(self) -> None:
         with caller.acting_as(f"the fleet broker {self.broker} (group {self.group})"):
-            next_metrics = time.monotonic() + self.config.metrics_interval_s
+            # the worker wakes at least this often (metrics, or a look at what the device
+            # serves when metrics are off: never a busy loop)
+            period = self.config.metrics_interval_s or IDLE_CHECK_S
+            next_metrics = time.monotonic() + period
             while not self._stop.is_set():
-                wake = next_metrics if not self._deferred else min(
-                    next_metrics, self._published_at + REFUSAL_REPORT_S)
+                wake = min([next_metrics, *(f.due for f in self._failures.values())])
+                if self._deferred:
+                    wake = min(wake, self._published_at + REFUSAL_REPORT_S)
                 timeout = max(0.1, wake - time.monotonic())
                 try:
                     item = self._inbox.get(timeout=timeout)
@@ -188,10 +212,10 @@ class FleetMember:
                     self._handle(latest)
                 except Exception:  # the link must outlive any one bad document
                     log.exception("fleet: handling a desired state failed")
-                if (self.config.metrics_interval_s > 0
-                        and time.monotonic() >= next_metrics):
-                    next_metrics = time.monotonic() + self.config.metrics_interval_s
-                    self._publish_metrics()
+                if time.monotonic() >= next_metrics:
+                    next_metrics = time.monotonic() + period
+                    if self.config.metrics_interval_s > 0:
+                        self._publish_metrics()
 
     def _handle(self, latest: Mapping[str, bytes]) -> None:
         for topic, payload in latest.items():
@@ -203,7 +227,7 @@ class FleetMember:
                     del self._held.documents["agent"]
                     log.info("fleet: the agent's own desired state was cleared; following "
                              "the group's")
-                    self._tried.clear()
+                    self._fresh_start()
                     self._held.save(self._path)
                 continue
             self._accept(scope, payload)
@@ -240,7 +264,7 @@ class FleetMember:
         if digest != self._held.digests.get(scope):
             log.info("fleet: %s desired state revision %d accepted (signed by key %s)", scope,
                      desired.revision, key)
-            self._tried.clear()
+            self._fresh_start()
             self._refused = None
         self._held.revisions[scope] = desired.revision
         self._held.digests[scope] = digest
@@ -263,13 +287,65 @@ class FleetMember:
                 targets.update(desired.targets_for(self.agent_id))
         return targets
 
+    def _fresh_start(self) -> None:
+        """A new desired state: every failed model is tried again at once, and a change on
+        the device no longer holds the fleet back."""
+        self._failures.clear()
+        self._left.clear()
+
     def _converge(self) -> None:
         targets = self._targets()
         self._status = {k: v for k, v in self._status.items() if k in targets}
+        for model in sorted(set(self._held.owned) - set(targets)):
+            if self._stop.is_set():
+                return
+            self._remove(model)
         for model, target in targets.items():
             if self._stop.is_set():
                 return
             self._status[model] = self._converge_model(model, target)
+
+    def _remove(self, model: str) -> None:
+        """``model``, which the fleet put here, is no longer desired: delete it, unless
+        what is active now was deployed on the device itself (then it is left alone)."""
+        failure = self._failures.get((model, ""))
+        if failure is not None and time.monotonic() < failure.due:
+            return
+        active = self.manager.store.active_version(model)
+        ours = {int(v[1]) for v in self._held.deployed.values() if v[0] == model}
+        if active is not None and active not in ours:
+            log.info("fleet: %s is no longer in the desired state; version %d was activated "
+                     "on this device, not by the fleet: left as it is", model, active)
+        else:
+            try:
+                outcome = self.manager.remove_model(model)
+                if not outcome.ok:
+                    raise AgentError(outcome.message)
+                log.info("fleet: %s removed: the desired state no longer names it", model)
+            except ModelNotFoundError:
+                pass  # removed on the device already
+            except AgentError as exc:
+                self._failed(model, "", active, f"removal: {exc}")
+                return
+        self._failures.pop((model, ""), None)
+        del self._held.owned[model]
+        self._held.deployed = {ref: v for ref, v in self._held.deployed.items()
+                               if v[0] != model}
+        self._held.save(self._path)
+
+    def _failed(self, model: str, ref: str, version: int | None, error: str
+                ) -> p.ModelStatus:
+        """Record a failure of ``model`` at ``ref`` (``""``: its removal) and when to try
+        again: ``retry_initial_s`` doubling up to ``retry_max_s``."""
+        before = self._failures.get((model, ref))
+        attempts = 1 if before is None else before.attempts + 1
+        delay = backoff_s(attempts, self.config.retry_initial_s, self.config.retry_max_s)
+        status = p.ModelStatus(ref, "failed", version, error, retry_at=round(
+            time.time() + delay, 3), attempts=attempts)
+        self._failures[(model, ref)] = _Failure(attempts, time.monotonic() + delay, status)
+        log.warning("fleet: %s: %s failed (attempt %d; next in %g s): %s", model,
+                    ref or "removal", attempts, delay, error)
+        return status
 
     def _converge_model(self, model: str, target: p.ModelTarget) -> p.ModelStatus:
         store = self.manager.store
@@ -277,15 +353,19 @@ class FleetMember:
         before = self._status.get(model)
         if (before is not None and before.ref == target.ref and before.state == "ok"
                 and before.version != active):  # rolled back on the device: do not fight it
-            self._tried.add((model, target.ref))
+            self._left.add((model, target.ref))
             return p.ModelStatus(target.ref, "failed", active, f"version {before.version} is "
                                  f"no longer active (now {active}): rolled back on this device")
         known = self._held.deployed.get(target.ref)
         if known is not None and known[0] == model and known[1] == active:
+            self._failures.pop((model, target.ref), None)
             return self._settle(model, target, active)
-        if (model, target.ref) in self._tried:
-            previous = self._status.get(model)
-            return previous or p.ModelStatus(target.ref, "failed", active, "failed before")
+        if (model, target.ref) in self._left and before is not None:
+            return before
+        failure = self._failures.get((model, target.ref))
+        if failure is not None and time.monotonic() < failure.due:
+            return failure.status
+        fresh = not store.versions(model)  # the fleet puts the model here
         try:
             if known is not None and known[0] == model and store.version(model, known[1]):
                 log.info("fleet: %s: activating version %d again for %s", model, known[1],
@@ -300,20 +380,19 @@ class FleetMember:
                 finally:
                     self._guard = None
         except AgentError as exc:
-            self._tried.add((model, target.ref))
-            log.warning("fleet: %s: %s could not be deployed: %s", model, target.ref, exc)
-            return p.ModelStatus(target.ref, "failed", active, str(exc))
+            return self._failed(model, target.ref, active, str(exc))
         dep = outcome.deployment
         if dep.model != model:
-            self._tried.add((model, target.ref))
-            return p.ModelStatus(target.ref, "failed", store.active_version(model),
-                                 f"{target.ref} holds model {dep.model}, not {model}")
+            return self._failed(model, target.ref, store.active_version(model),
+                                f"{target.ref} holds model {dep.model}, not {model}")
         if dep.to_version is not None:
             self._held.deployed[target.ref] = [model, dep.to_version]
+            if fresh:
+                self._held.owned.setdefault(model, round(time.time(), 3))
             self._held.save(self._path)
         if not outcome.ok:
-            self._tried.add((model, target.ref))
-            return p.ModelStatus(target.ref, "failed", outcome.active_version, outcome.message)
+            return self._failed(model, target.ref, outcome.active_version, outcome.message)
+        self._failures.pop((model, target.ref), None)
         return self._settle(model, target, outcome.active_version)
 
     def _settle(self, model: str, target: p.ModelTarget, version: int | None) -> p.ModelStatus:

@@ -318,12 +318,16 @@ class ModelStatus:
     state: str  # "ok": serving it; "failed": could not (error says why); "pending"
     version: int | None = None
     error: str = ""
+    retry_at: float | None = None  # failed: when the agent tries again (epoch seconds)
+    attempts: int = 0  # failed: how many times in a row
 
     def to_json(self) -> dict[str, Any]:
         """The report's form (no secrets: a reference, a version, an error line)."""
         out: dict[str, Any] = {"ref": self.ref, "state": self.state, "version": self.version}
         if self.error:
             out["error"] = self.error
+        if self.retry_at is not None:
+            out["retry_at"], out["attempts"] = self.retry_at, self.attempts
         return out
 
 

@@ -253,6 +253,23 @@ def test_failed_versions_are_pruned_before_good_ones(tmp_path: Path, bundles: Bu
         m.store.close()
 
 
+def test_remove_model_deletes_every_version_and_a_deploy_brings_it_back(
+        managed: Managed, bundles: Bundles) -> None:
+    m = managed.manager
+    assert m.deploy(bundles.mlp[1]).ok and m.deploy(bundles.mlp[2]).ok
+    gone = m.remove_model("mlp")
+    assert gone.ok and gone.active_version is None
+    assert m.versions("mlp") == [] and managed.version_dirs() == []
+    assert not managed.dataplane.model_ready("mlp")
+    with pytest.raises(AgentError):  # requests find nothing to load
+        managed.infer()
+    assert [d.kind for d in m.history("mlp")][:2] == [DeploymentKind.REMOVE] * 2
+    with pytest.raises(AgentError, match="not on this device"):
+        m.remove_model("mlp")
+    assert m.deploy(bundles.mlp[3]).ok
+    assert managed.infer()[0] == 3
+
+
 def test_kserve_unload_and_load_keeps_the_active_version(managed: Managed,
                                                          bundles: Bundles) -> None:
     m = managed.manager

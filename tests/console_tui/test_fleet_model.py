@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from console.config import ConsoleSettings, StaticAgent, load_settings
+from console.config import BrokerSettings, ConsoleSettings, StaticAgent, load_settings
 from console.discovery import DiscoveredAgent, DiscoveryEvent
 from console.errors import ConsoleConfigError
 from console.fleet import AgentState, Fleet, ProbeResult, format_ago
@@ -110,6 +110,16 @@ default = "tok-d"
     s2 = s.with_overrides(agents=["127.0.0.1:9"], token="tok-cli")
     assert [a.address for a in s2.agents] == ["10.0.0.7:7070", "127.0.0.1:9"]
     assert s2.token_for(address="127.0.0.1:9") == "tok-cli"
+    assert s.broker is None
+
+
+def test_the_fleet_broker_table(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("not read until it connects")
+    path = tmp_path / "config.toml"
+    path.write_text("[fleet]\nbroker = 'mqtts://broker:8883'\ngroup = 'cams'\nca = 'ca.pem'\n"
+                    "username = 'console'\n")
+    assert load_settings(path).broker == BrokerSettings(
+        "mqtts://broker:8883", "cams", ca=tmp_path / "ca.pem", username="console")
 
 
 @pytest.mark.parametrize(("text", "match"), [
@@ -118,6 +128,9 @@ default = "tok-d"
     ("colour = 'red'\n", "unknown key"),
     ("[[agents]]\naddress = '1.2.3.4:5'\ntoken_file = 'missing'\n", "cannot read token"),
     ("not toml =", "not valid TOML"),
+    ("[fleet]\ngroup = 'cams'\n", "needs broker"),
+    ("[fleet]\nbroker = 'mqtts://b'\nca = 'missing.pem'\n", "does not exist"),
+    ("[fleet]\nbroker = 'mqtts://b'\ntopic = 'x'\n", "unknown key"),
 ])
 def test_bad_config_files_say_what_to_fix(tmp_path: Path, text: str, match: str) -> None:
     path = tmp_path / "c.toml"

@@ -39,15 +39,16 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
 
 def fleet_agent(root: Path, bundles: Bundles, broker: Mosquitto, group: str, name: str, *,
                 allow: list[str], insecure: list[str], management: bool = True,
-                keepalive_s: int = 30) -> AgentProcess:
+                keepalive_s: int = 30, fleet_lines: str = "") -> AgentProcess:
     """An agent in ``group`` (agent id = ``name``); ``management`` False: no management port
-    at all (an agent behind NAT, reached through the broker alone)."""
+    at all (an agent behind NAT, reached through the broker alone); ``fleet_lines`` more keys
+    of its ``[fleet]`` table."""
     root.mkdir(parents=True)
     config = root / "agent.toml"
     config.write_text(f"[registry]\nallow = {json.dumps(allow)}\n"
                       f"insecure = {json.dumps(insecure)}\nretries = 1\n"
                       f"[fleet]\nbroker = \"{broker.url}\"\ngroup = \"{group}\"\n"
-                      f"keepalive_s = {keepalive_s}\nmetrics_interval_s = 5\n")
+                      f"keepalive_s = {keepalive_s}\nmetrics_interval_s = 5\n{fleet_lines}")
     extra = ["--no-mdns", "--config", str(config)]
     if not management:
         extra += ["--management", "none"]

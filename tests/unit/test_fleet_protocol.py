@@ -99,9 +99,27 @@ def test_the_fleet_table(tmp_path: Path) -> None:
                           "password_file"),
                          ({"broker": "mqtts://b", "group": "g", "ca_file": "none.pem"},
                           "not a file"),
-                         ({"broker": "mqtts://b", "group": "g", "typo": 1}, "unknown")):
+                         ({"broker": "mqtts://b", "group": "g", "typo": 1}, "unknown"),
+                         ({"broker": "mqtts://b", "group": "g", "retry_initial_s": 0},
+                          "out of range"),
+                         ({"broker": "mqtts://b", "group": "g", "retry_initial_s": 60,
+                           "retry_max_s": 30}, "retry_max_s")):
         with pytest.raises(ConfigError, match=match):
             fleet_section({"fleet": table}, tmp_path)
+
+
+def test_a_failed_deploy_backs_off_doubling_up_to_the_maximum(tmp_path: Path) -> None:
+    from edge_agent.fleet.member import backoff_s
+
+    cfg = fleet_section({"fleet": {"broker": "mqtts://b", "group": "g"}}, tmp_path)
+    assert (cfg.retry_initial_s, cfg.retry_max_s) == (30.0, 900.0)
+    delays = [backoff_s(n, cfg.retry_initial_s, cfg.retry_max_s) for n in range(1, 10)]
+    assert delays == [30, 60, 120, 240, 480, 900, 900, 900, 900]
+    assert backoff_s(10_000, 30, 900) == 900  # no overflow however long it keeps failing
+    status = p.ModelStatus("oci://h/r@sha256:" + "a" * 64, "failed", None, "unreachable",
+                           retry_at=1764650042.5, attempts=3).to_json()
+    assert (status["retry_at"], status["attempts"]) == (1764650042.5, 3)
+    assert "retry_at" not in p.ModelStatus("oci://h/r@sha256:" + "a" * 64, "ok", 2).to_json()
 
 
 def test_the_serve_flags_lay_over_the_table(tmp_path: Path) -> None:
