@@ -24,7 +24,9 @@ The hooks, with the grpcio source they rely on (``grpc/_server.py``, the same fi
 ``rpc_event``
     The pool's ``submit`` gets ``(context.run, handler_in_pool, rpc_event, state, ...)``
     (``_handle_unary_unary`` and its three siblings, lines 897-906, 921-930, 945-954,
-    969-978): the call's event is argument :data:`EVENT_INDEX`; its ``call.cancel()`` ends the
+    969-978): the call's event is argument :data:`EVENT_INDEX`, the handler's behavior two
+    after it (:func:`call_behavior`: the receive gate knows ModelInfer's calls by it, as a
+    registered method's event does not name its method); its ``call.cancel()`` ends the
     call (what ``_Context.cancel`` does, lines 386-387) and ``call_details.method`` names it.
     Used to cancel calls whose request never arrives (:func:`rpc_event`, :func:`cancel`),
     and to answer calls the inference pool sheds or refuses before any handler runs
@@ -170,6 +172,11 @@ def rpc_event(args: tuple[Any, ...]) -> Any:
     return None
 
 
+def call_behavior(args: tuple[Any, ...]) -> Any:
+    """The handler behavior among the arguments grpc gave a pool's ``submit``, or None."""
+    return args[EVENT_INDEX + 2] if len(args) > EVENT_INDEX + 2 else None
+
+
 def cancel(event: Any) -> None:
     """Cancel the call of ``event`` (from :func:`rpc_event`)."""
     event.call.cancel()
@@ -275,11 +282,13 @@ class _ProbePool(futures.ThreadPoolExecutor):
         self.name = name
         self.used: set[str] = set()
         self.events: list[bool] = []
+        self.behaviors: list[Any] = []
         self.cancel_next = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         event = rpc_event(args)
         self.events.append(event is not None)
+        self.behaviors.append(call_behavior(args))
         if self.cancel_next and event is not None:
             self.cancel_next = False
             cancel(event)
@@ -338,7 +347,7 @@ def self_test() -> Hooks:
             thread_pool=on_side.decode().startswith(side.name),
             non_blocking=pushed == [b"non-blocking"],
             lean_future=not (main.used | side.used) - FUTURE_METHODS,
-            rpc_event=bool(events) and all(events) and cancelled)
+            rpc_event=bool(events) and all(events) and cancelled and _ran in main.behaviors)
     except Exception as exc:  # the probe itself failed: trust no hook
         return Hooks(version, False, False, False, False, problem=f"{type(exc).__name__}: {exc}")
     finally:

@@ -39,8 +39,14 @@ from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.control import RepositoryControl
 from edge_agent.frontends.common.typed_budget import TypedBudget
 from edge_agent.frontends.grpc import handlers
-from edge_agent.frontends.grpc.admission import AdmissionPool, ResponseBudget, WatchedPool
+from edge_agent.frontends.grpc.admission import (
+    AdmissionPool,
+    ReceiveGate,
+    ResponseBudget,
+    WatchedPool,
+)
 from edge_agent.frontends.grpc.health import NOT_SERVING, SERVING, HealthServicer
+from edge_agent.frontends.grpc.received import RECEIVE_WINDOW, ReceiveBudget
 from edge_agent.frontends.grpc.servicer import InferenceServicer
 from edge_agent.frontends.grpc.streams import StreamLimits, StreamSessions
 from edge_agent.tracing import Tracing
@@ -153,6 +159,7 @@ class AgentServer:
             ("grpc.max_allowed_incoming_connections", connection_cap(cfg.max_connections)),
             ("grpc.server_handshake_timeout_ms", int(cfg.handshake_timeout_s * 1000)),
             ("grpc.http2.settings_timeout", int(cfg.handshake_timeout_s * 1000)),
+            *RECEIVE_WINDOW,
         ]
         if cfg.max_concurrent_streams > 0:
             # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: a client's calls beyond it wait in the
@@ -169,9 +176,11 @@ class AgentServer:
         arrival = cfg.request_arrival_s
         # a stream holds a thread of its pool only where grpcio lacks the non-blocking hook
         streamers = 2 if grpc_internals.hooks().non_blocking else cfg.max_streams
+        # unary messages received at once: their bytes bounded by max_receive_bytes_in_flight
+        gate = ReceiveGate(max(1, cfg.max_receive_bytes_in_flight // cfg.max_message_bytes))
         self._pools = [AdmissionPool(cfg.workers, cfg.workers * CALLS_PER_WORKER,
                                      request_arrival_s=arrival,
-                                     deadline_floor_s=cfg.deadline_floor_ms / 1000),
+                                     deadline_floor_s=cfg.deadline_floor_ms / 1000, gate=gate),
                        futures.ThreadPoolExecutor(streamers, thread_name_prefix="grpc-stream"),
                        WatchedPool(4, request_arrival_s=arrival, thread_name_prefix="grpc-health")]
         main, stream_pool, health_pool = self._pools
@@ -180,13 +189,15 @@ class AgentServer:
             max_streams=cfg.max_streams, max_streams_per_peer=cfg.max_streams_per_peer,
             stream_first_message_s=cfg.stream_first_message_s,
             stream_idle_s=cfg.stream_idle_s))
+        received = ReceiveBudget(cfg.max_receive_bytes_in_flight)
         servicer = InferenceServicer(self.context, streams=self.streams,
                                      budget=ResponseBudget(cfg.max_response_bytes),
                                      uds=self.config.uds_path,
-                                     tcp_shared_memory=cfg.tcp_shared_memory)
+                                     tcp_shared_memory=cfg.tcp_shared_memory,
+                                     received=received)
         handlers.register(server, INFERENCE_SERVICE,
                           handlers.inference_handlers(servicer, stream_pool, health_pool,
-                                                     self.context.typed_budget))
+                                                     self.context.typed_budget, received))
         handlers.register(server, handlers.HEALTH_SERVICE,
                           handlers.health_handlers(self.health, health_pool))
         for name in ("", INFERENCE_SERVICE):

@@ -65,6 +65,7 @@ ATTACKS: dict[str, str] = {
     "grpc_idle_and_amplify": "grpc_idle_and_amplify",
     "http_hostile": "http_hostile",
     "hostile-registry": "hostile_registry",
+    "large_messages": "large_messages",  # 16 x 32 MiB messages at once, without pause
     "management_lockout": "management_lockout",
     "shm_deputy": "shm_deputy",
     "typed_contents": "typed_contents",

@@ -38,13 +38,15 @@ def _field(number: int, data: bytes) -> bytes:
 
 
 def typed_request(model: str, tensor: str, datatype: str, shape: list[int],
-                  contents: bytes) -> bytes:
+                  contents: bytes | None, raw: bytes | None = None) -> bytes:
     """The wire bytes of a ModelInferRequest with one input whose InferTensorContents are
-    ``contents`` (already encoded fields)."""
+    ``contents`` (already encoded fields; None: no contents), and ``raw`` as its
+    raw_input_contents when given."""
     dims = b"".join(_varint(d) for d in shape)
     tensor_msg = (_field(1, tensor.encode()) + _field(2, datatype.encode()) + _field(3, dims)
-                  + _field(5, contents))
-    return _field(1, model.encode()) + _field(5, tensor_msg)
+                  + (_field(5, contents) if contents is not None else b""))
+    return _field(1, model.encode()) + _field(5, tensor_msg) + \
+        (_field(7, raw) if raw is not None else b"")
 
 
 def int64_request(model: str, tensor: str, values: int, cols: int = 16) -> bytes:

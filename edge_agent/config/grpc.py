@@ -17,6 +17,7 @@ from edge_agent.config.fields import (
     seconds,
     string,
 )
+from edge_agent.errors import ConfigError
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:8001"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -39,6 +40,7 @@ class GrpcConfig:
     stream_first_message_s: float = 10.0
     stream_idle_s: float = 60.0
     max_response_bytes: int = 256 * 1024 * 1024
+    max_receive_bytes_in_flight: int = 256 * 1024 * 1024  # request messages held (>= 64 KiB)
     max_connections: int = 1024
     connection_idle_s: float = 300.0
     handshake_timeout_s: float = 10.0
@@ -65,7 +67,8 @@ KEYS = (
     Key("max_concurrent_streams", non_negative_int),
     *(Key(name, positive_int) for name in (
         "max_message_bytes", "workers", "max_streams", "max_streams_per_peer",
-        "max_response_bytes", "max_connections", "shared_memory_regions_per_user")),
+        "max_response_bytes", "max_receive_bytes_in_flight", "max_connections",
+        "shared_memory_regions_per_user")),
     *(Key(name, seconds(allow_zero=False)) for name in (
         "stream_first_message_s", "stream_idle_s", "handshake_timeout_s",
         "request_arrival_s")),
@@ -76,3 +79,13 @@ KEYS = (
 def grpc_section(data: Any) -> GrpcConfig:
     """Parse ``[grpc]``."""
     return dataclasses.replace(GrpcConfig(), **parse_table("grpc", data, KEYS))
+
+
+def check_grpc(cfg: GrpcConfig) -> GrpcConfig:
+    """``cfg`` once its keys agree with each other (flags applied), else a ConfigError."""
+    if cfg.max_receive_bytes_in_flight < cfg.max_message_bytes:
+        raise ConfigError(
+            f"config key 'grpc.max_receive_bytes_in_flight': {cfg.max_receive_bytes_in_flight} "
+            f"is less than grpc.max_message_bytes ({cfg.max_message_bytes}): a message of the "
+            "largest size allowed would always be refused; raise it or lower max_message_bytes")
+    return cfg

@@ -17,6 +17,9 @@ Example ``agent.toml``::
     stream_first_message_s = 10       # a stream that sends nothing this long is closed
     stream_idle_s = 60                # a stream with nothing to do this long is closed
     max_response_bytes = 268435456    # bytes of responses in flight; beyond: RESOURCE_EXHAUSTED
+    max_receive_bytes_in_flight = 268435456   # bytes of request messages (64 KiB and more)
+                                      # received and held until answered; beyond:
+                                      # RESOURCE_EXHAUSTED (>= max_message_bytes)
     max_connections = 1024            # connections held at once (also kept below the
                                       # open-files limit, which starts raised to its hard limit)
     connection_idle_s = 300           # a connection without calls this long is closed (0: never)
@@ -120,7 +123,7 @@ from typing import Any
 from edge_agent.config.deploy import ManagerSettings
 from edge_agent.config.fields import expect_table, non_negative_int, parse_address, string
 from edge_agent.config.fleet import FleetConfig, fleet_section
-from edge_agent.config.grpc import GrpcConfig, grpc_section
+from edge_agent.config.grpc import GrpcConfig, check_grpc, grpc_section
 from edge_agent.config.http import HttpConfig, http_section, listen_address
 from edge_agent.config.management import SECTIONS as MANAGEMENT_SECTIONS
 from edge_agent.config.management import (
@@ -234,6 +237,7 @@ def load_config(path: Path | None = None, *, state_dir: Path | None = None,
     if max_message_bytes is not None:
         grpc_cfg = dataclasses.replace(grpc_cfg, max_message_bytes=non_negative_int(
             "--max-message-bytes", max_message_bytes))
+    grpc_cfg = check_grpc(grpc_cfg)
     http_cfg = http_section(data.get("http", {}))
     if http_address is not None:
         http_cfg = dataclasses.replace(http_cfg, listen=listen_address(http_address, "--http"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +92,22 @@ class IdleStreams:
         for t in self._threads:
             t.join(30)
         self.channel.close()
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def peak_growth_mib(pid: int, action: Callable[[], object]) -> float:
+    """How far process ``pid``'s RSS peaked above where it was while ``action`` ran (the
+    kernel's high-water mark, reset first where allowed; otherwise the peak since start)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        before = _status_kib(pid, "VmRSS")
+    except OSError:
+        before = _status_kib(pid, "VmHWM")
+    action()
+    return (_status_kib(pid, "VmHWM") - before) / 1024

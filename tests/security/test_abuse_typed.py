@@ -26,7 +26,9 @@ from edge_agent.errors import ConfigError, QueueFullError
 from edge_agent.frontends.common.typed_budget import KEY, OverBudget, TypedBudget
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.handlers import budgeted_deserializer
+from edge_agent.frontends.grpc.received import Received
 from edge_agent.frontends.grpc.typed_cost import WORST_PER_BYTE, typed_cost
+from tests.security.abuse import peak_growth_mib
 from tests.support.bundles import Bundles
 from tests.support.harness import AgentProcess, InProcessAgent, running, sections
 from tests.support.traffic import X, infer_request
@@ -60,25 +62,6 @@ def _call(target: str, data: bytes) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.OK, pb.ModelInferResponse.FromString(reply).model_name
 
 
-def _status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
-
-
-def _peak_growth_mib(pid: int, action: Callable[[], object]) -> float:
-    """How far the process's RSS peaked above where it was while ``action`` ran (the kernel's
-    high-water mark, reset first where allowed; otherwise the peak since start)."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-        before = _status_kib(pid, "VmRSS")
-    except OSError:
-        before = _status_kib(pid, "VmHWM")
-    action()
-    return (_status_kib(pid, "VmHWM") - before) / 1024
-
-
 AMPLIFIERS: dict[str, Callable[[], bytes]] = {
     "int64": lambda: int64_request("mlp", "input", 32 << 20, FEATURES),  # 32 MiB, 1 B a value
     "bytes": lambda: bytes_request("mlp", "input", (24 << 20) // 4),  # 24 MiB, 2 B a string
@@ -91,7 +74,7 @@ def test_amplifying_typed_contents_are_refused_before_they_are_parsed(
     assert agent.proc is not None
     data = AMPLIFIERS[kind]()
     answers: list[tuple[grpc.StatusCode, str]] = []
-    growth = _peak_growth_mib(agent.proc.pid, lambda: answers.append(_call(agent.grpc, data)))
+    growth = peak_growth_mib(agent.proc.pid, lambda: answers.append(_call(agent.grpc, data)))
     code, details = answers[0]
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
     assert KEY in details and "raw_input_contents" in details
@@ -156,17 +139,21 @@ def test_the_budget_refuses_beyond_what_is_in_flight_and_takes_it_back() -> None
     cost = typed_cost(data)
     budget = TypedBudget(cost + cost // 2)
     decode = budgeted_deserializer(pb.ModelInferRequest.FromString, budget, "ModelInferRequest")
-    first = decode(data)  # this thread's call holds its charge
-    assert isinstance(first, pb.ModelInferRequest) and budget.used == cost
-    second = _on_thread(lambda: decode(data))  # another call, while the first is in flight
+    first = decode(data)  # reserved on the deserializer's thread (grpc's polling thread)
+    assert isinstance(first, Received) and budget.used == cost
+    second = decode(data)  # another call, while the first is in flight
     assert isinstance(second, OverBudget)
     error = second.refused("ModelInfer", "peer")
     assert isinstance(error, QueueFullError)
     assert KEY in str(error) and "retry shortly" in str(error)
-    budget.release_held()  # the first call ended
-    assert budget.used == 0
-    assert isinstance(_on_thread(lambda: (decode(data), budget.take_held())[0]),
+    # the handler's thread takes the charge up, and gives it back when its call ends
+    assert isinstance(_on_thread(lambda: (first.claim(), budget.release_held())[0]),
                       pb.ModelInferRequest)
+    assert budget.used == 0
+    third = decode(data)
+    assert budget.used == cost
+    del third  # a call cancelled before its handler ran: its charge comes back all the same
+    assert budget.used == 0
     with pytest.raises(QueueFullError, match="more than the agent's"):
         TypedBudget(cost // 2).charge(cost, "the request")
 

@@ -8,9 +8,11 @@ object). Both front ends charge what such a request will take, before taking it,
 RESOURCE_EXHAUSTED / 429 (retryable) and nothing is decoded. Raw contents, binary data and
 shared memory are not charged: they cost their own size.
 
-The charge is held by the thread that decodes the request (the gRPC deserializer and the
-handler that follows run on one thread) and given back when that call ends
-(:meth:`TypedBudget.release_held`), or handed to a stream's answer (:meth:`TypedBudget.take_held`).
+A charge is held by the thread that handles the request and given back when that call ends
+(:meth:`HeldBudget.release_held`), or handed to a stream's answer (:meth:`HeldBudget.take_held`).
+HTTP charges on its handling thread; gRPC's deserializer runs on the server's polling thread,
+so it reserves (:meth:`HeldBudget.reserve`) and the handler's thread takes the reservation up
+(:meth:`HeldBudget.hold`; :class:`~edge_agent.frontends.grpc.received.Received`).
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ SEND_RAW = ("send large tensors as raw_input_contents (gRPC) or binary data (HTT
             "only their size")
 
 
-class TypedBudget:
-    """Bytes that typed-contents / JSON-data inputs in flight may take, at most ``max_bytes``
-    (thread-safe)."""
+class HeldBudget:
+    """Bytes in flight, at most ``max_bytes``, each charge held by the thread handling its call
+    (thread-safe). Subclasses word the refusal (:meth:`_refusal`)."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_TYPED_INPUT_BYTES) -> None:
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._used = 0
@@ -45,9 +47,9 @@ class TypedBudget:
         """Bytes charged now."""
         return self._used
 
-    def charge(self, nbytes: int, what: str) -> None:
-        """Charge ``nbytes`` for ``what`` to the calling thread's call, or raise
-        :class:`QueueFullError` naming the setting (nothing is charged then)."""
+    def reserve(self, nbytes: int, what: str) -> None:
+        """Take ``nbytes`` for ``what``, held by no thread yet (:meth:`hold` or :meth:`release`
+        it), or raise :class:`QueueFullError` naming the setting (nothing is taken then)."""
         if nbytes <= 0:
             return
         with self._lock:
@@ -56,17 +58,21 @@ class TypedBudget:
                 self._used += nbytes
         if not admit:
             raise self._refusal(nbytes, what)
+
+    def hold(self, nbytes: int) -> None:
+        """The calling thread's call now holds ``nbytes`` taken with :meth:`reserve`."""
         self._local.held = getattr(self._local, "held", 0) + nbytes
 
+    def charge(self, nbytes: int, what: str) -> None:
+        """Charge ``nbytes`` for ``what`` to the calling thread's call, or raise
+        :class:`QueueFullError` naming the setting (nothing is charged then)."""
+        self.reserve(nbytes, what)
+        if nbytes > 0:
+            self.hold(nbytes)
+
     def _refusal(self, nbytes: int, what: str) -> QueueFullError:
-        mib = self.max_bytes / (1 << 20)
-        if nbytes > self.max_bytes:
-            return QueueFullError(
-                f"{what} would take about {nbytes / (1 << 20):.0f} MiB in memory decoded, more "
-                f"than the agent's {mib:g} MiB for typed inputs in flight ({KEY}); {SEND_RAW}")
-        return QueueFullError(
-            f"typed inputs in flight already take close to the agent's {mib:g} MiB ({KEY}); "
-            f"retry shortly, or {SEND_RAW}")
+        return QueueFullError(f"{what} would take {nbytes} bytes, more than the "
+                              f"{self.max_bytes} bytes in flight allowed; retry shortly")
 
     def take_held(self) -> int:
         """What the calling thread holds, now the caller's to :meth:`release` (a stream hands
@@ -80,7 +86,7 @@ class TypedBudget:
         self.release(self.take_held())
 
     def release(self, nbytes: int) -> None:
-        """Give back ``nbytes`` taken with :meth:`take_held`."""
+        """Give back ``nbytes`` taken with :meth:`take_held` or :meth:`reserve`."""
         if nbytes:
             with self._lock:
                 self._used -= nbytes
@@ -93,6 +99,24 @@ class TypedBudget:
             yield
         finally:
             self.release_held()
+
+
+class TypedBudget(HeldBudget):
+    """Bytes that typed-contents / JSON-data inputs in flight may take, at most ``max_bytes``
+    (thread-safe)."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_TYPED_INPUT_BYTES) -> None:
+        super().__init__(max_bytes)
+
+    def _refusal(self, nbytes: int, what: str) -> QueueFullError:
+        mib = self.max_bytes / (1 << 20)
+        if nbytes > self.max_bytes:
+            return QueueFullError(
+                f"{what} would take about {nbytes / (1 << 20):.0f} MiB in memory decoded, more "
+                f"than the agent's {mib:g} MiB for typed inputs in flight ({KEY}); {SEND_RAW}")
+        return QueueFullError(
+            f"typed inputs in flight already take close to the agent's {mib:g} MiB ({KEY}); "
+            f"retry shortly, or {SEND_RAW}")
 
 
 class OverBudget(Undecodable):

@@ -80,6 +80,50 @@ def request_arrived() -> None:
     if deadline is not None:
         _local.deadline = None  # told once: the pool need not tell it again
         deadline.arrived()
+    gate = getattr(_local, "gate", None)
+    if gate is not None:
+        _local.gate = None
+        gate.leave()
+
+
+_GATED = "edge_receive_gated"
+
+
+class ReceiveGate:
+    """At most ``slots`` calls of ``methods`` receiving their request message at once.
+
+    gRPC's sync server asks for a unary call's message when a handler thread takes the call
+    up, and the message then comes in whole (up to ``[grpc] max_message_bytes``) before the
+    deserializer can look at its size; so a thread takes a slot before asking (waiting for
+    one when all are taken) and gives it back once the message is in hand
+    (:func:`request_arrived`) or the call ended. HTTP/2 flow control leaves the messages of
+    calls waiting here with their senders
+    (:data:`~edge_agent.frontends.grpc.received.RECEIVE_WINDOW`). A slot is held at most
+    ``[grpc] request_arrival_s`` (:class:`ReceiveDeadline` cancels a call whose message does
+    not arrive in that time).
+    """
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._free = threading.Semaphore(slots)
+
+    @staticmethod
+    def gated(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        """Mark a unary handler ``behavior`` as one whose calls take a slot."""
+        setattr(behavior, _GATED, True)
+        return behavior
+
+    def enter(self, args: tuple[Any, ...]) -> bool:
+        """Take a slot (waiting for one) if the call whose pool arguments are ``args`` has a
+        gated behavior."""
+        if not getattr(grpc_internals.call_behavior(args), _GATED, False):
+            return False
+        self._free.acquire()
+        return True
+
+    def leave(self) -> None:
+        """Give a slot back."""
+        self._free.release()
 
 
 class ReceiveDeadline:
@@ -282,14 +326,17 @@ class WatchedPool(LeanPool):
     """A handler pool whose calls are cancelled when their request does not arrive in time."""
 
     def __init__(self, workers: int, *, request_arrival_s: float,
-                 thread_name_prefix: str) -> None:
+                 thread_name_prefix: str, gate: ReceiveGate | None = None) -> None:
         super().__init__(workers, thread_name_prefix=thread_name_prefix)
         self.deadline = ReceiveDeadline(request_arrival_s)
+        self.gate = gate
         self._watch = grpc_internals.hooks().rpc_event
 
     def _run(self, call: _Call | _FutureCall) -> None:
         event = grpc_internals.rpc_event(call.args) if self._watch else None
         if event is not None:
+            if self.gate is not None and self.gate.enter(call.args):
+                _local.gate = self.gate  # given back by request_arrived()
             _local.deadline = self.deadline
             self.deadline.waiting(event)
         try:
@@ -297,9 +344,14 @@ class WatchedPool(LeanPool):
         except BaseException:  # gRPC's handlers answer their own errors: this is a bug
             log.exception("a handler pool's call failed")
         finally:
-            if event is not None and _local.deadline is not None:  # no request_arrived()
-                _local.deadline = None
-                self.deadline.arrived()
+            if event is not None:  # no request_arrived(): the call ended without its request
+                if _local.deadline is not None:
+                    _local.deadline = None
+                    self.deadline.arrived()
+                gate = getattr(_local, "gate", None)
+                if gate is not None:
+                    _local.gate = None
+                    gate.leave()
             self._ended(call)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -331,9 +383,10 @@ class AdmissionPool(WatchedPool):
     """
 
     def __init__(self, workers: int, limit: int, *, request_arrival_s: float = 10.0,
-                 deadline_floor_s: float = 0.0, thread_name_prefix: str = "grpc") -> None:
+                 deadline_floor_s: float = 0.0, thread_name_prefix: str = "grpc",
+                 gate: ReceiveGate | None = None) -> None:
         super().__init__(workers, request_arrival_s=request_arrival_s,
-                         thread_name_prefix=thread_name_prefix)
+                         thread_name_prefix=thread_name_prefix, gate=gate)
         self.limit = limit
         self.headroom = max(1, limit // 4)  # for connections under their share, beyond limit
         self.deadline_floor_s = deadline_floor_s

@@ -23,18 +23,20 @@ import grpc
 
 from edge_agent import grpc_internals
 from edge_agent.errors import QueueFullError
-from edge_agent.frontends.common.typed_budget import OverBudget, TypedBudget
+from edge_agent.frontends.common.typed_budget import HeldBudget, OverBudget, TypedBudget
 from edge_agent.frontends.common.undecodable import Undecodable, safe_deserializer
 from edge_agent.frontends.grpc.admission import (
     CLOSING,
     CLOSING_MESSAGE,
     REFUSED,
+    ReceiveGate,
     refused,
     request_arrived,
 )
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.frontends.grpc.generated import health_pb2, health_pb2_grpc
+from edge_agent.frontends.grpc.received import ReceiveBudget, Received, claim_each, claimed
 from edge_agent.frontends.grpc.status import abort
 from edge_agent.frontends.grpc.typed_cost import typed_cost
 
@@ -53,10 +55,11 @@ _TYPED = frozenset({"ModelInfer", "ModelStreamInfer"})
 
 
 def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str,
-                   budget: TypedBudget | None = None
+                   budgets: tuple[HeldBudget, ...] = ()
                    ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            request = claimed(request)  # what the deserializer charged: this call's now
             request_arrived()
             if method not in LIVENESS and (why := refused()):
                 if why == CLOSING:
@@ -66,27 +69,42 @@ def _guarded_unary(behavior: Callable[[Any, grpc.ServicerContext], Any], method:
                 abort(context, request.refused(method, context.peer()))
             return behavior(request, context)
         finally:
-            if budget is not None:  # what the deserializer charged on this thread
+            for budget in budgets:  # what this call held
                 budget.release_held()
 
     return handle
 
 
 def budgeted_deserializer(decode: Callable[[bytes], Any], budget: TypedBudget,
-                          message_type: str) -> Callable[[bytes], Any]:
-    """``decode`` that first charges what the message's typed contents will take to
-    ``budget`` (on the calling thread, which goes on to handle the message), and hands on an
-    :class:`OverBudget` refusal, unparsed, when the budget cannot take it."""
+                          message_type: str, received: ReceiveBudget | None = None
+                          ) -> Callable[[bytes], Any]:
+    """``decode`` that first reserves the message's size in ``received`` and what its typed
+    contents will take in ``budget``, and hands on the parsed message as
+    :class:`~edge_agent.frontends.grpc.received.Received` (the handler's thread claims the
+    charges), or an :class:`OverBudget` refusal, unparsed, when a budget cannot take it."""
 
     def run(data: bytes) -> Any:
-        budget.release_held()  # a call on this thread that ended without its handler
-        cost = typed_cost(data)
-        if cost:
-            try:
-                budget.charge(cost, f"the request's typed contents ({len(data)} bytes)")
-            except QueueFullError as exc:
-                return OverBudget(message_type, exc)
-        return decode(data)
+        charges: list[tuple[HeldBudget, int]] = []
+        try:
+            if received is not None and (size := received.charge_message(len(data))):
+                charges.append((received, size))
+            if cost := typed_cost(data):
+                budget.reserve(cost, f"the request's typed contents ({len(data)} bytes)")
+                charges.append((budget, cost))
+        except QueueFullError as exc:
+            for taken, nbytes in charges:
+                taken.release(nbytes)
+            # without its traceback, whose frame would keep ``data`` alive with the refusal
+            return OverBudget(message_type, exc.with_traceback(None))
+        return Received(decode(data), charges) if charges else decode(data)
+
+    return run
+
+
+def _claiming(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """A stream's ``behavior`` whose requests are claimed by the thread that reads them."""
+    def run(requests: Any, *args: Any) -> Any:
+        return behavior(claim_each(requests), *args)
 
     return run
 
@@ -105,24 +123,29 @@ def _on_pool(behavior: Callable[..., Any], pool: futures.ThreadPoolExecutor,
 def inference_handlers(servicer: pb_grpc.GRPCInferenceServiceServicer,
                        stream_pool: futures.ThreadPoolExecutor,
                        health_pool: futures.ThreadPoolExecutor,
-                       budget: TypedBudget | None = None) -> dict[str, Handler]:
+                       budget: TypedBudget | None = None,
+                       received: ReceiveBudget | None = None) -> dict[str, Handler]:
     """The inference service's handlers (see the module docstring); ServerLive and
-    ServerReady run on ``health_pool``; ModelInfer and ModelStreamInfer charge their typed
-    contents to ``budget`` before parsing (:func:`budgeted_deserializer`)."""
+    ServerReady run on ``health_pool``; ModelInfer and ModelStreamInfer charge their messages
+    to ``received`` and their typed contents to ``budget`` before parsing
+    (:func:`budgeted_deserializer`)."""
     out: dict[str, Handler] = {}
     for name, h in grpc_internals.service_handlers(servicer, _INFERENCE).items():
         decode = safe_deserializer(h.request_deserializer)
         typed = budget if name in _TYPED else None
         if typed is not None and decode is not None:
-            decode = budgeted_deserializer(decode, typed, "ModelInferRequest")
+            decode = budgeted_deserializer(decode, typed, "ModelInferRequest", received)
         if h.unary_unary is not None:
-            behavior = _guarded_unary(h.unary_unary, name, typed)
+            budgets = tuple(b for b in (typed, received) if b is not None) if typed else ()
+            behavior = _guarded_unary(h.unary_unary, name, budgets)
+            if name == "ModelInfer":  # its message may be large: received a few at a time
+                ReceiveGate.gated(behavior)
             if name in LIVENESS:
                 behavior = _on_pool(behavior, health_pool, False)
             out[name] = grpc_internals.rebuild(h, behavior=behavior, request_deserializer=decode)
         elif h.stream_stream is not None:
             out[name] = grpc_internals.rebuild(
-                h, behavior=_on_pool(h.stream_stream, stream_pool, True),
+                h, behavior=_on_pool(_claiming(h.stream_stream), stream_pool, True),
                 request_deserializer=decode)
         else:  # pragma: no cover - the protocol has no other kinds
             out[name] = grpc_internals.rebuild(h, request_deserializer=decode)

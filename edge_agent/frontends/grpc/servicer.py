@@ -34,12 +34,12 @@ from edge_agent.frontends.common.shared_memory import (
     SharedMemoryRegistry,
     refused_over_tcp,
 )
-from edge_agent.frontends.common.typed_budget import TypedBudget
 from edge_agent.frontends.grpc import converters, status
 from edge_agent.frontends.grpc.admission import ResponseBudget
 from edge_agent.frontends.grpc.decoupled import DecoupledCall
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.frontends.grpc.received import HeldBudgets, ReceiveBudget
 from edge_agent.frontends.grpc.streams import END, StreamSession, StreamSessions, peer_key
 from edge_agent.tracing.spans import RootTrace
 
@@ -58,10 +58,6 @@ def _response_bytes(result: InferResult, order: list[str] | None) -> int:
     """The bytes of output data a response to ``result`` carries."""
     names = order or result.outputs
     return sum(result.outputs[n].nbytes for n in names if n in result.outputs)
-
-
-def _give_back(budget: TypedBudget, nbytes: int, _done: Future[InferResult]) -> None:
-    budget.release(nbytes)
 
 
 _errors = status.rpc_errors(log, "inference service")
@@ -109,7 +105,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, context: FrontendContext, *, streams: StreamSessions | None = None,
                  budget: ResponseBudget | None = None, uds: Path | None = None,
-                 tcp_shared_memory: bool = False) -> None:
+                 tcp_shared_memory: bool = False, received: ReceiveBudget | None = None
+                 ) -> None:
         self._context = context
         self._dp = context.dataplane
         self._control = context.control
@@ -119,6 +116,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._shm = context.shared_memory
         self._uds = uds  # the Unix socket: who may connect to it may call over it
         self._tcp_shm = tcp_shared_memory  # [grpc] tcp_shared_memory
+        self._received = received  # [grpc] max_receive_bytes_in_flight (charged on decoding)
 
     # -- health and metadata -------------------------------------------------------------
 
@@ -246,7 +244,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         push, send = session.push, self._send_stream
         shm = self._shm_for(session.peer)
         caller = PolledCaller(session.context.is_active)  # the stream cancelled: not run
-        typed = self._context.typed_budget  # charged by the deserializer on this thread
+        # what the deserializer charged, claimed by this thread as it reads (handlers.py)
+        typed = HeldBudgets(self._context.typed_budget, self._received)
         try:
             for msg in requests:
                 session.received_one()
@@ -262,10 +261,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     typed.release_held()
                     push((msg, None, None, exc), send)
                     continue
-                # the request's typed inputs stay charged until it is answered
-                held = typed.take_held()
-                if held:
-                    future.add_done_callback(functools.partial(_give_back, typed, held))
+                typed.hand_to(future)  # the request stays charged until it is answered
                 future.add_done_callback(functools.partial(self._answered, session, msg, req))
         except Exception:  # the stream was cancelled, broke, or was ended: stop reading
             log.debug("stream reader stopped", exc_info=True)
