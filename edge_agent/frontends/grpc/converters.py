@@ -47,6 +47,7 @@ from edge_agent.frontends.common.shared_memory import (
     SharedMemoryRegistry,
 )
 from edge_agent.frontends.common.tensors import (
+    MAX_OUTPUTS,
     MAX_PARAMETER_BYTES,
     MAX_PARAMETERS,
     MAX_REQUEST_ID_BYTES,
@@ -146,17 +147,20 @@ def _check_bounds(msg: pb.ModelInferRequest) -> None:
         if len(tensor.parameters):
             _check_parameters(tensor.parameters, f"input '{tensor.name}'")
     outputs = msg.outputs
-    if len(outputs) > 1 and len({o.name for o in outputs}) != len(outputs):
-        seen: set[str] = set()
-        for out in outputs:
-            if out.name in seen:
-                raise InvalidInputError(
-                    f"request for model '{msg.model_name}' asks for output '{out.name}' more "
-                    "than once; name each output once")
-            seen.add(out.name)
-    for out in outputs:
+    if len(outputs) > MAX_OUTPUTS:  # refused before one of them is read
+        raise InvalidInputError(
+            f"request for model '{msg.model_name}' names {len(outputs)} outputs; at most "
+            f"{MAX_OUTPUTS} are accepted: name each output the model has once")
+    seen: set[str] = set()
+    for out in outputs:  # one pass, ended by the first name given twice
+        name = out.name
+        if name in seen:
+            raise InvalidInputError(
+                f"request for model '{msg.model_name}' asks for output '{name}' more than "
+                "once; name each output once")
+        seen.add(name)
         if len(out.parameters):
-            _check_parameters(out.parameters, f"output '{out.name}'")
+            _check_parameters(out.parameters, f"output '{name}'")
 
 
 REGION_PARAM = "shared_memory_region"
