@@ -47,10 +47,10 @@ from edge_agent.frontends.common.shared_memory import (
     SharedMemoryRegistry,
 )
 from edge_agent.frontends.common.tensors import (
-    MAX_OUTPUTS,
     MAX_PARAMETER_BYTES,
     MAX_PARAMETERS,
     MAX_REQUEST_ID_BYTES,
+    MAX_TENSORS,
     DeclaredInputs,
     check_shape,
     datatype_of,
@@ -143,14 +143,18 @@ def _check_bounds(msg: pb.ModelInferRequest) -> None:
             "accepted")
     if len(msg.parameters):
         _check_parameters(msg.parameters, f"request for model '{msg.model_name}'")
+    if len(msg.inputs) > MAX_TENSORS:  # refused before one of them is read
+        raise InvalidInputError(
+            f"request for model '{msg.model_name}' names {len(msg.inputs)} inputs; at most "
+            f"{MAX_TENSORS} are accepted: give each input the model has once")
     for tensor in msg.inputs:
         if len(tensor.parameters):
             _check_parameters(tensor.parameters, f"input '{tensor.name}'")
     outputs = msg.outputs
-    if len(outputs) > MAX_OUTPUTS:  # refused before one of them is read
+    if len(outputs) > MAX_TENSORS:  # refused before one of them is read
         raise InvalidInputError(
             f"request for model '{msg.model_name}' names {len(outputs)} outputs; at most "
-            f"{MAX_OUTPUTS} are accepted: name each output the model has once")
+            f"{MAX_TENSORS} are accepted: name each output the model has once")
     seen: set[str] = set()
     for out in outputs:  # one pass, ended by the first name given twice
         name = out.name

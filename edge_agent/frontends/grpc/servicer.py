@@ -34,6 +34,7 @@ from edge_agent.frontends.common.shared_memory import (
     SharedMemoryRegistry,
     refused_over_tcp,
 )
+from edge_agent.frontends.common.tensors import MAX_TENSORS
 from edge_agent.frontends.common.typed_budget import TypedBudget
 from edge_agent.frontends.grpc import converters, status
 from edge_agent.frontends.grpc.admission import ResponseBudget
@@ -79,9 +80,12 @@ def _over_uds(peer: str) -> bool:
 
 
 def _has_tensor_parameters(request: pb.ModelInferRequest) -> bool:
-    """Whether any input or requested output of ``request`` carries parameters."""
-    return any(len(t.parameters) for t in request.inputs) or \
-        any(len(o.parameters) for o in request.outputs)
+    """Whether any input or requested output of ``request`` carries parameters (False for a
+    request naming more than MAX_TENSORS of either: the converter refuses it unread)."""
+    inputs, outputs = request.inputs, request.outputs
+    if len(inputs) > MAX_TENSORS or len(outputs) > MAX_TENSORS:
+        return False
+    return any(len(t.parameters) for t in inputs) or any(len(o.parameters) for o in outputs)
 
 
 def _traceparent(context: _Ctx) -> str | None:
