@@ -71,6 +71,7 @@ class SoakReport:
     failures: list[str] = field(default_factory=list)  # the first few, for the message
     swaps: int = 0
     swap_failures: list[str] = field(default_factory=list)
+    swap_s: list[float] = field(default_factory=list)  # how long each hot swap took
     rss_mib: list[tuple[float, float]] = field(default_factory=list)  # (t, MiB)
     p99_ms: list[tuple[float, float, int]] = field(default_factory=list)  # (t, p99, n)
     metrics_db_bytes: int = 0
@@ -324,7 +325,9 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
         version = 2
         next_at = t_start + swap_every_s
         while not stop.wait(max(0.0, next_at - time.monotonic())):
+            began = time.monotonic()
             ok, message = deploy(version)
+            report.swap_s.append(time.monotonic() - began)
             report.swaps += 1
             if not ok:
                 report.swap_failures.append(f"swap {report.swaps} to v{version}: {message}")
@@ -382,6 +385,9 @@ def print_report(r: SoakReport) -> None:
     print(f"  failed requests            {r.failed}  (target 0){'  ' if r.failures else ''}"
           f"{'; '.join(r.failures)}")
     print(f"  failed swaps               {len(r.swap_failures)}  {'; '.join(r.swap_failures)}")
+    if r.swap_s:
+        print(f"  hot swap took              median {statistics.median(r.swap_s):.1f} s, max "
+              f"{max(r.swap_s):.1f} s (its uploaded file is in incoming/ meanwhile)")
     print(f"  RSS after warm-up / end    {r.rss_after_warmup():.1f} MiB / {r.rss_at_end():.1f} "
           f"MiB = {r.rss_growth() * 100:+.1f} %  (target < 5 %); max "
           f"{max(m for _, m in r.rss_mib):.1f} MiB")
