@@ -24,7 +24,10 @@ callers and the attacks warmed up: in its first seconds the agent grows by the b
 attacks hold in flight, up to the budgets of docs/security.md, not by a leak); the RSS of the
 first 5 s is reported too. The attacks run in a process of their own (as a hostile local user's
 would; in this process they would share the legitimate callers' GIL), each attack on a
-connection of its own. ``soak()`` is the library entry the test suite runs for ~30 s
+connection of its own; ``--attackers-cpu CORES`` caps that process in a cgroup (root, cgroup v1
+cpu controller) to tell the agent's cost of the attacks from the attackers' own CPU. The
+report gives the CPU seconds of the agent and of the attackers, and how long each hot swap
+took. ``soak()`` is the library entry the test suite runs for ~30 s
 (tests/reliability/test_soak.py).
 """
 
