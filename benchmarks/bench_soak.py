@@ -24,7 +24,10 @@ callers and the attacks warmed up: in its first seconds the agent grows by the b
 attacks hold in flight, up to the budgets of docs/security.md, not by a leak); the RSS of the
 first 5 s is reported too. The attacks run in a process of their own (as a hostile local user's
 would; in this process they would share the legitimate callers' GIL), each attack on a
-connection of its own. ``soak()`` is the library entry the test suite runs for ~30 s
+connection of its own; ``--attackers-cpu CORES`` caps that process in a cgroup (root, cgroup v1
+cpu controller) to tell the agent's cost of the attacks from the attackers' own CPU. The
+report gives the CPU seconds of the agent and of the attackers, and how long each hot swap
+took. ``soak()`` is the library entry the test suite runs for ~30 s
 (tests/reliability/test_soak.py).
 """
 
@@ -71,6 +74,7 @@ class SoakReport:
     failures: list[str] = field(default_factory=list)  # the first few, for the message
     swaps: int = 0
     swap_failures: list[str] = field(default_factory=list)
+    swap_s: list[float] = field(default_factory=list)  # how long each hot swap took
     rss_mib: list[tuple[float, float]] = field(default_factory=list)  # (t, MiB)
     p99_ms: list[tuple[float, float, int]] = field(default_factory=list)  # (t, p99, n)
     metrics_db_bytes: int = 0
@@ -81,6 +85,8 @@ class SoakReport:
     amplified: int = 0  # amplification requests sent
     amplified_refused: int = 0  # ... answered INVALID_ARGUMENT
     attacks: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> its tally
+    agent_cpu_s: float = 0.0  # CPU seconds of the agent and its runtime processes, in the run
+    attackers_cpu_s: float = 0.0  # ... of the attackers' process
 
     def p99_overall_ms(self) -> float:
         """The median of the per-window p99s after warm-up (ms)."""
@@ -181,6 +187,16 @@ def tree_rss_mib(proc: psutil.Process) -> float:
     return total / 2**20
 
 
+def cpu_seconds(proc: psutil.Process) -> float:
+    """User + system CPU seconds of ``proc`` and its living children."""
+    total = 0.0
+    for p in (proc, *proc.children(recursive=True)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def _attack_process(names: list[str], target: Target, stop: Any, out: Any) -> None:
     """The attacks ``names``, each on a thread, until ``stop`` (a process Event); their
     tallies put on ``out``."""
@@ -194,18 +210,64 @@ def _attack_process(names: list[str], target: Target, stop: Any, out: Any) -> No
     out.put({name: dict(t.counts) for name, t in tallies.items()})
 
 
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller
+CFS_PERIOD_US = 100_000
+
+
+class CpuCap:
+    """A cgroup (v1 cpu controller) of its own that caps the processes put in it at ``cores``
+    CPUs (CFS quota), as a hostile local user's processes would be capped by the device's
+    scheduler share; removed by :meth:`close`. Needs root and a writable cgroup v1 cpu tree."""
+
+    def __init__(self, cores: float) -> None:
+        import os
+
+        self.path = CPU_CGROUPS / f"edge-soak-attackers-{os.getpid()}"
+        try:
+            self.path.mkdir()
+            (self.path / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            (self.path / "cpu.cfs_quota_us").write_text(str(int(cores * CFS_PERIOD_US)))
+        except OSError as exc:
+            self.close()
+            raise SystemExit(f"--attackers-cpu needs a writable {CPU_CGROUPS} (root, cgroup "
+                             f"v1): {exc}") from None
+
+    def add(self, pid: int) -> None:
+        """Put process ``pid`` (all its threads, and its children from now on) in the cap."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def close(self) -> None:
+        """Move what is left back to the root group and remove the cgroup."""
+        with contextlib.suppress(OSError):
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    (CPU_CGROUPS / "cgroup.procs").write_text(pid)
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
+
+
 class Attackers:
     """The hostile callers in a process of their own, as a hostile local user would run them
     (in the soak's own process they would share its GIL, and the legitimate callers' latency
-    would measure the attackers' Python as well as the agent's)."""
+    would measure the attackers' Python as well as the agent's). ``cpu_cores``: cap that
+    process (and its children) at that many CPUs (:class:`CpuCap`)."""
 
-    def __init__(self, names: list[str], target: Target) -> None:
+    def __init__(self, names: list[str], target: Target, cpu_cores: float = 0.0) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._stop = ctx.Event()
         self._out: Any = ctx.Queue()
         self._proc = ctx.Process(target=_attack_process, name="soak-attacks", daemon=True,
                                  args=(names, target, self._stop, self._out))
+        self._cap = CpuCap(cpu_cores) if cpu_cores > 0 else None
         self._proc.start()
+        if self._cap is not None:
+            self._cap.add(self.pid)
+
+    @property
+    def pid(self) -> int:
+        """The attackers' process id."""
+        assert self._proc.pid is not None
+        return self._proc.pid
 
     def stop(self) -> dict[str, dict[str, int]]:
         """Stop the attacks and return their tallies (empty if the process failed)."""
@@ -218,6 +280,8 @@ class Attackers:
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(30)
+        if self._cap is not None:
+            self._cap.close()
         return tallies
 
 
@@ -226,11 +290,13 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
          warmup_s: float = 10.0, window_s: float = 10.0,
          on_window: Callable[[float, float, float, int], None] | None = None,
          idle_streams: int = 0, amplifiers: int = 0,
-         attacks: Sequence[str] = (), target: Target | None = None) -> SoakReport:
+         attacks: Sequence[str] = (), target: Target | None = None,
+         attackers_cpu: float = 0.0) -> SoakReport:
     """Load ``grpc_address`` for ``seconds`` while ``deploy(version)`` swaps every
     ``swap_every_s`` (versions 2, 1, 2, ...); sample the agent's RSS once a second.
     ``idle_streams`` and ``amplifiers``: abusers alongside (see the module docstring);
-    ``attacks``: names registered in ``benchmarks.attacks``, run against ``target``."""
+    ``attacks``: names registered in ``benchmarks.attacks``, run against ``target`` (their
+    process capped at ``attackers_cpu`` CPUs when > 0)."""
     report = SoakReport(seconds=seconds, warmup_s=warmup_s, idle_streams=idle_streams)
     payload = _payload()
     stop = threading.Event()
@@ -262,7 +328,9 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
         version = 2
         next_at = t_start + swap_every_s
         while not stop.wait(max(0.0, next_at - time.monotonic())):
+            began = time.monotonic()
             ok, message = deploy(version)
+            report.swap_s.append(time.monotonic() - began)
             report.swaps += 1
             if not ok:
                 report.swap_failures.append(f"swap {report.swaps} to v{version}: {message}")
@@ -281,10 +349,11 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
     if attacks:
         if target is None:
             raise ValueError("attacks need a target")
-        attackers = Attackers(list(attacks), target)
+        attackers = Attackers(list(attacks), target, attackers_cpu)
     for t in threads:
         t.start()
     proc = psutil.Process(agent_pid)
+    agent_cpu0 = cpu_seconds(proc)
     window_end = t_start + window_s
     try:
         while (now := time.monotonic()) < t_start + seconds:
@@ -299,6 +368,10 @@ def soak(grpc_address: str, deploy: Callable[[int], tuple[bool, str]], agent_pid
                 window_end += window_s
             time.sleep(1.0)
     finally:
+        report.agent_cpu_s = cpu_seconds(proc) - agent_cpu0
+        if attackers is not None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                report.attackers_cpu_s = cpu_seconds(psutil.Process(attackers.pid))
         stop.set()
         if attackers is not None:
             report.attacks = attackers.stop()
@@ -315,6 +388,9 @@ def print_report(r: SoakReport) -> None:
     print(f"  failed requests            {r.failed}  (target 0){'  ' if r.failures else ''}"
           f"{'; '.join(r.failures)}")
     print(f"  failed swaps               {len(r.swap_failures)}  {'; '.join(r.swap_failures)}")
+    if r.swap_s:
+        print(f"  hot swap took              median {statistics.median(r.swap_s):.1f} s, max "
+              f"{max(r.swap_s):.1f} s (its uploaded file is in incoming/ meanwhile)")
     print(f"  RSS after warm-up / end    {r.rss_after_warmup():.1f} MiB / {r.rss_at_end():.1f} "
           f"MiB = {r.rss_growth() * 100:+.1f} %  (target < 5 %); max "
           f"{max(m for _, m in r.rss_mib):.1f} MiB")
@@ -332,10 +408,14 @@ def print_report(r: SoakReport) -> None:
         print(f"  RSS first 5 s / end        {r.rss_at_start():.1f} / {r.rss_at_end():.1f} MiB = "
               f"{(r.rss_at_end() / r.rss_at_start() - 1) * 100:+.1f} %  (the attacks' bytes "
               "in flight included; the target is on RSS after warm-up, above)")
+    print(f"  CPU seconds in the run      agent {r.agent_cpu_s:.0f}, attackers' process "
+          f"{r.attackers_cpu_s:.0f} (of {r.seconds * (psutil.cpu_count() or 1):.0f} on "
+          f"{psutil.cpu_count()} cores)")
     p99s = [p for _, p, n in r.p99_ms if n]
     if p99s:
         print(f"  p99 per window             first {p99s[0]:.1f} ms, last {p99s[-1]:.1f} ms, "
-              f"median {statistics.median(p99s):.1f} ms, max {max(p99s):.1f} ms")
+              f"median {statistics.median(p99s):.1f} ms, max {max(p99s):.1f} ms; after "
+              f"warm-up (median) {r.p99_overall_ms():.1f} ms")
 
 
 def _attack_names(spec: str) -> list[str]:
@@ -399,6 +479,7 @@ def run_once(args: argparse.Namespace, attacks: Sequence[str], label: str) -> So
                               concurrency=args.concurrency, warmup_s=args.warmup,
                               window_s=args.window, idle_streams=args.idle_streams,
                               amplifiers=args.amplifiers, attacks=attacks, target=target,
+                              attackers_cpu=args.attackers_cpu,
                               on_window=lambda t, p, m, f: print(
                                   f"  t={t:6.0f} s  p99 {p:6.1f} ms  RSS {m:6.1f} MiB  "
                                   f"failed {f}", flush=True))
@@ -428,6 +509,9 @@ def main() -> int:
     parser.add_argument("--baseline", action="store_true",
                         help="first run the same soak without attacks, and compare p99s")
     parser.add_argument("--config", type=Path, help="agent.toml for the attacked agent")
+    parser.add_argument("--attackers-cpu", type=float, default=0.0, metavar="CORES",
+                        help="cap the attackers' process at this many CPUs (a cgroup; root): "
+                             "the agent's cost of the attacks apart from the attackers' own")
     args = parser.parse_args()
     attacks = _attack_names(args.attacks)
 

@@ -12,6 +12,7 @@ Real agent processes; the registry is a small HTTP server of the test's own on 1
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,3 +220,18 @@ def test_a_caller_leaving_or_sigterm_ends_a_pull_and_leaves_no_partial_file(
         finally:
             agent.stop()
         assert _left(agent) == []
+
+
+def test_the_soak_attack_tells_a_legitimate_upload_from_a_partial_pull(
+        bundles: Bundles, tmp_path: Path) -> None:
+    # the soak's hostile-registry attack counted the swapper's upload, still in incoming/
+    # during a slow hot swap, as a pull's partial file; its lies are zeros and random bytes
+    from benchmarks.attacks.hostile_registry import _is_upload
+
+    upload = tmp_path / "upload-a.edgepkg"
+    upload.write_bytes(bundles.mlp[1].read_bytes()[: 64 << 10])  # part-way received
+    zeros, noise = tmp_path / "upload-b.edgepkg", tmp_path / "upload-c.edgepkg"
+    zeros.write_bytes(bytes(128 << 10))
+    noise.write_bytes(os.urandom(128 << 10))
+    assert _is_upload(upload)
+    assert not _is_upload(zeros) and not _is_upload(noise)

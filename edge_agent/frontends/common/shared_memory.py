@@ -17,7 +17,9 @@ and registers an object only when EVERY one of them could open it read-write
 unless configured (``[grpc] tcp_shared_memory``, ``[http] shared_memory``); those callers are
 then taken as the agent's own user, and an object must belong to it. Regions cannot be tied to
 the caller that registered them for the same reason: any caller may see and unregister every
-region; each object owner may hold at most ``[grpc] shared_memory_regions_per_user`` of them.
+region (by decision, docs/security.md "Shared memory regions have no owner": each such caller
+could open the object itself); each object owner may hold at most
+``[grpc] shared_memory_regions_per_user`` of them.
 
 Hostile input is refused, never followed: a key must name a regular file directly in /dev/shm
 (no path, no symlink: ``O_NOFOLLOW`` relative to the directory); offsets and sizes are checked

@@ -26,6 +26,9 @@ MAX_PARAMETERS = 32
 """Parameters per request, and per input or output tensor, at most."""
 MAX_PARAMETER_BYTES = 1024
 """Bytes of one parameter's key, or of its string value, at most."""
+MAX_TENSORS = 1024
+"""Inputs, and outputs, one gRPC request may name, at most (each at most once): a longer list
+is refused before it is read (HTTP refuses more outputs than the model's own count)."""
 
 WIRE_DTYPES = FIXED_SIZE
 """KServe datatype -> the little-endian numpy dtype of its raw contents (BYTES has none)."""

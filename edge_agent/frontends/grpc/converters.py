@@ -50,6 +50,7 @@ from edge_agent.frontends.common.tensors import (
     MAX_PARAMETER_BYTES,
     MAX_PARAMETERS,
     MAX_REQUEST_ID_BYTES,
+    MAX_TENSORS,
     DeclaredInputs,
     check_shape,
     datatype_of,
@@ -142,21 +143,28 @@ def _check_bounds(msg: pb.ModelInferRequest) -> None:
             "accepted")
     if len(msg.parameters):
         _check_parameters(msg.parameters, f"request for model '{msg.model_name}'")
+    if len(msg.inputs) > MAX_TENSORS:  # refused before one of them is read
+        raise InvalidInputError(
+            f"request for model '{msg.model_name}' names {len(msg.inputs)} inputs; at most "
+            f"{MAX_TENSORS} are accepted: give each input the model has once")
     for tensor in msg.inputs:
         if len(tensor.parameters):
             _check_parameters(tensor.parameters, f"input '{tensor.name}'")
     outputs = msg.outputs
-    if len(outputs) > 1 and len({o.name for o in outputs}) != len(outputs):
-        seen: set[str] = set()
-        for out in outputs:
-            if out.name in seen:
-                raise InvalidInputError(
-                    f"request for model '{msg.model_name}' asks for output '{out.name}' more "
-                    "than once; name each output once")
-            seen.add(out.name)
-    for out in outputs:
+    if len(outputs) > MAX_TENSORS:  # refused before one of them is read
+        raise InvalidInputError(
+            f"request for model '{msg.model_name}' names {len(outputs)} outputs; at most "
+            f"{MAX_TENSORS} are accepted: name each output the model has once")
+    seen: set[str] = set()
+    for out in outputs:  # one pass, ended by the first name given twice
+        name = out.name
+        if name in seen:
+            raise InvalidInputError(
+                f"request for model '{msg.model_name}' asks for output '{name}' more than "
+                "once; name each output once")
+        seen.add(name)
         if len(out.parameters):
-            _check_parameters(out.parameters, f"output '{out.name}'")
+            _check_parameters(out.parameters, f"output '{name}'")
 
 
 REGION_PARAM = "shared_memory_region"

@@ -11,7 +11,7 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias
@@ -34,6 +34,7 @@ from edge_agent.frontends.common.shared_memory import (
     SharedMemoryRegistry,
     refused_over_tcp,
 )
+from edge_agent.frontends.common.tensors import MAX_TENSORS
 from edge_agent.frontends.grpc import converters, status
 from edge_agent.frontends.grpc.admission import ResponseBudget
 from edge_agent.frontends.grpc.decoupled import DecoupledCall
@@ -74,10 +75,10 @@ def _over_uds(peer: str) -> bool:
     return peer.split(":", 1)[0] == "unix"
 
 
-def _has_parameters(tensors: Iterable[Any]) -> bool:
+def _has_parameters(tensors: Sequence[Any]) -> bool:
     """Whether any of a request's ``tensors`` (its inputs or its requested outputs) carries
-    parameters."""
-    return any(len(t.parameters) for t in tensors)
+    parameters (False for more than MAX_TENSORS of them: the converter refuses those unread)."""
+    return len(tensors) <= MAX_TENSORS and any(len(t.parameters) for t in tensors)
 
 
 def _traceparent(context: _Ctx) -> str | None:
