@@ -61,7 +61,9 @@ def test_more_tensors_than_the_cap_are_refused_before_they_are_read(
             request.outputs.add(name=name)
         err = _infer_error(agent.grpc, request)
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert f"names {len(names)} outputs; at most {MAX_TENSORS}" in err.details()
+        # a long message is refused by the deserializer's walk, unparsed (it stops counting
+        # at the cap), a short one by the converter, which counts them
+        assert f"outputs; at most {MAX_TENSORS} are accepted" in err.details()
     request = infer_request("mlp", X[:1])
     for i in range(MAX_TENSORS + 1):
         request.inputs.add(name=f"i{i}", datatype="FP32", shape=[1])

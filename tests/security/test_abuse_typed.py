@@ -22,12 +22,13 @@ import pytest
 from benchmarks.attacks.typed_contents import bytes_request, int64_request
 from edge_agent.client.agent_client import AgentClient
 from edge_agent.config import AgentConfig, GrpcConfig, HttpConfig, ModelsConfig, load_config
-from edge_agent.errors import ConfigError, QueueFullError
+from edge_agent.errors import ConfigError, InvalidInputError, QueueFullError
 from edge_agent.frontends.common.typed_budget import KEY, OverBudget, TypedBudget
+from edge_agent.frontends.common.undecodable import RefusedUnread
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.handlers import budgeted_deserializer
 from edge_agent.frontends.grpc.received import Received
-from edge_agent.frontends.grpc.typed_cost import WORST_PER_BYTE, typed_cost
+from edge_agent.frontends.grpc.typed_cost import WORST_PER_BYTE, TooManyTensors, typed_cost
 from tests.security.abuse import peak_growth_mib
 from tests.support.bundles import Bundles
 from tests.support.harness import AgentProcess, InProcessAgent, running, sections
@@ -168,6 +169,22 @@ def test_what_typed_contents_are_charged() -> None:
     assert typed_cost(int64_request("m", "input", 1024, 16)) == 0  # small: not charged
     broken = int64_request("m", "input", values, 16)[:-7]  # its framing runs past the end
     assert typed_cost(broken) == len(broken) * WORST_PER_BYTE
+
+
+def test_a_long_list_of_outputs_stops_the_walk_and_is_refused_unparsed() -> None:
+    request = infer_request("m", np.zeros((1, 16), np.float32))
+    for _ in range(20_000):  # the soak's amplifier: one name 20,000 times (~180 KB)
+        request.outputs.add(name="probs")
+    data = request.SerializeToString()
+    with pytest.raises(TooManyTensors) as many:
+        typed_cost(data)
+    assert "more than 1024 outputs" in str(many.value.refusal())
+    decode = budgeted_deserializer(pb.ModelInferRequest.FromString, TypedBudget(1 << 30),
+                                   "ModelInferRequest")
+    refused = decode(data)
+    assert isinstance(refused, RefusedUnread)
+    assert isinstance(refused.error(), InvalidInputError)
+    assert "at most 1024 are accepted" in str(refused.error())
 
 
 def test_the_budget_setting_is_read_and_checked(tmp_path: Path) -> None:

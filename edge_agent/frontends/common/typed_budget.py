@@ -21,8 +21,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from edge_agent.errors import AgentError, QueueFullError
-from edge_agent.frontends.common.undecodable import Undecodable
+from edge_agent.errors import QueueFullError
+from edge_agent.frontends.common.undecodable import RefusedUnread
 
 KEY = "agent.max_typed_input_mib"
 DEFAULT_MAX_TYPED_INPUT_BYTES = 256 * 1024 * 1024
@@ -119,16 +119,6 @@ class TypedBudget(HeldBudget):
             f"retry shortly, or {SEND_RAW}")
 
 
-class OverBudget(Undecodable):
+class OverBudget(RefusedUnread):
     """What the gRPC deserializer hands on, undecoded, for a request the budget refused: the
     call gets the refusal (RESOURCE_EXHAUSTED) instead of INVALID_ARGUMENT."""
-
-    def __init__(self, message_type: str, refusal: AgentError) -> None:
-        super().__init__(message_type, str(refusal))
-        self.refusal = refusal
-
-    def error(self) -> AgentError:
-        return self.refusal
-
-    def refused(self, method: str, peer: str) -> AgentError:
-        return self.refusal

@@ -45,6 +45,21 @@ class Undecodable:
         return self.error()
 
 
+class RefusedUnread(Undecodable):
+    """What a deserializer hands on, unparsed, for a request refused from its framing or its
+    size (a budget, a cap): the call gets ``refusal`` itself."""
+
+    def __init__(self, message_type: str, refusal: AgentError) -> None:
+        super().__init__(message_type, str(refusal))
+        self.refusal = refusal
+
+    def error(self) -> AgentError:
+        return self.refusal
+
+    def refused(self, method: str, peer: str) -> AgentError:
+        return self.refusal
+
+
 def safe_deserializer(deserialize: Callable[[bytes], Any] | None
                       ) -> Callable[[bytes], Any] | None:
     """``deserialize`` (a protobuf ``FromString``) that returns an :class:`Undecodable` instead

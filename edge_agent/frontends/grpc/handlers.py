@@ -24,7 +24,11 @@ import grpc
 from edge_agent import grpc_internals
 from edge_agent.errors import QueueFullError
 from edge_agent.frontends.common.typed_budget import HeldBudget, OverBudget, TypedBudget
-from edge_agent.frontends.common.undecodable import Undecodable, safe_deserializer
+from edge_agent.frontends.common.undecodable import (
+    RefusedUnread,
+    Undecodable,
+    safe_deserializer,
+)
 from edge_agent.frontends.grpc.admission import (
     CLOSING,
     CLOSING_MESSAGE,
@@ -38,7 +42,7 @@ from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from edge_agent.frontends.grpc.generated import health_pb2, health_pb2_grpc
 from edge_agent.frontends.grpc.received import ReceiveBudget, Received, claim_each, claimed
 from edge_agent.frontends.grpc.status import abort
-from edge_agent.frontends.grpc.typed_cost import typed_cost
+from edge_agent.frontends.grpc.typed_cost import TooManyTensors, typed_cost
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
@@ -81,14 +85,22 @@ def budgeted_deserializer(decode: Callable[[bytes], Any], budget: TypedBudget,
     """``decode`` that first reserves the message's size in ``received`` and what its typed
     contents will take in ``budget``, and hands on the parsed message as
     :class:`~edge_agent.frontends.grpc.received.Received` (the handler's thread claims the
-    charges), or an :class:`OverBudget` refusal, unparsed, when a budget cannot take it."""
+    charges), or an :class:`OverBudget` refusal, unparsed, when a budget cannot take it (a
+    :class:`RefusedUnread` when it names more than MAX_TENSORS inputs or outputs: the walk
+    stops there, and neither it nor the parse costs the GIL the rest of the message)."""
 
     def run(data: bytes) -> Any:
         charges: list[tuple[HeldBudget, int]] = []
         try:
             if received is not None and (size := received.charge_message(len(data))):
                 charges.append((received, size))
-            if cost := typed_cost(data):
+            try:
+                cost = typed_cost(data)
+            except TooManyTensors as many:  # refused unread, as the converter would
+                for taken, nbytes in charges:
+                    taken.release(nbytes)
+                return RefusedUnread(message_type, many.refusal())
+            if cost:
                 budget.reserve(cost, f"the request's typed contents ({len(data)} bytes)")
                 charges.append((budget, cost))
         except QueueFullError as exc:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edge_agent.errors import InvalidInputError
+from edge_agent.frontends.common.tensors import MAX_TENSORS
 from edge_agent.frontends.common.typed_budget import BYTES_OBJECT
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from packager.bundle.datatypes import FIXED_SIZE
@@ -33,6 +35,7 @@ _field = pb.ModelInferRequest.DESCRIPTOR.fields_by_name
 _tensor = pb.ModelInferRequest.InferInputTensor.DESCRIPTOR.fields_by_name
 _contents = pb.InferTensorContents.DESCRIPTOR.fields_by_name
 _INPUTS = _field["inputs"].number
+_OUTPUTS = _field["outputs"].number
 _DATATYPE = _tensor["datatype"].number
 _CONTENTS = _tensor["contents"].number
 _BYTES = _contents["bytes_contents"].number
@@ -43,6 +46,22 @@ _VARINT_PARSED = {_contents[name].number: size * 2 for name, size in (
 _FIXED_SIZE = {_contents["fp32_contents"].number: 4, _contents["fp64_contents"].number: 8}
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 _CHUNK = 1 << 20
+
+
+class TooManyTensors(Exception):
+    """The request names more inputs or outputs than MAX_TENSORS (found while walking, before
+    parsing): the converter would refuse it unread, so it is refused unparsed."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+    def refusal(self) -> InvalidInputError:
+        """The error the caller gets (the converter's, without the count it did not make)."""
+        what = "give each input the model has once" if self.kind == "inputs" \
+            else "name each output the model has once"
+        return InvalidInputError(f"the request names more than {MAX_TENSORS} {self.kind}; "
+                                 f"at most {MAX_TENSORS} are accepted: {what}")
 
 
 class _Malformed(Exception):
@@ -89,9 +108,11 @@ class _Walk:
         self.fields = 0
         self.unwalked = 0
 
-    def fields_of(self, start: int, end: int) -> list[tuple[int, int, int, int]]:
+    def fields_of(self, start: int, end: int, stop: dict[int, int] | None = None,
+                  ) -> list[tuple[int, int, int, int]]:
         """(number, wire type, value start, value end) of the fields in ``[start, end)``; past
-        :data:`MAX_WALKED` fields the rest is not read but charged at the worst rate."""
+        :data:`MAX_WALKED` fields the rest is not read but charged at the worst rate. ``stop``
+        counts the fields of its numbers: TooManyTensors once one passes MAX_TENSORS."""
         out = []
         pos, buf = start, self.buf
         while pos < end:
@@ -109,6 +130,10 @@ class _Walk:
             if pos > end:
                 raise _Malformed
             out.append((key >> 3, key & 7, begin, pos))
+            if stop is not None and (key >> 3) in stop:
+                stop[key >> 3] += 1
+                if stop[key >> 3] > MAX_TENSORS:
+                    raise TooManyTensors("inputs" if key >> 3 == _INPUTS else "outputs")
         return out
 
     def varints(self, start: int, end: int) -> int:
@@ -143,14 +168,16 @@ def _itemsize(datatype: bytes) -> int:
 
 def typed_cost(data: bytes) -> int:
     """The bytes that parsing and converting the typed contents of ModelInferRequest ``data``
-    will take (its wire bytes included); 0 when it has none or is small."""
+    will take (its wire bytes included); 0 when it has none or is small. TooManyTensors when
+    it names more than MAX_TENSORS inputs or outputs (the walk stops there)."""
     if len(data) < SMALL:
         return 0
     walk = _Walk(data)
     cost = 0
     typed = False
+    named = {_INPUTS: 0, _OUTPUTS: 0}
     try:
-        for number, wire, begin, end in walk.fields_of(0, len(data)):
+        for number, wire, begin, end in walk.fields_of(0, len(data), stop=named):
             if number != _INPUTS or wire != _LENGTH:
                 continue
             tensor = walk.fields_of(begin, end)
