@@ -90,16 +90,14 @@ def budgeted_deserializer(decode: Callable[[bytes], Any], budget: TypedBudget,
     stops there, and neither it nor the parse costs the GIL the rest of the message)."""
 
     def run(data: bytes) -> Any:
+        try:
+            cost = typed_cost(data)
+        except TooManyTensors as many:  # refused unread, as the converter would
+            return RefusedUnread(message_type, many.refusal())
         charges: list[tuple[HeldBudget, int]] = []
         try:
             if received is not None and (size := received.charge_message(len(data))):
                 charges.append((received, size))
-            try:
-                cost = typed_cost(data)
-            except TooManyTensors as many:  # refused unread, as the converter would
-                for taken, nbytes in charges:
-                    taken.release(nbytes)
-                return RefusedUnread(message_type, many.refusal())
             if cost:
                 budget.reserve(cost, f"the request's typed contents ({len(data)} bytes)")
                 charges.append((budget, cost))

@@ -24,11 +24,10 @@ from typing import Any
 
 from edge_agent.errors import QueueFullError
 from edge_agent.frontends.common.typed_budget import HeldBudget
+from edge_agent.frontends.grpc.typed_cost import SMALL
 
 KEY = "grpc.max_receive_bytes_in_flight"
 DEFAULT_MAX_RECEIVE_BYTES = 256 * 1024 * 1024
-SMALL = 64 * 1024
-"""Messages smaller than this are not charged (admission bounds them to a few MiB in all)."""
 RECEIVE_WINDOW = (("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 64 * 1024))
 """HTTP/2 flow control that leaves a call's message with its sender until a handler asks for
 it: each stream's window stays 64 KiB (no bandwidth-delay probing, which grew it until every
@@ -44,7 +43,8 @@ class ReceiveBudget(HeldBudget):
         super().__init__(max_bytes)
 
     def charge_message(self, nbytes: int) -> int:
-        """Reserve a message of ``nbytes`` (0 when small, not charged); the bytes reserved, or
+        """Reserve a message of ``nbytes`` (0 when under typed_cost's SMALL, which admission
+        bounds to a few MiB in all: not charged); the bytes reserved, or
         :class:`QueueFullError` naming the key."""
         if nbytes < SMALL:
             return 0
