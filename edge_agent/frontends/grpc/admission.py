@@ -344,14 +344,8 @@ class WatchedPool(LeanPool):
         except BaseException:  # gRPC's handlers answer their own errors: this is a bug
             log.exception("a handler pool's call failed")
         finally:
-            if event is not None:  # no request_arrived(): the call ended without its request
-                if _local.deadline is not None:
-                    _local.deadline = None
-                    self.deadline.arrived()
-                gate = getattr(_local, "gate", None)
-                if gate is not None:
-                    _local.gate = None
-                    gate.leave()
+            if event is not None:  # the call may have ended without its request: what it
+                request_arrived()  # still holds (its deadline watch, its gate slot) is given back
             self._ended(call)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
