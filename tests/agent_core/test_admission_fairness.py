@@ -9,6 +9,7 @@ the floor (or the recent time to serve a call) is answered DEADLINE_EXCEEDED wit
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Iterator
@@ -32,14 +33,14 @@ INFER = "/inference.GRPCInferenceService/ModelInfer"
 SLOW_TRIPS = 1_000_000  # a run of a second or more, whatever the machine's load
 
 
-@pytest.fixture
-def served(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, AdmissionPool]]:
-    """An agent serving ``spin`` with 2 handler threads (8 slots), a 500 ms deadline floor and
-    120 s for a call's request to arrive."""
+@contextlib.contextmanager
+def _serve(bundles: Bundles, tmp_path: Path, workers: int) -> Iterator[tuple[str, AdmissionPool]]:
+    """An agent serving ``spin`` with ``workers`` handler threads (4 slots each), a 500 ms
+    deadline floor and 120 s for a call's request to arrive."""
     install(bundles.spin, tmp_path)
     config = load_config(state_dir=tmp_path, grpc_address="127.0.0.1:0", no_uds=True)
     config = dataclasses.replace(config, grpc=dataclasses.replace(
-        config.grpc, workers=2, deadline_floor_ms=500, request_arrival_s=120))
+        config.grpc, workers=workers, deadline_floor_ms=500, request_arrival_s=120))
     dataplane = DataPlane(tmp_path)
     server = AgentServer(dataplane, config)
     try:
@@ -52,6 +53,20 @@ def served(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, AdmissionPoo
     finally:
         server.stop(grace=1.0)
         dataplane.close()
+
+
+@pytest.fixture
+def served(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, AdmissionPool]]:
+    """An agent with 2 handler threads (8 slots)."""
+    with _serve(bundles, tmp_path, 2) as served:
+        yield served
+
+
+@pytest.fixture
+def served_wide(bundles: Bundles, tmp_path: Path) -> Iterator[tuple[str, AdmissionPool]]:
+    """An agent with the default 8 handler threads (32 slots)."""
+    with _serve(bundles, tmp_path, 8) as served:
+        yield served
 
 
 def _connection(address: str) -> grpc.Channel:
@@ -148,6 +163,47 @@ def test_connections_share_the_slots(served: tuple[str, AdmissionPool]) -> None:
         for f in held["first"] + held["second"]:
             f.cancel()
         for ch in channels.values():
+            ch.close()
+
+
+def test_a_flood_of_connections_leaves_each_its_floor(
+        served_wide: tuple[str, AdmissionPool]) -> None:
+    """Issue 27's soak, round three: attacks held one call each on a dozen and more
+    connections, so the legitimate client's share (32 // connections) fell below its 4 calls
+    in flight and 146 of its calls were refused. A share is now never below ``limit // 8``."""
+    address, pool = served_wide
+    assert pool.limit == 32
+    release = threading.Event()
+
+    def never() -> Iterator[bytes]:
+        release.wait(120)
+        yield from ()
+
+    flood = [_connection(address) for _ in range(12)]
+    client = _connection(address)
+    held: list[grpc.Future] = []
+    try:
+        for i, channel in enumerate(flood, 1):  # one call each: 13 connections, share 2
+            call = channel.stream_unary(INFER, request_serializer=None,
+                                        response_deserializer=None)
+            held.append(call.future(never(), timeout=120))
+            _admitted(pool, i)
+        call = client.stream_unary(INFER, request_serializer=None, response_deserializer=None)
+        mine = [call.future(never(), timeout=120) for _ in range(4)]
+        held += mine
+        _admitted(pool, len(flood) + 4)  # before: 14, two refused beyond the share
+        assert not any(f.done() for f in mine), [f.exception() for f in mine if f.done()]
+        assert pool.over_share == 0
+        extra = call.future(never(), timeout=120)  # beyond the floor: refused as before
+        held.append(extra)
+        refused = _refused([extra], 1)
+        assert refused[0].code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused
+        assert "its share" in refused[0].details(), refused[0].details()
+    finally:
+        release.set()
+        for f in held:
+            f.cancel()
+        for ch in [*flood, client]:
             ch.close()
 
 

@@ -46,7 +46,8 @@ LATE_MESSAGE = ("the call's deadline leaves less time than the agent takes to se
                 "now (or than grpc.deadline_floor_ms); not run: send a longer deadline")
 SHARE_MESSAGE = ("this connection already holds its share of the agent's concurrent calls "
                  "(4 per handler thread, grpc.workers, shared between the connections with "
-                 "calls in flight); retry shortly, or open another connection")
+                 "calls in flight, at least 1 per 2 handler threads each); retry shortly, or "
+                 "open another connection")
 _ANSWERS = {
     BUSY: (grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED),
     CLOSING: (grpc.StatusCode.UNAVAILABLE, CLOSING_MESSAGE),
@@ -367,10 +368,11 @@ class AdmissionPool(WatchedPool):
     * **share**: slots are shared between connections (grpc's peer string, whose port tells
       the connections of one address apart): a connection is admitted while it holds fewer
       than its share, ``limit // connections with calls in flight`` (itself included; all
-      of them when alone), even when others hold more than theirs (shares shrink as
-      connections arrive), up to ``limit + limit // 4`` calls in all; so a caller on its
-      own connection gets its share however many calls another connection keeps open
-      (:data:`SHARE`, RESOURCE_EXHAUSTED).
+      of them when alone) but never less than ``limit // 8`` (so a client with a few calls
+      in flight keeps them however many connections a flood opens), even when others hold
+      more than theirs (shares shrink as connections arrive), up to ``limit + limit // 4``
+      calls in all; so a caller on its own connection gets its share however many calls
+      another connection keeps open (:data:`SHARE`, RESOURCE_EXHAUSTED).
 
     Without the event (hook missing) only ``limit`` applies, and refusals run on a small
     refusal pool whose handlers answer RESOURCE_EXHAUSTED (:func:`refused` tells them).
@@ -383,6 +385,7 @@ class AdmissionPool(WatchedPool):
                          thread_name_prefix=thread_name_prefix, gate=gate)
         self.limit = limit
         self.headroom = max(1, limit // 4)  # for connections under their share, beyond limit
+        self.floor = max(1, limit // 8)  # a share never below this, however many connections
         self.deadline_floor_s = deadline_floor_s
         self._lock = threading.Lock()
         self._admitted = 0
@@ -429,7 +432,7 @@ class AdmissionPool(WatchedPool):
                 return CLOSING
             held = self._held.get(connection, 0)
             others = len(self._held) - (held > 0)  # connections with calls in flight
-            if held >= max(1, self.limit // (others + 1)):
+            if held >= max(self.floor, self.limit // (others + 1)):
                 if not others:
                     return BUSY
                 self.over_share += 1
