@@ -207,6 +207,41 @@ def test_a_flood_of_connections_leaves_each_its_floor(
             ch.close()
 
 
+def test_floors_do_not_take_the_headroom(served_wide: tuple[str, AdmissionPool]) -> None:
+    """Eight connections holding 4 calls each fill the 32 slots within their shares; a ninth
+    gets its equal share (32 // 9 = 3) from the headroom beyond them, but no fourth call up to
+    the floor: otherwise ten connections' floors would fill the pool, headroom included."""
+    address, pool = served_wide
+    release = threading.Event()
+
+    def never() -> Iterator[bytes]:
+        release.wait(120)
+        yield from ()
+
+    channels = [_connection(address) for _ in range(9)]
+    held: list[grpc.Future] = []
+    try:
+        for i, channel in enumerate(channels):
+            call = channel.stream_unary(INFER, request_serializer=None,
+                                        response_deserializer=None)
+            calls = [call.future(never(), timeout=120) for _ in range(4)]
+            held += calls
+            if i < 8:
+                _admitted(pool, 4 * (i + 1))
+        _admitted(pool, 35)
+        refused = _refused(calls, 1)
+        assert len(refused) == 1, refused
+        assert refused[0].code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused
+        assert "its share" in refused[0].details(), refused[0].details()
+        assert pool.admitted == 35
+    finally:
+        release.set()
+        for f in held:
+            f.cancel()
+        for ch in channels:
+            ch.close()
+
+
 def test_a_call_whose_deadline_is_below_the_floor_is_shed_without_a_slot(
         served: tuple[str, AdmissionPool]) -> None:
     address, pool = served

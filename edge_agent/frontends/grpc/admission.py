@@ -46,8 +46,8 @@ LATE_MESSAGE = ("the call's deadline leaves less time than the agent takes to se
                 "now (or than grpc.deadline_floor_ms); not run: send a longer deadline")
 SHARE_MESSAGE = ("this connection already holds its share of the agent's concurrent calls "
                  "(4 per handler thread, grpc.workers, shared between the connections with "
-                 "calls in flight, at least 1 per 2 handler threads each); retry shortly, or "
-                 "open another connection")
+                 "calls in flight, at least 1 per 2 handler threads each while the agent has "
+                 "room); retry shortly, or open another connection")
 _ANSWERS = {
     BUSY: (grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSED),
     CLOSING: (grpc.StatusCode.UNAVAILABLE, CLOSING_MESSAGE),
@@ -368,8 +368,10 @@ class AdmissionPool(WatchedPool):
     * **share**: slots are shared between connections (grpc's peer string, whose port tells
       the connections of one address apart): a connection is admitted while it holds fewer
       than its share, ``limit // connections with calls in flight`` (itself included; all
-      of them when alone) but never less than ``limit // 8`` (so a client with a few calls
-      in flight keeps them however many connections a flood opens), even when others hold
+      of them when alone) or, while fewer than ``limit`` calls are admitted, than
+      ``limit // 8`` (so a client with a few calls in flight keeps them however many
+      connections a flood opens, and a few connections cannot fill the headroom with their
+      floors), even when others hold
       more than theirs (shares shrink as connections arrive), up to ``limit + limit // 4``
       calls in all; so a caller on its own connection gets its share however many calls
       another connection keeps open (:data:`SHARE`, RESOURCE_EXHAUSTED).
@@ -432,12 +434,15 @@ class AdmissionPool(WatchedPool):
                 return CLOSING
             held = self._held.get(connection, 0)
             others = len(self._held) - (held > 0)  # connections with calls in flight
-            if held >= max(self.floor, self.limit // (others + 1)):
-                if not others:
-                    return BUSY
-                self.over_share += 1
-                return SHARE
-            if self._admitted >= self.limit + self.headroom:
+            if held >= max(1, self.limit // (others + 1)):
+                # up to the floor, but never into the headroom kept for connections under
+                # their share (so a few connections cannot fill the pool with floors)
+                if held >= self.floor or self._admitted >= self.limit:
+                    if not others:
+                        return BUSY
+                    self.over_share += 1
+                    return SHARE
+            elif self._admitted >= self.limit + self.headroom:
                 return BUSY
             self._admitted += 1
             self._held[connection] = held + 1
