@@ -371,10 +371,10 @@ class AdmissionPool(WatchedPool):
       of them when alone) or, while fewer than ``limit`` calls are admitted, than
       ``limit // 8`` (so a client with a few calls in flight keeps them however many
       connections a flood opens, and a few connections cannot fill the headroom with their
-      floors), even when others hold
-      more than theirs (shares shrink as connections arrive), up to ``limit + limit // 4``
-      calls in all; so a caller on its own connection gets its share however many calls
-      another connection keeps open (:data:`SHARE`, RESOURCE_EXHAUSTED).
+      floors), even when others hold more than theirs (shares shrink as connections
+      arrive), up to ``limit + limit // 4`` calls in all; so a caller on its own connection
+      gets its share however many calls another connection keeps open (:data:`SHARE`,
+      RESOURCE_EXHAUSTED).
 
     Without the event (hook missing) only ``limit`` applies, and refusals run on a small
     refusal pool whose handlers answer RESOURCE_EXHAUSTED (:func:`refused` tells them).
@@ -387,7 +387,7 @@ class AdmissionPool(WatchedPool):
                          thread_name_prefix=thread_name_prefix, gate=gate)
         self.limit = limit
         self.headroom = max(1, limit // 4)  # for connections under their share, beyond limit
-        self.floor = max(1, limit // 8)  # a share never below this, however many connections
+        self.floor = max(1, limit // 8)  # no share below this while fewer than limit admitted
         self.deadline_floor_s = deadline_floor_s
         self._lock = threading.Lock()
         self._admitted = 0
