@@ -434,15 +434,15 @@ class AdmissionPool(WatchedPool):
                 return CLOSING
             held = self._held.get(connection, 0)
             others = len(self._held) - (held > 0)  # connections with calls in flight
-            if held >= max(1, self.limit // (others + 1)):
-                # up to the floor, but never into the headroom kept for connections under
-                # their share (so a few connections cannot fill the pool with floors)
-                if held >= self.floor or self._admitted >= self.limit:
-                    if not others:
-                        return BUSY
-                    self.over_share += 1
-                    return SHARE
-            elif self._admitted >= self.limit + self.headroom:
+            share = self.limit // (others + 1)
+            if self._admitted < self.limit:  # the floor, never taken from the headroom
+                share = max(share, self.floor)
+            if held >= max(1, share):
+                if not others:
+                    return BUSY
+                self.over_share += 1
+                return SHARE
+            if self._admitted >= self.limit + self.headroom:
                 return BUSY
             self._admitted += 1
             self._held[connection] = held + 1
