@@ -74,6 +74,17 @@ def _connection(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
 
 
+def _silent(channel: grpc.Channel, n: int, release: threading.Event) -> list[grpc.Future]:
+    """``n`` ModelInfer calls on ``channel`` that never send their request, holding their slots
+    until ``release`` is set (or the test cancels them)."""
+    def never() -> Iterator[bytes]:
+        release.wait(120)
+        yield from ()
+
+    call = channel.stream_unary(INFER, request_serializer=None, response_deserializer=None)
+    return [call.future(never(), timeout=120) for _ in range(n)]
+
+
 def _infer(stub: pb_grpc.GRPCInferenceServiceStub, trips: int, timeout: float | None) -> str:
     try:
         stub.ModelInfer(infer_request("spin", spin_input(trips)), timeout=timeout)
@@ -129,18 +140,11 @@ def test_connections_share_the_slots(served: tuple[str, AdmissionPool]) -> None:
     """Calls that never send their request hold their slots (until the test ends them)."""
     address, pool = served
     release = threading.Event()
-
-    def never() -> Iterator[bytes]:
-        release.wait(120)
-        yield from ()
-
     channels = {name: _connection(address) for name in ("first", "second")}
-    calls = {name: ch.stream_unary(INFER, request_serializer=None, response_deserializer=None)
-             for name, ch in channels.items()}
     held: dict[str, list[grpc.Future]] = {name: [] for name in channels}
 
     def open_calls(name: str, n: int) -> list[grpc.Future]:
-        new = [calls[name].future(never(), timeout=120) for _ in range(n)]
+        new = _silent(channels[name], n, release)
         held[name] += new
         return new
 
@@ -174,27 +178,19 @@ def test_a_flood_of_connections_leaves_each_its_floor(
     address, pool = served_wide
     assert pool.limit == 32
     release = threading.Event()
-
-    def never() -> Iterator[bytes]:
-        release.wait(120)
-        yield from ()
-
     flood = [_connection(address) for _ in range(12)]
     client = _connection(address)
     held: list[grpc.Future] = []
     try:
         for i, channel in enumerate(flood, 1):  # one call each: 13 connections, share 2
-            call = channel.stream_unary(INFER, request_serializer=None,
-                                        response_deserializer=None)
-            held.append(call.future(never(), timeout=120))
+            held += _silent(channel, 1, release)
             _admitted(pool, i)
-        call = client.stream_unary(INFER, request_serializer=None, response_deserializer=None)
-        mine = [call.future(never(), timeout=120) for _ in range(4)]
+        mine = _silent(client, 4, release)
         held += mine
         _admitted(pool, len(flood) + 4)  # before: 14, two refused beyond the share
         assert not any(f.done() for f in mine), [f.exception() for f in mine if f.done()]
         assert pool.over_share == 0
-        extra = call.future(never(), timeout=120)  # beyond the floor: refused as before
+        (extra,) = _silent(client, 1, release)  # beyond the floor: refused as before
         held.append(extra)
         refused = _refused([extra], 1)
         assert refused[0].code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused
@@ -213,18 +209,11 @@ def test_floors_do_not_take_the_headroom(served_wide: tuple[str, AdmissionPool])
     the floor: otherwise ten connections' floors would fill the pool, headroom included."""
     address, pool = served_wide
     release = threading.Event()
-
-    def never() -> Iterator[bytes]:
-        release.wait(120)
-        yield from ()
-
     channels = [_connection(address) for _ in range(9)]
     held: list[grpc.Future] = []
     try:
         for i, channel in enumerate(channels):
-            call = channel.stream_unary(INFER, request_serializer=None,
-                                        response_deserializer=None)
-            calls = [call.future(never(), timeout=120) for _ in range(4)]
+            calls = _silent(channel, 4, release)
             held += calls
             if i < 8:
                 _admitted(pool, 4 * (i + 1))
