@@ -6,8 +6,10 @@ accounting is reconciled with the resident memory measured."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,30 @@ def test_a_budget_holding_one_of_three_cnns_serves_requests_cycling_through_all_
             assert sum(views[n].unloads for n in CNNS) >= 2, views
 
 
+@contextlib.contextmanager
+def _no_room_beside_pinned(state: Path, bundles: CnnBundles, models: dict[str, ModelOverrides],
+                           pinned: int, needed: int
+                           ) -> Iterator[tuple[AgentClient, tc.InferenceServerClient]]:
+    """An agent whose budget is the pinned squeezenet's figure plus half of ``needed``, such
+    that ``needed`` more bytes do not fit by the figure this agent reports itself.
+
+    The agents run in this test process, so the pinned model's figure is measured anew at each
+    start and moves with what the process did before: the premise is checked on the agent's
+    own figure, and the agent restarted with a budget from it when a start measured it
+    smaller."""
+    for _attempt in range(4):
+        budget_mib = (pinned + needed // 2) / MIB
+        with running_agent(state, bundles.public_key, budget_mib=budget_mib,
+                           models=models) as agent, client(agent) as c, \
+                tc.InferenceServerClient(agent.grpc) as triton:
+            pinned = memory_of(c, "squeezenet")
+            if pinned + needed <= c.info().memory_budget_bytes:
+                continue  # measured smaller this time: it would fit; not the premise
+            yield c, triton
+            return
+    raise AssertionError("the pinned model's measured figure kept leaving room for shufflenet")
+
+
 def _serving(c: AgentClient) -> list[tuple[str, int, bool, str]]:
     return sorted((v.model, v.version, v.active, v.state) for v in c.models())
 
@@ -86,34 +112,22 @@ def test_a_deploy_that_cannot_fit_is_refused_before_anything_changes(
         needed = reader.manifest.load_cost_bytes
     assert needed > 0, "edge-pack build recorded no load cost"
     models = {"squeezenet": ModelOverrides(isolation="thread", pinned=True)}
-    # The agents run in this test process, so the pinned model's figure is measured anew at
-    # each start: the premise (shufflenet cannot fit) is checked on the figure this agent
-    # reports, and the agent restarted with a budget from it when a start measured it smaller.
-    for _attempt in range(4):
-        budget_mib = (pinned_bytes + needed // 2) / MIB
-        with running_agent(state, cnn_bundles.public_key, budget_mib=budget_mib,
-                           models=models) as agent, client(agent) as c, \
-                tc.InferenceServerClient(agent.grpc) as triton:
-            pinned_bytes = memory_of(c, "squeezenet")
-            if pinned_bytes + needed <= c.info().memory_budget_bytes:
-                continue  # measured smaller this time: shufflenet would fit; not the premise
-            before = _serving(c)
-            history = len(c.deployments())
-            check = c.check_deploy(cnn_bundles.cnn["shufflenet"])
-            assert check is not None and not check.ok and check.refusal == "no_memory"
-            result = c.deploy(cnn_bundles.cnn["shufflenet"])
-            assert not result.ok
-            assert "needs" in result.message and "memory budget" in result.message
-            assert "pinned: squeezenet v1" in result.message
-            swap = c.deploy(cnn_bundles.second["squeezenet"])
-            assert not swap.ok and "hot swap of squeezenet" in swap.message
-            assert _serving(c) == before
-            assert not (state / "models" / "shufflenet").exists()
-            assert not (state / "models" / "squeezenet" / "2").exists()
-            assert len(c.deployments()) == history + 2
-            assert triton.is_model_ready("squeezenet") and infer_cnn(triton, "squeezenet")[0] == 1
-            return
-    raise AssertionError("the pinned model's measured figure kept leaving room for shufflenet")
+    with _no_room_beside_pinned(state, cnn_bundles, models, pinned_bytes, needed) as (c, triton):
+        before = _serving(c)
+        history = len(c.deployments())
+        check = c.check_deploy(cnn_bundles.cnn["shufflenet"])
+        assert check is not None and not check.ok and check.refusal == "no_memory"
+        result = c.deploy(cnn_bundles.cnn["shufflenet"])
+        assert not result.ok
+        assert "needs" in result.message and "memory budget" in result.message
+        assert "pinned: squeezenet v1" in result.message
+        swap = c.deploy(cnn_bundles.second["squeezenet"])
+        assert not swap.ok and "hot swap of squeezenet" in swap.message
+        assert _serving(c) == before
+        assert not (state / "models" / "shufflenet").exists()
+        assert not (state / "models" / "squeezenet" / "2").exists()
+        assert len(c.deployments()) == history + 2
+        assert triton.is_model_ready("squeezenet") and infer_cnn(triton, "squeezenet")[0] == 1
 
 
 def test_a_pinned_model_keeps_its_room_and_a_request_that_cannot_fit_is_told_why(
@@ -128,33 +142,20 @@ def test_a_pinned_model_keeps_its_room_and_a_request_that_cannot_fit_is_told_why
     assert floor > 0, "edge-pack build recorded no load cost"
     models = {"squeezenet": ModelOverrides(isolation="thread", pinned=True),
               "shufflenet": ModelOverrides(isolation="thread")}
-    # The agents run in this test process: the pinned model's figure is measured anew at each
-    # start and moves with what the process did before. The premise ("shufflenet cannot fit
-    # beside the pinned squeezenet") is checked on the figure the agent itself reports, and
-    # the agent restarted with a budget from that figure when a start measured it otherwise.
-    for _attempt in range(4):
-        budget_mib = (pinned + floor // 2) / MIB
-        with running_agent(state, cnn_bundles.public_key, budget_mib=budget_mib,
-                           models=models) as agent, client(agent) as c, \
-                tc.InferenceServerClient(agent.grpc) as triton:
-            assert triton.is_model_ready("squeezenet")
-            pinned = memory_of(c, "squeezenet")
-            if pinned + floor <= c.info().memory_budget_bytes:
-                continue  # measured smaller this time: shufflenet would fit; not the premise
-            assert not triton.is_model_ready("shufflenet")
-            try:
-                infer_cnn(triton, "shufflenet")
-                raise AssertionError("a model that cannot fit was served")
-            except tc.InferenceServerException as err:
-                assert err.status() == "StatusCode.UNAVAILABLE"
-                assert "memory budget" in err.message() and "pinned: squeezenet" in err.message()
-            assert triton.is_model_ready("squeezenet") and infer_cnn(triton, "squeezenet")[0] == 1
-            kinds = [d.kind for d in c.deployments()]
-            assert "auto-rollback" not in kinds
-            (view,) = [v for v in c.models("shufflenet") if v.active]
-            assert view.stored_state != "failed"
-            return
-    raise AssertionError("the pinned model's measured figure kept leaving room for shufflenet")
+    with _no_room_beside_pinned(state, cnn_bundles, models, pinned, floor) as (c, triton):
+        assert triton.is_model_ready("squeezenet")
+        assert not triton.is_model_ready("shufflenet")
+        try:
+            infer_cnn(triton, "shufflenet")
+            raise AssertionError("a model that cannot fit was served")
+        except tc.InferenceServerException as err:
+            assert err.status() == "StatusCode.UNAVAILABLE"
+            assert "memory budget" in err.message() and "pinned: squeezenet" in err.message()
+        assert triton.is_model_ready("squeezenet") and infer_cnn(triton, "squeezenet")[0] == 1
+        kinds = [d.kind for d in c.deployments()]
+        assert "auto-rollback" not in kinds
+        (view,) = [v for v in c.models("shufflenet") if v.active]
+        assert view.stored_state != "failed"
 
 
 @pytest.fixture(scope="module")
