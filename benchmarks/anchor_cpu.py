@@ -26,8 +26,8 @@ ANCHOR = Path(__file__).resolve().parents[2] / "shared" / "anchor"
 
 
 def run_once(python: str, target: str, pid: int, concurrency: int,
-             seconds: float) -> tuple[float, float]:
-    """One fastgen run after its warm-up: (infer/s, server CPU us per request)."""
+             seconds: float) -> tuple[float, float, float]:
+    """One fastgen run after its warm-up: (infer/s, server CPU us per request, p50 ms)."""
     warm = [python, str(ANCHOR / "fastgen.py"), "--url", target, "--model", "mlp",
             "--shape", "1,256", "--input", "x", "-c", str(concurrency), "--warmup", "0"]
     subprocess.run([*warm, "-s", "1"], check=True, capture_output=True)
@@ -37,7 +37,8 @@ def run_once(python: str, target: str, pid: int, concurrency: int,
     cpu = _cpu_s(pid) - cpu0
     result = json.loads(out.strip().splitlines()[-1])
     requests = result["infer_s"] * seconds
-    return result["infer_s"], cpu * 1e6 / requests if requests else float("nan")
+    return (result["infer_s"], cpu * 1e6 / requests if requests else float("nan"),
+            result["p50_ms"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,17 +57,19 @@ def main(argv: list[str] | None = None) -> int:
         target, _, pid = rest.rpartition(":")
         servers.append((label, target, int(pid)))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    runs: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in servers}
+    runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _, _ in servers}
     for _ in range(args.rounds):
         for label, target, pid in servers:
             runs[label].append(run_once(args.client_python, target, pid, args.concurrency,
                                         args.seconds))
-            print(f"  {label:10s} {runs[label][-1][0]:8.1f} infer/s  "
-                  f"{runs[label][-1][1]:6.0f} us server CPU/request")
+            rate, cpu, p50 = runs[label][-1]
+            print(f"  {label:10s} {rate:8.1f} infer/s  {cpu:6.0f} us server CPU/request  "
+                  f"p50 {p50:.3f} ms")
     print(f"medians, MLP c={args.concurrency}; load average {os.getloadavg()[0]:.1f} at the end")
     for label, values in runs.items():
         print(f"{label:10s} {statistics.median(v[0] for v in values):8.1f} infer/s  "
-              f"{statistics.median(v[1] for v in values):6.0f} us server CPU/request")
+              f"{statistics.median(v[1] for v in values):6.0f} us server CPU/request  "
+              f"p50 {statistics.median(v[2] for v in values):.3f} ms")
     return 0
 
 

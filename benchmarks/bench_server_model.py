@@ -70,6 +70,41 @@ def _serve_aio(address: str) -> None:
     asyncio.run(serve())
 
 
+def _serve_cq(address: str) -> None:
+    """One thread on grpc core's completion queue: each call is received, answered and closed
+    by the polling thread itself, no hand-off to a handler thread (a probe of what grpcio's own
+    sync server costs on top of its core; ``grpc._cython.cygrpc`` is grpcio's internal API)."""
+    from grpc._cython import cygrpc
+
+    queue = cygrpc.CompletionQueue()
+    server = cygrpc.Server((), False)
+    server.register_completion_queue(queue)
+    server.add_http2_port(address.encode())
+    server.start()
+    new_call = object()
+    server.request_call(queue, queue, new_call)
+    while True:
+        event = queue.poll()
+        tag = event.tag
+        if tag is new_call:
+            server.request_call(queue, queue, new_call)
+            if event.success:
+                call = event.call
+                call.start_server_batch((cygrpc.ReceiveMessageOperation(0),), ("recv", call))
+        elif isinstance(tag, tuple) and tag[0] == "recv":
+            call = tag[1]
+            message = event.batch_operations[0].message() if event.success else None
+            if message is None:
+                continue
+            answer = _answer(pb.ModelInferRequest.FromString(message)).SerializeToString()
+            call.start_server_batch((
+                cygrpc.SendInitialMetadataOperation(None, 0),
+                cygrpc.SendMessageOperation(answer, 0),
+                cygrpc.SendStatusFromServerOperation(None, cygrpc.StatusCode.ok, b"", 0),
+                cygrpc.ReceiveCloseOnServerOperation(0),
+            ), ("sent", call))
+
+
 def _wait_ready(address: str, proc: mp.process.BaseProcess) -> None:
     """Until the server at ``address`` accepts a channel (its process must stay alive)."""
     deadline = time.monotonic() + 60
@@ -90,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="per measurement")
     args = parser.parse_args(argv)
     payload = infer_request_bytes("mlp", {"input": np.zeros((1, 64), np.float32)})
-    servers = (("sync thread pool", _serve_sync, (16,)), ("grpc.aio", _serve_aio, ()))
+    servers = (("sync thread pool", _serve_sync, (16,)), ("grpc.aio", _serve_aio, ()),
+               ("core queue loop", _serve_cq, ()))
     results: dict[tuple[str, int], list[LoadResult]] = {}
     print(f"grpcio {grpc.__version__}; load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores")
