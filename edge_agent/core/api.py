@@ -74,6 +74,11 @@ class DataPlaneAPI(Protocol):
         and no thread handoff. Raises every AgentError (including execution failures)."""
         ...
 
+    def runs_now(self, name: str, version: int | None = None) -> bool:
+        """Whether a request for the model would run at once on the calling thread, in
+        microseconds (a hint for a front end choosing where to run it)."""
+        ...
+
     def stream(self, request: InferRequest) -> Iterator[InferResult]:
         """A decoupled model's responses to ``request`` (each taken as it is produced).
         Raises AgentError subclasses for bad input; failures while streaming raise from the

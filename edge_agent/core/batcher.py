@@ -240,6 +240,7 @@ class DynamicBatcher:
         # the fastest execution of the last window: what the model costs without contention
         # (wall-clock times balloon when many threads wait for the GIL)
         self._floor_ns = 0
+        self._floor_settled = False  # a whole window measured (before: the fastest so far)
         self._window_min_ns = 1 << 62
         self._window_n = 0
         self._parallel_min_ns = parallel_min_ns
@@ -693,11 +694,12 @@ class DynamicBatcher:
                 self._infer_ewma_ns += (infer_ns - self._infer_ewma_ns) >> 3
                 if infer_ns < self._window_min_ns:
                     self._window_min_ns = infer_ns
-                    if not self._floor_ns:
+                    if not self._floor_settled:  # the first window: the fastest so far
                         self._floor_ns = infer_ns
                 self._window_n += 1
                 if self._window_n >= _FLOOR_WINDOW:
                     self._floor_ns = self._window_min_ns
+                    self._floor_settled = True
                     self._window_min_ns, self._window_n = 1 << 62, 0
                 d = s.success
                 d.count += n
@@ -849,6 +851,14 @@ class DynamicBatcher:
     def inflight(self) -> int:
         """Requests accepted and not yet answered."""
         return self._inflight
+
+    @property
+    def runs_now(self) -> bool:
+        """Whether a request would run at once on its caller's thread and in microseconds:
+        nothing in flight, an instance free, and recent executions under ``parallel_min_ns``
+        (a hint read without the lock, for a front end choosing where to run a request)."""
+        return not self._inflight and bool(self._free) \
+            and 0 < self._floor_ns < self._parallel_min_ns
 
     def record_rejected(self, elapsed_ns: int) -> None:
         """Count a request refused before it was queued (invalid input, full queue) as a

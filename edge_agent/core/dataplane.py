@@ -301,6 +301,18 @@ class DataPlane(DeployOperations):
                 return self._infer(request, timeout_s)
         return self._infer(request, timeout_s)
 
+    def runs_now(self, name: str, version: int | None = None) -> bool:
+        """Whether a request for ``name`` would run at once on the calling thread, in
+        microseconds (:attr:`DynamicBatcher.runs_now`; never for a stateful or decoupled
+        model, nor an unknown one): a hint for a front end choosing where to run it."""
+        try:
+            lv = self.repository.resolve(name, version)
+        except AgentError:
+            return False
+        if lv.manifest.sequence is not None or lv.streamer is not None:
+            return False
+        return lv.batcher.runs_now
+
     def unload_version(self, name: str, version: int, *,
                        drain_timeout_s: float | None = None) -> bool:
         """:meth:`DeployOperations.unload_version`, after the version's live sequences have
