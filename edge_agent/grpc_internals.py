@@ -34,6 +34,15 @@ The hooks, with the grpcio source they rely on (``grpc/_server.py``, the same fi
     ``grpc_call_cancel_with_status``; ``call_details.deadline`` and ``call.peer()`` tell the
     pool the call's deadline and connection).
 
+``core_queue`` (:func:`attach_queue`, :class:`CoreQueue`; not part of the self-test)
+    grpc core's server, which ``grpc.server`` wraps (``_Server._cy_server``, a
+    ``cygrpc.Server``; ``_Server.__init__`` and ``add_registered_method_handlers``), takes a
+    second completion queue and a *registered* method before it starts; the core then hands
+    that method's calls only to requests made for it (``request_registered_call``) on that
+    queue, and every other method to the sync server as before. The inference lane
+    (:mod:`edge_agent.frontends.grpc.infer_lane`) polls it. Where the installed grpcio lacks
+    any of it, :func:`attach_queue` returns None and ModelInfer stays on the handler threads.
+
 Public APIs only elsewhere: handlers are built from the services' protobuf descriptors with
 ``grpc.*_rpc_method_handler`` (:func:`service_handlers`, :func:`rebuild`), never by capturing
 a generated ``add_*_to_server`` or by the handler namedtuple's ``_replace``; the pools keep
@@ -252,6 +261,90 @@ def service_handlers(servicer: object, service: ServiceDescriptor
                                 request_deserializer=request.FromString,
                                 response_serializer=response.SerializeToString)
     return out
+
+
+# --- the inference lane's queue (hook core_queue) --------------------------------------------
+
+try:
+    from grpc._cython import cygrpc  # type: ignore[attr-defined]  # grpcio ships no stub for it
+except ImportError:  # pragma: no cover - every grpcio wheel has it
+    cygrpc = None
+
+
+class CoreQueue:
+    """A completion queue that receives the calls of one registered method."""
+
+    def __init__(self, core: Any, queue: Any, method: str) -> None:
+        self._core = core
+        self._queue = queue
+        self._method = method
+
+    def request(self, tag: object) -> None:
+        """Ask for the method's next call (its event comes back with ``tag``)."""
+        self._core.request_registered_call(self._queue, self._queue, self._method, tag)
+
+    def poll(self, deadline: float | None) -> Any:
+        """The next event (``None``: wait; else a ``time.time()`` deadline)."""
+        return self._queue.poll(deadline)
+
+    @staticmethod
+    def timed_out(event: Any) -> bool:
+        """Whether ``event`` is a poll's deadline passing."""
+        return bool(event.completion_type == cygrpc.CompletionType.queue_timeout)
+
+    @staticmethod
+    def shut_down(event: Any) -> bool:
+        """Whether ``event`` says the queue has shut down (nothing more will come)."""
+        return bool(event.completion_type == cygrpc.CompletionType.queue_shutdown)
+
+    @staticmethod
+    def receive(call: Any, tag: object) -> None:
+        """Start reading the call's one request message."""
+        call.start_server_batch((cygrpc.ReceiveMessageOperation(0),), tag)
+
+    @staticmethod
+    def message(event: Any) -> bytes | None:
+        """The request message a :meth:`receive` event carries (None: the call ended)."""
+        if not event.success:
+            return None
+        data: bytes | None = event.batch_operations[0].message()
+        return data
+
+    @staticmethod
+    def watch_close(call: Any, tag: object) -> None:
+        """Be told (an event with ``tag``) when the call ends, answered or cancelled."""
+        call.start_server_batch((cygrpc.ReceiveCloseOnServerOperation(0),), tag)
+
+    @staticmethod
+    def answer(call: Any, message: bytes | None, code: grpc.StatusCode, details: str,
+               tag: object) -> None:
+        """Send the response ``message`` (None: none) and the status, in one batch."""
+        operations = [cygrpc.SendInitialMetadataOperation(None, 0)]
+        if message is not None:
+            operations.append(cygrpc.SendMessageOperation(message, 0))
+        operations.append(cygrpc.SendStatusFromServerOperation(
+            None, code.value[0], details.encode(errors="replace"), 0))
+        call.start_server_batch(tuple(operations), tag)
+
+    def shutdown(self) -> None:
+        """Shut the queue down (after the server stopped); polls then end with
+        :meth:`shut_down`."""
+        self._queue.shutdown()
+
+
+def attach_queue(server: grpc.Server, method: str) -> CoreQueue | None:
+    """Before ``server.start()``: a queue that receives ``method``'s calls (the sync server
+    must have no handler registered for it), or None when this grpcio cannot."""
+    try:
+        core = server._cy_server  # type: ignore[attr-defined]  # grpcio's private field
+        queue = cygrpc.CompletionQueue()
+        core.register_completion_queue(queue)
+        core.register_method(method)
+    except Exception as exc:  # any grpcio without these: the sync server serves it
+        log.warning("grpcio %s cannot serve %s from a queue of its own (%s); it is served on "
+                    "the handler threads", grpc.__version__, method, exc)
+        return None
+    return CoreQueue(core, queue, method)
 
 
 # --- the self-test ---------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from edge_agent.errors import ConfigError
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.control import RepositoryControl
 from edge_agent.frontends.common.typed_budget import TypedBudget
-from edge_agent.frontends.grpc import handlers
+from edge_agent.frontends.grpc import handlers, infer_lane
 from edge_agent.frontends.grpc.admission import (
     AdmissionPool,
     ReceiveGate,
@@ -146,6 +146,7 @@ class AgentServer:
         self._server: grpc.Server | None = None
         self._uds: Path | None = None
         self._pools: list[futures.ThreadPoolExecutor] = []
+        self._lane: infer_lane.InferLane | None = None
         self.streams: StreamSessions | None = None
         self.addresses = BoundAddresses(None, None)
 
@@ -195,9 +196,17 @@ class AgentServer:
                                      uds=self.config.uds_path,
                                      tcp_shared_memory=cfg.tcp_shared_memory,
                                      received=received)
-        handlers.register(server, INFERENCE_SERVICE,
-                          handlers.inference_handlers(servicer, stream_pool, health_pool,
-                                                     self.context.typed_budget, received))
+        inference = handlers.inference_handlers(servicer, stream_pool, health_pool,
+                                                self.context.typed_budget, received)
+        if cfg.infer_lane == "queue" and (queue := grpc_internals.attach_queue(
+                server, infer_lane.METHOD)) is not None:
+            model_infer = inference.pop("ModelInfer")  # served by the lane alone
+            decode, encode = model_infer.request_deserializer, model_infer.response_serializer
+            assert isinstance(main, AdmissionPool) and decode is not None and encode is not None
+            self._lane = infer_lane.InferLane(queue, main, grpc_internals.behavior_of(model_infer),
+                                              decode, encode, gate=gate,
+                                              quick=infer_lane.quick_on(self.context.dataplane))
+        handlers.register(server, INFERENCE_SERVICE, inference)
         handlers.register(server, handlers.HEALTH_SERVICE,
                           handlers.health_handlers(self.health, health_pool))
         for name in ("", INFERENCE_SERVICE):
@@ -215,6 +224,8 @@ class AgentServer:
             finally:
                 os.umask(old)
         server.start()
+        if self._lane is not None:
+            self._lane.start()
         if uds is not None:
             os.chmod(uds, cfg.uds_mode)
         self._server, self._uds = server, uds
@@ -240,6 +251,9 @@ class AgentServer:
                 main.drain(grace)
             self._server.stop(max(grace - (time.monotonic() - t0), 0.5)).wait()
             self._server = None
+        if self._lane is not None:
+            self._lane.stop()
+            self._lane = None
         if self.streams is not None:
             self.streams.stop()
         for pool in self._pools:

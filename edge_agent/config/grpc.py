@@ -12,6 +12,7 @@ from edge_agent.config.fields import (
     address,
     boolean,
     non_negative_int,
+    one_of,
     parse_table,
     positive_int,
     seconds,
@@ -21,6 +22,9 @@ from edge_agent.errors import ConfigError
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:8001"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+INFER_LANES = ("threads", "queue")
+"""How ModelInfer's calls reach a handler: grpcio's handler threads, or the inference lane
+(edge_agent.frontends.grpc.infer_lane)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class GrpcConfig:
     max_concurrent_streams: int = 0  # calls and streams open at once per connection (0: unset)
     tcp_shared_memory: bool = False  # system shared memory over TCP (any local user may call)
     shared_memory_regions_per_user: int = 32  # regions whose objects one user owns
+    infer_lane: str = "queue"  # "threads": ModelInfer on grpcio's handler threads
 
 
 def _uds(key: str, value: Any) -> Path | None:
@@ -65,6 +70,7 @@ KEYS = (
     Key("uds_mode", non_negative_int),
     Key("deadline_floor_ms", non_negative_int),
     Key("max_concurrent_streams", non_negative_int),
+    Key("infer_lane", one_of(INFER_LANES)),
     *(Key(name, positive_int) for name in (
         "max_message_bytes", "workers", "max_streams", "max_streams_per_peer",
         "max_response_bytes", "max_receive_bytes_in_flight", "max_connections",

@@ -122,6 +122,10 @@ class ReceiveGate:
         self._free.acquire()
         return True
 
+    def try_enter(self) -> bool:
+        """Take a slot if one is free now (the inference lane: it never waits)."""
+        return self._free.acquire(blocking=False)
+
     def leave(self) -> None:
         """Give a slot back."""
         self._free.release()
@@ -134,16 +138,21 @@ class ReceiveDeadline:
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
-        self._waiting: dict[int, tuple[float, Any]] = {}  # thread id -> (deadline, rpc event)
+        self._waiting: dict[object, tuple[float, Any]] = {}  # thread or call -> (deadline, event)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.cancelled = 0
 
     def waiting(self, event: Any) -> None:
         """The current thread starts waiting for ``event``'s request."""
+        self.waiting_for(threading.get_ident(), event)
+
+    def waiting_for(self, key: object, event: Any) -> None:
+        """``event``'s request is awaited on behalf of ``key`` (a thread, or a call the
+        inference lane receives)."""
         deadline = time.monotonic() + self.timeout_s
         with self._lock:
-            self._waiting[threading.get_ident()] = (deadline, event)
+            self._waiting[key] = (deadline, event)
         if self._thread is None:
             self._start()
 
@@ -156,8 +165,12 @@ class ReceiveDeadline:
 
     def arrived(self) -> None:
         """The current thread's request arrived (or its call ended)."""
+        self.arrived_for(threading.get_ident())
+
+    def arrived_for(self, key: object) -> None:
+        """The request awaited for ``key`` arrived (or its call ended)."""
         with self._lock:
-            self._waiting.pop(threading.get_ident(), None)
+            self._waiting.pop(key, None)
 
     def _watch(self) -> None:
         tick = min(0.25, self.timeout_s / 4)
@@ -242,6 +255,10 @@ class _FutureCall(futures.Future[None]):
 
     def end(self) -> None:
         self.set_result(None)
+
+
+def _no_work() -> None:
+    """What a lease runs until it is given work (never run: a lease that gets none is ended)."""
 
 
 class LeanPool(futures.ThreadPoolExecutor):
@@ -448,33 +465,64 @@ class AdmissionPool(WatchedPool):
             self._held[connection] = held + 1
             return ""
 
+    def _decide(self, event: Any) -> tuple[str, bytes]:
+        """Whether the call of ``event`` (None: not at hand) is admitted ("") or why not, and
+        its connection; a slot is taken when admitted."""
+        if event is None:
+            return self._admit(b""), b""
+        left = grpc_internals.time_left(event)
+        if left < self.deadline_floor_s or left < self._service_s:
+            self.shed += 1
+            return LATE, b""
+        connection = grpc_internals.connection(event)
+        return self._admit(connection), connection
+
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         event = grpc_internals.rpc_event(args) if self._watch else None
-        connection = b""
-        if event is None:
-            why = self._admit(connection)
-        else:
-            left = grpc_internals.time_left(event)
-            if left < self.deadline_floor_s or left < self._service_s:
-                self.shed += 1
-                why = LATE
-            else:
-                connection = grpc_internals.connection(event)
-                why = self._admit(connection)
+        why, connection = self._decide(event)
         if why:
             if event is not None:
                 return self._answered(event, why, fn, args, kwargs)
             refuse = _refuse_closing if why == CLOSING else _refuse
             return self._refusals.submit(refuse, fn, *args, **kwargs)
-        call = self._new_call(fn, args, kwargs)
-        call.connection = connection
-        call.t0 = time.monotonic()
+        call = self._lease(fn, args, kwargs, connection)
         try:
             self._put(call)
         except BaseException:
             self._release(call)
             raise
         return call
+
+    def _lease(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               connection: bytes) -> _Call | _FutureCall:
+        call = self._new_call(fn, args, kwargs)
+        call.connection = connection
+        call.t0 = time.monotonic()
+        return call
+
+    def admit_event(self, event: Any) -> _Call | _FutureCall | None:
+        """Admit a call taken up outside gRPC's handler pool (the inference lane), as
+        :meth:`submit` would: its lease, to run with :meth:`run_leased` or give back with
+        :meth:`end_leased`; None when not admitted (the call is answered at once)."""
+        why, connection = self._decide(event)
+        if why:
+            code, details = _ANSWERS[why]
+            grpc_internals.answer(event, code, details)
+            return None
+        return self._lease(_no_work, (), {}, connection)
+
+    def run_leased(self, lease: _Call | _FutureCall, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on a handler thread; the lease is given back when it returns."""
+        lease.fn = fn
+        try:
+            self._put(lease)
+        except BaseException:
+            self.end_leased(lease)
+            raise
+
+    def end_leased(self, lease: _Call | _FutureCall) -> None:
+        """Give back the slot of a lease from :meth:`admit_event` that will not run."""
+        self._ended(lease)
 
     def _answered(self, event: Any, why: str, fn: Callable[..., Any], args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> _Call | _FutureCall:

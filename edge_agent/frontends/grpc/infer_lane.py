@@ -1,0 +1,303 @@
+"""ModelInfer served from a completion queue of its own (``[grpc] infer_lane = "queue"``).
+
+grpcio's sync server moves every unary call across threads twice before a handler runs: its
+polling thread hands the call to a handler thread, which asks for the request and waits until
+the polling thread has it (docs/performance.md, issue 29: most of the agent's CPU per small
+request at 16 in flight went to those wake-ups under the GIL). The lane takes ModelInfer's
+calls on a queue of their own (:func:`edge_agent.grpc_internals.attach_queue`); its one
+thread admits a call, receives its request and parses it, then runs it: on a handler thread
+(one hand-off), or at once on its own thread when the model answers in microseconds
+(``quick``), where a hand-off would cost more than the model. Every other method stays on the
+sync server.
+
+The same protections apply as on the handler threads: admission and the per-connection shares
+(:class:`~.admission.AdmissionPool`, whose slots the lane's calls take), the receive gate (a
+call waits for a slot before its message is read; the lane never blocks on one), the arrival
+deadline (:class:`~.admission.ReceiveDeadline`), the budgets of the request deserializer and
+the handler's own checks (the same guarded behavior runs).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from edge_agent.core.api import DataPlaneAPI
+from edge_agent.frontends.grpc.admission import AdmissionPool, ReceiveGate
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.received import Received
+from edge_agent.grpc_internals import CoreQueue
+
+log = logging.getLogger(__name__)
+
+METHOD = "/inference.GRPCInferenceService/ModelInfer"
+NO_MESSAGE = "ModelInfer requires exactly one request message"
+
+_NEW = object()
+_RECEIVED = 1
+_CLOSED = 2
+_SENT = 3
+
+
+def quick_on(dataplane: DataPlaneAPI) -> Callable[[Any], bool]:
+    """Which parsed requests the lane runs on its own thread: those refused without work
+    (undecodable, over a budget, a version that is not a number) and those whose model would
+    run them at once in microseconds (:meth:`DataPlaneAPI.runs_now`). Never a large message
+    (one the receive budget charged)."""
+
+    def quick(request: Any) -> bool:
+        if isinstance(request, Received):
+            return False
+        if not isinstance(request, pb.ModelInferRequest):
+            return True
+        if not request.model_version:
+            return dataplane.runs_now(request.model_name)
+        if not request.model_version.isdigit():
+            return True
+        return dataplane.runs_now(request.model_name, int(request.model_version))
+
+    return quick
+
+
+class LaneContext:
+    """What a unary handler asks of its ``grpc.ServicerContext``, for a lane call."""
+
+    __slots__ = ("_callbacks", "_ended", "_event", "_lock", "code", "details")
+
+    def __init__(self, event: Any) -> None:
+        self._event = event
+        self._callbacks: list[Callable[[], None]] = []
+        self._ended = False
+        self._lock = threading.Lock()
+        self.code: grpc.StatusCode | None = None
+        self.details = ""
+
+    def peer(self) -> str:
+        """The caller's address, as grpc names it."""
+        peer: bytes = self._event.call.peer()
+        return peer.decode(errors="replace")
+
+    def invocation_metadata(self) -> Any:
+        """The call's metadata, (key, value) pairs."""
+        return self._event.invocation_metadata
+
+    def time_remaining(self) -> float:
+        """Seconds before the call's deadline."""
+        return max(float(self._event.call_details.deadline) - time.time(), 0.0)
+
+    def is_active(self) -> bool:
+        """False once the call ended (answered, cancelled) or its deadline passed."""
+        return not self._ended and time.time() < self._event.call_details.deadline
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        """Run ``callback`` when the call ends; False if it has ended already."""
+        with self._lock:
+            if self._ended:
+                return False
+            self._callbacks.append(callback)
+            return True
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        """End the call with ``code`` (raises, as grpc's does: a bare Exception)."""
+        self.code, self.details = code, details
+        raise Exception()  # what grpc's abort raises; the lane answers with the code
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        """The status to answer with if the handler returns no error."""
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        """The status details to answer with."""
+        self.details = details
+
+    def cancel(self) -> None:
+        """Cancel the call."""
+        self._event.call.cancel()
+
+    def ended(self) -> None:
+        """The call is over: run the callbacks (once)."""
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("a ModelInfer call's end callback failed")
+
+
+class _LaneCall:
+    __slots__ = ("closed", "context", "event", "gated", "lease", "waiting")
+
+    def __init__(self, event: Any, lease: Any) -> None:
+        self.event = event
+        self.lease: Any = lease  # None once given back
+        self.context = LaneContext(event)
+        self.closed = False
+        self.gated = False
+        self.waiting = False
+
+
+class InferLane:
+    """ModelInfer's calls, taken from ``queue`` by one thread (see the module docstring)."""
+
+    def __init__(self, queue: CoreQueue, pool: AdmissionPool,
+                 behavior: Callable[[Any, Any], Any], deserializer: Callable[[bytes], Any],
+                 serializer: Callable[[Any], bytes], *, gate: ReceiveGate | None = None,
+                 quick: Callable[[Any], bool] | None = None) -> None:
+        self._queue = queue
+        self._pool = pool
+        self._behavior = behavior
+        self._deserialize = deserializer
+        self._serialize = serializer
+        self._gate = gate
+        self._quick = quick
+        self._waiting: collections.deque[_LaneCall] = collections.deque()
+        self._thread: threading.Thread | None = None
+        self.served_here = 0  # calls run on the lane's own thread
+        self.handed_off = 0  # calls run on a handler thread
+
+    def start(self) -> None:
+        """Take calls (after the server started)."""
+        self._queue.request(_NEW)
+        self._thread = threading.Thread(target=self._loop, name="grpc-infer-lane", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """After the server stopped: end the queue and the thread."""
+        self._queue.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _loop(self) -> None:
+        queue = self._queue
+        while True:
+            event = queue.poll(None)
+            if queue.shut_down(event):
+                return
+            if queue.timed_out(event):
+                continue
+            try:
+                self._on(event)
+            except Exception:  # a bug: the lane must keep taking calls
+                log.exception("the inference lane failed on an event")
+
+    def _on(self, event: Any) -> None:
+        tag = event.tag
+        if tag is _NEW:
+            self._new(event)
+            return
+        kind, call = tag
+        if kind == _RECEIVED:
+            self._received(event, call)
+        elif kind == _CLOSED:
+            self._closed(call)
+        # _SENT: nothing to do; the call's end comes as _CLOSED
+
+    def _new(self, event: Any) -> None:
+        if not event.success:  # the server is shutting down: ask for no more
+            return
+        self._queue.request(_NEW)
+        lease = self._pool.admit_event(event)
+        if lease is None:  # refused: answered already
+            return
+        call = _LaneCall(event, lease)
+        self._queue.watch_close(event.call, (_CLOSED, call))
+        if self._gate is None:
+            self._receive(call)
+        elif self._gate.try_enter():
+            call.gated = True
+            self._receive(call)
+        else:  # its message stays with the sender until a slot frees
+            call.waiting = True
+            self._waiting.append(call)
+
+    def _receive(self, call: _LaneCall) -> None:
+        self._pool.deadline.waiting_for(call, call.event)
+        self._queue.receive(call.event.call, (_RECEIVED, call))
+
+    def _slot_freed(self) -> None:
+        assert self._gate is not None
+        while self._waiting:
+            call = self._waiting.popleft()
+            call.waiting = False
+            if call.closed:
+                continue
+            call.gated = True
+            self._receive(call)
+            return
+        self._gate.leave()
+
+    def _received(self, event: Any, call: _LaneCall) -> None:
+        self._pool.deadline.arrived_for(call)
+        if call.gated:
+            call.gated = False
+            self._slot_freed()
+        data = self._queue.message(event)
+        if data is None:  # cancelled, or closed without a message
+            if not call.closed:
+                self._queue.answer(call.event.call, None, grpc.StatusCode.UNIMPLEMENTED,
+                                   NO_MESSAGE, (_SENT, call))
+            self._end(call)
+            return
+        try:
+            request = self._deserialize(data)
+            here = self._quick is not None and self._quick(request)
+        except Exception:  # a bug in a deserializer or the hint: answered, not left open
+            log.exception("ModelInfer's request could not be taken up")
+            self._queue.answer(call.event.call, None, grpc.StatusCode.INTERNAL,
+                               "the agent could not take the request up", (_SENT, call))
+            self._end(call)
+            return
+        if here:
+            self.served_here += 1
+            try:
+                self._run(call, request)
+            finally:
+                self._end(call)
+        else:
+            self.handed_off += 1
+            lease, call.lease = call.lease, None  # the pool gives it back when run
+            self._pool.run_leased(lease, lambda: self._run(call, request))
+
+    def _run(self, call: _LaneCall, request: Any) -> None:
+        context = call.context
+        try:
+            response = self._behavior(request, context)
+            data: bytes | None = self._serialize(response)
+            code, details = context.code or grpc.StatusCode.OK, context.details
+        except Exception as exc:
+            data = None
+            if context.code is not None:
+                code, details = context.code, context.details
+            else:  # what grpc answers for an error the handler did not map
+                log.exception("ModelInfer failed")
+                code, details = grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}"
+        if code is not grpc.StatusCode.OK and time.time() >= call.event.call_details.deadline:
+            # past its deadline the call is the core's to end, as DEADLINE_EXCEEDED (what the
+            # handler threads' callers see: grpc drops a status sent after it), whatever the
+            # handler made of its deadline passing
+            data, code, details = None, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+        self._queue.answer(call.event.call, data, code, details, (_SENT, call))
+
+    def _closed(self, call: _LaneCall) -> None:
+        call.closed = True
+        call.context.ended()
+        if call.waiting:  # never received: its slot goes back now
+            call.waiting = False
+            self._waiting.remove(call)
+            self._end(call)
+
+    def _end(self, call: _LaneCall) -> None:
+        lease, call.lease = call.lease, None
+        if lease is not None:
+            self._pool.end_leased(lease)

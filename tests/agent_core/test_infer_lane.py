@@ -1,0 +1,235 @@
+"""ModelInfer from a completion queue of its own (``[grpc] infer_lane``, issue 29).
+
+The lane (the default, "queue") and grpcio's handler threads ("threads") must answer alike:
+the same results, the same errors, the same protections; and the lane must never stall on one
+call (a slow model's request runs on a handler thread; a call waiting for a receive slot waits
+in a queue, not on the lane's thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from edge_agent import grpc_internals
+from edge_agent.config import load_config
+from edge_agent.config.models import ModelOverrides
+from edge_agent.core.dataplane import DataPlane
+from edge_agent.frontends.grpc import infer_lane
+from edge_agent.frontends.grpc.admission import AdmissionPool
+from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
+from edge_agent.frontends.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from edge_agent.server import AgentServer
+from tests.agent_core.conftest import Bundles
+from tests.support.core_bundles import install, reference_outputs
+from tests.support.eventually import eventually
+from tests.support.spin_model import spin_input
+from tests.support.traffic import X, infer_request, served_version
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+SLOW_TRIPS = 1_000_000  # a run of a second or more, whatever the machine's load
+LANES = ("queue", "threads")
+
+
+@contextlib.contextmanager
+def _serve(bundles: Bundles, tmp_path: Path, lane: str,
+           **grpc_keys: Any) -> Iterator[tuple[str, AgentServer]]:
+    """An agent serving ``mlp`` (v1, in the agent's process: microseconds a run) and
+    ``spin`` with ModelInfer on ``lane``."""
+    install(bundles.mlp_v1, tmp_path)
+    install(bundles.spin, tmp_path)
+    config = load_config(state_dir=tmp_path, grpc_address="127.0.0.1:0", no_uds=True)
+    config = dataclasses.replace(config, grpc=dataclasses.replace(
+        config.grpc, infer_lane=lane, **grpc_keys))
+    dataplane = DataPlane(tmp_path, overrides={"mlp": ModelOverrides(isolation="thread")})
+    server = AgentServer(dataplane, config)
+    try:
+        address = server.start().tcp
+        assert address is not None
+        server.mark_serving()
+        yield address, server
+    finally:
+        server.stop(grace=1.0)
+        dataplane.close()
+
+
+def _pool(server: AgentServer) -> AdmissionPool:
+    pool = server._pools[0]
+    assert isinstance(pool, AdmissionPool)
+    return pool
+
+
+def _outcome(call: Any) -> str:
+    try:
+        call()
+    except grpc.RpcError as exc:
+        return f"{exc.code().name}: {exc.details()}"
+    return "OK"
+
+
+def test_the_lane_serves_model_infer_and_leaves_the_rest_to_the_handler_threads(
+        bundles: Bundles, tmp_path: Path) -> None:
+    with _serve(bundles, tmp_path, "queue") as (address, server):
+        lane = server._lane
+        assert lane is not None
+        expected = reference_outputs(bundles.mlp_v1_onnx, {"input": X})["probs"]
+        calls = 0
+
+        def served_here() -> bool:  # the tiny MLP, once measured, runs on the lane's thread
+            nonlocal calls
+            version, probs = served_version(address)
+            calls += 1
+            assert version == "1"
+            np.testing.assert_allclose(probs, expected, rtol=1e-4, atol=1e-5)
+            return lane.served_here > 0
+
+        # its fastest run so far must be under 250 us: a loaded machine may take a while
+        eventually(served_here, timeout=120, interval=0.0,
+                   message="no MLP request ran on the lane's thread")
+        assert lane.served_here + lane.handed_off == calls
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="mlp"), timeout=30)
+            assert meta.inputs[0].name == "input"
+            assert stub.ServerLive(pb.ServerLiveRequest(), timeout=30).live
+        eventually(lambda: _pool(server).admitted == 0, timeout=30,
+                   message="the lane's calls gave their slots back")
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_bad_requests_are_answered_alike_on_both_lanes(bundles: Bundles, tmp_path: Path,
+                                                       lane: str) -> None:
+    with _serve(bundles, tmp_path, lane) as (address, _server), \
+            grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        wrong_shape = infer_request("mlp", np.zeros((1, 63), np.float32))
+        unknown = infer_request("nope", X)
+        raw = channel.unary_unary(INFER, request_serializer=None, response_deserializer=None)
+        seen = {
+            "shape": _outcome(lambda: stub.ModelInfer(wrong_shape, timeout=30)),
+            "unknown": _outcome(lambda: stub.ModelInfer(unknown, timeout=30)),
+            "garbage": _outcome(lambda: raw(b"\xff\xff\xff", timeout=30)),
+        }
+    assert seen["shape"].startswith("INVALID_ARGUMENT: ") and "63" in seen["shape"]
+    assert seen["unknown"].startswith("NOT_FOUND: ") and "nope" in seen["unknown"]
+    assert seen["garbage"].startswith("INVALID_ARGUMENT: ")
+
+
+def test_both_lanes_give_the_same_answers_to_the_same_bad_requests(bundles: Bundles,
+                                                                   tmp_path: Path) -> None:
+    answers = []
+    for lane in LANES:
+        with _serve(bundles, tmp_path / lane, lane) as (address, _server), \
+                grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            answers.append([
+                _outcome(lambda r=r, s=stub: s.ModelInfer(r, timeout=30)) for r in (
+                    infer_request("mlp", np.zeros((1, 63), np.float32)),
+                    infer_request("nope", X),
+                    pb.ModelInferRequest(model_name="mlp", model_version="x"),
+                    infer_request("mlp", X),
+                )])
+    assert answers[0] == answers[1]
+    assert answers[0][3] == "OK"
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_call_whose_request_never_comes_is_cancelled_and_gives_its_slot_back(
+        bundles: Bundles, tmp_path: Path, lane: str) -> None:
+    release = threading.Event()
+
+    def never() -> Iterator[bytes]:
+        release.wait(60)
+        yield from ()
+
+    with _serve(bundles, tmp_path, lane, request_arrival_s=1.0) as (address, server), \
+            grpc.insecure_channel(address) as channel:
+        silent = channel.stream_unary(INFER, request_serializer=None,
+                                      response_deserializer=None).future(never(), timeout=60)
+        try:
+            with pytest.raises(grpc.RpcError) as ended:
+                silent.result(timeout=60)
+            assert ended.value.code() == grpc.StatusCode.CANCELLED
+        finally:
+            release.set()
+        eventually(lambda: _pool(server).admitted == 0, timeout=30,
+                   message="the silent call's slot came back")
+        assert _pool(server).deadline.cancelled == 1
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_call_that_closes_without_its_request_is_unimplemented(
+        bundles: Bundles, tmp_path: Path, lane: str) -> None:
+    with _serve(bundles, tmp_path, lane) as (address, server), \
+            grpc.insecure_channel(address) as channel:
+        call = channel.stream_unary(INFER, request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as ended:
+            call(iter(()), timeout=30)
+        assert ended.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        eventually(lambda: _pool(server).admitted == 0, timeout=30,
+                   message="the empty call's slot came back")
+
+
+def test_a_call_waiting_for_a_receive_slot_does_not_hold_up_the_lane(
+        bundles: Bundles, tmp_path: Path) -> None:
+    """One receive slot (max_receive_bytes_in_flight = max_message_bytes), held by a call
+    that sends nothing: a second ModelInfer waits for the slot in the lane's queue while the
+    lane keeps answering, and is served once the slot is free."""
+    release = threading.Event()
+
+    def later() -> Iterator[bytes]:
+        release.wait(60)
+        yield from ()
+
+    size = 1 << 20
+    with _serve(bundles, tmp_path, "queue", max_message_bytes=size,
+                max_receive_bytes_in_flight=size) as (address, server), \
+            grpc.insecure_channel(address) as channel:
+        holder = channel.stream_unary(INFER, request_serializer=None,
+                                      response_deserializer=None).future(later(), timeout=60)
+        eventually(lambda: _pool(server).admitted == 1, timeout=30,
+                   message="the holding call was admitted")
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        waiting = stub.ModelInfer.future(infer_request("mlp", X[:1]), timeout=60)
+        eventually(lambda: _pool(server).admitted == 2, timeout=30,
+                   message="the second call was admitted")
+        assert not waiting.done()  # its message is not read while the slot is held
+        meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="mlp"), timeout=30)
+        assert meta.name == "mlp"
+        release.set()  # the holder closes without a message: its slot comes free
+        with pytest.raises(grpc.RpcError):
+            holder.result(timeout=60)
+        reply = waiting.result(timeout=60)
+        assert np.frombuffer(reply.raw_output_contents[0], np.float32).shape == (10,)
+
+
+def test_a_slow_model_runs_on_a_handler_thread_while_the_lane_answers_others(
+        bundles: Bundles, tmp_path: Path) -> None:
+    with _serve(bundles, tmp_path, "queue") as (address, server), \
+            grpc.insecure_channel(address) as channel:
+        lane = server._lane
+        assert lane is not None
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        slow = stub.ModelInfer.future(infer_request("spin", spin_input(SLOW_TRIPS)), timeout=120)
+        eventually(lambda: lane.handed_off >= 1, timeout=30,
+                   message="the slow request went to a handler thread")
+        reply = stub.ModelInfer(infer_request("mlp", X[:1]), timeout=60)
+        assert reply.model_name == "mlp"
+        assert not slow.done()  # answered while the slow one still ran
+        assert slow.result(timeout=120).model_name == "spin"
+
+
+def test_a_grpcio_without_the_queue_leaves_model_infer_on_the_handler_threads(
+        caplog: pytest.LogCaptureFixture) -> None:
+    no_core: Any = types.SimpleNamespace()  # a server object without grpc core's server
+    assert grpc_internals.attach_queue(no_core, infer_lane.METHOD) is None
+    assert "served on the handler threads" in caplog.text
