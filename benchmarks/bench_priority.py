@@ -13,7 +13,9 @@ whatever its priority), one per configuration:
   * ``no priorities``: the same gate (``max_concurrent_executions`` = the core count), every
     model at the default priority (executions wait first come, first served);
   * ``no gate``: ``max_concurrent_executions = 64`` and no priorities (every execution runs at
-    once and the OS shares the cores, as before priorities existed).
+    once and the OS shares the cores, as before priorities existed);
+  * ``priorities on threads``: ``priorities`` with ``[grpc] infer_lane = "threads"``
+    (ModelInfer on grpcio's handler threads instead of the inference lane).
 
 In each, the MLP is driven at one request in flight (benchmarks.loadgen, in this process)
 alone and then while a loadgen subprocess floods the CNN with ``--flood`` requests in flight;
@@ -41,7 +43,11 @@ CONFIGS = {
     "priorities": "[models.mlp]\npriority = 1\n[models.cnn]\npriority = 20\n",
     "no priorities": "",
     "no gate": "[agent]\nmax_concurrent_executions = 64\n",
+    "priorities on threads": "[models.mlp]\npriority = 1\n[models.cnn]\npriority = 20\n",
 }
+GRPC = {"priorities on threads": 'infer_lane = "threads"\n'}
+"""[grpc] keys of a configuration beyond the common ones (ModelInfer on grpcio's handler
+threads instead of the inference lane)."""
 COMMON = "[models.cnn]\nthreads = 1\n"  # one core per CNN execution: the gate counts cores
 
 
@@ -71,7 +77,7 @@ def config_toml(work: Path, label: str, state: Path, sock: Path, workers: int) -
         body += COMMON
     path = work / f"{label.replace(' ', '_')}.toml"
     path.write_text(f'state_dir = "{state}"\n[grpc]\nuds = "{sock}"\naddress = ""\n'
-                    f"workers = {workers}\n{body}")
+                    f"workers = {workers}\n{GRPC.get(label, '')}{body}")
     return path
 
 

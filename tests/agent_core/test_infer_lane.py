@@ -233,3 +233,22 @@ def test_a_grpcio_without_the_queue_leaves_model_infer_on_the_handler_threads(
     no_core: Any = types.SimpleNamespace()  # a server object without grpc core's server
     assert grpc_internals.attach_queue(no_core, infer_lane.METHOD) is None
     assert "served on the handler threads" in caplog.text
+
+
+def test_a_large_message_is_parsed_on_a_handler_thread_not_the_lane(
+        bundles: Bundles, tmp_path: Path) -> None:
+    """A message of 64 KiB or more (what the receive budget charges) is handed to a handler
+    thread unparsed, whatever its model: the lane stays free for small, urgent calls."""
+    with _serve(bundles, tmp_path, "queue") as (address, server), \
+            grpc.insecure_channel(address) as channel:
+        lane = server._lane
+        assert lane is not None
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        big = infer_request("mlp", np.ones((256, 64), np.float32))  # 64 KiB of raw contents
+        assert big.ByteSize() >= 64 * 1024
+        before = (lane.served_here, lane.handed_off)
+        with pytest.raises(grpc.RpcError) as refused:  # parsed and checked there: 8 rows at most
+            stub.ModelInfer(big, timeout=60)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "256 rows but max_batch_size is 8" in (refused.value.details() or "")
+        assert (lane.served_here, lane.handed_off) == (before[0], before[1] + 1)
