@@ -213,7 +213,11 @@ class InferLane:
         if lease is None:  # refused: answered already
             return
         call = _LaneCall(event, lease)
-        self._queue.watch_close(event.call, (_CLOSED, call))
+        try:
+            self._queue.watch_close(event.call, (_CLOSED, call))
+        except Exception:  # the call is already gone: its slot goes back
+            self._end(call)
+            raise
         if self._gate is None:
             self._receive(call)
         elif self._gate.try_enter():
