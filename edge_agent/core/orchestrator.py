@@ -376,7 +376,9 @@ class Orchestrator:
             finally:
                 self._in_load = None
                 peak = sampler.stop()
-            rss = max(0, process_rss() - rss0)
+            now = process_rss()
+            peak = max(peak, now)  # one reading for both: what the load kept is within its peak
+            rss = max(0, now - rss0)
             load_ms = (time.perf_counter() - t0) * 1000
             self.repository.lifecycle.record(mv.name, "load",
                                              "on-demand" if on_demand else "requested",
