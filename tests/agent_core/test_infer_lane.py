@@ -235,10 +235,11 @@ def test_a_grpcio_without_the_queue_leaves_model_infer_on_the_handler_threads(
     assert "served on the handler threads" in caplog.text
 
 
-def test_a_large_message_is_parsed_on_a_handler_thread_not_the_lane(
+def test_a_large_message_is_charged_on_arrival_and_run_on_a_handler_thread(
         bundles: Bundles, tmp_path: Path) -> None:
-    """A message of 64 KiB or more (what the receive budget charges) is handed to a handler
-    thread unparsed, whatever its model: the lane stays free for small, urgent calls."""
+    """A message of 64 KiB or more is parsed (and charged to the receive budget) by the lane
+    as it arrives, whatever its model, then runs on a handler thread: the lane stays free for
+    small calls, and received messages cannot wait uncharged behind busy handler threads."""
     with _serve(bundles, tmp_path, "queue") as (address, server), \
             grpc.insecure_channel(address) as channel:
         lane = server._lane
@@ -247,7 +248,7 @@ def test_a_large_message_is_parsed_on_a_handler_thread_not_the_lane(
         big = infer_request("mlp", np.ones((256, 64), np.float32))  # 64 KiB of raw contents
         assert big.ByteSize() >= 64 * 1024
         before = (lane.served_here, lane.handed_off)
-        with pytest.raises(grpc.RpcError) as refused:  # parsed and checked there: 8 rows at most
+        with pytest.raises(grpc.RpcError) as refused:  # checked on the handler thread: 8 rows
             stub.ModelInfer(big, timeout=60)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "256 rows but max_batch_size is 8" in (refused.value.details() or "")

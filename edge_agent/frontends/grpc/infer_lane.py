@@ -32,7 +32,6 @@ from edge_agent.core.api import DataPlaneAPI
 from edge_agent.frontends.grpc.admission import AdmissionPool, ReceiveGate
 from edge_agent.frontends.grpc.generated import grpc_service_pb2 as pb
 from edge_agent.frontends.grpc.received import Received
-from edge_agent.frontends.grpc.typed_cost import SMALL
 from edge_agent.grpc_internals import CoreQueue
 
 log = logging.getLogger(__name__)
@@ -136,13 +135,12 @@ class LaneContext:
 
 
 class _LaneCall:
-    __slots__ = ("closed", "context", "data", "event", "gated", "lease", "waiting")
+    __slots__ = ("closed", "context", "event", "gated", "lease", "waiting")
 
     def __init__(self, event: Any, lease: Any) -> None:
         self.event = event
         self.lease: Any = lease  # None once given back
         self.context = LaneContext(event)
-        self.data = b""  # a large message, until a handler thread parses it
         self.closed = False
         self.gated = False
         self.waiting = False
@@ -255,13 +253,8 @@ class InferLane:
                                    NO_MESSAGE, (_SENT, call))
             self._end(call)
             return
-        if len(data) >= SMALL:  # a large message is parsed on the handler thread too:
-            self.handed_off += 1  # the lane stays free for the small, urgent ones
-            lease, call.lease = call.lease, None  # the pool gives it back when run
-            call.data = data  # taken (and dropped) by the handler thread once parsed
-            self._pool.run_leased(lease, lambda: self._parse_and_run(call))
-            return
-        try:
+        try:  # parsed here, on arrival: the receive budget charges a large message now, so
+            # messages received cannot pile up uncharged behind busy handler threads
             request = self._deserialize(data)
             here = self._quick is not None and self._quick(request)
         except Exception:  # a bug in a deserializer or the hint: answered, not left open
@@ -278,16 +271,6 @@ class InferLane:
             self.handed_off += 1
             lease, call.lease = call.lease, None  # the pool gives it back when run
             self._pool.run_leased(lease, lambda: self._run(call, request))
-
-    def _parse_and_run(self, call: _LaneCall) -> None:
-        data, call.data = call.data, b""
-        try:
-            request = self._deserialize(data)
-        except Exception:
-            self._failed(call)
-            return
-        del data  # the message's bytes go as soon as it is parsed, as on grpcio's path
-        self._run(call, request)
 
     def _failed(self, call: _LaneCall) -> None:
         log.exception("ModelInfer's request could not be taken up")
