@@ -166,8 +166,12 @@ def test_health_answers_during_an_inference_overload(bundles: Bundles, tmp_path:
         prober.start()
         try:
             outcomes = []
-            for _ in range(3):
+            # at least 3 bursts; more until one overloads: the inference lane runs a tiny
+            # model's calls as they come and may keep up with a burst (CI, 9e71686)
+            for i in range(10):
                 outcomes += asyncio.run(burst(agent.grpc, 400))
+                if i >= 2 and "RESOURCE_EXHAUSTED" in outcomes:
+                    break
         finally:
             done.set()
             prober.join(60)
