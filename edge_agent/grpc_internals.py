@@ -283,14 +283,9 @@ class CoreQueue:
         """Ask for the method's next call (its event comes back with ``tag``)."""
         self._core.request_registered_call(self._queue, self._queue, self._method, tag)
 
-    def poll(self, deadline: float | None) -> Any:
-        """The next event (``None``: wait; else a ``time.time()`` deadline)."""
-        return self._queue.poll(deadline)
-
-    @staticmethod
-    def timed_out(event: Any) -> bool:
-        """Whether ``event`` is a poll's deadline passing."""
-        return bool(event.completion_type == cygrpc.CompletionType.queue_timeout)
+    def poll(self) -> Any:
+        """The next event (waits for one)."""
+        return self._queue.poll()
 
     @staticmethod
     def shut_down(event: Any) -> bool:

@@ -39,9 +39,10 @@ Example ``agent.toml``::
     tcp_shared_memory = false         # true: system shared memory over TCP too (any local user
                                       # may call there; callers taken as the agent's user)
     shared_memory_regions_per_user = 32   # regions whose objects one user owns (64 in all)
-    infer_lane = "threads"            # "queue": ModelInfer's calls taken from a gRPC completion
-                                      # queue of their own by one thread, no hand-off before
-                                      # the handler (docs/performance.md, issue 29)
+    infer_lane = "queue"              # ModelInfer's calls taken from a gRPC completion queue
+                                      # of their own by one thread, no hand-off before the
+                                      # handler ("threads": grpcio's handler threads;
+                                      # docs/performance.md, issue 29)
 
     [models."*"]                      # every model (a model's own section wins key by key)
     isolation = "process"

@@ -66,7 +66,9 @@ def quick_on(dataplane: DataPlaneAPI) -> Callable[[Any], bool]:
 
 
 class LaneContext:
-    """What a unary handler asks of its ``grpc.ServicerContext``, for a lane call."""
+    """What ModelInfer's handler and the serving core ask of its ``grpc.ServicerContext``
+    (the peer, the metadata, the call's end and whether it is still wanted), for a lane
+    call; ``abort`` records the status the lane answers with."""
 
     __slots__ = ("_callbacks", "_ended", "_event", "_lock", "code", "details")
 
@@ -87,10 +89,6 @@ class LaneContext:
         """The call's metadata, (key, value) pairs."""
         return self._event.invocation_metadata
 
-    def time_remaining(self) -> float:
-        """Seconds before the call's deadline."""
-        return max(float(self._event.call_details.deadline) - time.time(), 0.0)
-
     def is_active(self) -> bool:
         """False once the call ended (answered, cancelled) or its deadline passed."""
         return not self._ended and time.time() < self._event.call_details.deadline
@@ -107,18 +105,6 @@ class LaneContext:
         """End the call with ``code`` (raises, as grpc's does: a bare Exception)."""
         self.code, self.details = code, details
         raise Exception()  # what grpc's abort raises; the lane answers with the code
-
-    def set_code(self, code: grpc.StatusCode) -> None:
-        """The status to answer with if the handler returns no error."""
-        self.code = code
-
-    def set_details(self, details: str) -> None:
-        """The status details to answer with."""
-        self.details = details
-
-    def cancel(self) -> None:
-        """Cancel the call."""
-        self._event.call.cancel()
 
     def ended(self) -> None:
         """The call is over: run the callbacks (once)."""
@@ -181,11 +167,9 @@ class InferLane:
     def _loop(self) -> None:
         queue = self._queue
         while True:
-            event = queue.poll(None)
+            event = queue.poll()
             if queue.shut_down(event):
                 return
-            if queue.timed_out(event):
-                continue
             try:
                 self._on(event)
             except Exception:  # a bug: the lane must keep taking calls
@@ -282,7 +266,7 @@ class InferLane:
         try:
             response = self._behavior(request, context)
             data: bytes | None = self._serialize(response)
-            code, details = context.code or grpc.StatusCode.OK, context.details
+            code, details = grpc.StatusCode.OK, ""
         except Exception as exc:
             data = None
             if context.code is not None:
