@@ -7,6 +7,9 @@ Messages name the model, the tensor and what was expected, so a caller can act o
 from __future__ import annotations
 
 from enum import Enum
+from typing import TypeVar
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 class ErrorCode(Enum):
@@ -111,3 +114,13 @@ class ServiceInstallError(AgentError):
     """The systemd unit could not be rendered or installed."""
 
     code = ErrorCode.FAILED_PRECONDITION
+
+
+def detached(exc: _E) -> _E:
+    """``exc`` kept as a value (an answer in a list, returned rather than raised): without
+    its traceback and context. A caught exception's traceback holds the frame that caught it
+    and, through it, its callers' frames: kept in one of their locals, that is a cycle only the
+    garbage collector frees, and every request those frames hold stays in memory until then."""
+    exc.__traceback__ = None
+    exc.__context__ = None
+    return exc

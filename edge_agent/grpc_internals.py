@@ -287,6 +287,15 @@ class CoreQueue:
         """The next event (waits for one)."""
         return self._queue.poll()
 
+    def poll_ready(self) -> Any:
+        """The next event if one is ready now; else one that :meth:`timed_out` (no wait)."""
+        return self._queue.poll(0.0)  # a deadline already past
+
+    @staticmethod
+    def timed_out(event: Any) -> bool:
+        """Whether ``event`` (of :meth:`poll_ready`) says no event was ready."""
+        return bool(event.completion_type == cygrpc.CompletionType.queue_timeout)
+
     @staticmethod
     def shut_down(event: Any) -> bool:
         """Whether ``event`` says the queue has shut down (nothing more will come)."""

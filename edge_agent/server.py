@@ -205,7 +205,8 @@ class AgentServer:
             assert isinstance(main, AdmissionPool) and decode is not None and encode is not None
             self._lane = infer_lane.InferLane(queue, main, grpc_internals.behavior_of(model_infer),
                                               decode, encode, gate=gate,
-                                              quick=infer_lane.quick_on(self.context.dataplane))
+                                              quick=infer_lane.quick_on(self.context.dataplane),
+                                              together=servicer.model_infer_together)
         handlers.register(server, INFERENCE_SERVICE, inference)
         handlers.register(server, handlers.HEALTH_SERVICE,
                           handlers.health_handlers(self.health, health_pool))

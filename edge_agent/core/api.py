@@ -6,13 +6,14 @@ protobuf messages to these calls and maps :mod:`edge_agent.errors` to status cod
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
 from edge_agent.core.tallies import LifecycleTotal
 from edge_agent.core.types import InferRequest, InferResult, ModelMetadata, ModelStats
+from edge_agent.errors import AgentError
 from packager.bundle.manifest import Manifest
 
 
@@ -72,6 +73,13 @@ class DataPlaneAPI(Protocol):
         """Blocking form of submit() for thread-pool servers (added by the serving core):
         when nothing else is in flight the request runs on the calling thread with no Future
         and no thread handoff. Raises every AgentError (including execution failures)."""
+        ...
+
+    def infer_together(self, requests: Sequence[InferRequest]
+                       ) -> list[InferResult | AgentError]:
+        """Requests taken up together, each answered as :meth:`infer` would, in order (its
+        error returned, not raised); those of one idle version run as one execution on the
+        calling thread."""
         ...
 
     def runs_now(self, name: str, version: int | None = None) -> bool:

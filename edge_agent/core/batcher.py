@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -55,6 +55,7 @@ from edge_agent.errors import (
     QueueFullError,
     RequestCancelledError,
     RequestTimeoutError,
+    detached,
 )
 from packager.bundle.manifest import BatchingConfig
 
@@ -128,6 +129,37 @@ class _Waiter:
         return self.answer()
 
 
+class Together(NamedTuple):
+    """One validated request of :meth:`DynamicBatcher.infer_together` (the arguments of
+    :meth:`DynamicBatcher.infer`)."""
+
+    inputs: dict[str, np.ndarray]
+    rows: int
+    outputs: list[str] | None
+    id: str
+    timeout_us: int
+    priority: int
+    caller: Caller | None
+    trace: RequestTrace | None
+
+
+class _Kept:
+    """Where :meth:`DynamicBatcher.infer_together` finds the answer of a request it ran on
+    its own thread: the execution sets it before it returns, so no lock is needed."""
+
+    __slots__ = ("error", "result")
+
+    def __init__(self) -> None:
+        self.result: InferResult | None = None
+        self.error: AgentError | None = None
+
+    def set_result(self, result: InferResult) -> None:
+        self.result = result
+
+    def set_exception(self, error: AgentError) -> None:
+        self.error = error
+
+
 class _Pending:
     """One queued request. ``queued`` is True from the moment it enters the queue until it
     leaves it (taken for a batch, withdrawn, or failed at close), all under the lock."""
@@ -137,7 +169,7 @@ class _Pending:
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int, outputs: list[str] | None,
                  request_id: str, enqueued: int, deadline: int,
-                 future: Future[InferResult] | _Waiter | None, priority: int,
+                 future: Future[InferResult] | _Waiter | _Kept | None, priority: int,
                  caller: Caller | None = None, trace: RequestTrace | None = None) -> None:
         self.inputs = inputs
         self.rows = rows
@@ -349,6 +381,58 @@ class DynamicBatcher:
             self._lead(item, instance)
             future.wait(None)  # answered by the batch it ran
         return future.answer()
+
+    def infer_together(self, requests: Sequence[Together]) -> list[InferResult | AgentError]:
+        """Validated requests a front end took up together (the gRPC inference lane: those
+        ready at once), answered in order, each with its InferResult or its AgentError (never
+        raised for one request). When nothing is in flight and an instance is free they run on
+        the calling thread, their rows merged into executions of up to ``max_batch_size`` (one
+        request an execution for an unbatched model); otherwise each goes through
+        :meth:`infer`. Raises ModelUnavailableError, before running any, when the batcher is
+        closed (the caller routes them again)."""
+        now = _now()
+        answers: list[InferResult | AgentError | None] = [None] * len(requests)
+        chunks: list[list[tuple[int, _Pending]]] = [[]]
+        rows = 0
+        for i, r in enumerate(requests):
+            item = _Pending(r.inputs, r.rows, r.outputs, r.id, now,
+                            now + r.timeout_us * 1000 if r.timeout_us > 0 else 0, _Kept(),
+                            r.priority or self.priority, _polled(r.caller), r.trace)
+            if r.caller is not None and not r.caller.is_active():
+                answers[i] = self._gone_on_arrival(item)
+                continue
+            if chunks[-1] and rows + r.rows > self._max_rows:
+                chunks.append([])
+                rows = 0
+            chunks[-1].append((i, item))
+            rows += r.rows
+        for chunk in chunks:
+            if not chunk:
+                continue
+            with self._lock:
+                if self._closed:
+                    raise ModelUnavailableError(
+                        f"model {self.model!r} version {self.version} is unloading; retry to "
+                        f"reach the current version")
+                instance = self._free.pop() if not self._inflight and self._free else -1
+                if instance >= 0:
+                    self._inflight = len(chunk)
+            if instance >= 0:
+                self._execute([item for _, item in chunk], instance, release=True)
+                for i, item in chunk:
+                    kept: _Kept = item.future  # type: ignore[assignment]  # made a _Kept above
+                    answers[i] = kept.result if kept.error is None else detached(kept.error)
+                continue
+            for i, _ in chunk:  # something else runs: each waits its turn as infer's do
+                r = requests[i]
+                try:
+                    answers[i] = self.infer(r.inputs, r.rows, outputs=r.outputs,
+                                            request_id=r.id, timeout_us=r.timeout_us,
+                                            priority=r.priority, caller=r.caller,
+                                            trace=r.trace)
+                except AgentError as exc:
+                    answers[i] = detached(exc)
+        return answers  # type: ignore[return-value]  # every request answered above
 
     def _admit(self, item: _Pending, caller_runs: bool,
                waiter: type[Future[InferResult]] | type[_Waiter] = Future) -> int:

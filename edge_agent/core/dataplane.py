@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
@@ -28,7 +28,7 @@ from edge_agent import __version__
 from edge_agent.backends.registry import CALLS_MODELS
 from edge_agent.config.models import ModelOverrides
 from edge_agent.core.api import ModelConfigInfo, RepositoryEntry, ServerMetadata
-from edge_agent.core.batcher import DynamicBatcher
+from edge_agent.core.batcher import DynamicBatcher, Together
 from edge_agent.core.cache import ResponseCache
 from edge_agent.core.deploy_port import DeployOperations
 from edge_agent.core.gate import ExecutionGate
@@ -70,6 +70,7 @@ from edge_agent.errors import (
     QueueFullError,
     RequestCancelledError,
     RequestTimeoutError,
+    detached,
 )
 from packager.bundle.errors import PackagerError
 from packager.bundle.manifest import BatchingConfig, Manifest
@@ -300,6 +301,58 @@ class DataPlane(DeployOperations):
             with self.gate.yielded():
                 return self._infer(request, timeout_s)
         return self._infer(request, timeout_s)
+
+    def infer_together(self, requests: Sequence[InferRequest]
+                       ) -> list[InferResult | AgentError]:
+        """Requests a front end took up together (the gRPC inference lane: those ready at
+        once), each answered as :meth:`infer` answers it, in order: its InferResult or its
+        AgentError (never raised for one request). Those that reach one version with nothing
+        in flight run as one execution on the calling thread
+        (:meth:`DynamicBatcher.infer_together`); a stateful request, or one a response cache
+        may answer, goes through :meth:`infer`."""
+        answers: list[InferResult | AgentError | None] = [None] * len(requests)
+        groups: dict[int, tuple[DynamicBatcher, list[int], list[Together]]] = {}
+        start = _now()
+        for i, request in enumerate(requests):
+            if request.sequence is not None or not self._caller_runs:
+                answers[i] = self._answer(request)
+                continue
+            try:
+                batcher, rows, timeout, caches = self._route(request, start)
+            except ModelUnavailableError:  # being swapped: infer routes it again
+                answers[i] = self._answer(request)
+                continue
+            except AgentError as exc:
+                answers[i] = detached(exc)
+                continue
+            if caches and self.response_cache is not None:
+                answers[i] = self._answer(request)
+                continue
+            group = groups.get(id(batcher))
+            if group is None:
+                group = groups[id(batcher)] = (batcher, [], [])
+            group[1].append(i)
+            group[2].append(Together(request.inputs, rows, request.outputs, request.id,
+                                     timeout, request.priority, request.caller, request.trace))
+        for batcher, indices, together in groups.values():
+            try:
+                done = batcher.infer_together(together)
+            except ModelUnavailableError:  # it began unloading: each routed again
+                done = [self._answer(requests[i]) for i in indices]
+            for i, answer in zip(indices, done, strict=True):
+                if isinstance(answer, ModelUnavailableError):  # closed as it waited
+                    answer = self._answer(requests[i])
+                elif isinstance(answer, QueueFullError):  # refused: a failed request
+                    batcher.record_rejected(_now() - start)
+                answers[i] = answer
+        return answers  # type: ignore[return-value]  # every request answered above
+
+    def _answer(self, request: InferRequest) -> InferResult | AgentError:
+        """:meth:`infer`'s answer to ``request``, its AgentError returned, not raised."""
+        try:
+            return self.infer(request)
+        except AgentError as exc:
+            return detached(exc)
 
     def runs_now(self, name: str, version: int | None = None) -> bool:
         """Whether a request for ``name`` would run at once on the calling thread, in

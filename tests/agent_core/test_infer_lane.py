@@ -253,3 +253,65 @@ def test_a_large_message_is_charged_on_arrival_and_run_on_a_handler_thread(
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "256 rows but max_batch_size is 8" in (refused.value.details() or "")
         assert (lane.served_here, lane.handed_off) == (before[0], before[1] + 1)
+
+
+def test_calls_ready_together_run_together_each_answered_as_alone(
+        bundles: Bundles, tmp_path: Path) -> None:
+    """Many callers at once: the quick calls ready together run as one execution (up to the
+    MLP's max_batch_size, 8), and each caller still gets its own rows' answer, or its own
+    error when its request is bad."""
+    callers = 12
+    inputs = [np.random.default_rng(seed).standard_normal((1 + seed % 3, 64)).astype(np.float32)
+              for seed in range(callers)]
+    expected = [reference_outputs(bundles.mlp_v1_onnx, {"input": x})["probs"] for x in inputs]
+    bad = infer_request("mlp", np.zeros((1, 63), np.float32))
+    wrong: list[str] = []
+    stop = threading.Event()
+    with _serve(bundles, tmp_path, "queue") as (address, server), \
+            grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        alone = _outcome(lambda: stub.ModelInfer(bad, timeout=30))
+        assert alone.startswith("INVALID_ARGUMENT: ")
+
+        def call(i: int) -> None:
+            with grpc.insecure_channel(address) as own:
+                caller = pb_grpc.GRPCInferenceServiceStub(own)
+                while not stop.is_set():
+                    if i % 4 == 3:  # some callers send a bad request between good ones
+                        seen = _outcome(lambda: caller.ModelInfer(bad, timeout=60))
+                        if seen != alone:
+                            wrong.append(f"caller {i}: {seen}")
+                    try:
+                        reply = caller.ModelInfer(infer_request("mlp", inputs[i]), timeout=60)
+                    except grpc.RpcError as exc:
+                        wrong.append(f"caller {i}: {exc.code().name}: {exc.details()}")
+                        continue
+                    probs = np.frombuffer(reply.raw_output_contents[0], np.float32)
+                    if not np.allclose(probs.reshape(expected[i].shape), expected[i],
+                                       rtol=1e-4, atol=1e-5):
+                        wrong.append(f"caller {i}: another caller's rows")
+
+        lane = server._lane
+        assert lane is not None
+
+        def ran_together() -> bool:
+            stats = stub.ModelStatistics(pb.ModelStatisticsRequest(name="mlp"), timeout=30)
+            batches = stats.model_stats[0].batch_stats
+            return lane.run_together > 0 and any(
+                b.batch_size > 3 and b.compute_infer.count for b in batches)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(callers)]
+        for t in threads:
+            t.start()
+        try:
+            eventually(ran_together, timeout=120, interval=0.2,
+                       message="no execution ran the rows of several calls")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(120)
+        assert not wrong, wrong[:5]
+        stats = stub.ModelStatistics(pb.ModelStatisticsRequest(name="mlp"), timeout=30)
+        assert max(b.batch_size for b in stats.model_stats[0].batch_stats) <= 8
+        eventually(lambda: _pool(server).admitted == 0, timeout=30,
+                   message="the lane's calls gave their slots back")

@@ -39,6 +39,13 @@ log = logging.getLogger(__name__)
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 NO_MESSAGE = "ModelInfer requires exactly one request message"
 
+MAX_TOGETHER = 64
+"""At most this many quick calls run together: the lane takes up no new call meanwhile."""
+
+Together = Callable[[list[tuple[Any, Any]]], list[Any]]
+"""Runs quick calls' parsed requests together: ``[(request, context)]`` in, each call's
+response or the exception its handler raised out, in order."""
+
 _NEW = object()
 _RECEIVED = 1
 _CLOSED = 2
@@ -138,7 +145,8 @@ class InferLane:
     def __init__(self, queue: CoreQueue, pool: AdmissionPool,
                  behavior: Callable[[Any, Any], Any], deserializer: Callable[[bytes], Any],
                  serializer: Callable[[Any], bytes], *, gate: ReceiveGate | None = None,
-                 quick: Callable[[Any], bool] | None = None) -> None:
+                 quick: Callable[[Any], bool] | None = None,
+                 together: Together | None = None) -> None:
         self._queue = queue
         self._pool = pool
         self._behavior = behavior
@@ -146,10 +154,13 @@ class InferLane:
         self._serialize = serializer
         self._gate = gate
         self._quick = quick
+        self._together = together
         self._waiting: collections.deque[_LaneCall] = collections.deque()
+        self._ready: list[tuple[_LaneCall, Any]] = []  # quick calls taken up, to run together
         self._thread: threading.Thread | None = None
         self.served_here = 0  # calls run on the lane's own thread
         self.handed_off = 0  # calls run on a handler thread
+        self.run_together = 0  # calls run on the lane's thread with others ready at once
 
     def start(self) -> None:
         """Take calls (after the server started)."""
@@ -166,14 +177,23 @@ class InferLane:
 
     def _loop(self) -> None:
         queue = self._queue
+        ready = self._ready
         while True:
-            event = queue.poll()
-            if queue.shut_down(event):
-                return
+            if not ready:
+                event = queue.poll()
+            elif len(ready) >= MAX_TOGETHER or queue.timed_out(event := queue.poll_ready()):
+                event = None  # nothing else is ready now: run what is
+            ending = event is not None and queue.shut_down(event)
             try:
-                self._on(event)
+                if event is None or ending:  # at the end too: every call taken up answered
+                    if ready:
+                        self._run_ready()
+                else:
+                    self._on(event)
             except Exception:  # a bug: the lane must keep taking calls
                 log.exception("the inference lane failed on an event")
+            if ending:
+                return
 
     def _on(self, event: Any) -> None:
         tag = event.tag
@@ -245,7 +265,9 @@ class InferLane:
             self._failed(call)
             self._end(call)
             return
-        if here:
+        if here and self._together is not None and type(request) is pb.ModelInferRequest:
+            self._ready.append((call, request))  # run with the others ready now
+        elif here:
             self.served_here += 1
             try:
                 self._run(call, request)
@@ -261,25 +283,65 @@ class InferLane:
         self._queue.answer(call.event.call, None, grpc.StatusCode.INTERNAL,
                            "the agent could not take the request up", (_SENT, call))
 
-    def _run(self, call: _LaneCall, request: Any) -> None:
-        context = call.context
+    def _run_ready(self) -> None:
+        """Run the quick calls taken up since the queue was last empty, together."""
+        ready, self._ready = self._ready, []
+        self.served_here += len(ready)
         try:
-            response = self._behavior(request, context)
-            data: bytes | None = self._serialize(response)
-            code, details = grpc.StatusCode.OK, ""
-        except Exception as exc:
-            data = None
-            if context.code is not None:
-                code, details = context.code, context.details
-            else:  # what grpc answers for an error the handler did not map
+            if len(ready) == 1:
+                self._run(*ready[0])
+                return
+            assert self._together is not None  # only then are calls made ready
+            self.run_together += len(ready)
+            try:
+                outcomes = self._together([(request, call.context) for call, request in ready])
+            except Exception:  # a bug: every call answered, none left open
                 log.exception("ModelInfer failed")
-                code, details = grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}"
+                outcomes = [Exception("the calls taken up together failed")] * len(ready)
+            for (call, _), outcome in zip(ready, outcomes, strict=True):
+                self._answer(call, outcome)
+        finally:
+            for call, _ in ready:
+                self._end(call)
+
+    def _run(self, call: _LaneCall, request: Any) -> None:
+        # the exception is answered inside its except block, never kept in a local: its
+        # traceback holds this frame and its callers', the request's bytes among them
+        try:
+            outcome = self._behavior(request, call.context)
+        except Exception as exc:
+            self._answer(call, exc)
+            return
+        self._answer(call, outcome)
+
+    def _answer(self, call: _LaneCall, outcome: Any) -> None:
+        """Answer ``call`` with ``outcome``: its response, or the exception its handler
+        raised (its status the one the handler aborted with)."""
+        context = call.context
+        data: bytes | None = None
+        if isinstance(outcome, Exception):
+            code, details = self._status(context, outcome)
+        else:
+            try:
+                data = self._serialize(outcome)
+                code, details = grpc.StatusCode.OK, ""
+            except Exception as exc:
+                code, details = self._status(context, exc)
         if code is not grpc.StatusCode.OK and time.time() >= call.event.call_details.deadline:
             # past its deadline the call is the core's to end, as DEADLINE_EXCEEDED (what the
             # handler threads' callers see: grpc drops a status sent after it), whatever the
             # handler made of its deadline passing
             data, code, details = None, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
         self._queue.answer(call.event.call, data, code, details, (_SENT, call))
+
+    @staticmethod
+    def _status(context: LaneContext, exc: Exception) -> tuple[grpc.StatusCode, str]:
+        """The status a call whose handler raised ``exc`` ends with."""
+        if context.code is not None:
+            return context.code, context.details
+        # what grpc answers for an error the handler did not map
+        log.error("ModelInfer failed", exc_info=exc)
+        return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}"
 
     def _closed(self, call: _LaneCall) -> None:
         call.closed = True

@@ -14,12 +14,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, NamedTuple, NoReturn, TypeAlias
 
 import grpc
 
 from edge_agent.core.types import InferRequest, InferResult, PolledCaller
-from edge_agent.errors import AgentError, DecoupledModelError
+from edge_agent.errors import AgentError, DecoupledModelError, detached
 from edge_agent.frontends.common import control as repository
 from edge_agent.frontends.common.context import FrontendContext
 from edge_agent.frontends.common.control import RepositoryControl
@@ -31,6 +31,7 @@ from edge_agent.frontends.common.names import model_name, parse_version
 from edge_agent.frontends.common.shared_memory import (
     TCP_SETTING,
     Callers,
+    Placement,
     SharedMemoryRegistry,
     refused_over_tcp,
 )
@@ -96,6 +97,18 @@ def _no_cuda_shm(context: _Ctx) -> NoReturn:
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
 
+class _Taken(NamedTuple):
+    """A ModelInfer call between its two halves (:meth:`InferenceServicer._take`)."""
+
+    request: pb.ModelInferRequest
+    context: _Ctx
+    trace: RootTrace | None
+    infer_request: InferRequest
+    out_params: bool  # some requested output has parameters (shared memory, classes)
+    placed: dict[str, Placement] | None  # the outputs going to shared memory
+    place: int  # its place among calls taken up together
+
+
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Serves the inference protocol from one front-end context (thread-safe, stateless itself).
 
@@ -156,20 +169,58 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_errors
     def ModelInfer(self, request: pb.ModelInferRequest, context: _Ctx) -> pb.ModelInferResponse:
-        tracing = self._context.tracing
-        trace = tracing.start(request.model_name, traceparent=_traceparent(context),
-                              request_id=request.id, protocol="grpc") \
-            if tracing.active else None
-        if trace is None:
-            return self._model_infer(request, context, None)
+        trace = self._trace(request, context)
         try:
-            return self._model_infer(request, context, trace)
+            taken = self._take(request, context, trace)
+            return self._respond(taken, self._dp.infer(taken.infer_request))
         except BaseException as exc:
-            trace.responded(error=exc)
+            if trace is not None:
+                trace.responded(error=exc)
             raise
 
-    def _model_infer(self, request: pb.ModelInferRequest, context: _Ctx,
-                     trace: RootTrace | None) -> pb.ModelInferResponse:
+    def model_infer_together(self, calls: Sequence[tuple[pb.ModelInferRequest, _Ctx]]
+                             ) -> list[pb.ModelInferResponse | Exception]:
+        """ModelInfer for calls taken up together (the inference lane's: those whose requests
+        were ready at once), their requests run together
+        (:meth:`~edge_agent.core.api.DataPlaneAPI.infer_together`). Each call is answered
+        as ModelInfer answers it, in order: its response, or the exception ModelInfer would
+        raise (its context aborted with the status), returned."""
+        answers: list[pb.ModelInferResponse | Exception | None] = [None] * len(calls)
+        taken: list[_Taken] = []
+        for i, (request, context) in enumerate(calls):
+            trace = None
+            try:
+                trace = self._trace(request, context)
+                taken.append(self._take(request, context, trace, i))
+            except Exception as exc:
+                answers[i] = self._failed(context, trace, exc)
+        results = self._dp.infer_together([t.infer_request for t in taken]) if taken else []
+        for t, result in zip(taken, results, strict=True):
+            if isinstance(result, AgentError):
+                answers[t.place] = self._failed(t.context, t.trace, result)
+                continue
+            try:
+                answers[t.place] = self._respond(t, result)
+            except Exception as exc:
+                answers[t.place] = self._failed(t.context, t.trace, exc)
+        return answers  # type: ignore[return-value]  # every call answered above
+
+    @staticmethod
+    def _failed(context: _Ctx, trace: RootTrace | None, exc: Exception) -> Exception:
+        """The call aborted with ``exc``'s status; the exception it raised, detached."""
+        if trace is not None:
+            trace.responded(error=exc)
+        return detached(status.without_raising(log, "inference service", context, exc))
+
+    def _trace(self, request: pb.ModelInferRequest, context: _Ctx) -> RootTrace | None:
+        tracing = self._context.tracing
+        return tracing.start(request.model_name, traceparent=_traceparent(context),
+                             request_id=request.id, protocol="grpc") \
+            if tracing.active else None
+
+    def _take(self, request: pb.ModelInferRequest, context: _Ctx, trace: RootTrace | None,
+              place: int = 0) -> _Taken:
+        """ModelInfer's first half: the request as the core takes it."""
         # one look at the tensors' parameters: outputs without any need no placement and no
         # classes; the peer (~3 us) only when some tensor has them (it may name a region)
         out_params = _has_parameters(request.outputs)
@@ -181,19 +232,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if trace is not None:
             infer_request.trace = trace
             trace.inputs(infer_request.inputs)
-        result = self._dp.infer(infer_request)  # idle: runs here, no Future, no hop
-        if out_params:  # the classification extension
-            result = converters.classified(result, request, self._dp)
-        if trace is not None:
-            trace.responded(version=result.version, outputs=result.outputs)
+        return _Taken(request, context, trace, infer_request, out_params, placed, place)
+
+    def _respond(self, taken: _Taken, result: InferResult) -> pb.ModelInferResponse:
+        """ModelInfer's second half: the response to ``taken``'s ``result``."""
+        if taken.out_params:  # the classification extension
+            result = converters.classified(result, taken.request, self._dp)
+        if taken.trace is not None:
+            taken.trace.responded(version=result.version, outputs=result.outputs)
+        infer_request = taken.infer_request
         nbytes = _response_bytes(result, infer_request.outputs)
         if nbytes >= self._budget_from:  # smaller ones are bounded by unary admission
             self._budget.acquire(nbytes)
-            if not context.add_callback(lambda: self._budget.release(nbytes)):
+            if not taken.context.add_callback(lambda: self._budget.release(nbytes)):
                 self._budget.release(nbytes)  # the call already ended
         # raw_output_contents whatever form the inputs came in, as Triton answers
         return converters.to_infer_response(result, order=infer_request.outputs,
-                                            placed=placed)
+                                            placed=taken.placed)
 
     @_errors
     def TraceSetting(self, request: pb.TraceSettingRequest,

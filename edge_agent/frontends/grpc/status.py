@@ -20,7 +20,7 @@ from edge_agent.errors import AgentError, ErrorCode
 from edge_agent.frontends.common.errors import STATUS, error_message, wire_status
 
 __all__ = ["GRPC_CODES", "abort", "error_message", "grpc_code", "rpc_errors",
-           "rpc_stream_errors"]
+           "rpc_stream_errors", "without_raising"]
 
 GRPC_CODES: dict[ErrorCode, grpc.StatusCode] = {
     code: grpc.StatusCode[status.grpc] for code, status in STATUS.items()}
@@ -50,6 +50,16 @@ def _end(log: logging.Logger, service: str, context: grpc.ServicerContext,
     if not isinstance(exc, AgentError):
         log.exception("unexpected error in the %s", service, exc_info=exc)
     abort(context, exc)
+
+
+def without_raising(log: logging.Logger, service: str, context: grpc.ServicerContext,
+                    exc: Exception) -> Exception:
+    """What :func:`rpc_errors`' handler raises for ``exc`` (the call aborted with its
+    status), returned: for a servicer answering several calls at once."""
+    try:
+        _end(log, service, context, exc)
+    except Exception as raised:
+        return raised
 
 
 def rpc_errors(log: logging.Logger, service: str
