@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import psutil
 import pytest
 
 from edge_agent import grpc_internals
@@ -38,6 +40,7 @@ from tests.support.traffic import X, infer_request, served_version
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 SLOW_TRIPS = 1_000_000  # a run of a second or more, whatever the machine's load
 LANES = ("queue", "threads")
+IDLE_S = 3.0
 
 
 @contextlib.contextmanager
@@ -66,6 +69,14 @@ def _pool(server: AgentServer) -> AdmissionPool:
     pool = server._pools[0]
     assert isinstance(pool, AdmissionPool)
     return pool
+
+
+def _lane_cpu_s(lane: infer_lane.InferLane) -> float:
+    """The CPU time the lane's thread has used so far."""
+    thread = lane._thread
+    assert thread is not None
+    times = {t.id: t.user_time + t.system_time for t in psutil.Process().threads()}
+    return times[thread.native_id]
 
 
 def _outcome(call: Any) -> str:
@@ -313,5 +324,10 @@ def test_calls_ready_together_run_together_each_answered_as_alone(
         assert not wrong, wrong[:5]
         stats = stub.ModelStatistics(pb.ModelStatisticsRequest(name="mlp"), timeout=30)
         assert max(b.batch_size for b in stats.model_stats[0].batch_stats) <= 8
+        # with nothing left to run the lane waits for the next event: it does not poll on
+        # (it once did, with half a core, after its first calls run together)
+        used = _lane_cpu_s(lane)
+        time.sleep(IDLE_S)
+        assert _lane_cpu_s(lane) - used < IDLE_S / 10, "the idle lane kept polling"
         eventually(lambda: _pool(server).admitted == 0, timeout=30,
                    message="the lane's calls gave their slots back")

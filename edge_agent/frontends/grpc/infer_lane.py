@@ -285,7 +285,8 @@ class InferLane:
 
     def _run_ready(self) -> None:
         """Run the quick calls taken up since the queue was last empty, together."""
-        ready, self._ready = self._ready, []
+        ready = self._ready.copy()  # the loop keeps its reference to self._ready
+        self._ready.clear()
         self.served_here += len(ready)
         try:
             if len(ready) == 1:
