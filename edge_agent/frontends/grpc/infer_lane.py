@@ -40,7 +40,9 @@ METHOD = "/inference.GRPCInferenceService/ModelInfer"
 NO_MESSAGE = "ModelInfer requires exactly one request message"
 
 MAX_TOGETHER = 64
-"""At most this many quick calls run together: the lane takes up no new call meanwhile."""
+"""At most this many quick calls run together, and the lane takes at most this many events
+while a quick call waits (a stream of other events, calls refused at admission among them,
+never holds it up longer)."""
 
 Together = Callable[[list[tuple[Any, Any]]], list[Any]]
 """Runs quick calls' parsed requests together: ``[(request, context)]`` in, each call's
@@ -178,11 +180,15 @@ class InferLane:
     def _loop(self) -> None:
         queue = self._queue
         ready = self._ready
+        taken = 0  # events taken while quick calls wait
         while True:
             if not ready:
+                taken = 0
                 event = queue.poll()
-            elif len(ready) >= MAX_TOGETHER or queue.timed_out(event := queue.poll_ready()):
-                event = None  # nothing else is ready now: run what is
+            elif taken >= MAX_TOGETHER or queue.timed_out(event := queue.poll_ready()):
+                event = None  # nothing else is ready now (or enough waited): run what is
+            else:
+                taken += 1
             ending = event is not None and queue.shut_down(event)
             try:
                 if event is None or ending:  # at the end too: every call taken up answered
@@ -300,7 +306,10 @@ class InferLane:
                 log.exception("ModelInfer failed")
                 outcomes = [Exception("the calls taken up together failed")] * len(ready)
             for (call, _), outcome in zip(ready, outcomes, strict=True):
-                self._answer(call, outcome)
+                try:  # one call's failure leaves the others answered
+                    self._answer(call, outcome)
+                except Exception:
+                    log.exception("a ModelInfer call could not be answered")
         finally:
             for call, _ in ready:
                 self._end(call)
