@@ -388,8 +388,8 @@ class DynamicBatcher:
         raised for one request). When nothing is in flight and an instance is free they run on
         the calling thread, their rows merged into executions of up to ``max_batch_size`` (one
         request an execution for an unbatched model); otherwise each goes through
-        :meth:`infer`. Raises ModelUnavailableError, before running any, when the batcher is
-        closed (the caller routes them again)."""
+        :meth:`infer`. Once the batcher is closed, those not run yet are answered with
+        ModelUnavailableError (the caller routes them again)."""
         now = _now()
         answers: list[InferResult | AgentError | None] = [None] * len(requests)
         chunks: list[list[tuple[int, _Pending]]] = [[]]
@@ -410,13 +410,17 @@ class DynamicBatcher:
             if not chunk:
                 continue
             with self._lock:
-                if self._closed:
-                    raise ModelUnavailableError(
-                        f"model {self.model!r} version {self.version} is unloading; retry to "
-                        f"reach the current version")
-                instance = self._free.pop() if not self._inflight and self._free else -1
+                closed = self._closed
+                instance = self._free.pop() if not (
+                    closed or self._inflight) and self._free else -1
                 if instance >= 0:
                     self._inflight = len(chunk)
+            if closed:
+                for i, _ in chunk:
+                    answers[i] = ModelUnavailableError(
+                        f"model {self.model!r} version {self.version} is unloading; retry to "
+                        f"reach the current version")
+                continue
             if instance >= 0:
                 self._execute([item for _, item in chunk], instance, release=True)
                 for i, item in chunk:

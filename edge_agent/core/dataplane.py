@@ -335,12 +335,9 @@ class DataPlane(DeployOperations):
             group[2].append(Together(request.inputs, rows, request.outputs, request.id,
                                      timeout, request.priority, request.caller, request.trace))
         for batcher, indices, together in groups.values():
-            try:
-                done = batcher.infer_together(together)
-            except ModelUnavailableError:  # it began unloading: each routed again
-                done = [self._answer(requests[i]) for i in indices]
+            done = batcher.infer_together(together)
             for i, answer in zip(indices, done, strict=True):
-                if isinstance(answer, ModelUnavailableError):  # closed as it waited
+                if isinstance(answer, ModelUnavailableError):  # it began unloading
                     answer = self._answer(requests[i])
                 elif isinstance(answer, QueueFullError):  # refused: a failed request
                     batcher.record_rejected(_now() - start)

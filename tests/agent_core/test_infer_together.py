@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from edge_agent.config.models import ModelOverrides
+from edge_agent.core.batcher import Together
 from edge_agent.core.dataplane import DataPlane
 from edge_agent.core.types import InferRequest, InferResult, PolledCaller
 from edge_agent.errors import (
     AgentError,
     InvalidInputError,
     ModelNotFoundError,
+    ModelUnavailableError,
     RequestCancelledError,
 )
 from tests.agent_core.conftest import Bundles
@@ -123,3 +126,19 @@ def test_requests_for_a_busy_model_wait_their_turn_and_are_all_answered(
         thread.join(120)
     assert [type(a) for a in answers] == [InferResult] * 3, answers
     assert len(slow) == 1 and isinstance(slow[0], InferResult), slow
+
+
+def test_a_closed_batcher_answers_each_request_unavailable_and_runs_none(
+        bundles: Bundles, tmp_path: Path) -> None:
+    install(bundles.mlp_v1, tmp_path)
+    dp = DataPlane(tmp_path, overrides={"mlp": ModelOverrides(isolation="thread")})
+    try:
+        batcher = dp.repository.resolve("mlp").batcher
+        batcher.close()
+        x = _rows(1, 3)
+        answers = batcher.infer_together(
+            [Together({"input": x}, 1, None, "", 0, 0, None, None) for _ in range(2)])
+        assert [type(a) for a in answers] == [ModelUnavailableError] * 2
+        assert batcher.snapshot_stats().execution_count == 0
+    finally:
+        dp.close()
