@@ -184,7 +184,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         were ready at once), their requests run together
         (:meth:`~edge_agent.core.api.DataPlaneAPI.infer_together`). Each call is answered
         as ModelInfer answers it, in order: its response, or the exception ModelInfer would
-        raise (its context aborted with the status), returned."""
+        raise (its context aborted with the status), returned. The lane passes only plain
+        parsed requests, for which the handler wrapper (``handlers._guarded_unary``) does
+        nothing on its thread: a check added there for such requests belongs here too."""
         answers: list[pb.ModelInferResponse | Exception | None] = [None] * len(calls)
         taken: list[_Taken] = []
         for i, (request, context) in enumerate(calls):
