@@ -148,6 +148,8 @@ class AgentServer:
         self._pools: list[futures.ThreadPoolExecutor] = []
         self._lane: infer_lane.InferLane | None = None
         self.streams: StreamSessions | None = None
+        self.received: ReceiveBudget | None = None
+        """The request messages held now ([grpc] max_receive_bytes_in_flight), once started."""
         self.addresses = BoundAddresses(None, None)
 
     def start(self) -> BoundAddresses:
@@ -190,7 +192,7 @@ class AgentServer:
             max_streams=cfg.max_streams, max_streams_per_peer=cfg.max_streams_per_peer,
             stream_first_message_s=cfg.stream_first_message_s,
             stream_idle_s=cfg.stream_idle_s))
-        received = ReceiveBudget(cfg.max_receive_bytes_in_flight)
+        received = self.received = ReceiveBudget(cfg.max_receive_bytes_in_flight)
         servicer = InferenceServicer(self.context, streams=self.streams,
                                      budget=ResponseBudget(cfg.max_response_bytes),
                                      uds=self.config.uds_path,

@@ -331,3 +331,64 @@ def test_calls_ready_together_run_together_each_answered_as_alone(
         assert _lane_cpu_s(lane) - used < IDLE_S / 10, "the idle lane kept polling"
         eventually(lambda: _pool(server).admitted == 0, timeout=30,
                    message="the lane's calls gave their slots back")
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_large_messages_while_every_handler_thread_is_busy(bundles: Bundles, tmp_path: Path,
+                                                           lane: str) -> None:
+    """The one handler thread runs a slow call while two 600 KiB messages arrive, with room
+    for one such message in the receive budget. The messages held never pass the budget (the
+    lane charges each as it arrives and refuses one past it; a handler thread leaves its
+    message with the sender until it is free), every call is answered, and the budget is
+    empty once the slow call ends. On the lane, a small call is answered while the slow call
+    still runs (workers = 1 admits 4 calls: the slow one, the two large ones, the small one)."""
+    budget = 1 << 20
+    big = infer_request("mlp", np.ones((2400, 64), np.float32))  # 600 KiB; refused at 8 rows
+    assert 512 * 1024 < big.ByteSize() < budget
+    peak = 0
+    watching = threading.Event()
+
+    with _serve(bundles, tmp_path, lane, workers=1, max_message_bytes=budget,
+                max_receive_bytes_in_flight=budget) as (address, server), \
+            grpc.insecure_channel(address) as channel:
+        received = server.received
+        assert received is not None
+
+        def watch() -> None:  # the most bytes of messages held at any moment
+            nonlocal peak
+            while not watching.is_set():
+                peak = max(peak, received.used)
+                time.sleep(0.0005)
+
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        if server._lane is not None:  # the MLP runs on the lane once measured as quick
+            lane_ = server._lane
+            eventually(lambda: served_version(address)[0] == "1" and lane_.served_here > 0,
+                       timeout=120, interval=0.0, message="no MLP request ran on the lane")
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            slow = stub.ModelInfer.future(infer_request("spin", spin_input(SLOW_TRIPS)),
+                                          timeout=120)
+            eventually(lambda: _pool(server).admitted == 1, timeout=30,
+                       message="the slow call was admitted")
+            bigs = [stub.ModelInfer.future(big, timeout=120) for _ in range(2)]
+            if lane == "queue":  # the lane answers a small call while the thread is busy
+                reply = stub.ModelInfer(infer_request("mlp", X[:1]), timeout=60)
+                assert np.frombuffer(reply.raw_output_contents[0], np.float32).shape == (10,)
+                assert not slow.done()
+            outcomes = [_outcome(lambda call=call: call.result()) for call in bigs]
+            assert slow.result().model_name == "spin"
+        finally:
+            watching.set()
+            watcher.join(10)
+        assert peak <= budget, f"{peak} bytes of messages held, past the {budget} budget"
+        for outcome in outcomes:  # parsed and checked (8 rows at most), or refused unparsed
+            assert outcome.startswith(("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED")), outcome
+            if outcome.startswith("RESOURCE_EXHAUSTED"):
+                assert "max_receive_bytes_in_flight" in outcome
+        assert any(o.startswith("INVALID_ARGUMENT") for o in outcomes)
+        eventually(lambda: received.used == 0, timeout=30,
+                   message="the messages held were given back")
+        reply = stub.ModelInfer(infer_request("mlp", X[:1]), timeout=60)
+        assert reply.model_name == "mlp"
