@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -121,20 +120,19 @@ def wake_up_p99(seconds: float) -> float:
     return float(out.stdout)
 
 
-def naive_cnn(state: Path, sock: Path) -> subprocess.Popen[str]:
+def naive_cnn(state: Path, sock: Path) -> Proc:
     """The naive one-at-a-time server on the installed CNN, at the background model's nice."""
     from edge_agent.core.gate import LOW_PRIORITY_NICE
 
     onnx = state / "models" / "cnn" / "1" / "artifacts" / "onnxruntime" / "model.onnx"
-    popen = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.naive_server", str(onnx), "--model", "cnn",
-         "--listen", f"unix:{sock}"], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True, preexec_fn=lambda: os.nice(LOW_PRIORITY_NICE))
-    assert popen.stdout is not None
-    if not popen.stdout.readline().startswith("ready"):
-        stop_process(popen)
-        raise SystemExit("the naive server did not start")
-    return popen
+    return Proc(["-m", "benchmarks.naive_server", str(onnx), "--model", "cnn", "--listen",
+                 f"unix:{sock}"], "ready", nice=LOW_PRIORITY_NICE)
+
+
+def start_agent(work: Path, label: str, state: Path, sock: Path, workers: int) -> Proc:
+    """``edge-agent serve`` in configuration ``label``, on the Unix socket ``sock``."""
+    return Proc(["-m", "edge_agent.cli", "serve", "--config",
+                 str(config_toml(work, label, state, sock, workers))], "ready")
 
 
 def wake_up_floor(work: Path, state: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -142,8 +140,7 @@ def wake_up_floor(work: Path, state: Path, args: argparse.Namespace) -> dict[str
     seconds = max(3.0, args.seconds / 2)
     floor = {"idle": wake_up_p99(seconds)}
     sock = work / "floor.sock"
-    agent = Proc(["-m", "edge_agent.cli", "serve", "--config",
-                  str(config_toml(work, "priorities", state, sock, args.workers))], "ready")
+    agent = start_agent(work, "priorities", state, sock, args.workers)
     try:
         floor[AGENT_FLOOD] = _under_flood(sock, args.flood, seconds)
     finally:
@@ -153,7 +150,7 @@ def wake_up_floor(work: Path, state: Path, args: argparse.Namespace) -> dict[str
     try:
         floor["under the naive server's flood"] = _under_flood(naive_sock, args.flood, seconds)
     finally:
-        stop_process(naive)
+        naive.stop()
     return floor
 
 
@@ -185,9 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for label in CONFIGS:
                 sock = work / f"{label.replace(' ', '_')}.sock"
-                agent = Proc(["-m", "edge_agent.cli", "serve", "--config",
-                              str(config_toml(work, label, state, sock, args.workers))],
-                             "ready")
+                agent = start_agent(work, label, state, sock, args.workers)
                 try:
                     alone[label].append(mlp_latency(sock, args.seconds))
                     cnn = flood(sock, args.flood, args.seconds + 2)

@@ -72,12 +72,14 @@ def install_models(work: Path, states: list[Path]) -> Path:
 
 
 class Proc:
-    """A server subprocess that prints one ready line; stopped with SIGTERM."""
+    """A server subprocess that prints one ready line; stopped with SIGTERM. ``nice`` > 0
+    starts it at that OS nice value."""
 
-    def __init__(self, args: list[str], ready: str) -> None:
+    def __init__(self, args: list[str], ready: str, nice: int = 0) -> None:
         self.t0 = time.perf_counter()
         self.popen = subprocess.Popen([sys.executable, *args], env=ENV, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True)
+                                      stderr=subprocess.DEVNULL, text=True,
+                                      preexec_fn=(lambda: os.nice(nice)) if nice else None)
         line = self.popen.stdout.readline()
         self.ready_s = time.perf_counter() - self.t0
         if ready not in line:
