@@ -82,12 +82,13 @@ async def test_the_console_lists_broker_agents_beside_mdns_ones_and_drills_down(
             return len(agents) == 31 and all(a.models for a in agents)
 
         await wait_for(pilot, reported, "every agent of the group reporting", DEADLINE_S)
-        await wait_for(pilot, lambda: "41 agents" in _summary(panel), "the panel's counts",
-                       DEADLINE_S)
-        summary = _summary(panel)
         # 10 simulated agents fail the deploy, and so does the real one (its [registry]
-        # allow list is empty); 20 serve mlp version 2; the other group has no state yet
-        assert f"group {group}: 31 agents: failed 11  ok 20" in summary, summary
+        # allow list is empty); 20 serve mlp version 2; the other group has no state yet.
+        # The panel redraws on its own timer, so wait for the redraw after the last report.
+        settled = f"group {group}: 31 agents: failed 11  ok 20"
+        await wait_for(pilot, lambda: "41 agents" in _summary(panel)
+                       and settled in _summary(panel), "the panel's counts", DEADLINE_S)
+        summary = _summary(panel)
         assert f"group {other}: 10 agents: pending 10" in summary, summary
         assert "mlp:2 20" in summary and "mlp:1 10" in summary, summary
         assert panel.table.row_count == 41
