@@ -113,8 +113,8 @@ async def test_the_console_lists_broker_agents_beside_mdns_ones_and_drills_down(
         await wait_for(pilot, lambda: panel.table.row_count == 1, "the simulated agent")
         panel.table.focus()
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, BrokerAgentScreen),
-                       "the broker's view of the agent")
+        await wait_for(pilot, lambda: isinstance(app.screen, BrokerAgentScreen) and sim in str(
+            app.screen.query_one("#broker-agent-body").render()), "the broker's view of the agent")
         body = str(app.screen.query_one("#broker-agent-body").render())
         why = str(app.screen.query_one("#broker-agent-why").render())
         assert "no management address" in why
