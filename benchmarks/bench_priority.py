@@ -34,10 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +105,19 @@ def flood(sock: Path, concurrency: int, seconds: float) -> subprocess.Popen[str]
         env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@contextlib.contextmanager
+def flooding(sock: Path, concurrency: int, seconds: float) -> Iterator[subprocess.Popen[str]]:
+    """The CNN flooded for about ``seconds`` from after a 1 s warm-up; the flood is stopped
+    on leaving if it still runs."""
+    cnn = flood(sock, concurrency, seconds + 2)
+    try:
+        time.sleep(1.0)  # the flood's own warm-up
+        yield cnn
+    finally:
+        if cnn.poll() is None:
+            stop_process(cnn)
+
+
 AGENT_FLOOD = "under the agent's flood"
 WAKE_PROBE = """
 import sys, time
@@ -155,12 +171,8 @@ def wake_up_floor(work: Path, state: Path, args: argparse.Namespace) -> dict[str
 
 
 def _under_flood(sock: Path, concurrency: int, seconds: float) -> float:
-    cnn = flood(sock, concurrency, seconds + 2)
-    try:
-        asyncio.run(asyncio.sleep(1.0))  # the flood's own warm-up
+    with flooding(sock, concurrency, seconds):
         return wake_up_p99(seconds)
-    finally:
-        stop_process(cnn)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,15 +197,10 @@ def main(argv: list[str] | None = None) -> int:
                 agent = start_agent(work, label, state, sock, args.workers)
                 try:
                     alone[label].append(mlp_latency(sock, args.seconds))
-                    cnn = flood(sock, args.flood, args.seconds + 2)
-                    try:
-                        asyncio.run(asyncio.sleep(1.0))  # the flood's own warm-up
+                    with flooding(sock, args.flood, args.seconds) as cnn:
                         loaded[label].append(mlp_latency(sock, args.seconds))
                         out, _ = cnn.communicate(timeout=120)
                         cnn_lines[label] = out.strip().splitlines()[0] if out.strip() else "?"
-                    finally:
-                        if cnn.poll() is None:
-                            stop_process(cnn)
                 finally:
                     agent.stop()
         floor = wake_up_floor(work, state, args)

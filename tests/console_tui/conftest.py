@@ -51,11 +51,16 @@ def console_app(*, tokens: dict[str, str] | None = None, discovery: bool = True,
 
 
 async def wait_for(pilot: Pilot[None], condition: Callable[[], object], what: str,
-                   deadline_s: float = DEADLINE_S) -> None:
-    """Let the app run until ``condition()`` holds (fails after a generous deadline)."""
+                   deadline_s: float = DEADLINE_S, *,
+                   shown: Callable[[], str] | None = None) -> None:
+    """Let the app run until ``condition()`` holds (fails after a generous deadline; the
+    failure adds ``shown()``, e.g. the text a widget shows then)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
-    await eventually_async(condition, timeout=deadline_s, sleep=pilot.pause,
-                           message=f"timed out waiting for {what}")
+
+    def message() -> str:
+        return f"timed out waiting for {what}" + (f"; shown: {shown()!r}" if shown else "")
+
+    await eventually_async(condition, timeout=deadline_s, sleep=pilot.pause, message=message)
     if os.environ.get("CONSOLE_TEST_TIMING"):
         print(f"waited {loop.time() - start:.2f}s for {what}")

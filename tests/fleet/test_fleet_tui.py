@@ -87,8 +87,10 @@ async def test_the_console_lists_broker_agents_beside_mdns_ones_and_drills_down(
         # The panel redraws on its own timer, so wait for the redraw after the last report.
         settled = f"group {group}: 31 agents: failed 11  ok 20"
         await wait_for(pilot, lambda: "41 agents" in _summary(panel)
-                       and settled in _summary(panel), "the panel's counts", DEADLINE_S)
+                       and settled in _summary(panel), "the panel's counts", DEADLINE_S,
+                       shown=lambda: _summary(panel))
         summary = _summary(panel)
+        assert settled in summary, summary
         assert f"group {other}: 10 agents: pending 10" in summary, summary
         assert "mlp:2 20" in summary and "mlp:1 10" in summary, summary
         assert panel.table.row_count == 41
